@@ -1,0 +1,385 @@
+//! The run's audit trail: every refusal (and every proxy decision) as one JSON
+//! line in `--audit-log`, and a one-line summary on stderr when the run ends.
+//! Three layers feed it: the kernel network hooks (BPF ring buffer and
+//! counters), the proxy, and the filesystem (Landlock's kernel audit records).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Which layer refused (or allowed) something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    Filesystem,
+    KernelNetwork,
+    Proxy,
+}
+
+/// Where a refused connection or datagram was headed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Destination {
+    Inet(SocketAddr),
+    Unix(String),
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Inet(a) => write!(f, "{a}"),
+            Self::Unix(p) => write!(f, "unix:{p}"),
+        }
+    }
+}
+
+/// A connect or send refused by the cgroup hooks, as the kernel reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelNetEvent {
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    /// `connect4`, `connect6`, `sendmsg4`, `sendmsg6`, `connect_unix`, `sendmsg_unix`.
+    pub hook: String,
+    /// `inet`, `inet6`, `unix`.
+    pub family: String,
+    /// `tcp`, `udp`, `icmp`, `mptcp`, or the number.
+    pub protocol: String,
+    pub destination: Destination,
+}
+
+/// A proxy decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyEvent {
+    /// `CONNECT`, `GET`, …
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    /// The checked address actually dialed, when one was.
+    pub dialed: Option<SocketAddr>,
+    pub allowed: bool,
+    /// Why: the rule that allowed it, or the refusal reason.
+    pub reason: String,
+    /// HTTP status returned to the client.
+    pub status: u16,
+}
+
+/// A filesystem access refused by Landlock, from the kernel audit records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEvent {
+    pub pid: u32,
+    pub comm: String,
+    /// The path, when the kernel names it; `None` when it cannot tell.
+    pub path: Option<String>,
+    /// The Landlock rights refused, e.g. `fs.write_file`.
+    pub access: Vec<String>,
+    /// The raw audit record, for what the fields above leave out.
+    pub raw: String,
+}
+
+/// One line of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    RunStart {
+        run_id: String,
+        command: Vec<String>,
+        policy: Vec<PathBuf>,
+        worktree: PathBuf,
+    },
+    KernelNetwork(KernelNetEvent),
+    /// Ring buffer was full: this many kernel events were counted but not delivered.
+    KernelEventsLost {
+        count: u64,
+    },
+    Proxy(ProxyEvent),
+    Filesystem(FsEvent),
+    /// A note about the audit itself (e.g. kernel audit unavailable).
+    Notice {
+        layer: Layer,
+        message: String,
+    },
+    RunEnd {
+        run_id: String,
+        exit: i32,
+        refused: BTreeMap<Layer, u64>,
+    },
+}
+
+/// A timestamped line as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    /// Milliseconds since the epoch.
+    pub ts_ms: u64,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Errors opening or writing the audit log.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("cannot open audit log {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Default)]
+struct Tally {
+    refused: BTreeMap<Layer, u64>,
+    lost: u64,
+    /// Kernel network refusals by destination: count and the commands seen.
+    kernel: BTreeMap<Destination, (u64, Vec<String>)>,
+    proxy: BTreeMap<String, u64>,
+    fs: BTreeMap<String, (u64, Vec<String>)>,
+}
+
+/// The run's audit sink. Cheap to share (`Arc<AuditLog>`); writes are
+/// serialized and flushed per line so a killed lockrun leaves a readable log.
+pub struct AuditLog {
+    path: Option<PathBuf>,
+    out: Mutex<Option<BufWriter<File>>>,
+    tally: Mutex<Tally>,
+}
+
+impl AuditLog {
+    /// A sink writing to `path` (appending), or only tallying when `None`.
+    pub fn open(path: Option<&Path>) -> Result<Self, AuditError> {
+        let out = match path {
+            Some(p) => Some(BufWriter::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| AuditError::Open {
+                        path: p.to_path_buf(),
+                        source: e,
+                    })?,
+            )),
+            None => None,
+        };
+        Ok(Self {
+            path: path.map(Path::to_path_buf),
+            out: Mutex::new(out),
+            tally: Mutex::new(Tally::default()),
+        })
+    }
+
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Record one event: tally it and append it to the log.
+    pub fn record(&self, event: Event) {
+        self.tally(&event);
+        let ts_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let rec = Record { ts_ms, event };
+        let mut guard = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(w) = guard.as_mut() {
+            // A failing audit write must not kill the run; it is reported once at the end.
+            if serde_json::to_writer(&mut *w, &rec).is_ok() {
+                let _ = w.write_all(b"\n");
+                let _ = w.flush();
+            }
+        }
+    }
+
+    fn tally(&self, event: &Event) {
+        let mut t = self
+            .tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match event {
+            Event::KernelNetwork(k) => {
+                *t.refused.entry(Layer::KernelNetwork).or_default() += 1;
+                let e = t.kernel.entry(k.destination.clone()).or_default();
+                e.0 += 1;
+                if !e.1.contains(&k.comm) {
+                    e.1.push(k.comm.clone());
+                }
+            }
+            Event::KernelEventsLost { count } => {
+                *t.refused.entry(Layer::KernelNetwork).or_default() += count;
+                t.lost += count;
+            }
+            Event::Proxy(p) if !p.allowed => {
+                *t.refused.entry(Layer::Proxy).or_default() += 1;
+                *t.proxy.entry(format!("{}:{}", p.host, p.port)).or_default() += 1;
+            }
+            Event::Filesystem(f) => {
+                *t.refused.entry(Layer::Filesystem).or_default() += 1;
+                let key = f.path.clone().unwrap_or_else(|| "(path unknown)".into());
+                let e = t.fs.entry(key).or_default();
+                e.0 += 1;
+                if !e.1.contains(&f.comm) {
+                    e.1.push(f.comm.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Refusals so far, per layer.
+    #[must_use]
+    pub fn refused(&self) -> BTreeMap<Layer, u64> {
+        self.tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .refused
+            .clone()
+    }
+
+    /// The end-of-run summary lines for stderr (empty when nothing was refused).
+    #[must_use]
+    pub fn summary(&self) -> Vec<String> {
+        let t = self
+            .tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut lines = Vec::new();
+        let n_kernel: u64 = t.kernel.values().map(|(n, _)| n).sum::<u64>() + t.lost;
+        if n_kernel > 0 {
+            let mut parts: Vec<String> = t
+                .kernel
+                .iter()
+                .map(|(dest, (n, comms))| {
+                    let times = if *n > 1 {
+                        format!(" ×{n}")
+                    } else {
+                        String::new()
+                    };
+                    format!("{}{times} ({})", show_dest(dest), comms.join(", "))
+                })
+                .collect();
+            if t.lost > 0 {
+                parts.push(format!("{} more not delivered (ring buffer full)", t.lost));
+            }
+            lines.push(format!(
+                "lockrun: {n_kernel} {} refused: {}",
+                plural(n_kernel, "connection", "connections"),
+                parts.join(", ")
+            ));
+        }
+        let n_proxy: u64 = t.proxy.values().sum();
+        if n_proxy > 0 {
+            let parts: Vec<String> = t
+                .proxy
+                .iter()
+                .map(|(h, n)| {
+                    if *n > 1 {
+                        format!("{h} ×{n}")
+                    } else {
+                        h.clone()
+                    }
+                })
+                .collect();
+            lines.push(format!(
+                "lockrun: {n_proxy} proxy {} refused: {}",
+                plural(n_proxy, "request", "requests"),
+                parts.join(", ")
+            ));
+        }
+        let n_fs: u64 = t.fs.values().map(|(n, _)| n).sum();
+        if n_fs > 0 {
+            let parts: Vec<String> =
+                t.fs.iter()
+                    .map(|(p, (n, comms))| {
+                        let times = if *n > 1 {
+                            format!(" ×{n}")
+                        } else {
+                            String::new()
+                        };
+                        format!("{p}{times} ({})", comms.join(", "))
+                    })
+                    .collect();
+            lines.push(format!(
+                "lockrun: {n_fs} filesystem {} refused: {}",
+                plural(n_fs, "access", "accesses"),
+                parts.join(", ")
+            ));
+        }
+        if !lines.is_empty() {
+            if let Some(p) = &self.path {
+                lines.push(format!(
+                    "lockrun: details and the policy lines that would allow them: lockrun audit {}",
+                    p.display()
+                ));
+            }
+        }
+        lines
+    }
+}
+
+fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+fn show_dest(d: &Destination) -> String {
+    match d {
+        Destination::Inet(SocketAddr::V6(a)) => format!("[{}]:{}", a.ip(), a.port()),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(dest: &str, comm: &str) -> Event {
+        Event::KernelNetwork(KernelNetEvent {
+            pid: 1,
+            tgid: 1,
+            comm: comm.into(),
+            cgroup_id: 7,
+            hook: "connect4".into(),
+            family: "inet".into(),
+            protocol: "tcp".into(),
+            destination: Destination::Inet(dest.parse().unwrap()),
+        })
+    }
+
+    #[test]
+    fn summary_groups_by_destination() {
+        let log = AuditLog::open(None).unwrap();
+        log.record(k("127.0.0.1:6379", "redis-cli"));
+        log.record(k("127.0.0.1:6379", "redis-cli"));
+        log.record(k("[::1]:22", "ssh"));
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: 3 connections refused: 127.0.0.1:6379 ×2 (redis-cli), [::1]:22 (ssh)"
+                    .to_owned()
+            ]
+        );
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let rec = Record {
+            ts_ms: 5,
+            event: k("127.0.0.1:1", "x"),
+        };
+        let line = serde_json::to_string(&rec).unwrap();
+        let back: Record = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.event, rec.event);
+    }
+}

@@ -1,0 +1,38 @@
+//! One module per subcommand; `main` parses and dispatches.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, PolicyCommand};
+
+/// Parse the command line and run the chosen command.
+#[must_use]
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                crate::exit::USAGE
+            } else {
+                0
+            };
+            let _ = e.print();
+            return exit_code(code);
+        }
+    };
+    let code = match cli.command {
+        None => 0,
+        Some(
+            Command::Gc(_)
+            | Command::Policy(PolicyCommand::Show(_))
+            | Command::Doctor(_)
+            | Command::Audit(_),
+        ) => 0,
+    };
+    exit_code(code)
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}

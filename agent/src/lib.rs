@@ -1,0 +1,26 @@
+//! lockrun: run one command confined by the kernel.
+//!
+//! | concern | module |
+//! |---|---|
+//! | the policy model (TOML + flags → one `Policy`) | [`policy`] |
+//! | writes only to the worktree and `{tmp}`; deny-read paths (Landlock) | [`fs`] |
+//! | syscalls that would widen the box (seccomp) | [`seccomp`] |
+//! | the run's cgroup v2 | [`cgroup`] |
+//! | the eBPF connect/sendmsg hooks, pinned, and their audit events | [`bpf`] |
+//! | the allowlisting proxy | [`proxy`] |
+//! | the audit log and end-of-run summary | [`audit`] |
+//! | the order of the steps of one run, and `gc` | [`run`] |
+//! | the few raw syscalls (the only `unsafe`) | [`sys`] |
+
+pub mod audit;
+pub mod bpf;
+pub mod cgroup;
+pub mod cli;
+pub mod commands;
+pub mod exit;
+pub mod fs;
+pub mod policy;
+pub mod proxy;
+pub mod run;
+pub mod seccomp;
+pub mod sys;

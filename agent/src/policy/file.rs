@@ -1,0 +1,649 @@
+//! The TOML policy format, `extends`, placeholders and CLI overrides.
+//!
+//! ```toml
+//! extends = "default"              # a preset name from policies/, or a path relative to this file
+//! [filesystem]
+//! writable  = ["{home}/.cache/pip"]  # besides the worktree and {tmp}
+//! deny_read = ["{home}/.config/secret"]
+//! [network]
+//! allow = ["api.example.com", "*.example.org:443"]
+//! deny  = ["evil.example.org"]
+//! local = ["127.0.0.1:5432"]
+//! [[network.private]]
+//! hosts   = ["git.internal.example"]
+//! network = "10.20.0.0/16"
+//! [network.resolve]                # fixed answers instead of DNS; still guarded
+//! "git.internal.example" = ["10.20.0.5"]
+//! [run]
+//! state_dir = "/var/lib/lockrun"
+//! idle_tunnel_secs = 900
+//! gc_grace_secs = 7200
+//! max_connections = 256
+//! landlock_abi = 7
+//! [env]
+//! CLAUDE_CODE_TMPDIR = "{tmp}"
+//! ```
+//!
+//! Placeholders: `{worktree}`, `{home}`, `{state}` (the state dir) and
+//! `{tmp}` (the run's temp dir). Lists from `extends` come first and are
+//! added to; scalars are overridden. CLI flags add to the result.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{
+    EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, NetworkPolicy, PathSpec, Policy,
+    PrivateGrant, RunSettings, LANDLOCK_ABI,
+};
+
+/// The presets shipped in `policies/`, embedded so that `--policy NAME` works
+/// from any directory.
+pub const PRESETS: &[(&str, &str)] = &[("default", include_str!("../../../policies/default.toml"))];
+
+/// Why a policy could not be built. Every variant names where the problem is.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read policy {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}:{line}:{column}: {message}")]
+    Syntax {
+        origin: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{origin}: `{key}`: {message}")]
+    Value {
+        origin: String,
+        key: String,
+        message: String,
+    },
+    #[error("{origin}: `extends` cycle: {chain}")]
+    Cycle { origin: String, chain: String },
+    #[error("worktree {path}: {source}")]
+    Worktree {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("worktree {0} is not a directory")]
+    WorktreeNotDir(PathBuf),
+    #[error("{flag} `{value}`: {message}")]
+    Flag {
+        flag: &'static str,
+        value: String,
+        message: String,
+    },
+}
+
+impl PolicyError {
+    fn value(origin: &str, key: &str, message: impl Into<String>) -> Self {
+        Self::Value {
+            origin: origin.to_owned(),
+            key: key.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    extends: Option<String>,
+    #[serde(default)]
+    filesystem: RawFs,
+    #[serde(default)]
+    network: RawNetwork,
+    #[serde(default)]
+    run: RawRun,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFs {
+    #[serde(default)]
+    writable: Vec<String>,
+    #[serde(default)]
+    deny_read: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNetwork {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
+    #[serde(default)]
+    local: Vec<String>,
+    #[serde(default)]
+    private: Vec<RawPrivate>,
+    #[serde(default)]
+    resolve: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrivate {
+    hosts: Vec<String>,
+    network: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRun {
+    state_dir: Option<String>,
+    idle_tunnel_secs: Option<u64>,
+    gc_grace_secs: Option<u64>,
+    max_connections: Option<usize>,
+    landlock_abi: Option<u8>,
+}
+
+/// What the command line adds to the policy file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub worktree: Option<PathBuf>,
+    pub allow_write: Vec<PathBuf>,
+    pub deny_read: Vec<PathBuf>,
+    pub allow_host: Vec<String>,
+    pub allow_local: Vec<String>,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// One policy source: where it came from and its parsed text.
+struct Source {
+    origin: String,
+    dir: Option<PathBuf>,
+    raw: RawPolicy,
+}
+
+/// Build the effective policy from an optional policy file (a path, or a
+/// preset name) and the CLI overrides.
+pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyError> {
+    let home = home_dir();
+    let mut chain: Vec<Source> = Vec::new();
+    let mut next = Some((
+        policy.unwrap_or("default").to_owned(),
+        std::env::current_dir().ok(),
+    ));
+    while let Some((name, base)) = next.take() {
+        let src = read_source(&name, base.as_deref())?;
+        if chain.iter().any(|s| s.origin == src.origin) {
+            let mut names: Vec<&str> = chain.iter().map(|s| s.origin.as_str()).collect();
+            names.push(&src.origin);
+            return Err(PolicyError::Cycle {
+                origin: chain[0].origin.clone(),
+                chain: names.join(" -> "),
+            });
+        }
+        next = src.raw.extends.clone().map(|e| (e, src.dir.clone()));
+        chain.push(src);
+    }
+    chain.reverse(); // base first
+
+    let worktree_raw = match &over.worktree {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().map_err(|e| PolicyError::Worktree {
+            path: ".".into(),
+            source: e,
+        })?,
+    };
+    let worktree = worktree_raw
+        .canonicalize()
+        .map_err(|e| PolicyError::Worktree {
+            path: worktree_raw.clone(),
+            source: e,
+        })?;
+    if !worktree.is_dir() {
+        return Err(PolicyError::WorktreeNotDir(worktree));
+    }
+
+    // Scalars first: the state dir is a placeholder for the lists.
+    let mut state_dir = default_state_dir(&home);
+    let mut run = RunSettings {
+        state_dir: PathBuf::new(),
+        idle_tunnel: Duration::from_secs(900),
+        gc_grace: Duration::from_secs(2 * 3600),
+        max_connections: 256,
+        landlock_abi: LANDLOCK_ABI,
+    };
+    for s in &chain {
+        let ctx = Ctx {
+            origin: &s.origin,
+            worktree: &worktree,
+            home: &home,
+            state: None,
+        };
+        if let Some(d) = &s.raw.run.state_dir {
+            match ctx.path("run.state_dir", d)? {
+                PathSpec::Absolute(p) => state_dir = p,
+                PathSpec::RunTmp(_) => {
+                    return Err(PolicyError::value(
+                        &s.origin,
+                        "run.state_dir",
+                        "cannot be under {tmp}",
+                    ))
+                }
+            }
+        }
+        if let Some(v) = s.raw.run.idle_tunnel_secs {
+            if v == 0 {
+                return Err(PolicyError::value(
+                    &s.origin,
+                    "run.idle_tunnel_secs",
+                    "must be at least 1",
+                ));
+            }
+            run.idle_tunnel = Duration::from_secs(v);
+        }
+        if let Some(v) = s.raw.run.gc_grace_secs {
+            run.gc_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = s.raw.run.max_connections {
+            if v == 0 {
+                return Err(PolicyError::value(
+                    &s.origin,
+                    "run.max_connections",
+                    "must be at least 1",
+                ));
+            }
+            run.max_connections = v;
+        }
+        if let Some(v) = s.raw.run.landlock_abi {
+            if v == 0 {
+                return Err(PolicyError::value(
+                    &s.origin,
+                    "run.landlock_abi",
+                    "must be at least 1",
+                ));
+            }
+            run.landlock_abi = v;
+        }
+    }
+    if let Some(d) = &over.state_dir {
+        state_dir = absolute("--state-dir", d)?;
+    }
+    run.state_dir = state_dir.clone();
+
+    let mut fs = FsPolicy::default();
+    let mut network = NetworkPolicy::default();
+    let mut env = BTreeMap::new();
+    for s in &chain {
+        let ctx = Ctx {
+            origin: &s.origin,
+            worktree: &worktree,
+            home: &home,
+            state: Some(&state_dir),
+        };
+        for w in &s.raw.filesystem.writable {
+            fs.writable.push(ctx.path("filesystem.writable", w)?);
+        }
+        for d in &s.raw.filesystem.deny_read {
+            fs.deny_read.push(ctx.path("filesystem.deny_read", d)?);
+        }
+        for a in &s.raw.network.allow {
+            let rule = HostRule::parse(a).map_err(|e| {
+                PolicyError::value(&s.origin, "network.allow", format!("`{a}`: {e}"))
+            })?;
+            network.allow.push(rule);
+        }
+        for d in &s.raw.network.deny {
+            let p = HostPattern::parse(d).map_err(|e| {
+                PolicyError::value(&s.origin, "network.deny", format!("`{d}`: {e}"))
+            })?;
+            network.deny.push(p);
+        }
+        for l in &s.raw.network.local {
+            network.local.push(
+                local_endpoint(l).map_err(|m| PolicyError::value(&s.origin, "network.local", m))?,
+            );
+        }
+        for p in &s.raw.network.private {
+            let net = IpNet::parse(&p.network).map_err(|e| {
+                PolicyError::value(&s.origin, "network.private.network", e.to_string())
+            })?;
+            let mut hosts = Vec::new();
+            for h in &p.hosts {
+                hosts.push(HostPattern::parse(h).map_err(|e| {
+                    PolicyError::value(&s.origin, "network.private.hosts", format!("`{h}`: {e}"))
+                })?);
+            }
+            if hosts.is_empty() {
+                return Err(PolicyError::value(
+                    &s.origin,
+                    "network.private.hosts",
+                    "name at least one host",
+                ));
+            }
+            network.private.push(PrivateGrant {
+                hosts,
+                network: net,
+            });
+        }
+        for (name, addrs) in &s.raw.network.resolve {
+            let key = "network.resolve";
+            let host = super::HostName::parse(name)
+                .map_err(|e| PolicyError::value(&s.origin, key, format!("`{name}`: {e}")))?;
+            let mut ips = Vec::new();
+            for a in addrs {
+                ips.push(a.parse::<std::net::IpAddr>().map_err(|_| {
+                    PolicyError::value(&s.origin, key, format!("`{a}` is not an IP address"))
+                })?);
+            }
+            if ips.is_empty() {
+                return Err(PolicyError::value(
+                    &s.origin,
+                    key,
+                    format!("`{name}`: give at least one address"),
+                ));
+            }
+            network.resolve.insert(host, ips);
+        }
+        for (k, v) in &s.raw.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(PolicyError::value(
+                    &s.origin,
+                    &format!("env.{k}"),
+                    "invalid environment variable",
+                ));
+            }
+            let v = v
+                .replace("{worktree}", &worktree.to_string_lossy())
+                .replace("{home}", &home.to_string_lossy());
+            env.insert(
+                k.clone(),
+                EnvTemplate(v.replace("{state}", &state_dir.to_string_lossy())),
+            );
+        }
+    }
+    for w in &over.allow_write {
+        fs.writable
+            .push(PathSpec::Absolute(absolute("--allow-write", w)?));
+    }
+    for d in &over.deny_read {
+        fs.deny_read
+            .push(PathSpec::Absolute(absolute("--deny-read", d)?));
+    }
+    for h in &over.allow_host {
+        let rule = HostRule::parse(h).map_err(|e| PolicyError::Flag {
+            flag: "--allow-host",
+            value: h.clone(),
+            message: e.to_string(),
+        })?;
+        network.allow.push(rule);
+    }
+    for l in &over.allow_local {
+        network
+            .local
+            .push(local_endpoint(l).map_err(|m| PolicyError::Flag {
+                flag: "--allow-local",
+                value: l.clone(),
+                message: m,
+            })?);
+    }
+    fs.writable.sort();
+    fs.writable.dedup();
+    fs.deny_read.sort();
+    fs.deny_read.dedup();
+    network.local.sort();
+    network.local.dedup();
+
+    Ok(Policy {
+        sources: chain.iter().map(|s| PathBuf::from(&s.origin)).collect(),
+        worktree,
+        home,
+        fs,
+        network,
+        run,
+        env,
+    })
+}
+
+fn local_endpoint(raw: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = raw
+        .parse()
+        .map_err(|_| format!("`{raw}`: expected ADDRESS:PORT such as 127.0.0.1:5432"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!("`{raw}`: only loopback endpoints may be reached directly; other hosts go through [network] allow"));
+    }
+    if addr.port() == 0 {
+        return Err(format!("`{raw}`: port 0"));
+    }
+    Ok(addr)
+}
+
+fn absolute(flag: &'static str, p: &Path) -> Result<PathBuf, PolicyError> {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| PolicyError::Flag {
+                flag,
+                value: p.display().to_string(),
+                message: e.to_string(),
+            })?
+            .join(p)
+    };
+    Ok(normalize(&abs))
+}
+
+/// Lexical normalization: drop `.` and resolve `..` without touching the
+/// filesystem (the Landlock layer opens every path itself).
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+struct Ctx<'a> {
+    origin: &'a str,
+    worktree: &'a Path,
+    home: &'a Path,
+    state: Option<&'a Path>,
+}
+
+impl Ctx<'_> {
+    fn path(&self, key: &str, raw: &str) -> Result<PathSpec, PolicyError> {
+        if let Some(rest) = raw.strip_prefix("{tmp}") {
+            let rel = rest.trim_start_matches('/');
+            if !rest.is_empty() && !rest.starts_with('/') || rel.split('/').any(|c| c == "..") {
+                return Err(PolicyError::value(
+                    self.origin,
+                    key,
+                    format!("`{raw}`: {{tmp}} must be followed by / or nothing, without .."),
+                ));
+            }
+            return Ok(PathSpec::RunTmp(PathBuf::from(rel)));
+        }
+        let mut s = raw
+            .replace("{worktree}", &self.worktree.to_string_lossy())
+            .replace("{home}", &self.home.to_string_lossy());
+        if s.contains("{state}") {
+            let Some(state) = self.state else {
+                return Err(PolicyError::value(
+                    self.origin,
+                    key,
+                    "{state} cannot be used here",
+                ));
+            };
+            s = s.replace("{state}", &state.to_string_lossy());
+        }
+        if s.contains('{') {
+            return Err(PolicyError::value(
+                self.origin,
+                key,
+                format!("`{raw}`: unknown placeholder (known: {{worktree}}, {{home}}, {{state}}, {{tmp}})"),
+            ));
+        }
+        let p = Path::new(&s);
+        if !p.is_absolute() {
+            return Err(PolicyError::value(
+                self.origin,
+                key,
+                format!(
+                    "`{raw}` is relative: write an absolute path or start it with a placeholder"
+                ),
+            ));
+        }
+        Ok(PathSpec::Absolute(normalize(p)))
+    }
+}
+
+fn read_source(name: &str, base: Option<&Path>) -> Result<Source, PolicyError> {
+    let looks_like_path =
+        name.contains('/') || Path::new(name).extension().is_some_and(|e| e == "toml");
+    let (origin, dir, text) = if looks_like_path {
+        let p = match base {
+            Some(b) if Path::new(name).is_relative() => b.join(name),
+            _ => PathBuf::from(name),
+        };
+        let text = std::fs::read_to_string(&p).map_err(|e| PolicyError::Read {
+            path: p.clone(),
+            source: e,
+        })?;
+        let canon = p.canonicalize().unwrap_or_else(|_| p.clone());
+        (
+            canon.display().to_string(),
+            canon.parent().map(Path::to_path_buf),
+            text,
+        )
+    } else if let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == name) {
+        (format!("preset:{name}"), None, (*text).to_owned())
+    } else {
+        let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+        return Err(PolicyError::Read {
+            path: PathBuf::from(name),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "no such file, and not a preset (presets: {})",
+                    names.join(", ")
+                ),
+            ),
+        });
+    };
+    let raw = parse_text(&origin, &text)?;
+    Ok(Source { origin, dir, raw })
+}
+
+fn parse_text(origin: &str, text: &str) -> Result<RawPolicy, PolicyError> {
+    toml::from_str::<RawPolicy>(text).map_err(|e| {
+        let (line, column) = e.span().map_or((0, 0), |sp| line_col(text, sp.start));
+        let mut message = e.message().trim().to_owned();
+        if let Some(hint) = suggest_key(&message) {
+            message.push_str(&format!(" (did you mean `{hint}`?)"));
+        }
+        PolicyError::Syntax {
+            origin: origin.to_owned(),
+            line,
+            column,
+            message,
+        }
+    })
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, column)
+}
+
+/// From serde's "unknown field `x`, expected one of `a`, `b`", the expected
+/// key nearest to `x` by edit distance.
+fn suggest_key(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    expected
+        .into_iter()
+        .map(|k| (edit_distance(unknown, k), k))
+        .filter(|(d, k)| *d <= k.len().max(unknown.len()) / 2 + 1)
+        .min()
+        .map(|(_, k)| k.to_owned())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn home_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map_or_else(|| PathBuf::from("/root"), PathBuf::from)
+}
+
+fn default_state_dir(home: &Path) -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/var/lib/lockrun")
+    } else {
+        home.join(".local/state/lockrun")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_names_line_and_suggests() {
+        let err = parse_text("t.toml", "[network]\nallow = []\nalow = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:3:1:"), "{err}");
+        assert!(
+            err.contains("alow") && err.contains("did you mean `allow`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_line() {
+        let err = parse_text("t.toml", "[run]\nidle_tunnel_secs = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:2:"), "{err}");
+    }
+
+    #[test]
+    fn every_preset_parses() {
+        for (name, text) in PRESETS {
+            parse_text(name, text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn normalize_is_lexical() {
+        assert_eq!(normalize(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
+        assert_eq!(normalize(Path::new("/../..")), PathBuf::from("/"));
+    }
+}

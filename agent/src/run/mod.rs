@@ -1,0 +1,1 @@
+//! The one place that orders the steps of a run.
