@@ -1,5 +1,7 @@
 //! One module per subcommand; `main` parses and dispatches.
 
+pub mod policy_show;
+
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -23,12 +25,8 @@ pub fn main() -> ExitCode {
     };
     let code = match cli.command {
         None => 0,
-        Some(
-            Command::Gc(_)
-            | Command::Policy(PolicyCommand::Show(_))
-            | Command::Doctor(_)
-            | Command::Audit(_),
-        ) => 0,
+        Some(Command::Policy(PolicyCommand::Show(a))) => policy_show::run(&a),
+        Some(Command::Gc(_) | Command::Doctor(_) | Command::Audit(_)) => 0,
     };
     exit_code(code)
 }

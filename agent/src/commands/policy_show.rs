@@ -1,0 +1,185 @@
+//! `lockrun policy show`: the effective policy after merging files and flags,
+//! with every path resolved, as text or JSON.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::cli::{PolicyArgs, ShowArgs};
+use crate::policy::{self, Overrides, Policy};
+
+/// The overrides a set of policy flags stands for.
+#[must_use]
+pub fn overrides(a: &PolicyArgs) -> Overrides {
+    Overrides {
+        worktree: a.worktree.clone(),
+        allow_write: a.allow_write.clone(),
+        deny_read: a.deny_read.clone(),
+        allow_host: a.allow_host.clone(),
+        allow_local: a.allow_local.clone(),
+        state_dir: a.state_dir.clone(),
+    }
+}
+
+/// Run `policy show`; returns the exit status.
+#[must_use]
+pub fn run(args: &ShowArgs) -> i32 {
+    let policy = match policy::load(args.policy.policy.as_deref(), &overrides(&args.policy)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("lockrun: {e}");
+            return crate::exit::USAGE;
+        }
+    };
+    let view = View::of(&policy);
+    if args.json {
+        match serde_json::to_string_pretty(&view) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("lockrun: cannot print the policy as JSON: {e}");
+                return 1;
+            }
+        }
+    } else {
+        print!("{}", view.text());
+    }
+    0
+}
+
+/// What `policy show` prints: the policy plus what it implies.
+#[derive(serde::Serialize)]
+pub struct View<'a> {
+    pub policy: &'a Policy,
+    /// Writable paths in full, `{tmp}` shown as the placeholder.
+    pub writable: Vec<String>,
+    /// Deny-read paths in full: the policy's and the fixed floor.
+    pub deny_read: Vec<String>,
+    /// Where the run's temp dir will be.
+    pub run_tmp: String,
+    pub landlock_abi: u8,
+}
+
+impl<'a> View<'a> {
+    #[must_use]
+    pub fn of(policy: &'a Policy) -> Self {
+        let mut writable = vec![policy.worktree.display().to_string()];
+        writable.extend(policy.fs.writable.iter().map(ToString::to_string));
+        let mut deny_read: Vec<String> = policy
+            .fs
+            .deny_read
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        deny_read.extend(
+            Policy::secret_floor(&policy.home)
+                .iter()
+                .map(|p| p.display().to_string()),
+        );
+        deny_read.push(format!(
+            "{} (other runs; the run's own {{tmp}} stays readable)",
+            policy.runs_dir().display()
+        ));
+        deny_read.sort();
+        deny_read.dedup();
+        Self {
+            policy,
+            writable,
+            deny_read,
+            run_tmp: policy.runs_dir().join("<run-id>/tmp").display().to_string(),
+            landlock_abi: policy.run.landlock_abi,
+        }
+    }
+
+    /// The human-readable form.
+    #[must_use]
+    pub fn text(&self) -> String {
+        let p = self.policy;
+        let mut s = String::new();
+        let sources: Vec<String> = p.sources.iter().map(|s| s.display().to_string()).collect();
+        let _ = writeln!(s, "policy: {}", sources.join(" <- "));
+        let _ = writeln!(s, "worktree: {}", p.worktree.display());
+        let _ = writeln!(
+            s,
+            "\n[filesystem]  (Landlock, ABI >= {}; every filesystem right handled)",
+            self.landlock_abi
+        );
+        let _ = writeln!(
+            s,
+            "writable (create, write, truncate, remove, rename, link, special files):"
+        );
+        for w in &self.writable {
+            let _ = writeln!(s, "  {w}");
+        }
+        let _ = writeln!(
+            s,
+            "  {{tmp}} = {} (mode 0700, removed at the end; TMPDIR, TMP, TEMP)",
+            self.run_tmp
+        );
+        let _ = writeln!(
+            s,
+            "readable and executable: everything else, except (nor listable, nor beneath):"
+        );
+        for d in &self.deny_read {
+            let _ = writeln!(s, "  {d}");
+        }
+        let n = &p.network;
+        let _ = writeln!(
+            s,
+            "\n[network]  (cgroup eBPF connect/sendmsg hooks; everything not listed: EPERM)"
+        );
+        if n.allow.is_empty() {
+            let _ = writeln!(s, "proxy: none (no host allowed)");
+        } else {
+            let _ = writeln!(
+                s,
+                "proxy allows (by name, before DNS; addresses checked after):"
+            );
+            for r in &n.allow {
+                let _ = writeln!(s, "  {r}");
+            }
+        }
+        for d in &n.deny {
+            let _ = writeln!(s, "  deny {d}  (wins over allow)");
+        }
+        for l in &n.local {
+            let _ = writeln!(s, "direct: {l}");
+        }
+        for g in &n.private {
+            let hosts: Vec<String> = g.hosts.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                s,
+                "private network {} allowed for {}",
+                g.network,
+                hosts.join(", ")
+            );
+        }
+        for (name, ips) in &n.resolve {
+            let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                s,
+                "resolve {name} -> {} (instead of DNS; still guarded)",
+                ips.join(", ")
+            );
+        }
+        let r = &p.run;
+        let _ = writeln!(s, "\n[run]");
+        let _ = writeln!(s, "state_dir: {}", r.state_dir.display());
+        let _ = writeln!(s, "idle tunnel limit: {} s", r.idle_tunnel.as_secs());
+        let _ = writeln!(s, "gc grace: {} s", r.gc_grace.as_secs());
+        let _ = writeln!(s, "max proxy connections: {}", r.max_connections);
+        if !p.env.is_empty() {
+            let _ = writeln!(s, "\n[env]");
+            for (k, v) in &p.env {
+                let _ = writeln!(s, "{k}={}", v.0);
+            }
+        }
+        s
+    }
+}
+
+/// For snapshots: the text with machine-specific paths replaced.
+#[must_use]
+pub fn redact(text: &str, worktree: &Path, home: &Path, state: &Path) -> String {
+    text.replace(&state.display().to_string(), "<state>")
+        .replace(&worktree.display().to_string(), "<worktree>")
+        .replace(&home.display().to_string(), "<home>")
+}
