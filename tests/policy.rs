@@ -2,6 +2,8 @@
 //! and every preset embedded in the binary is the file on disk. The directory
 //! is listed, so a new policy file is covered without touching this test.
 
+#![allow(clippy::expect_used)] // tests: a panic is the failure report
+
 use std::path::{Path, PathBuf};
 
 use lockrun::policy::file::PRESETS;
@@ -25,30 +27,43 @@ fn policy_files() -> Vec<PathBuf> {
     files
 }
 
-/// A scratch dir of this test process (no tempfile crate in the tree).
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("lockrun-policy-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("create scratch dir");
-    d
+/// A scratch dir of this test process (no tempfile crate in the tree),
+/// removed when dropped, on every path out of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let d =
+            std::env::temp_dir().join(format!("lockrun-policy-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create scratch dir");
+        Self(d)
+    }
 }
 
-fn overrides() -> Overrides {
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn overrides(worktree: &Scratch) -> Overrides {
     Overrides {
-        worktree: Some(scratch("worktree")),
+        worktree: Some(worktree.0.clone()),
         state_dir: Some(PathBuf::from("/var/lib/lockrun-test-state")),
         ..Overrides::default()
     }
 }
 
-fn load_file(path: &Path) -> Policy {
+fn load_file(path: &Path, worktree: &Scratch) -> Policy {
     let p = path.to_str().expect("utf-8 path");
-    load(Some(p), &overrides()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    load(Some(p), &overrides(worktree)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]
 fn every_policy_file_loads() {
+    let wt = Scratch::new("loads");
     for f in policy_files() {
-        let policy = load_file(&f);
+        let policy = load_file(&f, &wt);
         assert!(
             !policy.sources.is_empty(),
             "{}: no sources recorded",
@@ -59,12 +74,18 @@ fn every_policy_file_loads() {
 
 #[test]
 fn every_preset_is_the_file_on_disk() {
+    let wt = Scratch::new("presets");
     for (name, text) in PRESETS {
         let path = policies_dir().join(format!("{name}.toml"));
         let on_disk = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("preset {name}: {}: {e}", path.display()));
-        assert_eq!(*text, on_disk, "preset {name} differs from {}", path.display());
-        load(Some(name), &overrides()).unwrap_or_else(|e| panic!("preset {name}: {e}"));
+        assert_eq!(
+            *text,
+            on_disk,
+            "preset {name} differs from {}",
+            path.display()
+        );
+        load(Some(name), &overrides(&wt)).unwrap_or_else(|e| panic!("preset {name}: {e}"));
     }
 }
 
@@ -82,7 +103,8 @@ fn every_policy_file_is_a_preset() {
 
 #[test]
 fn default_means_no_network() {
-    let p = load(Some("default"), &overrides()).expect("default preset");
+    let wt = Scratch::new("default");
+    let p = load(Some("default"), &overrides(&wt)).expect("default preset");
     assert!(p.network.allow.is_empty(), "{:?}", p.network.allow);
     assert!(p.network.local.is_empty(), "{:?}", p.network.local);
     assert!(p.network.private.is_empty(), "{:?}", p.network.private);
@@ -94,25 +116,28 @@ fn default_means_no_network() {
 /// directory they point the agent at through `[env]` is writable.
 #[test]
 fn agent_presets_are_narrow_and_consistent() {
+    let wt = Scratch::new("narrow");
     let state = PathBuf::from("/var/lib/lockrun-test-state");
     for (name, _) in PRESETS.iter().filter(|(n, _)| *n != "default") {
-        let p = load(Some(name), &overrides()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let p = load(Some(name), &overrides(&wt)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(
-            p.sources.first().map(|s| s.display().to_string()).as_deref(),
+            p.sources
+                .first()
+                .map(|s| s.display().to_string())
+                .as_deref(),
             Some("preset:default"),
             "{name} must extend default"
         );
         assert!(p.network.local.is_empty(), "{name}: local endpoints");
         assert!(p.network.private.is_empty(), "{name}: private networks");
-        let writable: Vec<PathBuf> = p
-            .fs
-            .writable
-            .iter()
-            .map(|w| match w {
-                PathSpec::Absolute(a) => a.clone(),
-                PathSpec::RunTmp(_) => panic!("{name}: {{tmp}} is writable already"),
-            })
-            .collect();
+        let writable: Vec<PathBuf> =
+            p.fs.writable
+                .iter()
+                .map(|w| match w {
+                    PathSpec::Absolute(a) => a.clone(),
+                    PathSpec::RunTmp(_) => panic!("{name}: {{tmp}} is writable already"),
+                })
+                .collect();
         for w in &writable {
             assert!(
                 w.starts_with(state.join("agents").join(name)),

@@ -1,5 +1,7 @@
 //! One module per subcommand; `main` parses and dispatches.
 
+pub mod audit;
+
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -23,11 +25,11 @@ pub fn main() -> ExitCode {
     };
     let code = match cli.command {
         None => 0,
+        Some(Command::Audit(a)) => audit::run(&a),
         Some(
             Command::Gc(_)
             | Command::Policy(PolicyCommand::Show(_))
-            | Command::Doctor(_)
-            | Command::Audit(_),
+            | Command::Doctor(_),
         ) => 0,
     };
     exit_code(code)
