@@ -46,7 +46,7 @@ fn crafted_log(home: &Path, worktree: &Path) -> String {
         json!({"event": "run_start", "run_id": "r1", "command": ["agent", "-p", "go"],
                "policy": ["preset:default", "preset:claude-code"], "worktree": worktree}),
         json!({"event": "filesystem", "pid": 10, "comm": "pip",
-               "path": format!("{h}/.cache/pip/wheels/x.whl"), "access": ["fs.make_reg"],
+               "path": format!("{h}/.cache/pip/wheels"), "access": ["fs.make_reg"],
                "raw": "type=LANDLOCK_ACCESS"}),
         json!({"event": "filesystem", "pid": 11, "comm": "cat",
                "path": format!("{h}/.ssh/id_ed25519"), "access": ["fs.read_file"],
@@ -128,8 +128,9 @@ fn json_names_the_line_that_allows_each_refusal() {
     };
     let home_s = home.display();
 
-    // filesystem: a write → the nearest directory, as {home}/… and as a flag
-    let write = &find(&format!("{home_s}/.cache/pip/wheels/x.whl"))["suggestion"];
+    // filesystem: creating a file → Landlock names the directory (audit/kernel.rs);
+    // suggested as {home}/… and as a flag
+    let write = &find(&format!("{home_s}/.cache/pip/wheels"))["suggestion"];
     assert_eq!(write["kind"], "allow");
     assert_eq!(
         write["policy"],

@@ -739,7 +739,13 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
             ),
         };
     }
-    let dir = if is_dir(path) {
+    // Creating, removing or linking is checked on the directory, and that is
+    // the path Landlock names (audit/kernel.rs); other rights name the file.
+    let names_dir = ev
+        .access
+        .iter()
+        .any(|a| a.starts_with("fs.make_") || a.starts_with("fs.remove_") || a == "fs.refer");
+    let dir = if names_dir || is_dir(path) {
         path.to_path_buf()
     } else {
         path.parent()
@@ -1252,8 +1258,15 @@ mod tests {
             &dirs,
         );
         assert_eq!(allow(&dir).1, Some("--allow-write /home/u/.cache/pip"));
+        // the directory is named by the right, even when it is gone by now
+        let gone = suggest_fs(
+            &fs(Some("/home/u/.cache/gone"), &["fs.make_dir"]),
+            &ctx(),
+            &dirs,
+        );
+        assert_eq!(allow(&gone).1, Some("--allow-write /home/u/.cache/gone"));
         let outside = suggest_fs(
-            &fs(Some("/opt/data/out.csv"), &["fs.make_reg"]),
+            &fs(Some("/opt/data/out.csv"), &["fs.truncate"]),
             &ctx(),
             &dirs,
         );
