@@ -1,5 +1,6 @@
 //! One module per subcommand; `main` parses and dispatches.
 
+pub mod audit;
 pub mod policy_show;
 
 use std::process::ExitCode;
@@ -25,8 +26,9 @@ pub fn main() -> ExitCode {
     };
     let code = match cli.command {
         None => 0,
+        Some(Command::Audit(a)) => audit::run(&a),
         Some(Command::Policy(PolicyCommand::Show(a))) => policy_show::run(&a),
-        Some(Command::Gc(_) | Command::Doctor(_) | Command::Audit(_)) => 0,
+        Some(Command::Gc(_) | Command::Doctor(_)) => 0,
     };
     exit_code(code)
 }

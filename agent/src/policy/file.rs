@@ -42,7 +42,16 @@ use super::{
 
 /// The presets shipped in `policies/`, embedded so that `--policy NAME` works
 /// from any directory.
-pub const PRESETS: &[(&str, &str)] = &[("default", include_str!("../../../policies/default.toml"))];
+pub const PRESETS: &[(&str, &str)] = &[
+    ("default", include_str!("../../../policies/default.toml")),
+    (
+        "claude-code",
+        include_str!("../../../policies/claude-code.toml"),
+    ),
+    ("codex", include_str!("../../../policies/codex.toml")),
+    ("gemini", include_str!("../../../policies/gemini.toml")),
+    ("opencode", include_str!("../../../policies/opencode.toml")),
+];
 
 /// Why a policy could not be built. Every variant names where the problem is.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,1385 @@
+//! `lockrun audit FILE [--json]`: read an audit log (JSON lines of
+//! [`crate::audit::Record`]) and summarize each run in it — refusals grouped
+//! by layer, by process and by target — each with the policy line (and the
+//! equivalent flag) that would allow it, or the reason why none should.
+//!
+//! The suggestion logic is a set of pure functions (`suggest_proxy`,
+//! `suggest_kernel`, `suggest_fs`) so that each case is unit-tested; reading
+//! the file, reloading the run's policy and printing are the edge.
+//!
+//! What a log does not say, this command cannot know: CLI flags of the run
+//! (`--deny-read`, `--state-dir`) are not recorded, and the policy files are
+//! read again as they are now, not as they were during the run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::audit::{Destination, Event, FsEvent, KernelNetEvent, Layer, ProxyEvent, Record};
+use crate::cli::AuditArgs;
+use crate::policy::{HostName, Overrides, PathSpec, Policy};
+
+/// Why a log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditReadError {
+    #[error("cannot read audit log {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: not an audit record: {message}")]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// What lockrun suggests for one refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Suggestion {
+    /// A policy line that would allow it, and the flag that does the same
+    /// (none for `[[network.private]]`, which has no flag).
+    Allow {
+        policy: String,
+        flag: Option<String>,
+        note: Option<String>,
+    },
+    /// It could be allowed, but it should not be: no line is given.
+    Warn { reason: String },
+    /// No policy can allow it.
+    Never { reason: String },
+    /// Not a matter of one policy line: what happened and what to do.
+    Explain { reason: String },
+}
+
+/// Where a deny-read entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenySource {
+    /// The secrets lockrun always denies ([`Policy::secret_floor`]).
+    SecretFloor,
+    /// `[filesystem] deny_read` of the run's policy.
+    Policy,
+    /// lockrun's state dir: other runs, other agents.
+    StateDir,
+}
+
+/// What the filesystem suggestions need to know about the run's host.
+#[derive(Debug, Clone, Default)]
+pub struct FsContext {
+    pub home: PathBuf,
+    /// Deny-read entries and where each comes from.
+    pub deny: Vec<(PathBuf, DenySource)>,
+    /// lockrun state dirs (the default one, the policy's, and any seen in the log).
+    pub state_dirs: Vec<PathBuf>,
+}
+
+impl FsContext {
+    fn deny_entry_for(&self, path: &Path) -> Option<&(PathBuf, DenySource)> {
+        self.deny
+            .iter()
+            .filter(|(d, _)| path.starts_with(d))
+            .max_by_key(|(d, _)| d.components().count())
+    }
+
+    fn state_dir_for(&self, path: &Path) -> Option<&PathBuf> {
+        self.state_dirs.iter().find(|s| path.starts_with(s))
+    }
+}
+
+/// One group of identical refusals.
+#[derive(Debug, Clone, Serialize)]
+pub struct Refusal {
+    pub layer: Layer,
+    /// What was refused: `host:port`, `ADDR:PORT`, `unix:PATH`, or a path.
+    pub target: String,
+    /// How: the access, protocol, method and reason.
+    pub detail: String,
+    pub count: u64,
+    /// The commands that were refused (empty for the proxy, which does not know them).
+    pub processes: Vec<String>,
+    pub suggestion: Suggestion,
+}
+
+/// One run of the log.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunSummary {
+    pub run_id: Option<String>,
+    pub command: Vec<String>,
+    pub policy: Vec<PathBuf>,
+    pub worktree: Option<PathBuf>,
+    pub exit: Option<i32>,
+    pub refused: BTreeMap<Layer, u64>,
+    /// Kernel refusals counted but not delivered (ring buffer full).
+    pub lost_kernel_events: u64,
+    pub by_process: BTreeMap<String, u64>,
+    pub refusals: Vec<Refusal>,
+    pub notices: Vec<String>,
+}
+
+/// The `audit` subcommand: exit 0 when the log was read, 2 when it could not be.
+#[must_use]
+pub fn run(args: &AuditArgs) -> i32 {
+    let records = match read_log(&args.file) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("lockrun audit: {e}");
+            return crate::exit::USAGE;
+        }
+    };
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+    let runs = summarize(
+        &records,
+        |meta, seen_paths| host_context(&home, meta, seen_paths),
+        &|p: &Path| p.is_dir(),
+    );
+    if args.json {
+        match serde_json::to_string_pretty(&serde_json::json!({ "runs": runs })) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("lockrun audit: cannot write JSON: {e}");
+                return 1;
+            }
+        }
+    } else {
+        print!("{}", render_text(&runs));
+    }
+    0
+}
+
+/// Read and parse the whole log; the first bad line is an error naming it.
+pub fn read_log(path: &Path) -> Result<Vec<Record>, AuditReadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| AuditReadError::Read {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    parse_log(&text).map_err(|(line, message)| AuditReadError::Line {
+        path: path.to_path_buf(),
+        line,
+        message,
+    })
+}
+
+/// Parse JSON lines; blank lines are skipped. Errors carry the 1-based line number.
+pub fn parse_log(text: &str) -> Result<Vec<Record>, (usize, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rec: Record = serde_json::from_str(line).map_err(|e| (i + 1, e.to_string()))?;
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// The start of a run, as far as the context builder needs it.
+#[derive(Debug, Clone)]
+pub struct RunMeta {
+    pub run_id: String,
+    pub policy: Vec<PathBuf>,
+    pub worktree: PathBuf,
+}
+
+/// Split records into runs (a `run_start` opens one; events before any start
+/// form a run without id) and group each run's refusals. `context` builds the
+/// filesystem context of a run from its start and the paths refused in it.
+pub fn summarize(
+    records: &[Record],
+    mut context: impl FnMut(Option<&RunMeta>, &[PathBuf]) -> FsContext,
+    is_dir: &dyn Fn(&Path) -> bool,
+) -> Vec<RunSummary> {
+    // First pass: cut the log into runs.
+    let mut runs: Vec<(Option<RunMeta>, Vec<&Event>)> = Vec::new();
+    for rec in records {
+        match &rec.event {
+            Event::RunStart {
+                run_id,
+                policy,
+                worktree,
+                ..
+            } => runs.push((
+                Some(RunMeta {
+                    run_id: run_id.clone(),
+                    policy: policy.clone(),
+                    worktree: worktree.clone(),
+                }),
+                vec![&rec.event],
+            )),
+            other => match runs.last_mut() {
+                Some((_, events)) => events.push(other),
+                None => runs.push((None, vec![other])),
+            },
+        }
+    }
+    runs.into_iter()
+        .map(|(meta, events)| {
+            let paths: Vec<PathBuf> = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Filesystem(f) => f.path.as_ref().map(PathBuf::from),
+                    _ => None,
+                })
+                .collect();
+            let ctx = context(meta.as_ref(), &paths);
+            summarize_run(&events, &ctx, is_dir)
+        })
+        .collect()
+}
+
+fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool) -> RunSummary {
+    let mut run = RunSummary::default();
+    // (layer, target, detail) -> index into run.refusals
+    let mut index: BTreeMap<(Layer, String, String), usize> = BTreeMap::new();
+    let mut add = |run: &mut RunSummary,
+                   layer: Layer,
+                   target: String,
+                   detail: String,
+                   comm: Option<&str>,
+                   suggestion: Suggestion| {
+        *run.refused.entry(layer).or_default() += 1;
+        if let Some(c) = comm {
+            *run.by_process.entry(c.to_owned()).or_default() += 1;
+        }
+        let key = (layer, target.clone(), detail.clone());
+        let i = *index.entry(key).or_insert_with(|| {
+            run.refusals.push(Refusal {
+                layer,
+                target,
+                detail,
+                count: 0,
+                processes: Vec::new(),
+                suggestion,
+            });
+            run.refusals.len() - 1
+        });
+        let r = &mut run.refusals[i];
+        r.count += 1;
+        if let Some(c) = comm {
+            if !r.processes.iter().any(|p| p == c) {
+                r.processes.push(c.to_owned());
+            }
+        }
+    };
+    for event in events {
+        match event {
+            Event::RunStart {
+                run_id,
+                command,
+                policy,
+                worktree,
+            } => {
+                run.run_id = Some(run_id.clone());
+                run.command.clone_from(command);
+                run.policy.clone_from(policy);
+                run.worktree = Some(worktree.clone());
+            }
+            Event::RunEnd { run_id, exit, .. } => {
+                if run.run_id.is_none() {
+                    run.run_id = Some(run_id.clone());
+                }
+                run.exit = Some(*exit);
+            }
+            Event::Notice { layer, message } => {
+                run.notices
+                    .push(format!("{}: {message}", layer_name(*layer)));
+            }
+            Event::KernelEventsLost { count } => {
+                *run.refused.entry(Layer::KernelNetwork).or_default() += count;
+                run.lost_kernel_events += count;
+            }
+            Event::Proxy(p) if !p.allowed => {
+                let target = format!("{}:{}", show_host(&p.host), p.port);
+                let detail = format!("{} → {}: {}", p.method, p.status, p.reason);
+                add(
+                    &mut run,
+                    Layer::Proxy,
+                    target,
+                    detail,
+                    None,
+                    suggest_proxy(p),
+                );
+            }
+            Event::Proxy(_) => {}
+            Event::KernelNetwork(k) => {
+                let target = show_dest(&k.destination);
+                let detail = format!("{} {} ({})", k.family, k.protocol, k.hook);
+                add(
+                    &mut run,
+                    Layer::KernelNetwork,
+                    target,
+                    detail,
+                    Some(&k.comm),
+                    suggest_kernel(k),
+                );
+            }
+            Event::Filesystem(f) => {
+                let target = f.path.clone().unwrap_or_else(|| "(path not named)".into());
+                let kind = if is_write(&f.access) { "write" } else { "read" };
+                let detail = format!("{kind} ({})", f.access.join(", "));
+                add(
+                    &mut run,
+                    Layer::Filesystem,
+                    target,
+                    detail,
+                    Some(&f.comm),
+                    suggest_fs(f, ctx, is_dir),
+                );
+            }
+        }
+    }
+    run
+}
+
+/// The filesystem context of a run on this host: the secret floor, the run's
+/// policy reloaded (when it still loads), and the state dirs.
+fn host_context(home: &Path, meta: Option<&RunMeta>, seen: &[PathBuf]) -> FsContext {
+    let mut ctx = FsContext {
+        home: home.to_path_buf(),
+        deny: Policy::secret_floor(home)
+            .into_iter()
+            .map(|p| (p, DenySource::SecretFloor))
+            .collect(),
+        state_dirs: vec![default_state_dir(home)],
+    };
+    if let Some(meta) = meta {
+        if let Some(policy) = reload_policy(meta) {
+            for d in &policy.fs.deny_read {
+                if let PathSpec::Absolute(p) = d {
+                    ctx.deny.push((p.clone(), DenySource::Policy));
+                }
+            }
+            ctx.state_dirs.push(policy.run.state_dir.clone());
+        }
+        // A refused path of the form <state>/runs/<this run id>/… names the state dir.
+        for p in seen {
+            if let Some(s) = state_dir_from_run_path(p, &meta.run_id) {
+                ctx.state_dirs.push(s);
+            }
+        }
+    }
+    ctx.state_dirs.sort();
+    ctx.state_dirs.dedup();
+    for s in ctx.state_dirs.clone() {
+        ctx.deny.push((s, DenySource::StateDir));
+    }
+    ctx
+}
+
+/// Load the run's outermost policy again, as it is now. `None` when it no
+/// longer loads (moved file, removed worktree): deny-read causes are then
+/// judged from the secret floor and the state dir only.
+fn reload_policy(meta: &RunMeta) -> Option<Policy> {
+    let outer = meta.policy.last()?.to_string_lossy().into_owned();
+    let name = outer.strip_prefix("preset:").unwrap_or(&outer).to_owned();
+    let over = Overrides {
+        worktree: Some(meta.worktree.clone()),
+        ..Overrides::default()
+    };
+    crate::policy::load(Some(&name), &over).ok()
+}
+
+fn default_state_dir(home: &Path) -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/var/lib/lockrun")
+    } else {
+        home.join(".local/state/lockrun")
+    }
+}
+
+/// `<state>/runs/<run_id>/…` → `<state>`.
+fn state_dir_from_run_path(path: &Path, run_id: &str) -> Option<PathBuf> {
+    let comps: Vec<_> = path.components().collect();
+    comps.windows(2).enumerate().find_map(|(i, w)| {
+        (w[0].as_os_str() == "runs" && w[1].as_os_str() == run_id)
+            .then(|| comps[..i].iter().collect())
+    })
+}
+
+// ---------------------------------------------------------------- proxy
+
+/// The line that would allow a proxy refusal, or why there is none.
+#[must_use]
+pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
+    let reason = ev.reason.to_ascii_lowercase();
+    let host = ev.host.trim_start_matches('[').trim_end_matches(']');
+    let addr = ev.dialed.map(|a| a.ip()).or_else(|| find_ip(&ev.reason));
+
+    // An IP literal: the proxy allows names only.
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return match classify(ip) {
+            AddrClass::Loopback | AddrClass::Unspecified => Suggestion::Never {
+                reason: format!(
+                    "{ip} is this host (loopback): the proxy never connects back to the host. \
+                     A local service is reached directly with [network] local = [\"ADDR:PORT\"]."
+                ),
+            },
+            _ => Suggestion::Explain {
+                reason: format!(
+                    "the request named an IP address ({ip}); the proxy allows host names only, \
+                     checked before DNS. Make the program use the host's name, then allow that name."
+                ),
+            },
+        };
+    }
+    if mentions_any(
+        &reason,
+        &["own address", "host's own", "this host", "host address"],
+    ) {
+        return Suggestion::Never {
+            reason: format!(
+                "{} resolved to an address of this host{}; the proxy never connects to the host \
+                 itself (that would reach services outside the sandbox). A service on this host is \
+                 reached directly: [network] local = [\"127.0.0.1:PORT\"].",
+                host,
+                addr.map(|a| format!(" ({a})")).unwrap_or_default()
+            ),
+        };
+    }
+    if let Some(ip) = addr.filter(|_| is_guard_reason(&reason)) {
+        return suggest_guarded(host, ip, &ev.reason);
+    }
+    if is_guard_reason(&reason) {
+        if mentions_any(&reason, &["loopback", "localhost"]) {
+            return Suggestion::Never {
+                reason: format!(
+                    "{host} resolved to a loopback address: the proxy never connects back to the \
+                     host. A local service is reached directly with [network] local."
+                ),
+            };
+        }
+        return Suggestion::Explain {
+            reason: format!(
+                "the address guard refused what {host} resolved to ({}), and the log does not name \
+                 the address. If {host} really lives on a private network, grant it: \
+                 [[network.private]] hosts = [\"{host}\"] network = \"<its address>/32\".",
+                ev.reason
+            ),
+        };
+    }
+    if reason.contains("deny") {
+        return Suggestion::Explain {
+            reason: format!(
+                "{host} matches a [network] deny entry ({}); deny wins over allow. Remove that \
+                 entry from the policy if the host is really needed.",
+                ev.reason
+            ),
+        };
+    }
+    if matches!(ev.status, 400 | 405 | 501)
+        || mentions_any(
+            &reason,
+            &["malformed", "invalid", "method", "userinfo", "bad request"],
+        )
+    {
+        return Suggestion::Explain {
+            reason: format!(
+                "the request itself was refused, not its host ({}); no policy line changes that.",
+                ev.reason
+            ),
+        };
+    }
+    let Ok(name) = HostName::parse(host) else {
+        return Suggestion::Explain {
+            reason: format!("`{host}` is not a valid host name; nothing to allow."),
+        };
+    };
+    let rule = if ev.port == 443 {
+        name.to_string()
+    } else {
+        format!("{name}:{}", ev.port)
+    };
+    Suggestion::Allow {
+        policy: format!("[network]\nallow = [\"{rule}\"]"),
+        flag: Some(format!("--allow-host {name}:{}", ev.port)),
+        note: None,
+    }
+}
+
+fn suggest_guarded(host: &str, ip: IpAddr, reason: &str) -> Suggestion {
+    let ip = canonical(ip);
+    match classify(ip) {
+        AddrClass::Loopback | AddrClass::Unspecified => Suggestion::Never {
+            reason: format!(
+                "{host} resolved to {ip}, which is this host: the proxy never connects back to \
+                 the host (that would reach services outside the sandbox). A local service is \
+                 reached directly: [network] local = [\"127.0.0.1:PORT\"] / --allow-local."
+            ),
+        },
+        AddrClass::LinkLocal => Suggestion::Never {
+            reason: format!(
+                "{host} resolved to the link-local address {ip} (where cloud metadata services \
+                 and their credentials live); lockrun does not suggest opening it."
+            ),
+        },
+        AddrClass::Special => Suggestion::Never {
+            reason: format!(
+                "{host} resolved to {ip}, a multicast, broadcast or reserved address: not \
+                 something a proxy tunnel can reach."
+            ),
+        },
+        AddrClass::Private => {
+            let net = match ip {
+                IpAddr::V4(_) => format!("{ip}/32"),
+                IpAddr::V6(_) => format!("{ip}/128"),
+            };
+            Suggestion::Allow {
+                policy: format!("[[network.private]]\nhosts = [\"{host}\"]\nnetwork = \"{net}\""),
+                flag: None,
+                note: Some(format!(
+                    "{host} resolved to the private address {ip}; only a policy file can grant \
+                     a private network (there is no flag), and only for the names it lists."
+                )),
+            }
+        }
+        AddrClass::Public => Suggestion::Explain {
+            reason: format!(
+                "the address guard refused {ip} for {host} ({reason}); it is not a private \
+                 network lockrun can grant. If it is one of this host's addresses, it cannot be \
+                 allowed."
+            ),
+        },
+    }
+}
+
+fn is_guard_reason(reason: &str) -> bool {
+    mentions_any(
+        reason,
+        &[
+            "address guard",
+            "guard",
+            "loopback",
+            "private",
+            "link-local",
+            "link local",
+            "cgnat",
+            "shared address",
+            "unique local",
+            "multicast",
+            "broadcast",
+            "unspecified",
+            "reserved",
+            "nat64",
+            "6to4",
+            "teredo",
+            "mapped",
+        ],
+    )
+}
+
+fn mentions_any(haystack: &str, needles: &[&str]) -> bool {
+    needles.iter().any(|n| haystack.contains(n))
+}
+
+/// The first IP address (or `ADDR:PORT`, `[v6]:PORT`) named in a text.
+fn find_ip(text: &str) -> Option<IpAddr> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '"' | '\''))
+        .map(|t| t.trim_end_matches(['.', ':']))
+        .find_map(|t| {
+            t.parse::<IpAddr>()
+                .ok()
+                .or_else(|| t.parse::<SocketAddr>().ok().map(|s| s.ip()))
+                .or_else(|| {
+                    t.trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse::<Ipv6Addr>()
+                        .ok()
+                        .map(IpAddr::V6)
+                })
+        })
+}
+
+// ---------------------------------------------------------------- kernel
+
+/// The line that would allow a kernel network refusal, or why there is none.
+#[must_use]
+pub fn suggest_kernel(ev: &KernelNetEvent) -> Suggestion {
+    let addr = match &ev.destination {
+        Destination::Unix(path) => {
+            return Suggestion::Explain {
+                reason: format!(
+                    "a unix socket outside the sandbox (unix:{path}); no policy line allows it. \
+                     Start the service with its socket inside the worktree (or the run's temp \
+                     dir) and point the program there."
+                ),
+            }
+        }
+        Destination::Inet(a) => *a,
+    };
+    let mapped = matches!(addr.ip(), IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some());
+    let ip = canonical(addr.ip());
+    let port = addr.port();
+    let shown = SocketAddr::new(ip, port);
+    match classify(ip) {
+        AddrClass::Loopback if port == 53 => Suggestion::Warn {
+            reason: format!(
+                "{shown} is a local DNS resolver. Names are resolved by the proxy; a program that \
+                 resolves on its own should use HTTPS_PROXY instead. Opening the resolver would \
+                 let DNS queries — a data channel — leave the sandbox."
+            ),
+        },
+        AddrClass::Loopback => Suggestion::Allow {
+            policy: format!("[network]\nlocal = [\"{shown}\"]"),
+            flag: Some(format!("--allow-local {shown}")),
+            note: mapped.then(|| {
+                format!(
+                    "the program used the IPv4-mapped form {}; the rule names {shown}",
+                    addr.ip()
+                )
+            }),
+        },
+        AddrClass::Unspecified => Suggestion::Explain {
+            reason: format!(
+                "a connection to {shown} (the unspecified address, which Linux treats as this \
+                 host). Connect to 127.0.0.1:{port} instead, and allow that with [network] local \
+                 = [\"127.0.0.1:{port}\"] / --allow-local 127.0.0.1:{port}."
+            ),
+        },
+        _ => {
+            let udp = if ev.protocol == "udp" {
+                " UDP cannot go through the proxy at all."
+            } else {
+                ""
+            };
+            Suggestion::Never {
+                reason: format!(
+                    "a direct connection to {shown}: lockrun never lets the command reach another \
+                     host directly.{udp} Go through the run's proxy (HTTPS_PROXY is set for the \
+                     command; make the program honor it) and allow the host by name: [network] \
+                     allow = [\"HOST\"] / --allow-host HOST:{port}."
+                ),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- filesystem
+
+const READ_RIGHTS: &[&str] = &["fs.read_file", "fs.read_dir", "fs.execute"];
+
+/// Whether any refused right is more than reading (writing, creating,
+/// removing, renaming, truncating, device ioctls).
+fn is_write(access: &[String]) -> bool {
+    access.iter().any(|a| !READ_RIGHTS.contains(&a.as_str()))
+}
+
+/// The line that would allow a filesystem refusal, or why there is none.
+#[must_use]
+pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool) -> Suggestion {
+    let Some(raw) = ev.path.as_deref() else {
+        return Suggestion::Explain {
+            reason: format!(
+                "the kernel did not name the path; the raw record may say more: {}",
+                ev.raw
+            ),
+        };
+    };
+    let path = Path::new(raw);
+    let deny = ctx.deny_entry_for(path);
+    if !is_write(&ev.access) {
+        return match deny {
+            Some((entry, DenySource::SecretFloor)) => Suggestion::Never {
+                reason: format!(
+                    "{raw} is under {}, one of the secrets lockrun always denies; no policy can \
+                     open it. Give the command what it needs another way (e.g. an env var with a \
+                     scoped token).",
+                    entry.display()
+                ),
+            },
+            Some((entry, DenySource::Policy)) => Suggestion::Explain {
+                reason: format!(
+                    "{raw} is under the deny-read entry {} of the run's policy ([filesystem] \
+                     deny_read); remove that entry if the command really needs it.",
+                    entry.display()
+                ),
+            },
+            Some((entry, DenySource::StateDir)) => Suggestion::Never {
+                reason: format!(
+                    "{raw} is inside lockrun's state dir {} (other runs and agents); it is never \
+                     readable from a run.",
+                    entry.display()
+                ),
+            },
+            None => Suggestion::Explain {
+                reason: format!(
+                    "{raw} is not under any deny-read entry visible here (secrets, the policy \
+                     file as it is now, the state dir); the run may have had a --deny-read flag, \
+                     which the log does not record."
+                ),
+            },
+        };
+    }
+    if let Some((entry, source)) = deny {
+        return Suggestion::Warn {
+            reason: format!(
+                "{raw} is under the deny-read entry {} ({}); lockrun will not suggest making it \
+                 writable.",
+                entry.display(),
+                match source {
+                    DenySource::SecretFloor => "a secret lockrun always denies",
+                    DenySource::Policy => "the run's policy",
+                    DenySource::StateDir => "lockrun's state dir",
+                }
+            ),
+        };
+    }
+    if let Some(state) = ctx.state_dir_for(path) {
+        return Suggestion::Warn {
+            reason: format!(
+                "{raw} is inside lockrun's state dir {}; point the program at the worktree or \
+                 its temp dir ({{tmp}}) instead.",
+                state.display()
+            ),
+        };
+    }
+    // Creating, removing or linking is checked on the directory, and that is
+    // the path Landlock names (audit/kernel.rs); other rights name the file.
+    let names_dir = ev
+        .access
+        .iter()
+        .any(|a| a.starts_with("fs.make_") || a.starts_with("fs.remove_") || a == "fs.refer");
+    let dir = if names_dir || is_dir(path) {
+        path.to_path_buf()
+    } else {
+        path.parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
+    };
+    if is_too_broad(&dir, &ctx.home) {
+        return Suggestion::Warn {
+            reason: format!(
+                "the nearest directory of {raw} is {}; making it writable would open far more \
+                 than this file. Point the program at the worktree or its temp dir ({{tmp}}), \
+                 usually through its own environment variable.",
+                dir.display()
+            ),
+        };
+    }
+    let in_policy = match dir.strip_prefix(&ctx.home) {
+        Ok(rel) if !ctx.home.as_os_str().is_empty() => format!("{{home}}/{}", rel.display()),
+        _ => dir.display().to_string(),
+    };
+    Suggestion::Allow {
+        policy: format!("[filesystem]\nwritable = [\"{in_policy}\"]"),
+        flag: Some(format!("--allow-write {}", dir.display())),
+        note: None,
+    }
+}
+
+fn is_too_broad(dir: &Path, home: &Path) -> bool {
+    const SYSTEM: &[&str] = &[
+        "/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/boot", "/proc", "/sys",
+        "/dev", "/run", "/home", "/root", "/opt", "/srv", "/tmp", "/mnt", "/media",
+    ];
+    dir == home || SYSTEM.iter().any(|s| dir == Path::new(s))
+}
+
+// ---------------------------------------------------------------- addresses
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AddrClass {
+    Loopback,
+    Unspecified,
+    LinkLocal,
+    Private,
+    /// Multicast, broadcast, reserved, documentation.
+    Special,
+    Public,
+}
+
+/// IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+/// A coarse classification, for choosing a suggestion only; the proxy's
+/// address guard is what decides.
+fn classify(ip: IpAddr) -> AddrClass {
+    match canonical(ip) {
+        IpAddr::V4(a) => classify_v4(a),
+        IpAddr::V6(a) => {
+            let seg = a.segments();
+            if a.is_loopback() {
+                AddrClass::Loopback
+            } else if a.is_unspecified() {
+                AddrClass::Unspecified
+            } else if seg[0] & 0xffc0 == 0xfe80 {
+                AddrClass::LinkLocal
+            } else if seg[0] & 0xfe00 == 0xfc00 {
+                AddrClass::Private
+            } else if a.is_multicast() {
+                AddrClass::Special
+            } else {
+                AddrClass::Public
+            }
+        }
+    }
+}
+
+fn classify_v4(a: Ipv4Addr) -> AddrClass {
+    let o = a.octets();
+    if a.is_loopback() {
+        AddrClass::Loopback
+    } else if o[0] == 0 {
+        AddrClass::Unspecified
+    } else if a.is_link_local() {
+        AddrClass::LinkLocal
+    } else if a.is_private() || (o[0] == 100 && (o[1] & 0xc0) == 64) {
+        AddrClass::Private
+    } else if a.is_multicast() || a.is_broadcast() || o[0] >= 240 {
+        AddrClass::Special
+    } else {
+        AddrClass::Public
+    }
+}
+
+// ---------------------------------------------------------------- output
+
+fn layer_name(l: Layer) -> &'static str {
+    match l {
+        Layer::Filesystem => "filesystem",
+        Layer::KernelNetwork => "kernel network",
+        Layer::Proxy => "proxy",
+    }
+}
+
+fn show_dest(d: &Destination) -> String {
+    match d {
+        Destination::Inet(SocketAddr::V6(a)) => format!("[{}]:{}", a.ip(), a.port()),
+        other => other.to_string(),
+    }
+}
+
+fn show_host(h: &str) -> String {
+    if h.contains(':') && !h.starts_with('[') {
+        format!("[{h}]")
+    } else {
+        h.to_owned()
+    }
+}
+
+/// The human-readable report.
+#[must_use]
+pub fn render_text(runs: &[RunSummary]) -> String {
+    let mut out = String::new();
+    if runs.is_empty() {
+        out.push_str("no runs in this log\n");
+        return out;
+    }
+    for (i, run) in runs.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = write!(
+            out,
+            "run {}",
+            run.run_id.as_deref().unwrap_or("(no run_start)")
+        );
+        if let Some(code) = run.exit {
+            let _ = write!(out, " (exit {code})");
+        }
+        out.push('\n');
+        if !run.command.is_empty() {
+            let _ = writeln!(out, "  command:  {}", run.command.join(" "));
+        }
+        if !run.policy.is_empty() {
+            let names: Vec<String> = run.policy.iter().map(|p| p.display().to_string()).collect();
+            let _ = writeln!(out, "  policy:   {}", names.join(" <- "));
+        }
+        if let Some(w) = &run.worktree {
+            let _ = writeln!(out, "  worktree: {}", w.display());
+        }
+        for n in &run.notices {
+            let _ = writeln!(out, "  notice:   {n}");
+        }
+        if run.refused.is_empty() {
+            out.push_str("  nothing refused\n");
+            continue;
+        }
+        let per_layer: Vec<String> = run
+            .refused
+            .iter()
+            .map(|(l, n)| format!("{} {n}", layer_name(*l)))
+            .collect();
+        let _ = writeln!(out, "  refused:  {}", per_layer.join(", "));
+        if run.lost_kernel_events > 0 {
+            let _ = writeln!(
+                out,
+                "            ({} kernel refusals counted but not delivered: ring buffer full)",
+                run.lost_kernel_events
+            );
+        }
+        if !run.by_process.is_empty() {
+            let procs: Vec<String> = run
+                .by_process
+                .iter()
+                .map(|(c, n)| format!("{c} {n}"))
+                .collect();
+            let _ = writeln!(out, "  by process: {}", procs.join(", "));
+        }
+        for layer in [Layer::Filesystem, Layer::KernelNetwork, Layer::Proxy] {
+            let group: Vec<&Refusal> = run.refusals.iter().filter(|r| r.layer == layer).collect();
+            if group.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "  {}:", layer_name(layer));
+            for r in group {
+                let times = if r.count > 1 {
+                    format!(" ×{}", r.count)
+                } else {
+                    String::new()
+                };
+                let procs = if r.processes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", r.processes.join(", "))
+                };
+                let _ = writeln!(out, "    {} — {}{times}{procs}", r.target, r.detail);
+                render_suggestion(&mut out, &r.suggestion);
+            }
+        }
+    }
+    out
+}
+
+fn render_suggestion(out: &mut String, s: &Suggestion) {
+    match s {
+        Suggestion::Allow { policy, flag, note } => {
+            out.push_str("      allow with:\n");
+            for line in policy.lines() {
+                let _ = writeln!(out, "        {line}");
+            }
+            match flag {
+                Some(f) => {
+                    let _ = writeln!(out, "      or the flag: {f}");
+                }
+                None => out.push_str("      (no flag: write it in a policy file)\n"),
+            }
+            if let Some(n) = note {
+                let _ = writeln!(out, "      note: {n}");
+            }
+        }
+        Suggestion::Warn { reason } => {
+            let _ = writeln!(out, "      not suggested: {reason}");
+        }
+        Suggestion::Never { reason } => {
+            let _ = writeln!(out, "      cannot be allowed: {reason}");
+        }
+        Suggestion::Explain { reason } => {
+            let _ = writeln!(out, "      why: {reason}");
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
+mod tests {
+    use super::*;
+
+    fn proxy(host: &str, port: u16, reason: &str, status: u16) -> ProxyEvent {
+        ProxyEvent {
+            method: "CONNECT".into(),
+            host: host.into(),
+            port,
+            dialed: None,
+            allowed: false,
+            reason: reason.into(),
+            status,
+        }
+    }
+
+    fn kernel(dest: Destination, protocol: &str) -> KernelNetEvent {
+        KernelNetEvent {
+            pid: 7,
+            tgid: 7,
+            comm: "probe".into(),
+            cgroup_id: 1,
+            hook: "connect4".into(),
+            family: "inet".into(),
+            protocol: protocol.into(),
+            destination: dest,
+        }
+    }
+
+    fn inet(s: &str) -> Destination {
+        Destination::Inet(s.parse().unwrap())
+    }
+
+    fn fs(path: Option<&str>, access: &[&str]) -> FsEvent {
+        FsEvent {
+            pid: 7,
+            comm: "probe".into(),
+            path: path.map(Into::into),
+            access: access.iter().map(|s| (*s).to_owned()).collect(),
+            raw: "type=LANDLOCK_ACCESS".into(),
+        }
+    }
+
+    fn ctx() -> FsContext {
+        let home = PathBuf::from("/home/u");
+        let mut deny: Vec<(PathBuf, DenySource)> = Policy::secret_floor(&home)
+            .into_iter()
+            .map(|p| (p, DenySource::SecretFloor))
+            .collect();
+        deny.push(("/srv/private".into(), DenySource::Policy));
+        deny.push(("/var/lib/lockrun".into(), DenySource::StateDir));
+        FsContext {
+            home,
+            deny,
+            state_dirs: vec!["/var/lib/lockrun".into()],
+        }
+    }
+
+    fn dirs(p: &Path) -> bool {
+        ["/home/u/.cache/pip", "/opt/data"]
+            .iter()
+            .any(|d| p == Path::new(d))
+    }
+
+    fn allow(s: &Suggestion) -> (&str, Option<&str>) {
+        match s {
+            Suggestion::Allow { policy, flag, .. } => (policy.as_str(), flag.as_deref()),
+            other => panic!("expected Allow, got {other:?}"),
+        }
+    }
+
+    fn reason(s: &Suggestion) -> &str {
+        match s {
+            Suggestion::Warn { reason }
+            | Suggestion::Never { reason }
+            | Suggestion::Explain { reason } => reason,
+            Suggestion::Allow { .. } => panic!("expected no Allow, got {s:?}"),
+        }
+    }
+
+    #[test]
+    fn proxy_host_on_443_is_allowed_by_name() {
+        let s = suggest_proxy(&proxy("API.Example.com", 443, "no allow rule matches", 403));
+        assert_eq!(
+            allow(&s),
+            (
+                "[network]\nallow = [\"api.example.com\"]",
+                Some("--allow-host api.example.com:443")
+            )
+        );
+    }
+
+    #[test]
+    fn proxy_host_on_other_port_names_the_port() {
+        let s = suggest_proxy(&proxy(
+            "git.example.org",
+            8443,
+            "no allow rule matches",
+            403,
+        ));
+        assert_eq!(
+            allow(&s),
+            (
+                "[network]\nallow = [\"git.example.org:8443\"]",
+                Some("--allow-host git.example.org:8443")
+            )
+        );
+    }
+
+    #[test]
+    fn proxy_private_address_gets_a_private_grant() {
+        let s = suggest_proxy(&proxy(
+            "git.internal.example",
+            443,
+            "address guard: 10.20.0.5 is private (RFC 1918)",
+            403,
+        ));
+        let Suggestion::Allow { policy, flag, .. } = &s else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            policy,
+            "[[network.private]]\nhosts = [\"git.internal.example\"]\nnetwork = \"10.20.0.5/32\""
+        );
+        assert_eq!(flag, &None);
+        let v6 = suggest_proxy(&proxy(
+            "db.internal.example",
+            443,
+            "address guard: fd00::5 is unique local",
+            403,
+        ));
+        assert!(
+            allow(&v6).0.ends_with("network = \"fd00::5/128\""),
+            "{v6:?}"
+        );
+        let cgnat = suggest_proxy(&proxy(
+            "t.example",
+            443,
+            "address guard: 100.64.1.2 is CGNAT",
+            403,
+        ));
+        assert!(
+            allow(&cgnat).0.ends_with("network = \"100.64.1.2/32\""),
+            "{cgnat:?}"
+        );
+    }
+
+    #[test]
+    fn proxy_never_suggests_loopback_or_the_host() {
+        for (host, why) in [
+            ("localhost", "address guard: 127.0.0.1 is loopback"),
+            (
+                "evil.example",
+                "address guard: ::ffff:127.0.0.1 is IPv4-mapped loopback",
+            ),
+            ("evil.example", "address guard: ::1 is loopback"),
+            ("evil.example", "resolves to loopback"),
+            (
+                "me.example",
+                "address guard: 203.0.113.7 is one of this host's own addresses",
+            ),
+            (
+                "meta.example",
+                "address guard: 169.254.169.254 is link-local",
+            ),
+            ("127.0.0.1", "IP literal refused"),
+        ] {
+            let s = suggest_proxy(&proxy(host, 443, why, 403));
+            assert!(
+                matches!(s, Suggestion::Never { .. }),
+                "{host} / {why}: {s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn proxy_dialed_address_is_used_when_the_reason_has_none() {
+        let mut ev = proxy("nas.example", 443, "private address refused", 403);
+        ev.dialed = Some("192.168.1.9:443".parse().unwrap());
+        assert!(allow(&suggest_proxy(&ev))
+            .0
+            .ends_with("network = \"192.168.1.9/32\""));
+    }
+
+    #[test]
+    fn proxy_guard_without_address_explains() {
+        let s = suggest_proxy(&proxy(
+            "x.example",
+            443,
+            "address guard: private address",
+            403,
+        ));
+        assert!(matches!(s, Suggestion::Explain { .. }), "{s:?}");
+        assert!(reason(&s).contains("[[network.private]]"));
+    }
+
+    #[test]
+    fn proxy_deny_entry_and_bad_requests_explain() {
+        let d = suggest_proxy(&proxy(
+            "evil.example.org",
+            443,
+            "matches deny entry evil.example.org",
+            403,
+        ));
+        assert!(reason(&d).contains("deny wins"), "{d:?}");
+        let bad = suggest_proxy(&proxy("a.example", 443, "userinfo in target", 400));
+        assert!(reason(&bad).contains("request itself"), "{bad:?}");
+        let lit = suggest_proxy(&proxy("93.184.216.34", 443, "IP literal refused", 403));
+        assert!(reason(&lit).contains("host names only"), "{lit:?}");
+    }
+
+    #[test]
+    fn kernel_loopback_suggests_local() {
+        let s = suggest_kernel(&kernel(inet("127.0.0.1:5432"), "tcp"));
+        assert_eq!(
+            allow(&s),
+            (
+                "[network]\nlocal = [\"127.0.0.1:5432\"]",
+                Some("--allow-local 127.0.0.1:5432")
+            )
+        );
+        let v6 = suggest_kernel(&kernel(inet("[::1]:6379"), "tcp"));
+        assert_eq!(allow(&v6).1, Some("--allow-local [::1]:6379"));
+        let mapped = suggest_kernel(&kernel(inet("[::ffff:127.0.0.1]:8080"), "tcp"));
+        assert_eq!(allow(&mapped).1, Some("--allow-local 127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn kernel_local_dns_is_not_suggested() {
+        let s = suggest_kernel(&kernel(inet("127.0.0.53:53"), "udp"));
+        assert!(matches!(s, Suggestion::Warn { .. }), "{s:?}");
+    }
+
+    #[test]
+    fn kernel_remote_is_never_allowed_directly() {
+        let s = suggest_kernel(&kernel(inet("93.184.216.34:443"), "tcp"));
+        assert!(matches!(s, Suggestion::Never { .. }), "{s:?}");
+        assert!(reason(&s).contains("HTTPS_PROXY"));
+        let udp = suggest_kernel(&kernel(inet("8.8.8.8:53"), "udp"));
+        assert!(reason(&udp).contains("UDP"), "{udp:?}");
+        let private = suggest_kernel(&kernel(inet("10.0.0.1:22"), "tcp"));
+        assert!(matches!(private, Suggestion::Never { .. }), "{private:?}");
+    }
+
+    #[test]
+    fn kernel_unix_socket_explains() {
+        let s = suggest_kernel(&kernel(Destination::Unix("/run/docker.sock".into()), "0"));
+        assert!(matches!(s, Suggestion::Explain { .. }), "{s:?}");
+        assert!(reason(&s).contains("worktree"));
+    }
+
+    #[test]
+    fn kernel_unspecified_points_to_loopback() {
+        let s = suggest_kernel(&kernel(inet("0.0.0.0:8000"), "tcp"));
+        assert!(reason(&s).contains("127.0.0.1:8000"), "{s:?}");
+    }
+
+    #[test]
+    fn fs_write_suggests_the_nearest_directory() {
+        let file = suggest_fs(
+            &fs(Some("/home/u/.cache/pip/http/x"), &["fs.write_file"]),
+            &ctx(),
+            &dirs,
+        );
+        assert_eq!(
+            allow(&file),
+            (
+                "[filesystem]\nwritable = [\"{home}/.cache/pip/http\"]",
+                Some("--allow-write /home/u/.cache/pip/http")
+            )
+        );
+        let dir = suggest_fs(
+            &fs(Some("/home/u/.cache/pip"), &["fs.make_reg"]),
+            &ctx(),
+            &dirs,
+        );
+        assert_eq!(allow(&dir).1, Some("--allow-write /home/u/.cache/pip"));
+        // the directory is named by the right, even when it is gone by now
+        let gone = suggest_fs(
+            &fs(Some("/home/u/.cache/gone"), &["fs.make_dir"]),
+            &ctx(),
+            &dirs,
+        );
+        assert_eq!(allow(&gone).1, Some("--allow-write /home/u/.cache/gone"));
+        let outside = suggest_fs(
+            &fs(Some("/opt/data/out.csv"), &["fs.truncate"]),
+            &ctx(),
+            &dirs,
+        );
+        assert_eq!(
+            allow(&outside).0,
+            "[filesystem]\nwritable = [\"/opt/data\"]"
+        );
+    }
+
+    #[test]
+    fn fs_write_under_secret_or_state_warns() {
+        for p in [
+            "/home/u/.ssh/authorized_keys",
+            "/var/lib/lockrun/runs/other/tmp/x",
+            "/srv/private/x",
+        ] {
+            let s = suggest_fs(&fs(Some(p), &["fs.write_file"]), &ctx(), &dirs);
+            assert!(matches!(s, Suggestion::Warn { .. }), "{p}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn fs_write_to_broad_dirs_warns() {
+        for p in ["/home/u/.bashrc", "/etc/hosts", "/tmp/x"] {
+            let s = suggest_fs(&fs(Some(p), &["fs.write_file"]), &ctx(), &dirs);
+            assert!(matches!(s, Suggestion::Warn { .. }), "{p}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn fs_read_names_the_deny_entry() {
+        let secret = suggest_fs(
+            &fs(Some("/home/u/.ssh/id_ed25519"), &["fs.read_file"]),
+            &ctx(),
+            &dirs,
+        );
+        assert!(matches!(secret, Suggestion::Never { .. }), "{secret:?}");
+        assert!(reason(&secret).contains("/home/u/.ssh"), "{secret:?}");
+        let nested = suggest_fs(
+            &fs(Some("/home/u/.config/gcloud/x"), &["fs.read_file"]),
+            &ctx(),
+            &dirs,
+        );
+        assert!(
+            reason(&nested).contains("/home/u/.config/gcloud"),
+            "{nested:?}"
+        );
+        let pol = suggest_fs(&fs(Some("/srv/private/a"), &["fs.read_dir"]), &ctx(), &dirs);
+        assert!(matches!(pol, Suggestion::Explain { .. }), "{pol:?}");
+        assert!(reason(&pol).contains("deny_read") && reason(&pol).contains("/srv/private"));
+        let unknown = suggest_fs(&fs(Some("/srv/other"), &["fs.read_file"]), &ctx(), &dirs);
+        assert!(reason(&unknown).contains("--deny-read"), "{unknown:?}");
+        let none = suggest_fs(&fs(None, &["fs.write_file"]), &ctx(), &dirs);
+        assert!(reason(&none).contains("raw record"), "{none:?}");
+    }
+
+    #[test]
+    fn state_dir_is_found_from_run_paths() {
+        assert_eq!(
+            state_dir_from_run_path(Path::new("/srv/lr/runs/r1/tmp/x"), "r1"),
+            Some(PathBuf::from("/srv/lr"))
+        );
+        assert_eq!(
+            state_dir_from_run_path(Path::new("/srv/lr/runs/r2/tmp"), "r1"),
+            None
+        );
+    }
+
+    #[test]
+    fn parse_errors_name_the_line() {
+        let ok = r#"{"ts_ms":1,"event":"kernel_events_lost","count":3}"#;
+        assert_eq!(parse_log(&format!("{ok}\n\n{ok}\n")).unwrap().len(), 2);
+        let err = parse_log(&format!("{ok}\nnot json\n")).unwrap_err();
+        assert_eq!(err.0, 2);
+        let err = parse_log(&format!("{ok}\n{{\"ts_ms\":1,\"event\":\"nope\"}}\n")).unwrap_err();
+        assert_eq!(err.0, 2);
+    }
+
+    #[test]
+    fn runs_are_split_and_grouped() {
+        let line = |e: Event| Record { ts_ms: 0, event: e };
+        let records = vec![
+            line(Event::RunStart {
+                run_id: "r1".into(),
+                command: vec!["psql".into()],
+                policy: vec!["preset:default".into()],
+                worktree: "/w".into(),
+            }),
+            line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
+            line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
+            line(Event::KernelEventsLost { count: 2 }),
+            line(Event::RunEnd {
+                run_id: "r1".into(),
+                exit: 2,
+                refused: BTreeMap::new(),
+            }),
+            line(Event::RunStart {
+                run_id: "r2".into(),
+                command: vec![],
+                policy: vec![],
+                worktree: "/w".into(),
+            }),
+        ];
+        let runs = summarize(&records, |_, _| ctx(), &dirs);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].refusals.len(), 1);
+        assert_eq!(runs[0].refusals[0].count, 2);
+        assert_eq!(runs[0].refused.get(&Layer::KernelNetwork), Some(&4));
+        assert_eq!(runs[0].by_process.get("probe"), Some(&2));
+        assert_eq!(runs[0].exit, Some(2));
+        assert!(runs[1].refusals.is_empty());
+        let text = render_text(&runs);
+        assert!(text.contains("--allow-local 127.0.0.1:5432"), "{text}");
+        assert!(text.contains("nothing refused"), "{text}");
+    }
+}
