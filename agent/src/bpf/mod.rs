@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | the endpoints of `ALLOWED_ENDPOINTS` (the proxy, `network.local`) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
+//! | `cgroup/sock_create` | 4.10 | no ICMP ping or raw inet sockets (ping `sendto` runs no sendmsg hook on 6.18) |
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | pathname sockets under the worktree and the run's temp dir ([`unix`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
@@ -14,7 +15,7 @@
 //! ([`unpin`]) removes the pins.
 //!
 //! Pinned link files: `connect4`, `connect6`, `sendmsg4`, `sendmsg6`,
-//! `connect_unix`, `sendmsg_unix`; pinned maps: their object names.
+//! `sock_create`, `connect_unix`, `sendmsg_unix`; pinned maps: their object names.
 
 mod raw;
 pub mod unix;
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use aya::maps::{HashMap, LpmTrie, Map, MapData, PerCpuArray, RingBuf};
-use aya::programs::{CgroupAttachMode, CgroupSockAddr};
+use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr};
 use aya::Ebpf;
 use lockrun_common::{
     Denial, Endpoint, Hook, UnixPrefixKey, AF_INET6, AF_UNIX, COUNTER_LOST, MAP_ALLOWED_ENDPOINTS,
@@ -213,7 +214,7 @@ fn prefix_keys(dir: &Path) -> Vec<UnixPrefixKey> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Refusals per hook, in [`Hook`] order.
-    pub refused: [u64; 6],
+    pub refused: [u64; 7],
     /// Refusals whose event did not fit the ring buffer.
     pub lost: u64,
 }
@@ -403,6 +404,36 @@ impl NetworkHooks {
                 })?;
             let path = dir.join(name);
             // The pin holds the link; dropping the PinnedLink only closes our fd.
+            fd_link.pin(&path).map_err(|e| BpfError::Pin {
+                path: path.clone(),
+                source: io::Error::other(e),
+            })?;
+        }
+
+        {
+            const NAME: &str = "sock_create";
+            let err = |source| BpfError::Attach {
+                program: NAME,
+                source,
+            };
+            let prog: &mut CgroupSock = ebpf
+                .program_mut(NAME)
+                .ok_or(BpfError::Missing(NAME))?
+                .try_into()
+                .map_err(err)?;
+            prog.load().map_err(|source| BpfError::Program {
+                program: NAME,
+                source,
+            })?;
+            let link_id = prog
+                .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
+                .map_err(err)?;
+            let link = prog.take_link(link_id).map_err(err)?;
+            let fd_link: aya::programs::links::FdLink =
+                link.try_into().map_err(|e: aya::programs::links::LinkError| {
+                    err(aya::programs::ProgramError::IOError(io::Error::other(e)))
+                })?;
+            let path = dir.join(NAME);
             fd_link.pin(&path).map_err(|e| BpfError::Pin {
                 path: path.clone(),
                 source: io::Error::other(e),

@@ -114,17 +114,20 @@ pub enum Hook {
     Sendmsg6 = 3,
     ConnectUnix = 4,
     SendmsgUnix = 5,
+    /// `cgroup/sock_create`: an ICMP ping or raw inet socket, refused at creation.
+    SockCreate = 6,
 }
 
 impl Hook {
     /// Every hook, in slot order.
-    pub const ALL: [Hook; 6] = [
+    pub const ALL: [Hook; 7] = [
         Hook::Connect4,
         Hook::Connect6,
         Hook::Sendmsg4,
         Hook::Sendmsg6,
         Hook::ConnectUnix,
         Hook::SendmsgUnix,
+        Hook::SockCreate,
     ];
 
     /// The hook's name as the audit log prints it.
@@ -137,6 +140,7 @@ impl Hook {
             Hook::Sendmsg6 => "sendmsg6",
             Hook::ConnectUnix => "connect_unix",
             Hook::SendmsgUnix => "sendmsg_unix",
+            Hook::SockCreate => "sock_create",
         }
     }
 
@@ -149,6 +153,7 @@ impl Hook {
             3 => Some(Hook::Sendmsg6),
             4 => Some(Hook::ConnectUnix),
             5 => Some(Hook::SendmsgUnix),
+            6 => Some(Hook::SockCreate),
             _ => None,
         }
     }

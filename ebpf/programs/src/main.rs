@@ -7,6 +7,14 @@
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | `connect(2)` (TCP, UDP, ICMP ping, TFO, io_uring) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | `sendto`/`sendmsg` with an address on an unconnected UDP socket |
 //!
+//! | `cgroup/sock_create` | 4.10 | every inet socket except ICMP ping (`SOCK_DGRAM` + `IPPROTO_ICMP`/`ICMPV6`) and raw ones |
+//!
+//! Why `sock_create`: on kernel 6.18 `sendto()` on an ICMP ping socket runs no
+//! cgroup sendmsg program (`ping_v4_sendmsg` has no hook; `connect()` does run
+//! connect4), so an unconnected ping socket could send echo requests anywhere.
+//! Measured by `tests/net.rs::icmp_ping_socket_is_refused`; the socket is now
+//! refused when it is created.
+//!
 //! A program returning 0 makes the syscall fail with `EPERM`; 1 lets it pass.
 //! Every refusal writes a `Denial` to the `DENIALS` ring buffer and bumps its
 //! hook's slot in `COUNTERS`; a full ring buffer bumps `COUNTER_LOST` instead,
@@ -16,9 +24,9 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::{cgroup_sock_addr, map},
+    macros::{cgroup_sock, cgroup_sock_addr, map},
     maps::{HashMap, LpmTrie, PerCpuArray, RingBuf},
-    programs::SockAddrContext,
+    programs::{SockAddrContext, SockContext},
 };
 use lockrun_common::{
     Denial, Endpoint, Hook, AF_INET, AF_INET6, COUNTER_LOST, COUNTER_SLOTS, DENIALS_RING_BYTES,
@@ -65,6 +73,29 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
     judge_v6(&ctx, Hook::Sendmsg6)
 }
 
+const IPPROTO_ICMP: u32 = 1;
+const IPPROTO_ICMPV6: u32 = 58;
+const SOCK_RAW: u32 = 3;
+
+#[cgroup_sock(sock_create)]
+pub fn sock_create(ctx: SockContext) -> i32 {
+    // SAFETY: plain context loads the verifier checks.
+    let (family, sock_type, protocol) = unsafe {
+        let sk = &*ctx.sock;
+        (sk.family, sk.type_, sk.protocol)
+    };
+    if protocol == IPPROTO_ICMP || protocol == IPPROTO_ICMPV6 || sock_type == SOCK_RAW {
+        let family = if family == u32::from(AF_INET6) {
+            AF_INET6
+        } else {
+            AF_INET
+        };
+        refuse(Hook::SockCreate, family, sock_type, protocol, 0, [0; 16]);
+        return DENY;
+    }
+    ALLOW
+}
+
 #[inline(always)]
 fn port_of(ctx: &SockAddrContext) -> u16 {
     // SAFETY: ctx.sock_addr is the kernel-provided context; the verifier checks the access.
@@ -105,7 +136,17 @@ fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -
     if unsafe { ALLOWED_ENDPOINTS.get(ep) }.is_some() {
         return ALLOW;
     }
-    refuse(ctx, hook, ep.port, raw_addr);
+    // SAFETY: plain context loads.
+    let (family, sock_type, protocol) = unsafe {
+        let sa = &*ctx.sock_addr;
+        (sa.user_family, sa.type_, sa.protocol)
+    };
+    let family = if family == u32::from(AF_INET6) {
+        AF_INET6
+    } else {
+        AF_INET
+    };
+    refuse(hook, family, sock_type, protocol, ep.port, raw_addr);
     DENY
 }
 
@@ -118,23 +159,13 @@ fn bump(slot: u32) {
 }
 
 #[inline(always)]
-fn refuse(ctx: &SockAddrContext, hook: Hook, port: u16, addr: [u8; 16]) {
+fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, addr: [u8; 16]) {
     bump(hook as u32);
     let Some(mut entry) = DENIALS.reserve::<Denial>(0) else {
         bump(COUNTER_LOST);
         return;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: plain context loads.
-    let (family, sock_type, protocol) = unsafe {
-        let sa = &*ctx.sock_addr;
-        (sa.user_family, sa.type_, sa.protocol)
-    };
-    let family = if family == u32::from(AF_INET6) {
-        AF_INET6
-    } else {
-        AF_INET
-    };
     entry.write(Denial {
         // SAFETY: helper without arguments.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
