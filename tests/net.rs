@@ -306,3 +306,314 @@ fn icmp_ping_socket_is_refused() {
     assert_event(&events, cg, "sock_create", "[::]:0");
     assert!(events.iter().all(|e| e.protocol == "icmp"), "{events:#?}");
 }
+
+/// A worktree, a run temp dir and an "outside" holding stand-ins for
+/// /run/docker.sock and /run/systemd/resolve/io.systemd.Resolve.
+struct UnixWorld {
+    base: std::path::PathBuf,
+    wt: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+    outside: std::path::PathBuf,
+    docker: std::os::unix::net::UnixListener,
+    resolve: std::os::unix::net::UnixDatagram,
+}
+
+impl UnixWorld {
+    fn new(test: &str) -> Self {
+        let base = std::env::temp_dir().join(support::run_id(test));
+        let (wt, tmp, outside) = (base.join("wt"), base.join("tmp"), base.join("outside"));
+        for d in [&wt, &tmp, &outside, &base.join("wt-other")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let docker = std::os::unix::net::UnixListener::bind(outside.join("docker.sock")).unwrap();
+        docker.set_nonblocking(true).unwrap();
+        let resolve =
+            std::os::unix::net::UnixDatagram::bind(outside.join("io.systemd.Resolve")).unwrap();
+        resolve.set_nonblocking(true).unwrap();
+        Self {
+            base,
+            wt,
+            tmp,
+            outside,
+            docker,
+            resolve,
+        }
+    }
+
+    fn docker_path(&self) -> String {
+        self.outside.join("docker.sock").display().to_string()
+    }
+
+    /// Did anything reach the outside sockets?
+    fn outside_reached(&self) -> bool {
+        let mut buf = [0u8; 64];
+        self.docker.accept().is_ok() || self.resolve.recv(&mut buf).is_ok()
+    }
+}
+
+impl Drop for UnixWorld {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn unix_listener(path: &std::path::Path) -> std::os::unix::net::UnixListener {
+    let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+    l.set_nonblocking(true).unwrap();
+    l
+}
+
+#[test]
+fn unix_sockets_outside_the_run_are_unreachable() {
+    const T: &str = "unix_sockets_outside_the_run_are_unreachable";
+    let w = UnixWorld::new(T);
+    let Some(run) = Run::start(T, &[], &[w.wt.clone(), w.tmp.clone()]) else {
+        return;
+    };
+    // Controls: sockets in the worktree and the run's temp dir work, stream and datagram;
+    // abstract sockets and socketpairs inside the run still work.
+    let inside = unix_listener(&w.wt.join("ok.sock"));
+    let ok = w.wt.join("ok.sock").display().to_string();
+    assert_eq!(run.probe(&["unix_stream", &ok]), "ok");
+    assert!(inside.accept().is_ok());
+    let dg = std::os::unix::net::UnixDatagram::bind(w.tmp.join("dg.sock")).unwrap();
+    dg.set_nonblocking(true).unwrap();
+    assert_eq!(
+        run.probe(&["unix_dgram", &w.tmp.join("dg.sock").display().to_string()]),
+        "ok"
+    );
+    let mut buf = [0u8; 16];
+    assert!(dg.recv(&mut buf).is_ok());
+    assert_eq!(run.probe(&["unix_abstract", &format!("lockrun-{}", run.run_id)]), "ok");
+    assert_eq!(run.probe(&["unix_socketpair", "-"]), "ok");
+
+    // Escapes, each refused before the kernel resolves anything.
+    let docker = w.docker_path();
+    assert_eperm("absolute outside", &run.probe(&["unix_stream", &docker]));
+    assert_eperm(
+        "datagram to resolve",
+        &run.probe(&[
+            "unix_dgram",
+            &w.outside.join("io.systemd.Resolve").display().to_string(),
+        ]),
+    );
+    let wt = w.wt.display().to_string();
+    assert_eperm(
+        "dot-dot from the worktree",
+        &run.probe(&["unix_stream", &format!("{wt}/../outside/docker.sock")]),
+    );
+    assert_eperm(
+        "dot-dot, trailing",
+        &run.probe(&["unix_stream", &format!("{wt}/./../outside/docker.sock")]),
+    );
+    assert_eperm(
+        "relative from the worktree",
+        &run.probe(&["unix_stream", "../outside/docker.sock", "0", &wt]),
+    );
+    assert_eperm(
+        "relative, no dot-dot",
+        &run.probe(&[
+            "unix_stream",
+            "docker.sock",
+            "0",
+            &w.outside.display().to_string(),
+        ]),
+    );
+    let sibling = unix_listener(&w.base.join("wt-other/s.sock"));
+    assert_eperm(
+        "sibling sharing the worktree's name as a prefix",
+        &run.probe(&["unix_stream", &w.base.join("wt-other/s.sock").display().to_string()]),
+    );
+    assert!(sibling.accept().is_err());
+    assert!(!w.outside_reached(), "an outside socket was reached");
+
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_event(&events, cg, "connect_unix", &format!("unix:{docker}"));
+    assert_event(
+        &events,
+        cg,
+        "sendmsg_unix",
+        &format!("unix:{}", w.outside.join("io.systemd.Resolve").display()),
+    );
+    assert_event(&events, cg, "connect_unix", "unix:../outside/docker.sock");
+    assert_eq!(events.len(), 7, "{events:#?}");
+    // Control of the judge: outside any run, the stand-in is reachable.
+    assert_eq!(Run::probe_outside(&["unix_stream", &docker]), "ok");
+    assert!(w.docker.accept().is_ok());
+}
+
+/// KNOWN GAP: the unix hooks judge the path as written, before the kernel
+/// resolves it, so a symlink inside the worktree that points at an outside
+/// socket passes. Run with `--ignored` to see it fail; see lockrun::bpf::unix.
+#[test]
+#[ignore = "known gap: symlinks inside allowed directories (see lockrun::bpf::unix)"]
+fn symlink_in_worktree_to_outside_socket() {
+    const T: &str = "symlink_in_worktree_to_outside_socket";
+    let w = UnixWorld::new(T);
+    let Some(run) = Run::start(T, &[], &[w.wt.clone(), w.tmp.clone()]) else {
+        return;
+    };
+    std::os::unix::fs::symlink(w.outside.join("docker.sock"), w.wt.join("link.sock")).unwrap();
+    std::os::unix::fs::symlink(&w.outside, w.wt.join("dir")).unwrap();
+    let file_link = run.probe(&["unix_stream", &w.wt.join("link.sock").display().to_string()]);
+    let dir_link = run.probe(&[
+        "unix_stream",
+        &w.wt.join("dir/docker.sock").display().to_string(),
+    ]);
+    let reached = w.outside_reached();
+    run.finish();
+    assert_eperm("symlink to an outside socket", &file_link);
+    assert_eperm("directory symlink to outside", &dir_link);
+    assert!(!reached);
+}
+
+#[test]
+fn a_full_ring_buffer_is_counted_not_silent() {
+    const T: &str = "a_full_ring_buffer_is_counted_not_silent";
+    let Some(mut run) = Run::start(T, &[], &[]) else {
+        return;
+    };
+    assert_eq!(run.probe(&["flood", "127.0.0.1", "9"]), "ok");
+    let cg = run.cg.take().unwrap();
+    cg.remove().unwrap();
+    let counters = run.hooks.take().unwrap().finish(&run.audit).unwrap();
+    let delivered = support::read_events(&run.audit_path).len() as u64;
+    assert_eq!(counters.total(), 3000, "{counters:?}");
+    assert!(counters.lost > 0, "3000 events cannot fit the ring buffer: {counters:?}");
+    assert_eq!(delivered + counters.lost, 3000, "{counters:?}");
+    let log = std::fs::read_to_string(&run.audit_path).unwrap();
+    assert!(
+        log.contains(&format!("\"event\":\"kernel_events_lost\",\"count\":{}", counters.lost)),
+        "the loss must be in the audit log"
+    );
+    assert!(run.audit.summary()[0].contains("not delivered (ring buffer full)"));
+    run.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_reader_delivers_events_while_the_run_goes() {
+    const T: &str = "the_audit_reader_delivers_events_while_the_run_goes";
+    let other = TcpSink::bind("127.0.0.1");
+    let Some(mut run) = Run::start(T, &[], &[]) else {
+        return;
+    };
+    let audit = std::sync::Arc::clone(&run.audit);
+    run.hooks.as_mut().unwrap().spawn_audit_reader(audit).unwrap();
+    let port = other.port().to_string();
+    let out = tokio::task::block_in_place(|| run.probe(&["tcp", "127.0.0.1", &port]));
+    assert_eperm("tcp", &out);
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = support::read_events(&run.audit_path);
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_event(&seen, run.cgroup_id(), "connect4", &other.addr.to_string());
+    let events = tokio::task::block_in_place(|| run.finish());
+    assert_eq!(events.len(), 1, "delivered once, not again at finish: {events:#?}");
+}
+
+#[test]
+fn the_run_cgroup_is_not_made_writable() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    const T: &str = "the_run_cgroup_is_not_made_writable";
+    if !nix::unistd::Uid::effective().is_root() {
+        support::skip(T, "needs root");
+        return;
+    }
+    let cg = lockrun::cgroup::RunCgroup::create(&support::run_id(T)).unwrap();
+    for f in ["", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"] {
+        let m = std::fs::metadata(cg.path().join(f)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (0, 0), "{f} must stay root's");
+        assert_eq!(m.permissions().mode() & 0o022, 0, "{f} must not be group/other-writable");
+    }
+    let parent = std::fs::metadata(cg.path().parent().unwrap()).unwrap();
+    assert_eq!(parent.permissions().mode() & 0o022, 0);
+    let path = cg.path().to_path_buf();
+    cg.remove().unwrap();
+    assert!(!path.exists());
+}
+
+/// Run by `hooks_outlive_a_sigkilled_loader` in a child process: attach, say
+/// READY, and wait to be killed.
+#[test]
+#[ignore = "helper process for hooks_outlive_a_sigkilled_loader"]
+fn helper_loader_that_gets_killed() {
+    let Ok(run_id) = std::env::var("LOCKRUN_TEST_HELPER_RUN_ID") else {
+        return;
+    };
+    let cg = lockrun::cgroup::RunCgroup::create(&run_id).unwrap();
+    let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[]).unwrap();
+    println!("READY {}", cg.path().display());
+    std::thread::sleep(std::time::Duration::from_secs(120));
+    drop((hooks, cg));
+}
+
+#[test]
+fn hooks_outlive_a_sigkilled_loader() {
+    use std::io::BufRead as _;
+    const T: &str = "hooks_outlive_a_sigkilled_loader";
+    if !nix::unistd::Uid::effective().is_root() {
+        support::skip(T, "needs root");
+        return;
+    }
+    let run_id = support::run_id(T);
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "helper_loader_that_gets_killed", "--ignored", "--nocapture"])
+        .env("LOCKRUN_TEST_HELPER_RUN_ID", &run_id)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(helper.stdout.take().unwrap()).lines();
+    let cg_path = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = helper.kill();
+            let _ = helper.wait();
+            // The helper could not attach: the object is missing or it failed; say which.
+            support::skip(T, "the helper loader did not get READY (eBPF object built?)");
+            return;
+        };
+        if let Some(p) = line.strip_prefix("READY ") {
+            break std::path::PathBuf::from(p);
+        }
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(helper.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    helper.wait().unwrap();
+
+    let sink = TcpSink::bind("127.0.0.1");
+    let port = sink.port().to_string();
+    let probe_in_cgroup = || {
+        let mut child = std::process::Command::new("python3")
+            .arg(support::tests_dir().join("net_probe.py"))
+            .args(["tcp", "127.0.0.1", &port])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::fs::write(cg_path.join("cgroup.procs"), child.id().to_string()).unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
+        String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout)
+            .trim()
+            .to_owned()
+    };
+    // The loader is dead; its pinned links still hold.
+    assert!(lockrun::bpf::pin_dir(&run_id).join("connect4").exists());
+    assert_eperm("after SIGKILL of the loader", &probe_in_cgroup());
+    assert_eq!(sink.received(), None);
+    // gc: unpinning detaches (the control: now the same probe gets through), then reap.
+    assert!(lockrun::bpf::unpin(&run_id).unwrap());
+    assert_eq!(probe_in_cgroup(), "ok");
+    assert!(sink.received().is_some());
+    assert!(lockrun::cgroup::reap(&run_id).unwrap());
+    assert!(!cg_path.exists());
+    assert!(!lockrun::bpf::pin_dir(&run_id).exists());
+    assert!(!lockrun::bpf::unpin(&run_id).unwrap());
+    assert!(!lockrun::cgroup::reap(&run_id).unwrap());
+}

@@ -141,7 +141,23 @@ def unix_socketpair(_a, _b):
     return go
 
 
+def flood(host, port):
+    """Many refused datagrams in a row: more than the ring buffer holds."""
+    def go():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        refused = 0
+        for _ in range(3000):
+            try:
+                s.sendto(b"x", (host, port))
+            except PermissionError:
+                refused += 1
+        if refused != 3000:
+            raise OSError(errno.EIO, "only %d refused" % refused)
+    return go
+
+
 PROBES = {
+    "flood": flood,
     "tcp": tcp, "mptcp": mptcp, "tfo": tfo, "udp_sendto": udp_sendto,
     "udp_connect": udp_connect, "dns": dns, "ping": ping, "ping_connect": ping_connect,
     "unix_stream": unix_stream, "unix_dgram": unix_dgram,
