@@ -445,7 +445,7 @@ fn unix_sockets_outside_the_run_are_unreachable() {
 
 /// KNOWN GAP: the unix hooks judge the path as written, before the kernel
 /// resolves it, so a symlink inside the worktree that points at an outside
-/// socket passes. Run with `--ignored` to see it fail; see lockrun::bpf::unix.
+/// socket passes. Run with `--ignored` to see it fail; see `lockrun::bpf::unix`.
 #[test]
 #[ignore = "known gap: symlinks inside allowed directories (see lockrun::bpf::unix)"]
 fn symlink_in_worktree_to_outside_socket() {
@@ -548,7 +548,7 @@ fn helper_loader_that_gets_killed() {
     let cg = lockrun::cgroup::RunCgroup::create(&run_id).unwrap();
     let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[]).unwrap();
     println!("READY {}", cg.path().display());
-    std::thread::sleep(std::time::Duration::from_secs(120));
+    std::thread::sleep(std::time::Duration::from_mins(2));
     drop((hooks, cg));
 }
 
@@ -581,7 +581,7 @@ fn hooks_outlive_a_sigkilled_loader() {
         }
     };
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(helper.id() as i32),
+        nix::unistd::Pid::from_raw(i32::try_from(helper.id()).unwrap()),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();

@@ -229,7 +229,7 @@ impl Counters {
 type Ring = Arc<Mutex<RingBuf<MapData>>>;
 
 /// The attached, pinned hooks of one run. Dropping it without [`finish`]
-/// unpins and detaches (an early error leaves nothing behind); a SIGKILLed
+/// unpins and detaches (an early error leaves nothing behind); a `SIGKILL`ed
 /// lockrun leaves the pins, and the hooks hold.
 ///
 /// [`finish`]: NetworkHooks::finish
@@ -325,7 +325,7 @@ impl NetworkHooks {
             counters: counters_map.fd().as_fd().as_raw_fd(),
         };
         // Assemble now, while the fds are borrowed from live maps.
-        let unix_insns = [
+        let unix_insns: [UnixProgram; 2] = [
             ("connect_unix", Hook::ConnectUnix, raw::ATTACH_UNIX_CONNECT),
             ("sendmsg_unix", Hook::SendmsgUnix, raw::ATTACH_UNIX_SENDMSG),
         ]
@@ -353,92 +353,8 @@ impl NetworkHooks {
         }
 
         // Unix hooks first: they must load before the maps' fds are handed on.
-        let mut unix_progs = Vec::new();
-        for (name, insns, attach_type) in &unix_insns {
-            let prog = raw::prog_load(insns, *attach_type, name).map_err(|(source, log)| {
-                BpfError::RawLoad {
-                    program: name,
-                    source,
-                    log,
-                }
-            })?;
-            let link = raw::link_create(prog.as_fd(), cgroup.dir_fd(), *attach_type)
-                .map_err(|source| BpfError::RawAttach {
-                    program: name,
-                    source,
-                })?;
-            let path = dir.join(name);
-            raw::obj_pin(link.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
-            unix_progs.push(prog);
-        }
-
-        for (name, _) in INET_HOOKS {
-            let prog: &mut CgroupSockAddr = ebpf
-                .program_mut(name)
-                .ok_or(BpfError::Missing(name))?
-                .try_into()
-                .map_err(|source| BpfError::Program {
-                    program: name,
-                    source,
-                })?;
-            prog.load().map_err(|source| BpfError::Program {
-                program: name,
-                source,
-            })?;
-            let link_id = prog
-                .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
-                .map_err(|source| BpfError::Attach {
-                    program: name,
-                    source,
-                })?;
-            let link = prog.take_link(link_id).map_err(|source| BpfError::Attach {
-                program: name,
-                source,
-            })?;
-            let fd_link: aya::programs::links::FdLink =
-                link.try_into().map_err(|e: aya::programs::links::LinkError| {
-                    BpfError::Attach {
-                        program: name,
-                        source: aya::programs::ProgramError::IOError(io::Error::other(e)),
-                    }
-                })?;
-            let path = dir.join(name);
-            // The pin holds the link; dropping the PinnedLink only closes our fd.
-            fd_link.pin(&path).map_err(|e| BpfError::Pin {
-                path: path.clone(),
-                source: io::Error::other(e),
-            })?;
-        }
-
-        {
-            const NAME: &str = "sock_create";
-            let err = |source| BpfError::Attach {
-                program: NAME,
-                source,
-            };
-            let prog: &mut CgroupSock = ebpf
-                .program_mut(NAME)
-                .ok_or(BpfError::Missing(NAME))?
-                .try_into()
-                .map_err(err)?;
-            prog.load().map_err(|source| BpfError::Program {
-                program: NAME,
-                source,
-            })?;
-            let link_id = prog
-                .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
-                .map_err(err)?;
-            let link = prog.take_link(link_id).map_err(err)?;
-            let fd_link: aya::programs::links::FdLink =
-                link.try_into().map_err(|e: aya::programs::links::LinkError| {
-                    err(aya::programs::ProgramError::IOError(io::Error::other(e)))
-                })?;
-            let path = dir.join(NAME);
-            fd_link.pin(&path).map_err(|e| BpfError::Pin {
-                path: path.clone(),
-                source: io::Error::other(e),
-            })?;
-        }
+        let unix_progs = attach_unix(&unix_insns, cgroup, &dir)?;
+        attach_aya(&mut ebpf, cgroup, &dir)?;
 
         let ring = RingBuf::try_from(Map::RingBuf(denials_map))
             .map_err(map_err(MAP_DENIALS, "open"))?;
@@ -466,6 +382,7 @@ impl NetworkHooks {
 
     /// Start the audit reader on the current tokio runtime: every refusal the
     /// kernel reports becomes an [`Event::KernelNetwork`] in `audit` as it happens.
+    /// Must be called from within a tokio runtime.
     pub fn spawn_audit_reader(&mut self, audit: Arc<AuditLog>) -> Result<(), BpfError> {
         let fd = {
             let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
@@ -544,6 +461,105 @@ impl Drop for NetworkHooks {
             }
         }
     }
+}
+
+type UnixProgram = (&'static str, Vec<u64>, u32);
+
+/// Load the assembled unix hooks, attach them to the cgroup and pin their links.
+fn attach_unix(
+    programs: &[UnixProgram],
+    cgroup: &RunCgroup,
+    dir: &Path,
+) -> Result<Vec<OwnedFd>, BpfError> {
+    let mut unix_progs = Vec::new();
+    for (name, insns, attach_type) in programs {
+        let prog = raw::prog_load(insns, *attach_type, name).map_err(|(source, log)| {
+            BpfError::RawLoad {
+                program: name,
+                source,
+                log,
+            }
+        })?;
+        let link = raw::link_create(prog.as_fd(), cgroup.dir_fd(), *attach_type).map_err(
+            |source| BpfError::RawAttach {
+                program: name,
+                source,
+            },
+        )?;
+        let path = dir.join(name);
+        raw::obj_pin(link.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
+        unix_progs.push(prog);
+    }
+    Ok(unix_progs)
+}
+
+/// Load the object's programs, attach them to the cgroup (`Single`) and pin their links.
+fn attach_aya(ebpf: &mut Ebpf, cgroup: &RunCgroup, dir: &Path) -> Result<(), BpfError> {
+        for (name, _) in INET_HOOKS {
+            let prog: &mut CgroupSockAddr = ebpf
+                .program_mut(name)
+                .ok_or(BpfError::Missing(name))?
+                .try_into()
+                .map_err(|source| BpfError::Program {
+                    program: name,
+                    source,
+                })?;
+            prog.load().map_err(|source| BpfError::Program {
+                program: name,
+                source,
+            })?;
+            let err = |source| BpfError::Attach {
+                program: name,
+                source,
+            };
+            let id = prog
+                .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
+                .map_err(err)?;
+            pin_link(name, prog.take_link(id).map_err(err)?, dir)?;
+        }
+        {
+            const NAME: &str = "sock_create";
+            let prog: &mut CgroupSock = ebpf
+                .program_mut(NAME)
+                .ok_or(BpfError::Missing(NAME))?
+                .try_into()
+                .map_err(|source| BpfError::Program {
+                    program: NAME,
+                    source,
+                })?;
+            prog.load().map_err(|source| BpfError::Program {
+                program: NAME,
+                source,
+            })?;
+            let err = |source| BpfError::Attach {
+                program: NAME,
+                source,
+            };
+            let id = prog
+                .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
+                .map_err(err)?;
+            pin_link(NAME, prog.take_link(id).map_err(err)?, dir)?;
+        }
+
+    Ok(())
+}
+
+/// Pin an aya link as `<dir>/<name>`: the pin then holds the attachment,
+/// and dropping our fd does not detach it.
+fn pin_link<L>(name: &'static str, link: L, dir: &Path) -> Result<(), BpfError>
+where
+    L: TryInto<aya::programs::links::FdLink, Error = aya::programs::links::LinkError>,
+{
+    let fd_link = link.try_into().map_err(|e| BpfError::Attach {
+        program: name,
+        source: aya::programs::ProgramError::IOError(io::Error::other(e)),
+    })?;
+    let path = dir.join(name);
+    fd_link.pin(&path).map_err(|e| BpfError::Pin {
+        path: path.clone(),
+        source: io::Error::other(e),
+    })?;
+    Ok(())
 }
 
 /// Removes a half-built pin dir when `attach` fails.
@@ -663,6 +679,7 @@ fn bytemuck_read(bytes: &[u8]) -> Option<Denial> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

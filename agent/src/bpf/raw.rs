@@ -2,6 +2,8 @@
 //! unix socket attach types (`BPF_CGROUP_UNIX_CONNECT`/`_SENDMSG`, kernel 6.7)
 //! and creating its cgroup link. The only `unsafe` of [`crate::bpf`].
 #![allow(unsafe_code)]
+// bpf_attr carries fds as u32; a valid fd is never negative.
+#![allow(clippy::cast_sign_loss)]
 
 use std::ffi::CString;
 use std::io;

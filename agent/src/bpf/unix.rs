@@ -26,6 +26,10 @@
 //! Bytes of `sun_path` past `uaddrlen` are garbage at hook time: only
 //! `uaddrlen - 2` bytes are read, into a zeroed buffer.
 
+// BPF instruction fields are fixed-width two's-complement encodings, and every
+// offset here is a small constant of this file: the casts are the encoding.
+#![allow(clippy::cast_sign_loss, clippy::cast_possible_wrap, clippy::cast_lossless)]
+
 use lockrun_common::{denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_PATH_MAX};
 
 /// The maps the unix hooks use, as raw fds valid while the program loads.
@@ -187,7 +191,9 @@ const JGT: u8 = 0x25;
 const JLE: u8 = 0xb5;
 
 /// Assemble the hook program for `hook` (`ConnectUnix` or `SendmsgUnix`).
+/// One straight-line listing, kept in one piece so it reads like the program.
 #[must_use]
+#[allow(clippy::too_many_lines)]
 pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     let mut a = Asm::default();
     let hook_id = hook as i32;
@@ -311,6 +317,7 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -303,7 +303,7 @@ fn populated(cg: &Path) -> Result<bool, CgroupError> {
     })?;
     Ok(text
         .lines()
-        .any(|l| l.split_whitespace().eq(["populated", "1"].into_iter())))
+        .any(|l| l.split_whitespace().eq(["populated", "1"])))
 }
 
 fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
@@ -348,6 +348,7 @@ fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
