@@ -198,10 +198,18 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     let mut a = Asm::default();
     let hook_id = hook as i32;
     a.mov_reg(R6, R1);
-    // r7/r8 are read on the deny path; give them a value on every path.
+    // r7/r8 are read on the deny path; give them a value on every path. Without
+    // this the verifier refused the program (kernel 6.18):
+    //     0: R1=ctx() R10=fp0
+    //     R8 !read_ok
+    //     processed 2860 insns (limit 1000000) max_states_per_insn 2 total_states 262
     a.mov_imm(R7, 0);
     a.mov_imm(R8, 0);
     // Zero the whole frame: the event, the trie key and its slack are read later.
+    // Not for the verifier (a privileged loader may read uninitialized stack; it
+    // accepted the program without this), but for the verdict and the log: the
+    // bytes after the path must be zero for the `..` scan, and an event must not
+    // carry stale kernel stack into the audit log.
     for k in 1..=(STACK / 8) {
         a.st_dw(FP, -8 * k, 0);
     }
