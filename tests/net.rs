@@ -603,8 +603,10 @@ fn hooks_outlive_a_sigkilled_loader() {
             .trim()
             .to_owned()
     };
-    // The loader is dead; its pinned links still hold.
+    // The loader is dead; its pinned links still hold, and gc can find the run.
     assert!(lockrun::bpf::pin_dir(&run_id).join("connect4").exists());
+    assert!(lockrun::bpf::pinned_runs().contains(&run_id));
+    assert!(lockrun::cgroup::runs().unwrap().contains(&run_id));
     assert_eperm("after SIGKILL of the loader", &probe_in_cgroup());
     assert_eq!(sink.received(), None);
     // gc: unpinning detaches (the control: now the same probe gets through), then reap.

@@ -164,6 +164,35 @@ pub fn unpin(run_id: &str) -> Result<bool, BpfError> {
     }
 }
 
+/// gc: the run ids that have pins under `/sys/fs/bpf/lockrun/` (empty when
+/// bpffs or the directory is absent).
+#[must_use]
+pub fn pinned_runs() -> Vec<String> {
+    list_dir(&Path::new(BPFFS).join("lockrun"))
+}
+
+/// Preflight (and `lockrun doctor`): the embedded object is there, bpffs is
+/// (or can be) mounted, and cgroup2 is found. Loading is proven only by `attach`.
+pub fn preflight() -> Result<(), BpfError> {
+    OBJECT.ok_or(BpfError::ObjectMissing)?;
+    crate::cgroup::cgroup2_mount()?;
+    ensure_bpffs()
+}
+
+pub(crate) fn list_dir(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|id| check_run_id(id).is_ok())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// Turn an allowed socket address into the allow map's key (an IPv4-mapped
 /// IPv6 address becomes the IPv4 endpoint it carries).
 #[must_use]

@@ -281,6 +281,11 @@ pub fn reap(run_id: &str) -> Result<bool, CgroupError> {
     Ok(true)
 }
 
+/// gc: the run ids that have a cgroup under `<cgroup2>/lockrun/`.
+pub fn runs() -> Result<Vec<String>, CgroupError> {
+    Ok(crate::bpf::list_dir(&cgroup2_mount()?.join(PARENT)))
+}
+
 fn write_file(path: &Path, data: &[u8]) -> Result<(), CgroupError> {
     let mut f = OpenOptions::new()
         .write(true)
