@@ -1,1 +1,254 @@
-fn main() {}
+//! `cargo xtask build | test | run -- <lockrun args>`: the one entry point.
+//!
+//! - `build`: installs what a fresh Debian 12 root machine lacks (LLVM 22 dev
+//!   files, bpf-linker 0.13.0 built against them, rust-src), compiles
+//!   `ebpf/programs` for `bpfel-unknown-none` (stable toolchain with
+//!   `RUSTC_BOOTSTRAP=1 -Z build-std=core`), then builds the agent, which
+//!   embeds the object (`LOCKRUN_EBPF_OBJECT`, read by agent/build.rs).
+//! - `test`: build, mount bpffs if needed, `cargo test --workspace`.
+//! - `run`: build, then run `target/<profile>/lockrun` with the given args.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+const BPF_LINKER: &str = "bpf-linker@0.13.0";
+const EBPF_TARGET: &str = "bpfel-unknown-none";
+const TOOLCHAIN: &str = "stable";
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Build, test and run lockrun")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install missing build tools, build the eBPF object and the agent.
+    Build {
+        #[arg(long)]
+        release: bool,
+    },
+    /// Build, mount bpffs if needed, run the workspace tests.
+    Test {
+        #[arg(long)]
+        release: bool,
+        /// Extra arguments for `cargo test` (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Build, then run lockrun with these arguments.
+    Run {
+        #[arg(long)]
+        release: bool,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    let root = workspace_root()?;
+    match cli.cmd {
+        Cmd::Build { release } => {
+            build(&root, release)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Test { release, args } => {
+            let obj = build(&root, release)?;
+            ensure_bpffs()?;
+            let mut c = cargo(&root);
+            c.args(["test", "--workspace"]);
+            if release {
+                c.arg("--release");
+            }
+            if !args.is_empty() {
+                c.arg("--").args(&args);
+            }
+            c.env("LOCKRUN_EBPF_OBJECT", &obj);
+            let status = c.status().context("running cargo test")?;
+            Ok(exit_of(status.code()))
+        }
+        Cmd::Run { release, args } => {
+            build(&root, release)?;
+            let bin = root
+                .join("target")
+                .join(if release { "release" } else { "debug" })
+                .join("lockrun");
+            let status = Command::new(&bin)
+                .args(&args)
+                .status()
+                .with_context(|| format!("running {}", bin.display()))?;
+            Ok(exit_of(status.code()))
+        }
+    }
+}
+
+fn exit_of(code: Option<i32>) -> ExitCode {
+    ExitCode::from(code.and_then(|c| u8::try_from(c).ok()).unwrap_or(1))
+}
+
+fn workspace_root() -> Result<PathBuf> {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .context("CARGO_MANIFEST_DIR is not set: run this through `cargo xtask`")?;
+    manifest
+        .parent()
+        .map(Path::to_path_buf)
+        .context("xtask has no parent directory")
+}
+
+/// A `cargo` command run through rustup's proxy, with the environment of the
+/// outer `cargo xtask` invocation scrubbed of what would leak into it.
+fn cargo(dir: &Path) -> Command {
+    let mut c = Command::new("cargo");
+    c.current_dir(dir);
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTUP_TOOLCHAIN",
+    ] {
+        c.env_remove(var);
+    }
+    c
+}
+
+/// Run a command, failing with its name and status when it fails.
+fn run(c: &mut Command, what: &str) -> Result<()> {
+    let status = c.status().with_context(|| format!("cannot start {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+fn on_path(bin: &str) -> bool {
+    let home_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|h| h.join("bin").join(bin));
+    if home_bin.is_some_and(|p| p.is_file()) {
+        return true;
+    }
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+}
+
+fn ensure_tools() -> Result<()> {
+    if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
+        eprintln!("xtask: installing llvm-22-dev (bpf-linker links against it)");
+        run(
+            Command::new("apt-get").arg("update").arg("-qq"),
+            "apt-get update",
+        )?;
+        run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends", "llvm-22-dev"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install llvm-22-dev (is the LLVM apt repository configured?)",
+        )?;
+    }
+    if !on_path("bpf-linker") {
+        eprintln!("xtask: installing {BPF_LINKER} against LLVM 22 (about a minute)");
+        run(
+            Command::new("cargo")
+                .args([
+                    "install",
+                    BPF_LINKER,
+                    "--locked",
+                    "--no-default-features",
+                    "--features",
+                    "llvm-22",
+                ])
+                .env("LLVM_PREFIX", LLVM_PREFIX)
+                .env_remove("RUSTUP_TOOLCHAIN"),
+            "cargo install bpf-linker",
+        )?;
+    }
+    let installed = Command::new("rustup")
+        .args(["component", "list", "--installed", "--toolchain", TOOLCHAIN])
+        .stderr(Stdio::null())
+        .output()
+        .context("cannot run rustup (is rustup installed?)")?;
+    if !String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.starts_with("rust-src"))
+    {
+        eprintln!("xtask: adding rust-src to the {TOOLCHAIN} toolchain (for -Z build-std=core)");
+        run(
+            Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", TOOLCHAIN]),
+            "rustup component add rust-src",
+        )?;
+    }
+    Ok(())
+}
+
+/// Build everything; returns the eBPF object's path.
+fn build(root: &Path, release: bool) -> Result<PathBuf> {
+    ensure_tools()?;
+    let target_dir = root.join("target/ebpf");
+    let mut c = cargo(&root.join("ebpf/programs"));
+    c.args(["build", "--quiet", "--release", "--target", EBPF_TARGET, "-Z", "build-std=core"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("RUSTUP_TOOLCHAIN", TOOLCHAIN)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("RUSTFLAGS", "-C debuginfo=2 -C link-arg=--btf");
+    run(&mut c, "building the eBPF programs (ebpf/programs)")?;
+    let obj = target_dir
+        .join(EBPF_TARGET)
+        .join("release")
+        .join("lockrun-ebpf");
+    if !obj.is_file() {
+        bail!("the eBPF build succeeded but {} is missing", obj.display());
+    }
+    let mut c = cargo(root);
+    c.args(["build", "--quiet", "-p", "lockrun"]);
+    if release {
+        c.arg("--release");
+    }
+    c.env("LOCKRUN_EBPF_OBJECT", &obj);
+    run(&mut c, "building the agent (cargo build -p lockrun)")?;
+    Ok(obj)
+}
+
+fn ensure_bpffs() -> Result<()> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let mounted = info.lines().any(|l| {
+        l.split_once(" - ").is_some_and(|(left, right)| {
+            left.split_whitespace().nth(4) == Some("/sys/fs/bpf")
+                && right.split_whitespace().next() == Some("bpf")
+        })
+    });
+    if mounted {
+        return Ok(());
+    }
+    let root = Command::new("id").arg("-u").output().ok();
+    if root.is_some_and(|o| o.stdout.as_slice() != b"0\n") {
+        eprintln!("xtask: not root: bpffs not mounted; kernel tests will say why they skip");
+        return Ok(());
+    }
+    run(
+        Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"].map(OsStr::new)),
+        "mount -t bpf bpf /sys/fs/bpf",
+    )
+}

@@ -1,28 +1,385 @@
 //! The run's cgroup v2: `<cgroup2>/lockrun/<run-id>`.
 //!
-//! CONTRACT (filled in by the cgroup/eBPF work).
+//! The eBPF network hooks ([`crate::bpf`]) attach to this cgroup, so every
+//! process of the run must be in it from its first instruction: the parent
+//! opens the cgroup's `cgroup.procs` ([`RunCgroup::procs_fd`]) and the child
+//! writes `"0"` into it ([`join`]) before it execs — there is no window in
+//! which the command runs outside.
+//!
+//! Kernel: cgroup v2 (4.5); `cgroup.kill` (5.14) for teardown. The cgroup2
+//! mount is found in `/proc/self/mountinfo`: `/sys/fs/cgroup` on pure v2 hosts,
+//! `/sys/fs/cgroup/unified` on hybrid ones.
+//!
+//! The run cannot move itself out: moving a process needs write access to the
+//! destination's `cgroup.procs`, which Landlock refuses (it is outside the
+//! worktree), and lockrun never chowns or chmods anything here.
 
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The directory under the cgroup2 root that holds every run's cgroup.
+pub const PARENT: &str = "lockrun";
+
+/// How long teardown waits for a killed cgroup to empty.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    #[error("not implemented yet")]
-    Todo,
+    #[error("cannot read /proc/self/mountinfo: {0}")]
+    MountInfo(#[source] io::Error),
+    #[error(
+        "no cgroup2 filesystem is mounted (looked in /proc/self/mountinfo); \
+         mount one (mount -t cgroup2 none /sys/fs/cgroup) — lockrun will not run the command without its network hooks"
+    )]
+    NoCgroup2,
+    #[error("invalid run id {0:?}: it must be one path component of [A-Za-z0-9._-], not . or ..")]
+    InvalidRunId(String),
+    #[error("mkdir {path} failed")]
+    Mkdir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the run cgroup {0} already exists (a run id was reused?)")]
+    Exists(PathBuf),
+    #[error("open {path} failed")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("stat {path} failed")]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("write {path} failed")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("read {path} failed")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cgroup {0} still has processes {1:?} after cgroup.kill")]
+    StillPopulated(PathBuf, Duration),
+    #[error("rmdir {path} failed")]
+    Rmdir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Where cgroup2 is mounted, from `/proc/self/mountinfo`.
+pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
+    let info = fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
+    parse_cgroup2_mount(&info).ok_or(CgroupError::NoCgroup2)
+}
+
+/// The first cgroup2 mount point in a mountinfo text (fields: see proc(5)).
+fn parse_cgroup2_mount(info: &str) -> Option<PathBuf> {
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let fstype = right.split_whitespace().next()?;
+        if fstype != "cgroup2" {
+            return None;
+        }
+        let mount_point = left.split_whitespace().nth(4)?;
+        Some(PathBuf::from(unescape_mountinfo(mount_point)))
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 4])
+                .ok()
+                .and_then(|oct| u8::from_str_radix(oct, 8).ok())
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A run id is one harmless path component.
+pub fn check_run_id(run_id: &str) -> Result<(), CgroupError> {
+    let ok = !run_id.is_empty()
+        && run_id != "."
+        && run_id != ".."
+        && run_id.len() <= 128
+        && run_id
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CgroupError::InvalidRunId(run_id.to_owned()))
+    }
 }
 
 /// The run's own cgroup. The command joins it before its first instruction.
+///
+/// Dropping it without [`RunCgroup::remove`] kills and removes it too (best
+/// effort), so an early error leaves nothing behind.
+#[derive(Debug)]
 pub struct RunCgroup {
     path: PathBuf,
+    id: u64,
+    dir: File,
+    removed: bool,
 }
 
 impl RunCgroup {
+    /// Create `<cgroup2>/lockrun/<run_id>`.
     pub fn create(run_id: &str) -> Result<Self, CgroupError> {
-        let _ = run_id;
-        Err(CgroupError::Todo)
+        Self::create_under(&cgroup2_mount()?, run_id)
+    }
+
+    /// Create `<root>/lockrun/<run_id>` under a given cgroup2 root.
+    pub fn create_under(root: &Path, run_id: &str) -> Result<Self, CgroupError> {
+        check_run_id(run_id)?;
+        let parent = root.join(PARENT);
+        match fs::create_dir(&parent) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(CgroupError::Mkdir {
+                    path: parent,
+                    source,
+                })
+            }
+        }
+        let path = parent.join(run_id);
+        match fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(CgroupError::Exists(path))
+            }
+            Err(source) => return Err(CgroupError::Mkdir { path, source }),
+        }
+        // From here on, Drop cleans up.
+        let dir = match File::open(&path) {
+            Ok(f) => f,
+            Err(source) => {
+                let _ = fs::remove_dir(&path);
+                return Err(CgroupError::Open { path, source });
+            }
+        };
+        let id = match dir.metadata() {
+            Ok(m) => m.ino(),
+            Err(source) => {
+                let _ = fs::remove_dir(&path);
+                return Err(CgroupError::Stat { path, source });
+            }
+        };
+        Ok(Self {
+            path,
+            id,
+            dir,
+            removed: false,
+        })
     }
 
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The cgroup id, as `bpf_get_current_cgroup_id()` reports it (the
+    /// cgroup2 directory's inode number).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The cgroup directory, opened: what the eBPF programs attach to.
+    #[must_use]
+    pub fn dir_fd(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// `cgroup.procs`, opened for writing (close-on-exec). The child writes
+    /// `"0"` into it with [`join`] before exec.
+    pub fn procs_fd(&self) -> Result<OwnedFd, CgroupError> {
+        let path = self.path.join("cgroup.procs");
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map(OwnedFd::from)
+            .map_err(|source| CgroupError::Open { path, source })
+    }
+
+    /// Put a process (by pid) into the cgroup. For tests and for processes
+    /// the parent starts itself; the run's child uses [`join`].
+    pub fn add_pid(&self, pid: u32) -> Result<(), CgroupError> {
+        let path = self.path.join("cgroup.procs");
+        write_file(&path, pid.to_string().as_bytes())
+    }
+
+    /// Whether any process is in the cgroup (or a descendant), from `cgroup.events`.
+    pub fn populated(&self) -> Result<bool, CgroupError> {
+        populated(&self.path)
+    }
+
+    /// Teardown: `cgroup.kill`, wait until `cgroup.events` says `populated 0`, rmdir.
+    pub fn remove(mut self) -> Result<(), CgroupError> {
+        self.removed = true;
+        kill_and_remove(&self.path)
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        if !self.removed {
+            if let Err(e) = kill_and_remove(&self.path) {
+                tracing::warn!("cleaning up {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+/// Child side, between fork and exec: move the calling process into the run
+/// cgroup through the `cgroup.procs` fd the parent opened. Async-signal-safe
+/// (one `write(2)`).
+pub fn join(procs: &OwnedFd) -> nix::Result<()> {
+    let n = nix::unistd::write(procs, b"0")?;
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(nix::errno::Errno::EIO)
+    }
+}
+
+/// gc: kill and remove a stale run's cgroup. `Ok(false)` when there was none.
+pub fn reap(run_id: &str) -> Result<bool, CgroupError> {
+    check_run_id(run_id)?;
+    let path = cgroup2_mount()?.join(PARENT).join(run_id);
+    if !path.exists() {
+        return Ok(false);
+    }
+    kill_and_remove(&path)?;
+    Ok(true)
+}
+
+/// gc: the run ids that have a cgroup under `<cgroup2>/lockrun/`.
+pub fn runs() -> Result<Vec<String>, CgroupError> {
+    Ok(crate::bpf::list_dir(&cgroup2_mount()?.join(PARENT)))
+}
+
+fn write_file(path: &Path, data: &[u8]) -> Result<(), CgroupError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|source| CgroupError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    f.write_all(data).map_err(|source| CgroupError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn populated(cg: &Path) -> Result<bool, CgroupError> {
+    let path = cg.join("cgroup.events");
+    let text = fs::read_to_string(&path).map_err(|source| CgroupError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(text
+        .lines()
+        .any(|l| l.split_whitespace().eq(["populated", "1"])))
+}
+
+fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
+    if !cg.exists() {
+        return Ok(());
+    }
+    // Nested cgroups the run made itself (it cannot: Landlock) would block rmdir; remove them too.
+    if let Ok(entries) = fs::read_dir(cg) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                kill_and_remove(&e.path())?;
+            }
+        }
+    }
+    if populated(cg)? {
+        write_file(&cg.join("cgroup.kill"), b"1")?;
+        let start = Instant::now();
+        while populated(cg)? {
+            if start.elapsed() > DRAIN_TIMEOUT {
+                return Err(CgroupError::StillPopulated(cg.to_path_buf(), DRAIN_TIMEOUT));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // A just-emptied cgroup can briefly refuse rmdir with EBUSY.
+    let start = Instant::now();
+    loop {
+        match fs::remove_dir(cg) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < DRAIN_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(source) => {
+                return Err(CgroupError::Rmdir {
+                    path: cg.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_cgroup2_on_hybrid_and_pure_hosts() {
+        let hybrid = "25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+                      26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev - cgroup2 cgroup2 rw\n\
+                      27 25 0:24 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n";
+        assert_eq!(
+            parse_cgroup2_mount(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let pure = "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(parse_cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
+        assert_eq!(parse_cgroup2_mount("1 0 0:1 / / rw - ext4 /dev/sda rw\n"), None);
+        let escaped = "30 1 0:26 / /mnt/my\\040cg rw - cgroup2 none rw\n";
+        assert_eq!(parse_cgroup2_mount(escaped), Some(PathBuf::from("/mnt/my cg")));
+    }
+
+    #[test]
+    fn run_ids_are_one_component() {
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "x\0"] {
+            assert!(check_run_id(bad).is_err(), "{bad:?}");
+        }
+        for good in ["r-20261129-abc", "a.b_c"] {
+            assert!(check_run_id(good).is_ok(), "{good:?}");
+        }
     }
 }

@@ -1,4 +1,235 @@
 //! Types shared by the kernel programs (`ebpf/programs`) and the loader in
 //! `lockrun::bpf`. Every map's key and value layout is documented here; both
 //! sides compile these same `#[repr(C)]` definitions.
+//!
+//! # Maps (names as they appear in the object and under
+//! `/sys/fs/bpf/lockrun/<run-id>/`)
+//!
+//! | map | kind | key | value | written by |
+//! |---|---|---|---|---|
+//! | [`MAP_ALLOWED_ENDPOINTS`] | `BPF_MAP_TYPE_HASH`, [`MAX_ALLOWED_ENDPOINTS`] entries | [`Endpoint`] | `u8` (1 = allowed) | loader, before the command starts |
+//! | [`MAP_DENIALS`] | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records | kernel, one per refusal |
+//! | [`MAP_UNIX_PREFIXES`] | `BPF_MAP_TYPE_LPM_TRIE`, [`MAX_UNIX_PREFIXES`] entries, `BPF_F_NO_PREALLOC` | [`UnixPrefixKey`] | `u8` (1 = allowed) | loader: the directories (with trailing `/`) whose pathname sockets the run may reach |
+//! | [`MAP_COUNTERS`] | `BPF_MAP_TYPE_PERCPU_ARRAY`, [`COUNTER_SLOTS`] slots | `u32` slot: a [`Hook`] value, or [`COUNTER_LOST`] | `u64` per CPU | kernel; the loader sums the CPUs |
+//!
+//! An IPv4-mapped IPv6 destination (`::ffff:a.b.c.d`) is always keyed as the
+//! IPv4 address it carries, on both sides.
 #![no_std]
+
+/// `AF_UNIX`.
+pub const AF_UNIX: u16 = 1;
+/// `AF_INET`.
+pub const AF_INET: u16 = 2;
+/// `AF_INET6`.
+pub const AF_INET6: u16 = 10;
+
+/// Name of the allow map in the object.
+pub const MAP_ALLOWED_ENDPOINTS: &str = "ALLOWED_ENDPOINTS";
+/// Name of the refusal ring buffer in the object.
+pub const MAP_DENIALS: &str = "DENIALS";
+/// Name of the unix socket directory allow-trie in the object.
+pub const MAP_UNIX_PREFIXES: &str = "UNIX_PREFIXES";
+/// Capacity of [`MAP_UNIX_PREFIXES`].
+pub const MAX_UNIX_PREFIXES: u32 = 64;
+/// Name of the per-CPU counter array in the object.
+pub const MAP_COUNTERS: &str = "COUNTERS";
+
+/// Capacity of [`MAP_ALLOWED_ENDPOINTS`].
+pub const MAX_ALLOWED_ENDPOINTS: u32 = 256;
+/// Size of the [`MAP_DENIALS`] ring buffer (a power of two, a multiple of the page size).
+pub const DENIALS_RING_BYTES: u32 = 256 * 1024;
+/// Slots in [`MAP_COUNTERS`].
+pub const COUNTER_SLOTS: u32 = 8;
+/// The [`MAP_COUNTERS`] slot counting refusals whose event did not fit the ring buffer.
+pub const COUNTER_LOST: u32 = 7;
+
+/// Bytes of a unix socket path carried in a [`Denial`] (`sizeof(sun_path)`).
+pub const UNIX_PATH_MAX: usize = 108;
+
+/// Key of [`MAP_ALLOWED_ENDPOINTS`]: one destination the run may reach.
+///
+/// Layout (20 bytes, no padding): `family: u16` ([`AF_INET`] or [`AF_INET6`]),
+/// `port: u16` in host byte order, `addr: [u8; 16]` in network byte order —
+/// an IPv4 address fills the first 4 bytes and the other 12 are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub family: u16,
+    pub port: u16,
+    pub addr: [u8; 16],
+}
+
+impl Endpoint {
+    /// An IPv4 endpoint; `addr` in network byte order.
+    #[must_use]
+    pub const fn v4(addr: [u8; 4], port: u16) -> Self {
+        Self {
+            family: AF_INET,
+            port,
+            addr: [
+                addr[0], addr[1], addr[2], addr[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ],
+        }
+    }
+
+    /// An IPv6 endpoint; an IPv4-mapped address becomes the IPv4 endpoint it carries.
+    #[must_use]
+    pub const fn v6(addr: [u8; 16], port: u16) -> Self {
+        if is_v4_mapped(&addr) {
+            Self::v4([addr[12], addr[13], addr[14], addr[15]], port)
+        } else {
+            Self {
+                family: AF_INET6,
+                port,
+                addr,
+            }
+        }
+    }
+}
+
+/// Whether a 16-byte IPv6 address is `::ffff:a.b.c.d`.
+#[must_use]
+pub const fn is_v4_mapped(a: &[u8; 16]) -> bool {
+    a[0] == 0
+        && a[1] == 0
+        && a[2] == 0
+        && a[3] == 0
+        && a[4] == 0
+        && a[5] == 0
+        && a[6] == 0
+        && a[7] == 0
+        && a[8] == 0
+        && a[9] == 0
+        && a[10] == 0xff
+        && a[11] == 0xff
+}
+
+/// Which hook refused. Also the [`MAP_COUNTERS`] slot of its refusals.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Connect4 = 0,
+    Connect6 = 1,
+    Sendmsg4 = 2,
+    Sendmsg6 = 3,
+    ConnectUnix = 4,
+    SendmsgUnix = 5,
+    /// `cgroup/sock_create`: an ICMP ping or raw inet socket, refused at creation.
+    SockCreate = 6,
+}
+
+impl Hook {
+    /// Every hook, in slot order.
+    pub const ALL: [Hook; 7] = [
+        Hook::Connect4,
+        Hook::Connect6,
+        Hook::Sendmsg4,
+        Hook::Sendmsg6,
+        Hook::ConnectUnix,
+        Hook::SendmsgUnix,
+        Hook::SockCreate,
+    ];
+
+    /// The hook's name as the audit log prints it.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Hook::Connect4 => "connect4",
+            Hook::Connect6 => "connect6",
+            Hook::Sendmsg4 => "sendmsg4",
+            Hook::Sendmsg6 => "sendmsg6",
+            Hook::ConnectUnix => "connect_unix",
+            Hook::SendmsgUnix => "sendmsg_unix",
+            Hook::SockCreate => "sock_create",
+        }
+    }
+
+    #[must_use]
+    pub const fn from_u32(v: u32) -> Option<Hook> {
+        match v {
+            0 => Some(Hook::Connect4),
+            1 => Some(Hook::Connect6),
+            2 => Some(Hook::Sendmsg4),
+            3 => Some(Hook::Sendmsg6),
+            4 => Some(Hook::ConnectUnix),
+            5 => Some(Hook::SendmsgUnix),
+            6 => Some(Hook::SockCreate),
+            _ => None,
+        }
+    }
+}
+
+/// One refusal, as written to [`MAP_DENIALS`].
+///
+/// Layout (176 bytes, offsets in [`denial_offset`]): `cgroup_id: u64`, `pid: u32` (thread id), `tgid: u32`
+/// (process id), `hook: u32` ([`Hook`]), `sock_type: u32` (`SOCK_STREAM`, …),
+/// `protocol: u32` (`IPPROTO_*`, 0 for unix), `family: u16` (`AF_*` of the
+/// destination as the socket sees it), `port: u16` (host order), `addr: [u8; 16]`
+/// (as in [`Endpoint`], IPv6 unmodified), `comm: [u8; 16]` (NUL-padded),
+/// `path: [u8; 108]` (unix destinations; NUL-padded), 4 bytes of zero padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Denial {
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub tgid: u32,
+    pub hook: u32,
+    pub sock_type: u32,
+    pub protocol: u32,
+    pub family: u16,
+    pub port: u16,
+    pub addr: [u8; 16],
+    pub comm: [u8; 16],
+    pub path: [u8; UNIX_PATH_MAX],
+    /// Explicit tail padding (always zero), so the record has no hidden bytes.
+    pub _pad: [u8; 4],
+}
+
+/// Byte offsets inside [`Denial`], for the hand-assembled unix hooks.
+pub mod denial_offset {
+    pub const CGROUP_ID: i16 = 0;
+    pub const PID: i16 = 8;
+    pub const TGID: i16 = 12;
+    pub const HOOK: i16 = 16;
+    pub const SOCK_TYPE: i16 = 20;
+    pub const PROTOCOL: i16 = 24;
+    pub const FAMILY: i16 = 28;
+    pub const PORT: i16 = 30;
+    pub const ADDR: i16 = 32;
+    pub const COMM: i16 = 48;
+    pub const PATH: i16 = 64;
+    pub const SIZE: i16 = 176;
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<Denial>() == denial_offset::SIZE as usize);
+    assert!(core::mem::offset_of!(Denial, path) == denial_offset::PATH as usize);
+    assert!(core::mem::offset_of!(Denial, comm) == denial_offset::COMM as usize);
+    assert!(core::mem::offset_of!(Denial, family) == denial_offset::FAMILY as usize);
+    assert!(core::mem::offset_of!(Denial, sock_type) == denial_offset::SOCK_TYPE as usize);
+    assert!(core::mem::size_of::<Endpoint>() == 20);
+    assert!(core::mem::size_of::<UnixPrefixKey>() == 4 + UNIX_PATH_MAX);
+};
+
+/// Key of [`MAP_UNIX_PREFIXES`] (`BPF_MAP_TYPE_LPM_TRIE` layout): `prefix_len: u32`
+/// in **bits**, then the path bytes. An allowed directory is stored with its
+/// trailing `/`, so `/work/wt` does not admit `/work/wt-other`.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug)]
+pub struct UnixPrefixKey {
+    pub prefix_len: u32,
+    pub path: [u8; UNIX_PATH_MAX],
+}
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain `#[repr(C)]` integers and byte arrays, no padding, every bit pattern valid.
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::Endpoint {}
+    // SAFETY: as above; the tail padding is an explicit field (size checked at compile time).
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::Denial {}
+    // SAFETY: packed integers and bytes, every bit pattern valid.
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::UnixPrefixKey {}
+}

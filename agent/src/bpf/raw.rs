@@ -1,0 +1,166 @@
+//! The raw `bpf(2)` calls aya 0.14 does not offer: loading a program with the
+//! unix socket attach types (`BPF_CGROUP_UNIX_CONNECT`/`_SENDMSG`, kernel 6.7)
+//! and creating its cgroup link. The only `unsafe` of [`crate::bpf`].
+#![allow(unsafe_code)]
+// bpf_attr carries fds as u32; a valid fd is never negative.
+#![allow(clippy::cast_sign_loss)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// `BPF_PROG_TYPE_CGROUP_SOCK_ADDR`.
+pub const PROG_TYPE_CGROUP_SOCK_ADDR: u32 = 18;
+/// `BPF_CGROUP_UNIX_CONNECT` (6.7).
+pub const ATTACH_UNIX_CONNECT: u32 = 49;
+/// `BPF_CGROUP_UNIX_SENDMSG` (6.7).
+pub const ATTACH_UNIX_SENDMSG: u32 = 50;
+
+const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_LINK_CREATE: libc::c_int = 28;
+
+/// `bpf_attr` for `BPF_PROG_LOAD`, the fields up to `expected_attach_type`
+/// (kernel 4.17 layout; zeroed tail).
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    _tail: [u64; 12],
+}
+
+/// `bpf_attr` for `BPF_LINK_CREATE` (5.7 layout; zeroed tail).
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    _tail: [u64; 8],
+}
+
+/// Load a `cgroup_sock_addr` program with an explicit expected attach type.
+/// On failure returns the error and the verifier log.
+pub fn prog_load(
+    insns: &[u64],
+    expected_attach_type: u32,
+    name: &str,
+) -> Result<OwnedFd, (io::Error, String)> {
+    let license = CString::from(c"GPL");
+    let mut log = vec![0u8; 1 << 20];
+    let mut prog_name = [0u8; 16];
+    for (d, s) in prog_name.iter_mut().zip(name.bytes().take(15)) {
+        *d = s;
+    }
+    let mut attr = ProgLoadAttr {
+        prog_type: PROG_TYPE_CGROUP_SOCK_ADDR,
+        insn_cnt: u32::try_from(insns.len()).unwrap_or(u32::MAX),
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: 1,
+        log_size: log.len() as u32,
+        log_buf: log.as_mut_ptr() as u64,
+        prog_name,
+        expected_attach_type,
+        ..ProgLoadAttr::default()
+    };
+    // SAFETY: attr is a properly initialized bpf_attr prefix whose pointers
+    // (insns, license, log) outlive the call; the size passed is attr's size.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_LOAD,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<ProgLoadAttr>(),
+        )
+    };
+    if ret < 0 {
+        let err = io::Error::last_os_error();
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        return Err((err, String::from_utf8_lossy(&log[..end]).into_owned()));
+    }
+    // SAFETY: a non-negative return of BPF_PROG_LOAD is a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+}
+
+/// `BPF_LINK_CREATE` of a cgroup program (no flags: one program per attach type, like `CgroupAttachMode::Single`).
+pub fn link_create(prog: BorrowedFd<'_>, cgroup: BorrowedFd<'_>, attach_type: u32) -> io::Result<OwnedFd> {
+    let mut attr = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_fd: cgroup.as_raw_fd() as u32,
+        attach_type,
+        ..LinkCreateAttr::default()
+    };
+    // SAFETY: attr is a zero-tailed bpf_attr for LINK_CREATE; both fds are borrowed for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<LinkCreateAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return of BPF_LINK_CREATE is a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+}
+
+const BPF_OBJ_PIN: libc::c_int = 6;
+
+/// `bpf_attr` for `BPF_OBJ_PIN` (zeroed tail).
+#[repr(C)]
+#[derive(Default)]
+struct ObjPinAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+    _tail: [u64; 4],
+}
+
+/// `BPF_OBJ_PIN`: pin a bpf object (here: a link) at a bpffs path.
+pub fn obj_pin(fd: BorrowedFd<'_>, path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut attr = ObjPinAttr {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: fd.as_raw_fd() as u32,
+        ..ObjPinAttr::default()
+    };
+    // SAFETY: attr points at a NUL-terminated path that outlives the call; fd is borrowed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_PIN,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<ObjPinAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Register an owned fd (the ring buffer's) with the current tokio reactor.
+pub fn watch(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the fd stays open
+    // and refers to the same file description for the AsyncFd's whole life.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| io::Error::other(e.to_string()))
+}

@@ -1,0 +1,195 @@
+//! lockrun's kernel side: cgroup `sock_addr` hooks that let a run reach only
+//! the endpoints in `ALLOWED_ENDPOINTS` (see `lockrun-common` for every map's
+//! layout). Attached to the run's cgroup v2 by `lockrun::bpf`.
+//!
+//! | hook | kernel | fires on |
+//! |---|---|---|
+//! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | `connect(2)` (TCP, UDP, ICMP ping, TFO, io_uring) |
+//! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | `sendto`/`sendmsg` with an address on an unconnected UDP socket |
+//!
+//! | `cgroup/sock_create` | 4.10 | every inet socket except ICMP ping (`SOCK_DGRAM` + `IPPROTO_ICMP`/`ICMPV6`) and raw ones |
+//!
+//! Why `sock_create`: on kernel 6.18 `sendto()` on an ICMP ping socket runs no
+//! cgroup sendmsg program (`ping_v4_sendmsg` has no hook; `connect()` does run
+//! connect4), so an unconnected ping socket could send echo requests anywhere.
+//! Measured by `tests/net.rs::icmp_ping_socket_is_refused`; the socket is now
+//! refused when it is created.
+//!
+//! A program returning 0 makes the syscall fail with `EPERM`; 1 lets it pass.
+//! Every refusal writes a `Denial` to the `DENIALS` ring buffer and bumps its
+//! hook's slot in `COUNTERS`; a full ring buffer bumps `COUNTER_LOST` instead,
+//! so no refusal goes uncounted.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{cgroup_sock, cgroup_sock_addr, map},
+    maps::{HashMap, LpmTrie, PerCpuArray, RingBuf},
+    programs::{SockAddrContext, SockContext},
+};
+use lockrun_common::{
+    Denial, Endpoint, Hook, AF_INET, AF_INET6, COUNTER_LOST, COUNTER_SLOTS, DENIALS_RING_BYTES,
+    MAX_ALLOWED_ENDPOINTS, MAX_UNIX_PREFIXES, UNIX_PATH_MAX,
+};
+
+const ALLOW: i32 = 1;
+const DENY: i32 = 0;
+
+#[map]
+static ALLOWED_ENDPOINTS: HashMap<Endpoint, u8> =
+    HashMap::with_max_entries(MAX_ALLOWED_ENDPOINTS, 0);
+
+#[map]
+static DENIALS: RingBuf = RingBuf::with_byte_size(DENIALS_RING_BYTES, 0);
+
+/// Read by the unix hooks, which the loader assembles itself (aya 0.14 cannot
+/// load `cgroup/connect_unix` programs); declared here so the object stays the
+/// one contract for every map.
+#[map]
+static UNIX_PREFIXES: LpmTrie<[u8; UNIX_PATH_MAX], u8> =
+    LpmTrie::with_max_entries(MAX_UNIX_PREFIXES, 0);
+
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+#[cgroup_sock_addr(connect4)]
+pub fn connect4(ctx: SockAddrContext) -> i32 {
+    judge_v4(&ctx, Hook::Connect4)
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
+    judge_v4(&ctx, Hook::Sendmsg4)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn connect6(ctx: SockAddrContext) -> i32 {
+    judge_v6(&ctx, Hook::Connect6)
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
+    judge_v6(&ctx, Hook::Sendmsg6)
+}
+
+const IPPROTO_ICMP: u32 = 1;
+const IPPROTO_ICMPV6: u32 = 58;
+const SOCK_RAW: u32 = 3;
+
+#[cgroup_sock(sock_create)]
+pub fn sock_create(ctx: SockContext) -> i32 {
+    // SAFETY: plain context loads the verifier checks.
+    let (family, sock_type, protocol) = unsafe {
+        let sk = &*ctx.sock;
+        (sk.family, sk.type_, sk.protocol)
+    };
+    if protocol == IPPROTO_ICMP || protocol == IPPROTO_ICMPV6 || sock_type == SOCK_RAW {
+        let family = if family == u32::from(AF_INET6) {
+            AF_INET6
+        } else {
+            AF_INET
+        };
+        refuse(Hook::SockCreate, family, sock_type, protocol, 0, [0; 16]);
+        return DENY;
+    }
+    ALLOW
+}
+
+#[inline(always)]
+fn port_of(ctx: &SockAddrContext) -> u16 {
+    // SAFETY: ctx.sock_addr is the kernel-provided context; the verifier checks the access.
+    // `user_port` holds the port in network byte order in its low 16 bits.
+    let raw = unsafe { (*ctx.sock_addr).user_port };
+    u16::from_be(raw as u16)
+}
+
+#[inline(always)]
+fn judge_v4(ctx: &SockAddrContext, hook: Hook) -> i32 {
+    // SAFETY: a 4-byte context load the verifier allows for this attach type.
+    let ip = unsafe { (*ctx.sock_addr).user_ip4 };
+    let ep = Endpoint::v4(ip.to_ne_bytes(), port_of(ctx));
+    judge(ctx, hook, &ep, ep.addr)
+}
+
+#[inline(always)]
+fn judge_v6(ctx: &SockAddrContext, hook: Hook) -> i32 {
+    let mut addr = [0u8; 16];
+    let mut i = 0;
+    while i < 4 {
+        // SAFETY: user_ip6 must be read in 4-byte words; the verifier checks each load.
+        let w = unsafe { (*ctx.sock_addr).user_ip6[i] }.to_ne_bytes();
+        addr[i * 4] = w[0];
+        addr[i * 4 + 1] = w[1];
+        addr[i * 4 + 2] = w[2];
+        addr[i * 4 + 3] = w[3];
+        i += 1;
+    }
+    // Endpoint::v6 keys ::ffff:a.b.c.d as a.b.c.d: a mapped address is judged as the IPv4 it carries.
+    let ep = Endpoint::v6(addr, port_of(ctx));
+    judge(ctx, hook, &ep, addr)
+}
+
+#[inline(always)]
+fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -> i32 {
+    // SAFETY: a read-only lookup; the value is not dereferenced.
+    if unsafe { ALLOWED_ENDPOINTS.get(ep) }.is_some() {
+        return ALLOW;
+    }
+    // SAFETY: plain context loads.
+    let (family, sock_type, protocol) = unsafe {
+        let sa = &*ctx.sock_addr;
+        (sa.user_family, sa.type_, sa.protocol)
+    };
+    let family = if family == u32::from(AF_INET6) {
+        AF_INET6
+    } else {
+        AF_INET
+    };
+    refuse(hook, family, sock_type, protocol, ep.port, raw_addr);
+    DENY
+}
+
+#[inline(always)]
+fn bump(slot: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU slot, this program is the only writer on this CPU while it runs.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, addr: [u8; 16]) {
+    bump(hook as u32);
+    let Some(mut entry) = DENIALS.reserve::<Denial>(0) else {
+        bump(COUNTER_LOST);
+        return;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    entry.write(Denial {
+        // SAFETY: helper without arguments.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        pid: pid_tgid as u32,
+        tgid: (pid_tgid >> 32) as u32,
+        hook: hook as u32,
+        sock_type,
+        protocol,
+        family,
+        port,
+        addr,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        path: [0; UNIX_PATH_MAX],
+        _pad: [0; 4],
+    });
+    entry.submit(0);
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "license")]
+pub static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,621 @@
+//! The kernel allows a run exactly one way out: escape tests for the cgroup
+//! eBPF hooks (`lockrun::bpf`) on the run's cgroup (`lockrun::cgroup`).
+//!
+//! Until the run flow lands, each test builds the run at the library level
+//! (root): a cgroup, the hooks with an allow list, and a probe process that is
+//! moved into the cgroup before it tries anything. Each escape is judged from
+//! outside (the test's own listener receives nothing) and by the errno the
+//! probe got, and has a control beside it that must get through. After each
+//! test no cgroup, pin or link may remain.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "net_support.rs"]
+mod support;
+
+use support::{assert_eperm, assert_event, Run, TcpSink, UdpSink};
+
+#[test]
+fn tcp_to_unlisted_loopback_ports_is_refused() {
+    const T: &str = "tcp_to_unlisted_loopback_ports_is_refused";
+    let allowed = TcpSink::bind("127.0.0.1");
+    let other = TcpSink::bind("127.0.0.1");
+    let Some(run) = Run::start(T, &[allowed.addr], &[]) else {
+        return;
+    };
+    // Control: the allowed endpoint works, bytes arrive.
+    let out = run.probe(&["tcp", "127.0.0.1", &allowed.port().to_string()]);
+    assert_eq!(out, "ok");
+    assert_eq!(allowed.received().as_deref(), Some(&b"escaped\n"[..]));
+    // Escape: another port on the same address.
+    let out = run.probe(&["tcp", "127.0.0.1", &other.port().to_string()]);
+    assert_eperm("tcp 127.0.0.1", &out);
+    assert_eq!(other.received(), None, "the listener must receive nothing");
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_event(&events, cg, "connect4", &other.addr.to_string());
+    assert_eq!(events.len(), 1);
+}
+
+#[test]
+fn tcp_over_ipv6_mapped_and_other_loopbacks_is_refused() {
+    const T: &str = "tcp_over_ipv6_mapped_and_other_loopbacks_is_refused";
+    let allowed = TcpSink::bind("127.0.0.1");
+    let v4 = TcpSink::bind("127.0.0.1");
+    let v6 = TcpSink::bind("::1");
+    let two = TcpSink::bind("127.0.0.2");
+    let Some(run) = Run::start(T, &[allowed.addr], &[]) else {
+        return;
+    };
+    // Control: the allowed endpoint, written as an IPv4-mapped IPv6 address, is the same endpoint.
+    let out = run.probe(&["tcp", "::ffff:127.0.0.1", &allowed.port().to_string()]);
+    assert_eq!(out, "ok");
+    assert_eq!(allowed.received().as_deref(), Some(&b"escaped\n"[..]));
+
+    let out = run.probe(&["tcp", "::1", &v6.port().to_string()]);
+    assert_eperm("tcp [::1]", &out);
+    assert_eq!(v6.received(), None);
+    let out = run.probe(&["tcp", "::ffff:127.0.0.1", &v4.port().to_string()]);
+    assert_eperm("tcp [::ffff:127.0.0.1]", &out);
+    assert_eq!(v4.received(), None);
+    let out = run.probe(&["tcp", "127.0.0.2", &two.port().to_string()]);
+    assert_eperm("tcp 127.0.0.2", &out);
+    assert_eq!(two.received(), None);
+
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_event(&events, cg, "connect6", &format!("[::1]:{}", v6.port()));
+    assert_event(&events, cg, "connect6", &format!("[::ffff:127.0.0.1]:{}", v4.port()));
+    assert_event(&events, cg, "connect4", &two.addr.to_string());
+    assert_eq!(events.len(), 3);
+    // The control of the control: outside the run nothing is refused.
+    assert_eq!(
+        Run::probe_outside(&["tcp", "127.0.0.2", &two.port().to_string()]),
+        "ok"
+    );
+    assert!(two.received().is_some());
+}
+
+#[test]
+fn udp_sendto_and_connect_are_refused() {
+    const T: &str = "udp_sendto_and_connect_are_refused";
+    let allowed = UdpSink::bind("127.0.0.1:0").unwrap();
+    let other = UdpSink::bind("127.0.0.1:0").unwrap();
+    let other6 = UdpSink::bind("[::1]:0").unwrap();
+    let Some(run) = Run::start(T, &[allowed.addr], &[]) else {
+        return;
+    };
+    let p = allowed.addr.port().to_string();
+    assert_eq!(run.probe(&["udp_sendto", "127.0.0.1", &p]), "ok");
+    assert_eq!(allowed.received().as_deref(), Some(&b"escaped\n"[..]));
+    assert_eq!(run.probe(&["udp_connect", "127.0.0.1", &p]), "ok");
+    assert_eq!(allowed.received().as_deref(), Some(&b"escaped\n"[..]));
+
+    let q = other.addr.port().to_string();
+    assert_eperm("udp sendto", &run.probe(&["udp_sendto", "127.0.0.1", &q]));
+    assert_eperm("udp connect", &run.probe(&["udp_connect", "127.0.0.1", &q]));
+    assert_eperm(
+        "udp sendto mapped",
+        &run.probe(&["udp_sendto", "::ffff:127.0.0.1", &q]),
+    );
+    let q6 = other6.addr.port().to_string();
+    assert_eperm("udp6 sendto", &run.probe(&["udp_sendto", "::1", &q6]));
+    assert_eq!(other.received(), None);
+    assert_eq!(other6.received(), None);
+
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_event(&events, cg, "sendmsg4", &other.addr.to_string());
+    assert_event(&events, cg, "connect4", &other.addr.to_string());
+    assert_event(&events, cg, "sendmsg6", &format!("[::1]:{q6}"));
+    // UDP sendto to a mapped address arrives at sendmsg4 as plain IPv4 (TOOLCHAIN.md).
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.destination.to_string() == other.addr.to_string())
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn dns_query_to_the_stub_resolver_is_refused() {
+    const T: &str = "dns_query_to_the_stub_resolver_is_refused";
+    // Our own stand-in for systemd-resolved's stub, when the port is free.
+    let sink = UdpSink::bind("127.0.0.53:53").ok();
+    let Some(run) = Run::start(T, &[], &[]) else {
+        return;
+    };
+    assert_eperm("dns", &run.probe(&["dns", "127.0.0.53", "53"]));
+    if let Some(s) = &sink {
+        assert_eq!(s.received(), None);
+    }
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_event(&events, cg, "sendmsg4", "127.0.0.53:53");
+    if let Some(s) = &sink {
+        // Control: outside the run, the same query arrives.
+        assert_eq!(Run::probe_outside(&["dns", "127.0.0.53", "53"]), "ok");
+        assert!(s.received().is_some());
+    }
+}
+
+#[test]
+fn tcp_fast_open_and_mptcp_are_refused() {
+    const T: &str = "tcp_fast_open_and_mptcp_are_refused";
+    let allowed = TcpSink::bind("127.0.0.1");
+    let other = TcpSink::bind("127.0.0.1");
+    let Some(run) = Run::start(T, &[allowed.addr], &[]) else {
+        return;
+    };
+    let p = allowed.port().to_string();
+    let q = other.port().to_string();
+    assert_eq!(run.probe(&["tfo", "127.0.0.1", &p]), "ok");
+    assert_eq!(allowed.received().as_deref(), Some(&b"escaped\n"[..]));
+    assert_eq!(run.probe(&["mptcp", "127.0.0.1", &p]), "ok");
+    assert_eq!(allowed.received().as_deref(), Some(&b"escaped\n"[..]));
+
+    assert_eperm("tcp fast open", &run.probe(&["tfo", "127.0.0.1", &q]));
+    assert_eq!(other.received(), None);
+    assert_eperm("mptcp", &run.probe(&["mptcp", "127.0.0.1", &q]));
+    assert_eq!(other.received(), None);
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_eq!(events.len(), 2, "{events:#?}");
+    assert_event(&events, cg, "connect4", &other.addr.to_string());
+    // MPTCP connects through its first TCP subflow, which carries the run's
+    // cgroup: the hook sees (and reports) protocol tcp for both refusals.
+    assert!(
+        events
+            .iter()
+            .all(|e| e.destination.to_string() == other.addr.to_string()),
+        "{events:#?}"
+    );
+}
+
+#[test]
+fn io_uring_connect_is_refused() {
+    const T: &str = "io_uring_connect_is_refused";
+    let allowed = TcpSink::bind("127.0.0.1");
+    let other = TcpSink::bind("127.0.0.1");
+    let bin = std::env::temp_dir().join(format!("lockrun-net-uring-{}", std::process::id()));
+    let cc = std::process::Command::new("gcc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(support::tests_dir().join("net_uring.c"))
+        .status();
+    if !cc.is_ok_and(|s| s.success()) {
+        support::skip(T, "gcc could not build tests/net_uring.c");
+        return;
+    }
+    let Some(run) = Run::start(T, &[allowed.addr], &[]) else {
+        return;
+    };
+    let uring = |port: u16| {
+        let mut c = std::process::Command::new(&bin);
+        c.args(["127.0.0.1", &port.to_string()]);
+        run.inside(c)
+    };
+    assert_eq!(uring(allowed.port()), "ok");
+    assert_eq!(allowed.received().as_deref(), Some(&b"escaped\n"[..]));
+    assert_eperm("io_uring connect", &uring(other.port()));
+    assert_eq!(other.received(), None);
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    let _ = std::fs::remove_file(&bin);
+    assert_event(&events, cg, "connect4", &other.addr.to_string());
+}
+
+#[test]
+fn nested_setsid_grandchild_is_still_confined() {
+    const T: &str = "nested_setsid_grandchild_is_still_confined";
+    let allowed = TcpSink::bind("127.0.0.1");
+    let other = TcpSink::bind("127.0.0.1");
+    let Some(run) = Run::start(T, &[allowed.addr], &[]) else {
+        return;
+    };
+    let out = run.probe_env(&["tcp", "127.0.0.1", &allowed.port().to_string()], true);
+    assert_eq!(out, "ok");
+    assert!(allowed.received().is_some());
+    let out = run.probe_env(&["tcp", "127.0.0.1", &other.port().to_string()], true);
+    assert_eperm("grandchild tcp", &out);
+    assert_eq!(other.received(), None);
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_event(&events, cg, "connect4", &other.addr.to_string());
+}
+
+/// Lets root open ICMP ping sockets for the test's duration (per network namespace).
+struct PingGroupRange(String);
+
+impl PingGroupRange {
+    const PATH: &'static str = "/proc/sys/net/ipv4/ping_group_range";
+    fn allow_root() -> Self {
+        let old = std::fs::read_to_string(Self::PATH).unwrap();
+        std::fs::write(Self::PATH, "0 0").unwrap();
+        Self(old)
+    }
+}
+
+impl Drop for PingGroupRange {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, self.0.trim().replace('\t', " "));
+    }
+}
+
+/// Every ICMP packet on this host is seen here, from outside the run.
+fn icmp_seen(raw: &std::os::fd::OwnedFd, token: &[u8]) -> bool {
+    let mut buf = [0u8; 2048];
+    loop {
+        match nix::sys::socket::recv(
+            std::os::fd::AsRawFd::as_raw_fd(raw),
+            &mut buf,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(n) if buf[..n].windows(token.len()).any(|w| w == token) => return true,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn icmp_ping_socket_is_refused() {
+    const T: &str = "icmp_ping_socket_is_refused";
+    if !nix::unistd::Uid::effective().is_root() {
+        support::skip(T, "needs root");
+        return;
+    }
+    let _range = PingGroupRange::allow_root();
+    let raw = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Raw,
+        nix::sys::socket::SockFlag::empty(),
+        nix::sys::socket::SockProtocol::Icmp,
+    )
+    .unwrap();
+    let token = |t: u32| format!("lockrun-ping-{t}").into_bytes();
+    let (t_out, t_in) = (std::process::id() * 2, std::process::id() * 2 + 1);
+    let udp = UdpSink::bind("127.0.0.1:0").unwrap();
+
+    // Control of the judge: outside any run, the same ping is sent and seen.
+    assert_eq!(Run::probe_outside(&["ping", "127.0.0.1", &t_out.to_string()]), "ok");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(icmp_seen(&raw, &token(t_out)), "the control ping must be seen");
+
+    let Some(run) = Run::start(T, &[udp.addr], &[]) else {
+        return;
+    };
+    // Control inside: ordinary datagram sockets are still created and reach what is allowed.
+    assert_eq!(
+        run.probe(&["udp_sendto", "127.0.0.1", &udp.addr.port().to_string()]),
+        "ok"
+    );
+    assert!(udp.received().is_some());
+    // sendto() on a ping socket runs no cgroup sendmsg hook (kernel 6.18), so the
+    // socket itself is refused at creation.
+    assert_eperm("ping sendto", &run.probe(&["ping", "127.0.0.1", &t_in.to_string()]));
+    assert_eperm("ping connect", &run.probe(&["ping_connect", "127.0.0.1", "0"]));
+    assert_eperm("ping6", &run.probe(&["ping", "::1", &t_in.to_string()]));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(!icmp_seen(&raw, &token(t_in)), "the refused ping must not be sent");
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_eq!(events.len(), 3, "{events:#?}");
+    assert_event(&events, cg, "sock_create", "0.0.0.0:0");
+    assert_event(&events, cg, "sock_create", "[::]:0");
+    assert!(events.iter().all(|e| e.protocol == "icmp"), "{events:#?}");
+}
+
+/// A worktree, a run temp dir and an "outside" holding stand-ins for
+/// /run/docker.sock and /run/systemd/resolve/io.systemd.Resolve.
+struct UnixWorld {
+    base: std::path::PathBuf,
+    wt: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+    outside: std::path::PathBuf,
+    docker: std::os::unix::net::UnixListener,
+    resolve: std::os::unix::net::UnixDatagram,
+}
+
+impl UnixWorld {
+    fn new(test: &str) -> Self {
+        let base = std::env::temp_dir().join(support::run_id(test));
+        let (wt, tmp, outside) = (base.join("wt"), base.join("tmp"), base.join("outside"));
+        for d in [&wt, &tmp, &outside, &base.join("wt-other")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let docker = std::os::unix::net::UnixListener::bind(outside.join("docker.sock")).unwrap();
+        docker.set_nonblocking(true).unwrap();
+        let resolve =
+            std::os::unix::net::UnixDatagram::bind(outside.join("io.systemd.Resolve")).unwrap();
+        resolve.set_nonblocking(true).unwrap();
+        Self {
+            base,
+            wt,
+            tmp,
+            outside,
+            docker,
+            resolve,
+        }
+    }
+
+    fn docker_path(&self) -> String {
+        self.outside.join("docker.sock").display().to_string()
+    }
+
+    /// Did anything reach the outside sockets?
+    fn outside_reached(&self) -> bool {
+        let mut buf = [0u8; 64];
+        self.docker.accept().is_ok() || self.resolve.recv(&mut buf).is_ok()
+    }
+}
+
+impl Drop for UnixWorld {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn unix_listener(path: &std::path::Path) -> std::os::unix::net::UnixListener {
+    let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+    l.set_nonblocking(true).unwrap();
+    l
+}
+
+#[test]
+fn unix_sockets_outside_the_run_are_unreachable() {
+    const T: &str = "unix_sockets_outside_the_run_are_unreachable";
+    let w = UnixWorld::new(T);
+    let Some(run) = Run::start(T, &[], &[w.wt.clone(), w.tmp.clone()]) else {
+        return;
+    };
+    // Controls: sockets in the worktree and the run's temp dir work, stream and datagram;
+    // abstract sockets and socketpairs inside the run still work.
+    let inside = unix_listener(&w.wt.join("ok.sock"));
+    let ok = w.wt.join("ok.sock").display().to_string();
+    assert_eq!(run.probe(&["unix_stream", &ok]), "ok");
+    assert!(inside.accept().is_ok());
+    let dg = std::os::unix::net::UnixDatagram::bind(w.tmp.join("dg.sock")).unwrap();
+    dg.set_nonblocking(true).unwrap();
+    assert_eq!(
+        run.probe(&["unix_dgram", &w.tmp.join("dg.sock").display().to_string()]),
+        "ok"
+    );
+    let mut buf = [0u8; 16];
+    assert!(dg.recv(&mut buf).is_ok());
+    assert_eq!(run.probe(&["unix_abstract", &format!("lockrun-{}", run.run_id)]), "ok");
+    assert_eq!(run.probe(&["unix_socketpair", "-"]), "ok");
+
+    // Escapes, each refused before the kernel resolves anything.
+    let docker = w.docker_path();
+    assert_eperm("absolute outside", &run.probe(&["unix_stream", &docker]));
+    assert_eperm(
+        "datagram to resolve",
+        &run.probe(&[
+            "unix_dgram",
+            &w.outside.join("io.systemd.Resolve").display().to_string(),
+        ]),
+    );
+    let wt = w.wt.display().to_string();
+    assert_eperm(
+        "dot-dot from the worktree",
+        &run.probe(&["unix_stream", &format!("{wt}/../outside/docker.sock")]),
+    );
+    assert_eperm(
+        "dot-dot, trailing",
+        &run.probe(&["unix_stream", &format!("{wt}/./../outside/docker.sock")]),
+    );
+    assert_eperm(
+        "relative from the worktree",
+        &run.probe(&["unix_stream", "../outside/docker.sock", "0", &wt]),
+    );
+    assert_eperm(
+        "relative, no dot-dot",
+        &run.probe(&[
+            "unix_stream",
+            "docker.sock",
+            "0",
+            &w.outside.display().to_string(),
+        ]),
+    );
+    let sibling = unix_listener(&w.base.join("wt-other/s.sock"));
+    assert_eperm(
+        "sibling sharing the worktree's name as a prefix",
+        &run.probe(&["unix_stream", &w.base.join("wt-other/s.sock").display().to_string()]),
+    );
+    assert!(sibling.accept().is_err());
+    assert!(!w.outside_reached(), "an outside socket was reached");
+
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_event(&events, cg, "connect_unix", &format!("unix:{docker}"));
+    assert_event(
+        &events,
+        cg,
+        "sendmsg_unix",
+        &format!("unix:{}", w.outside.join("io.systemd.Resolve").display()),
+    );
+    assert_event(&events, cg, "connect_unix", "unix:../outside/docker.sock");
+    assert_eq!(events.len(), 7, "{events:#?}");
+    // Control of the judge: outside any run, the stand-in is reachable.
+    assert_eq!(Run::probe_outside(&["unix_stream", &docker]), "ok");
+    assert!(w.docker.accept().is_ok());
+}
+
+/// KNOWN GAP: the unix hooks judge the path as written, before the kernel
+/// resolves it, so a symlink inside the worktree that points at an outside
+/// socket passes. Run with `--ignored` to see it fail; see `lockrun::bpf::unix`.
+#[test]
+#[ignore = "known gap: symlinks inside allowed directories (see lockrun::bpf::unix)"]
+fn symlink_in_worktree_to_outside_socket() {
+    const T: &str = "symlink_in_worktree_to_outside_socket";
+    let w = UnixWorld::new(T);
+    let Some(run) = Run::start(T, &[], &[w.wt.clone(), w.tmp.clone()]) else {
+        return;
+    };
+    std::os::unix::fs::symlink(w.outside.join("docker.sock"), w.wt.join("link.sock")).unwrap();
+    std::os::unix::fs::symlink(&w.outside, w.wt.join("dir")).unwrap();
+    let file_link = run.probe(&["unix_stream", &w.wt.join("link.sock").display().to_string()]);
+    let dir_link = run.probe(&[
+        "unix_stream",
+        &w.wt.join("dir/docker.sock").display().to_string(),
+    ]);
+    let reached = w.outside_reached();
+    run.finish();
+    assert_eperm("symlink to an outside socket", &file_link);
+    assert_eperm("directory symlink to outside", &dir_link);
+    assert!(!reached);
+}
+
+#[test]
+fn a_full_ring_buffer_is_counted_not_silent() {
+    const T: &str = "a_full_ring_buffer_is_counted_not_silent";
+    let Some(mut run) = Run::start(T, &[], &[]) else {
+        return;
+    };
+    assert_eq!(run.probe(&["flood", "127.0.0.1", "9"]), "ok");
+    let cg = run.cg.take().unwrap();
+    cg.remove().unwrap();
+    let counters = run.hooks.take().unwrap().finish(&run.audit).unwrap();
+    let delivered = support::read_events(&run.audit_path).len() as u64;
+    assert_eq!(counters.total(), 3000, "{counters:?}");
+    assert!(counters.lost > 0, "3000 events cannot fit the ring buffer: {counters:?}");
+    assert_eq!(delivered + counters.lost, 3000, "{counters:?}");
+    let log = std::fs::read_to_string(&run.audit_path).unwrap();
+    assert!(
+        log.contains(&format!("\"event\":\"kernel_events_lost\",\"count\":{}", counters.lost)),
+        "the loss must be in the audit log"
+    );
+    assert!(run.audit.summary()[0].contains("not delivered (ring buffer full)"));
+    run.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_reader_delivers_events_while_the_run_goes() {
+    const T: &str = "the_audit_reader_delivers_events_while_the_run_goes";
+    let other = TcpSink::bind("127.0.0.1");
+    let Some(mut run) = Run::start(T, &[], &[]) else {
+        return;
+    };
+    let audit = std::sync::Arc::clone(&run.audit);
+    run.hooks.as_mut().unwrap().spawn_audit_reader(audit).unwrap();
+    let port = other.port().to_string();
+    let out = tokio::task::block_in_place(|| run.probe(&["tcp", "127.0.0.1", &port]));
+    assert_eperm("tcp", &out);
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = support::read_events(&run.audit_path);
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_event(&seen, run.cgroup_id(), "connect4", &other.addr.to_string());
+    let events = tokio::task::block_in_place(|| run.finish());
+    assert_eq!(events.len(), 1, "delivered once, not again at finish: {events:#?}");
+}
+
+#[test]
+fn the_run_cgroup_is_not_made_writable() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    const T: &str = "the_run_cgroup_is_not_made_writable";
+    if !nix::unistd::Uid::effective().is_root() {
+        support::skip(T, "needs root");
+        return;
+    }
+    let cg = lockrun::cgroup::RunCgroup::create(&support::run_id(T)).unwrap();
+    for f in ["", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"] {
+        let m = std::fs::metadata(cg.path().join(f)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (0, 0), "{f} must stay root's");
+        assert_eq!(m.permissions().mode() & 0o022, 0, "{f} must not be group/other-writable");
+    }
+    let parent = std::fs::metadata(cg.path().parent().unwrap()).unwrap();
+    assert_eq!(parent.permissions().mode() & 0o022, 0);
+    let path = cg.path().to_path_buf();
+    cg.remove().unwrap();
+    assert!(!path.exists());
+}
+
+/// Run by `hooks_outlive_a_sigkilled_loader` in a child process: attach, say
+/// READY, and wait to be killed.
+#[test]
+#[ignore = "helper process for hooks_outlive_a_sigkilled_loader"]
+fn helper_loader_that_gets_killed() {
+    let Ok(run_id) = std::env::var("LOCKRUN_TEST_HELPER_RUN_ID") else {
+        return;
+    };
+    let cg = lockrun::cgroup::RunCgroup::create(&run_id).unwrap();
+    let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[]).unwrap();
+    println!("READY {}", cg.path().display());
+    std::thread::sleep(std::time::Duration::from_mins(2));
+    drop((hooks, cg));
+}
+
+#[test]
+fn hooks_outlive_a_sigkilled_loader() {
+    use std::io::BufRead as _;
+    const T: &str = "hooks_outlive_a_sigkilled_loader";
+    if !nix::unistd::Uid::effective().is_root() {
+        support::skip(T, "needs root");
+        return;
+    }
+    let run_id = support::run_id(T);
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "helper_loader_that_gets_killed", "--ignored", "--nocapture"])
+        .env("LOCKRUN_TEST_HELPER_RUN_ID", &run_id)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(helper.stdout.take().unwrap()).lines();
+    let cg_path = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = helper.kill();
+            let _ = helper.wait();
+            // The helper could not attach: the object is missing or it failed; say which.
+            support::skip(T, "the helper loader did not get READY (eBPF object built?)");
+            return;
+        };
+        if let Some(p) = line.strip_prefix("READY ") {
+            break std::path::PathBuf::from(p);
+        }
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(helper.id()).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    helper.wait().unwrap();
+
+    let sink = TcpSink::bind("127.0.0.1");
+    let port = sink.port().to_string();
+    let probe_in_cgroup = || {
+        let mut child = std::process::Command::new("python3")
+            .arg(support::tests_dir().join("net_probe.py"))
+            .args(["tcp", "127.0.0.1", &port])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::fs::write(cg_path.join("cgroup.procs"), child.id().to_string()).unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
+        String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout)
+            .trim()
+            .to_owned()
+    };
+    // The loader is dead; its pinned links still hold, and gc can find the run.
+    assert!(lockrun::bpf::pin_dir(&run_id).join("connect4").exists());
+    assert!(lockrun::bpf::pinned_runs().contains(&run_id));
+    assert!(lockrun::cgroup::runs().unwrap().contains(&run_id));
+    assert_eperm("after SIGKILL of the loader", &probe_in_cgroup());
+    assert_eq!(sink.received(), None);
+    // gc: unpinning detaches (the control: now the same probe gets through), then reap.
+    assert!(lockrun::bpf::unpin(&run_id).unwrap());
+    assert_eq!(probe_in_cgroup(), "ok");
+    assert!(sink.received().is_some());
+    assert!(lockrun::cgroup::reap(&run_id).unwrap());
+    assert!(!cg_path.exists());
+    assert!(!lockrun::bpf::pin_dir(&run_id).exists());
+    assert!(!lockrun::bpf::unpin(&run_id).unwrap());
+    assert!(!lockrun::cgroup::reap(&run_id).unwrap());
+}

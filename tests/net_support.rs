@@ -1,0 +1,264 @@
+//! Helpers for tests/net.rs: a run (cgroup + hooks + audit log) built at the
+//! library level, probes that join it before trying a way out, and sinks that
+//! judge from outside.
+#![allow(dead_code, clippy::missing_panics_doc, clippy::struct_field_names)]
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use lockrun::audit::{AuditLog, Event, KernelNetEvent, Record};
+use lockrun::bpf::{BpfError, NetworkHooks};
+use lockrun::cgroup::RunCgroup;
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// Say a kernel test cannot run here; under `CI=true` that is a failure.
+pub fn skip(test: &str, reason: &str) {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "kernel test {test} may not skip under CI: {reason}"
+    );
+    // Straight to fd 2: the test harness captures eprintln!, and a skip must be seen.
+    let _ = std::io::stderr().write_all(format!("skipped: {test}: {reason}\n").as_bytes());
+}
+
+pub fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests")
+}
+
+/// A unique run id for this test.
+pub fn run_id(test: &str) -> String {
+    format!(
+        "t-{}-{}-{}",
+        test.replace('_', "-"),
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One confined run, built like the run flow will: cgroup, then hooks.
+pub struct Run {
+    pub test: String,
+    pub run_id: String,
+    pub cg: Option<RunCgroup>,
+    pub hooks: Option<NetworkHooks>,
+    pub audit: Arc<AuditLog>,
+    pub audit_path: PathBuf,
+    pub cg_path: PathBuf,
+    pub pin_dir: PathBuf,
+}
+
+impl Run {
+    /// `None` (after printing the skip) when this machine cannot run kernel tests.
+    pub fn start(test: &str, allowed: &[SocketAddr], unix_allowed: &[PathBuf]) -> Option<Self> {
+        if !nix::unistd::Uid::effective().is_root() {
+            skip(test, "needs root (cgroup v2 + bpf)");
+            return None;
+        }
+        let run_id = run_id(test);
+        let cg = RunCgroup::create(&run_id).expect("create the run cgroup");
+        let hooks = match NetworkHooks::attach(&cg, &run_id, allowed, unix_allowed) {
+            Ok(h) => h,
+            Err(BpfError::ObjectMissing) => {
+                skip(test, "the eBPF object is not built (run `cargo xtask test`)");
+                return None;
+            }
+            Err(e) => panic!("attach: {e}\n{:?}", std::error::Error::source(&e)),
+        };
+        let audit_path = std::env::temp_dir().join(format!("{run_id}.audit.jsonl"));
+        let _ = std::fs::remove_file(&audit_path);
+        let audit = Arc::new(AuditLog::open(Some(&audit_path)).unwrap());
+        Some(Self {
+            test: test.to_owned(),
+            cg_path: cg.path().to_path_buf(),
+            pin_dir: hooks.pin_dir().to_path_buf(),
+            run_id,
+            cg: Some(cg),
+            hooks: Some(hooks),
+            audit,
+            audit_path,
+        })
+    }
+
+    pub fn cgroup_id(&self) -> u64 {
+        self.cg.as_ref().unwrap().id()
+    }
+
+    /// Run `cmd` inside the run's cgroup: it is moved in while it waits for
+    /// "go" on stdin, so everything it does after is confined. Returns stdout.
+    pub fn inside(&self, mut cmd: Command) -> String {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn probe");
+        self.cg.as_ref().unwrap().add_pid(child.id()).unwrap();
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The python probe: `kind target port [cwd]`.
+    pub fn probe(&self, args: &[&str]) -> String {
+        self.probe_env(args, false)
+    }
+
+    pub fn probe_env(&self, args: &[&str], nested: bool) -> String {
+        let mut cmd = Command::new("python3");
+        cmd.arg(tests_dir().join("net_probe.py")).args(args);
+        if nested {
+            cmd.env("PROBE_NESTED", "1");
+        }
+        self.inside(cmd)
+    }
+
+    /// The same probe, run outside any run cgroup (for controls of the control).
+    pub fn probe_outside(args: &[&str]) -> String {
+        let mut child = Command::new("python3")
+            .arg(tests_dir().join("net_probe.py"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Kernel refusals delivered so far.
+    pub fn events(&self) -> Vec<KernelNetEvent> {
+        self.hooks.as_ref().unwrap().drain_into(&self.audit);
+        read_events(&self.audit_path)
+    }
+
+    /// Tear down like the run flow and check that nothing is left.
+    pub fn finish(mut self) -> Vec<KernelNetEvent> {
+        let cg = self.cg.take().unwrap();
+        cg.remove().expect("remove the run cgroup");
+        let counters = self
+            .hooks
+            .take()
+            .unwrap()
+            .finish(&self.audit)
+            .expect("finish the hooks");
+        let events = read_events(&self.audit_path);
+        assert_eq!(counters.lost, 0, "no event may be lost in these small tests");
+        assert_eq!(
+            counters.total(),
+            events.len() as u64,
+            "every counted refusal has its event"
+        );
+        self.assert_clean();
+        events
+    }
+
+    pub fn assert_clean(&self) {
+        assert!(!self.cg_path.exists(), "cgroup {} remains", self.cg_path.display());
+        assert!(!self.pin_dir.exists(), "pins {} remain", self.pin_dir.display());
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        drop(self.hooks.take());
+        drop(self.cg.take());
+        let _ = std::fs::remove_file(&self.audit_path);
+    }
+}
+
+pub fn read_events(path: &Path) -> Vec<KernelNetEvent> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter_map(|r| match r.event {
+            Event::KernelNetwork(k) => Some(k),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A TCP listener owned by the test, judged from outside.
+pub struct TcpSink {
+    pub listener: TcpListener,
+    pub addr: SocketAddr,
+}
+
+impl TcpSink {
+    pub fn bind(ip: &str) -> Self {
+        let listener = TcpListener::bind((ip, 0)).unwrap_or_else(|e| panic!("bind {ip}: {e}"));
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        Self { listener, addr }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Bytes received on connections that reached the accept queue, or
+    /// `None` when no connection arrived at all.
+    pub fn received(&self) -> Option<Vec<u8>> {
+        match self.listener.accept() {
+            Ok((mut s, _)) => {
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                    .unwrap();
+                let mut buf = Vec::new();
+                let _ = s.read_to_end(&mut buf);
+                Some(buf)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// A UDP socket owned by the test, judged from outside.
+pub struct UdpSink {
+    pub sock: UdpSocket,
+    pub addr: SocketAddr,
+}
+
+impl UdpSink {
+    pub fn bind(addr: &str) -> std::io::Result<Self> {
+        let sock = UdpSocket::bind(addr)?;
+        let addr = sock.local_addr()?;
+        sock.set_nonblocking(true)?;
+        Ok(Self { sock, addr })
+    }
+
+    pub fn received(&self) -> Option<Vec<u8>> {
+        let mut buf = [0u8; 512];
+        match self.sock.recv(&mut buf) {
+            Ok(n) => Some(buf[..n].to_vec()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(e) => panic!("recv: {e}"),
+        }
+    }
+}
+
+/// The refusal must be EPERM, exactly.
+pub fn assert_eperm(what: &str, out: &str) {
+    assert!(
+        out.starts_with("errno 1 EPERM"),
+        "{what}: expected EPERM from the kernel hook, got {out:?}"
+    );
+}
+
+/// An event for this destination, from this run's cgroup, by this hook.
+pub fn assert_event(events: &[KernelNetEvent], cgroup_id: u64, hook: &str, dest: &str) {
+    assert!(
+        events.iter().any(|e| e.cgroup_id == cgroup_id
+            && e.hook == hook
+            && e.destination.to_string() == dest
+            && e.pid != 0
+            && !e.comm.is_empty()),
+        "no {hook} event for {dest} in cgroup {cgroup_id}: {events:#?}"
+    );
+}
