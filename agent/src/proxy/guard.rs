@@ -240,27 +240,27 @@ pub fn check_addr(
     addr: IpAddr,
     own: &HashSet<IpAddr>,
 ) -> Result<(), AddrRefusal> {
-    let canonical = addr.to_canonical();
-    if own.contains(&addr) || own.contains(&canonical) {
+    let special = classify(addr);
+    let inner = match special.and_then(|s| s.via) {
+        Some((_, v4)) => IpAddr::V4(v4),
+        None => addr.to_canonical(),
+    };
+    if let Some(special) = special {
+        let granted = special.range.grantable()
+            && net.private.iter().any(|g| {
+                g.hosts.iter().any(|h| h.matches(name))
+                    && (g.network.contains(inner) || g.network.contains(addr))
+            });
+        if !granted {
+            return Err(AddrRefusal::Special { addr, special });
+        }
+    }
+    // Checked after the ranges (whose reasons say more) and before any grant
+    // takes effect: a granted network never opens this host's own addresses.
+    if own.contains(&addr) || own.contains(&inner) {
         return Err(AddrRefusal::OwnHost { addr });
     }
-    let Some(special) = classify(addr) else {
-        return Ok(());
-    };
-    if special.range.grantable() {
-        let inner = special.via.map_or(addr, |(_, v4)| IpAddr::V4(v4));
-        if own.contains(&inner) {
-            return Err(AddrRefusal::OwnHost { addr });
-        }
-        let granted = net.private.iter().any(|g| {
-            g.hosts.iter().any(|h| h.matches(name))
-                && (g.network.contains(inner) || g.network.contains(addr))
-        });
-        if granted {
-            return Ok(());
-        }
-    }
-    Err(AddrRefusal::Special { addr, special })
+    Ok(())
 }
 
 /// Judge a whole answer: every address must pass, or none is used.

@@ -188,7 +188,7 @@ async fn too_many(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphor
         shared.max_connections
     );
     shared.record(&method, target.as_ref(), None, false, reason.clone(), 503);
-    let _ = refuse(&mut client, 503, &reason).await;
+    refuse_and_close(&mut client, 503, &reason).await;
 }
 
 /// Why no request head came.
@@ -285,6 +285,27 @@ async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, status: u16, reason: &str) -> 
     w.flush().await
 }
 
+/// Answer with a refusal, then close gracefully: stop writing and drain
+/// what the client already sent (briefly), so that the kernel does not
+/// answer unread bytes with a reset that would destroy the answer.
+async fn refuse_and_close(client: &mut BufReader<TcpStream>, status: u16, reason: &str) {
+    if refuse(client, status, reason).await.is_err() {
+        return;
+    }
+    let _ = client.get_mut().shutdown().await;
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut total = 0usize;
+        while total < 256 * 1024 {
+            match client.get_mut().read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+}
+
 /// A refusal: status and reason.
 struct Refusal(u16, String);
 
@@ -301,13 +322,13 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                     shared.head_timeout.as_secs()
                 );
                 shared.record("", None, None, false, reason.clone(), 408);
-                let _ = refuse(&mut client, 408, &reason).await;
+                refuse_and_close(&mut client, 408, &reason).await;
                 return;
             }
             Err(ReadError::Head(e)) => {
                 let status = e.status();
                 shared.record("", None, None, false, e.to_string(), status);
-                let _ = refuse(&mut client, status, &e.to_string()).await;
+                refuse_and_close(&mut client, status, &e.to_string()).await;
                 return;
             }
         };
@@ -326,7 +347,7 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                 reason.into(),
                 407,
             );
-            let _ = refuse(&mut client, 407, reason).await;
+            refuse_and_close(&mut client, 407, reason).await;
             return;
         }
         let target = head.target().clone();
@@ -341,7 +362,7 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                     reason.clone(),
                     status,
                 );
-                let _ = refuse(&mut client, status, &reason).await;
+                refuse_and_close(&mut client, status, &reason).await;
                 return;
             }
         };
@@ -356,7 +377,7 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                     reason.clone(),
                     status,
                 );
-                let _ = refuse(&mut client, status, &reason).await;
+                refuse_and_close(&mut client, status, &reason).await;
                 return;
             }
         };
@@ -600,7 +621,7 @@ async fn forward(
                 format!("{allowed_by}; upstream: {why}"),
                 status,
             );
-            let _ = refuse(client, status, &format!("upstream: {why}")).await;
+            refuse_and_close(client, status, &format!("upstream: {why}")).await;
             false
         }
         Err(ForwardError::AfterResponse(status)) => {
