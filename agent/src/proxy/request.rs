@@ -157,18 +157,17 @@ fn parse_host(h: &str) -> Result<Host, TargetError> {
     if let Ok(v4) = h.parse::<Ipv4Addr>() {
         return Ok(Host::Ip(IpAddr::V4(v4)));
     }
-    let bare = h.strip_suffix('.').unwrap_or(h);
-    let last = bare.rsplit('.').next().unwrap_or(bare);
+    // Judge the normalized form: IDNA maps fullwidth digits and dots
+    // (`１２７．０．０．１`) to ASCII, which a resolver would read as an address.
+    let name = HostName::parse(h).map_err(|_| TargetError::BadName(h.to_owned()))?;
+    let last = name.as_str().rsplit('.').next().unwrap_or_default();
     let hexish = last
         .strip_prefix("0x")
-        .or_else(|| last.strip_prefix("0X"))
         .is_some_and(|r| r.bytes().all(|b| b.is_ascii_hexdigit()));
-    if !last.is_empty() && (last.bytes().all(|b| b.is_ascii_digit()) || hexish) {
+    if last.bytes().all(|b| b.is_ascii_digit()) || hexish {
         return Err(TargetError::NumericName(h.to_owned()));
     }
-    HostName::parse(h)
-        .map(Host::Name)
-        .map_err(|_| TargetError::BadName(h.to_owned()))
+    Ok(Host::Name(name))
 }
 
 /// What the client asked for.
@@ -486,6 +485,11 @@ mod tests {
             ("exa mple.com:443", E::BadChar),
             ("example.com\r:443", E::BadChar),
             ("ex_-.com..:443", E::BadName("ex_-.com..".into())),
+            (
+                "１２７．０．０．１:443",
+                E::NumericName("１２７．０．０．１".into()),
+            ),
+            ("0X7F.1:443", E::NumericName("0X7F.1".into())),
         ];
         for (raw, want) in cases {
             assert_eq!(parse_authority(raw, None).as_ref(), Err(want), "{raw:?}");
