@@ -397,11 +397,17 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
     let mut th = TestHost::new();
     th.serve_http().await;
     let ip = [th.ns_ip];
+    let hostside = [th.host_ip];
     let p = Proxy::start(
         policy(
-            &["web.test:80"],
-            &[("web.test", &ip), ("unlisted.test", &ip)],
-            Some((&["web.test"], th.net)),
+            &["web.test:80", "hostside.test:80"],
+            &[
+                ("web.test", &ip),
+                ("unlisted.test", &ip),
+                ("hostside.test", &hostside),
+            ],
+            // The grant covers this host's own end of the veth too: it must not open it.
+            Some((&["web.test", "hostside.test"], th.net)),
         ),
         |_| {},
     )
@@ -508,6 +514,20 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
         "http://web.test:8080/secret.txt",
     ]);
     assert_eq!(curl_code(&run(c).await), "403");
+    // Allowed and granted, but it is this host's own address.
+    let mut c = client("curl");
+    c.args([
+        "-s",
+        "-p",
+        "-x",
+        &url,
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_connect}",
+        "http://hostside.test/",
+    ]);
+    assert_eq!(curl_code(&run(c).await), "403");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(th.requests().len(), before, "{:?}", th.requests());
     assert!(!th.requests().iter().any(|l| l.contains("secret")));
@@ -521,7 +541,12 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
         .iter()
         .any(|e| e.method == "GET" && e.status == 200 && e.host == "web.test"));
     let refused: Vec<_> = ev.iter().filter(|e| !e.allowed).collect();
-    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert_eq!(refused.len(), 4, "{refused:?}");
+    assert!(
+        refused[3].reason.contains("an address of this host"),
+        "{}",
+        refused[3].reason
+    );
     assert!(refused
         .iter()
         .all(|e| e.status == 403 && e.dialed.is_none()));
@@ -967,4 +992,84 @@ async fn env_vars_carry_the_secret_and_no_bypass() {
     assert_eq!(env["NO_PROXY"], "");
     assert_eq!(env["no_proxy"], "");
     p.proxy.shutdown().await;
+}
+
+/// Memory per idle tunnel (a measurement, not a pass/fail timing): opens
+/// `LOCKRUN_TUNNELS` (default 10,000) idle tunnels to a test host and
+/// reports the growth of this process's resident memory per tunnel. The
+/// client ends live in this process too, so the figure is an upper bound.
+/// Fails above 64 KiB per tunnel. Run with
+/// `cargo test -p lockrun --test proxy idle_tunnel_memory -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: opens 10,000 tunnels"]
+async fn idle_tunnel_memory() {
+    let test = "idle_tunnel_memory";
+    if !can_netns(test) {
+        return;
+    }
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let mut n: usize = std::env::var("LOCKRUN_TUNNELS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let want = (3 * n + 1024) as u64;
+    if setrlimit(Resource::RLIMIT_NOFILE, want, want).is_err() {
+        // Three descriptors per tunnel live in this process (client, proxy's two ends).
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+        let fit = usize::try_from((hard - 1024) / 3).unwrap();
+        if fit < n {
+            println!("note: {test}: descriptor limit {hard} fits {fit} tunnels, not {n}");
+            n = fit;
+        }
+    }
+    let mut th = TestHost::new();
+    let script = format!(
+        "import asyncio,resource\nresource.setrlimit(resource.RLIMIT_NOFILE,({0},{0}))\nconns=[]\nasync def h(r,w):\n  conns.append(w)\n  await r.read()\nasync def main():\n  s=await asyncio.start_server(h,'0.0.0.0',9100,backlog=4096)\n  await s.serve_forever()\nasyncio.run(main())\n",
+        n + 1024
+    );
+    let child = Command::new("ip")
+        .args(["netns", "exec", &th.ns, "python3", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    th.servers.push(child);
+    th.wait_port(9100).await;
+    let ip = [th.ns_ip];
+    let p = Proxy::start(
+        policy(
+            &["hold.test:9100"],
+            &[("hold.test", &ip)],
+            Some((&["hold.test"], th.net)),
+        ),
+        |c| {
+            c.max_connections = n + 16;
+        },
+    )
+    .await;
+    let rss = || {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split(' ').nth(1).unwrap().parse().unwrap();
+        pages * 4096
+    };
+    // Warm up the runtime and allocator with a few tunnels first.
+    let mut tunnels = Vec::with_capacity(n);
+    for _ in 0..16 {
+        tunnels.push(connect(&p, "hold.test:9100").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss();
+    for _ in 16..n {
+        tunnels.push(connect(&p, "hold.test:9100").await);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss();
+    let per = (after.saturating_sub(before)) / (n as u64 - 16);
+    println!(
+        "idle tunnels: {n}; resident growth {} KiB; {per} bytes per tunnel (proxy + client ends)",
+        (after - before) / 1024
+    );
+    assert!(per <= 64 * 1024, "{per} bytes per idle tunnel");
+    drop(tunnels);
 }

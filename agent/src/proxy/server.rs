@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -526,21 +527,31 @@ pub async fn tunnel(a: TcpStream, b: TcpStream, idle: Duration) -> io::Result<()
     }
 }
 
-async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    mut r: R,
-    mut w: W,
+/// One direction of a tunnel. The buffer exists only while bytes are
+/// flowing: an idle tunnel waits on readiness and holds no buffer at all.
+async fn pump(
+    r: OwnedReadHalf,
+    mut w: OwnedWriteHalf,
     last: &AtomicU64,
     start: Instant,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; TUNNEL_BUF];
     loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            w.shutdown().await?;
-            return Ok(());
+        r.readable().await?;
+        let mut buf = vec![0u8; TUNNEL_BUF];
+        loop {
+            match r.try_read(&mut buf) {
+                Ok(0) => {
+                    w.shutdown().await?;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    w.write_all(&buf[..n]).await?;
+                    last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
         }
-        w.write_all(&buf[..n]).await?;
-        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 }
 
