@@ -13,7 +13,15 @@
 //! Tests that need root and `ip netns` print `skipped: <test>: <reason>` when
 //! they cannot run, and fail instead under `CI=true`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Tests read top to bottom as scenarios: long bodies and local imports are fine here.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    clippy::items_after_statements,
+    clippy::manual_assert,
+    clippy::struct_field_names
+)]
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -848,7 +856,7 @@ async fn over_max_connections_answers_503() {
         c.head_timeout = Duration::from_secs(5);
     })
     .await;
-    let _holder = TcpStream::connect(p.addr()).await.unwrap();
+    let holder = TcpStream::connect(p.addr()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (status, answer) = raw(
         p.addr(),
@@ -857,7 +865,7 @@ async fn over_max_connections_answers_503() {
     .await;
     assert_eq!(status, 503, "{answer}");
     assert!(answer.contains("max_connections = 1"), "{answer}");
-    drop(_holder);
+    drop(holder);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The slot is free again: the next request gets a policy answer.
     let (status, _) = raw(

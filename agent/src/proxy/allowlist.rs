@@ -108,6 +108,7 @@ pub fn check_ip(net: &NetworkPolicy, addr: IpAddr, port: Port) -> Verdict {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,33 +28,33 @@ use crate::policy::{HostName, NetworkPolicy};
 pub enum Range {
     Loopback,
     Unspecified,
-    /// 0.0.0.0/8 ("this network").
+    /// `0.0.0.0/8` ("this network").
     ThisNetwork,
-    /// RFC 1918: 10/8, 172.16/12, 192.168/16.
+    /// RFC 1918: `10/8`, `172.16/12`, `192.168/16`.
     Private,
-    /// 100.64.0.0/10, carrier-grade NAT.
+    /// `100.64.0.0/10`, carrier-grade NAT.
     SharedCgnat,
-    /// 169.254/16 and fe80::/10 (cloud metadata lives here).
+    /// `169.254/16` and `fe80::/10` (cloud metadata lives here).
     LinkLocal,
-    /// 192.0.0.0/24, IETF protocol assignments.
+    /// `192.0.0.0/24`, IETF protocol assignments.
     IetfProtocol,
-    /// 192.88.99.0/24, the deprecated 6to4 relay anycast.
+    /// `192.88.99.0/24`, the deprecated 6to4 relay anycast.
     Relay6to4,
-    /// 240.0.0.0/4 (without the broadcast address).
+    /// `240.0.0.0/4` (without the broadcast address).
     Reserved,
     Broadcast,
     Multicast,
-    /// 192.0.2/24, 198.51.100/24, 203.0.113/24, 2001:db8::/32.
+    /// `192.0.2/24`, `198.51.100/24`, `203.0.113/24`, `2001:db8::/32`.
     Documentation,
-    /// 198.18/15, 2001:2::/48.
+    /// `198.18/15`, `2001:2::/48`.
     Benchmarking,
-    /// fc00::/7.
+    /// `fc00::/7`.
     UniqueLocal,
-    /// fec0::/10, deprecated site-local.
+    /// `fec0::/10`, deprecated site-local.
     SiteLocal,
-    /// 100::/64, discard-only.
+    /// `100::/64`, discard-only.
     Discard,
-    /// 64:ff9b:1::/48, local-use NAT64.
+    /// `64:ff9b:1::/48`, local-use NAT64.
     Nat64Local,
 }
 
@@ -135,9 +136,8 @@ fn classify_v4(a: Ipv4Addr) -> Option<Range> {
         [0, 0, 0, 0] => Range::Unspecified,
         [0, ..] => Range::ThisNetwork,
         [127, ..] => Range::Loopback,
-        [10, ..] => Range::Private,
+        [10, ..] | [192, 168, ..] => Range::Private,
         [172, b, ..] if (16..32).contains(&b) => Range::Private,
-        [192, 168, ..] => Range::Private,
         [169, 254, ..] => Range::LinkLocal,
         [255, 255, 255, 255] => Range::Broadcast,
         _ if in_net([100, 64, 0, 0], 10) => Range::SharedCgnat,
@@ -234,11 +234,11 @@ pub enum AddrRefusal {
 
 /// Judge one address for `name` (the requested name, or the listed IP
 /// literal's name): `Ok` when it may be dialed.
-pub fn check_addr(
+pub fn check_addr<S: BuildHasher>(
     net: &NetworkPolicy,
     name: &HostName,
     addr: IpAddr,
-    own: &HashSet<IpAddr>,
+    own: &HashSet<IpAddr, S>,
 ) -> Result<(), AddrRefusal> {
     let special = classify(addr);
     let inner = match special.and_then(|s| s.via) {
@@ -264,11 +264,11 @@ pub fn check_addr(
 }
 
 /// Judge a whole answer: every address must pass, or none is used.
-pub fn check_answer(
+pub fn check_answer<S: BuildHasher>(
     net: &NetworkPolicy,
     name: &HostName,
     addrs: &[IpAddr],
-    own: &HashSet<IpAddr>,
+    own: &HashSet<IpAddr, S>,
 ) -> Result<(), AddrRefusal> {
     addrs
         .iter()
@@ -329,6 +329,7 @@ fn read_own() -> Result<HashSet<IpAddr>, nix::Error> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::policy::{HostPattern, IpNet, PrivateGrant};

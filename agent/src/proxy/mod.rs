@@ -122,7 +122,7 @@ impl ProxyConfig {
     pub fn new(network: NetworkPolicy, audit: Arc<AuditLog>, resolver: Arc<dyn Resolver>) -> Self {
         Self {
             network,
-            idle_tunnel: Duration::from_secs(900),
+            idle_tunnel: Duration::from_mins(15),
             max_connections: 256,
             audit,
             resolver,

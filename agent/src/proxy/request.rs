@@ -250,6 +250,7 @@ impl HeadError {
 
 /// Parse a request head from the start of `buf`. `Ok(None)` means more bytes
 /// are needed (and `buf` is still under [`MAX_HEAD`]).
+#[allow(clippy::too_many_lines)] // one linear pass over the headers reads best whole
 pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut raw);
@@ -270,9 +271,8 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     }
     let method = req.method.unwrap_or_default().to_owned();
     let path = req.path.unwrap_or_default();
-    let minor = match req.version {
-        Some(v @ (0 | 1)) => v,
-        _ => return Err(HeadError::Version),
+    let Some(minor @ (0 | 1)) = req.version else {
+        return Err(HeadError::Version);
     };
 
     let kind = if method == "CONNECT" {
@@ -428,6 +428,7 @@ fn parse_absolute(uri: &str) -> Result<Kind, HeadError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

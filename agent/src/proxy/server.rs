@@ -118,7 +118,11 @@ pub(crate) fn random_secret() -> io::Result<String> {
     use std::io::Read;
     let mut b = [0u8; 16];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    Ok(b.iter().fold(String::with_capacity(32), |mut s, x| {
+        s.push(char::from(b"0123456789abcdef"[usize::from(x >> 4)]));
+        s.push(char::from(b"0123456789abcdef"[usize::from(x & 15)]));
+        s
+    }))
 }
 
 /// Standard base64 with padding.
@@ -310,6 +314,7 @@ async fn refuse_and_close(client: &mut BufReader<TcpStream>, status: u16, reason
 /// A refusal: status and reason.
 struct Refusal(u16, String);
 
+#[allow(clippy::too_many_lines)] // the gates in order, each with its refusal
 async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
     let mut client = BufReader::with_capacity(TUNNEL_BUF, stream);
     let mut first_byte = shared.head_timeout;
@@ -665,6 +670,7 @@ enum Framing {
     UntilClose,
 }
 
+#[allow(clippy::too_many_lines)] // request out, response back, in order
 async fn forward_inner(
     shared: &Shared,
     client: &mut BufReader<TcpStream>,
@@ -961,6 +967,7 @@ async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
