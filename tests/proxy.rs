@@ -999,7 +999,20 @@ async fn env_vars_carry_the_secret_and_no_bypass() {
     }
     assert_eq!(env["NO_PROXY"], "");
     assert_eq!(env["no_proxy"], "");
+    let addr = p.addr();
     p.proxy.shutdown().await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still listening after shutdown"
+    );
+    // Loopback only.
+    let audit = Arc::new(AuditLog::open(None).unwrap());
+    let mut config = ProxyConfig::new(NetworkPolicy::default(), audit, Arc::new(NoResolver));
+    config.listen = "0.0.0.0:0".parse().unwrap();
+    assert!(matches!(
+        RunningProxy::start(config).await,
+        Err(lockrun::proxy::ProxyError::NotLoopback(_))
+    ));
 }
 
 /// Memory per idle tunnel (a measurement, not a pass/fail timing): opens
@@ -1080,4 +1093,103 @@ async fn idle_tunnel_memory() {
     );
     assert!(per <= 64 * 1024, "{per} bytes per idle tunnel");
     drop(tunnels);
+}
+
+/// A chunked POST and a chunked response, twice on one client connection:
+/// the body framing survives the proxy both ways, the connection is reused,
+/// and no `Proxy-*` or hop-by-hop header (the run's secret!) reaches the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_bodies_are_relayed_and_proxy_headers_stripped() {
+    let test = "chunked_bodies_are_relayed_and_proxy_headers_stripped";
+    if !can_netns(test) {
+        return;
+    }
+    let mut th = TestHost::new();
+    let script = r#"
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def do_POST(self):
+        if self.headers.get('Transfer-Encoding', '').lower() == 'chunked':
+            body = b''
+            while True:
+                n = int(self.rfile.readline().split(b';')[0], 16)
+                if n == 0:
+                    while self.rfile.readline() not in (b'\r\n', b'\n', b''):
+                        pass
+                    break
+                body += self.rfile.read(n)
+                self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get('Content-Length', '0')))
+        leaked = [k for k in self.headers.keys() if k.lower().startswith('proxy-') or k.lower() in ('keep-alive', 'te', 'upgrade')]
+        msg = b'got %d bytes, leaked: %s\n' % (len(body), (','.join(leaked) or 'none').encode())
+        self.send_response(200)
+        self.send_header('Transfer-Encoding', 'chunked')
+        self.end_headers()
+        half = len(msg) // 2
+        self.wfile.write(b'%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n' % (half, msg[:half], len(msg) - half, msg[half:]))
+    def log_message(self, fmt, *args):
+        sys.stderr.write('"' + self.requestline + '"\n')
+        sys.stderr.flush()
+http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
+"#;
+    let log = std::fs::File::create(th.access_log()).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &th.ns, "python3", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    th.servers.push(child);
+    th.wait_port(8080).await;
+    let ip = [th.ns_ip];
+    let p = Proxy::start(
+        policy(
+            &["post.test:8080"],
+            &[("post.test", &ip)],
+            Some((&["post.test"], th.net)),
+        ),
+        |_| {},
+    )
+    .await;
+    let data = Scratch::new("post");
+    let file = data.0.join("body");
+    std::fs::write(&file, vec![b'x'; 300_000]).unwrap();
+    let mut c = client("curl");
+    c.args([
+        "-sS",
+        "-x",
+        &p.proxy.url(),
+        "-H",
+        "Transfer-Encoding: chunked",
+        "-H",
+        "Proxy-Connection: keep-alive",
+        "--data-binary",
+    ])
+    .arg(format!("@{}", file.display()))
+    .args([
+        "-w",
+        "connects=%{num_connects}\n",
+        "http://post.test:8080/a",
+        "http://post.test:8080/b",
+    ]);
+    let out = run(c).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "got 300000 bytes, leaked: none\nconnects=1\ngot 300000 bytes, leaked: none\nconnects=0\n"
+    );
+    let ev = p.events();
+    assert_eq!(
+        ev.iter()
+            .filter(|e| e.allowed && e.method == "POST" && e.status == 200)
+            .count(),
+        2,
+        "{ev:?}"
+    );
 }

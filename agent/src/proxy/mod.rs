@@ -85,6 +85,8 @@ pub enum ProxyError {
     Secret(std::io::Error),
     #[error("run.max_connections is 0: the proxy could serve nothing")]
     NoConnections,
+    #[error("the proxy listens on loopback only, not {0}")]
+    NotLoopback(SocketAddr),
 }
 
 /// Everything the proxy needs from the run.
@@ -146,6 +148,9 @@ impl RunningProxy {
     pub async fn start(config: ProxyConfig) -> Result<Self, ProxyError> {
         if config.max_connections == 0 {
             return Err(ProxyError::NoConnections);
+        }
+        if !config.listen.ip().is_loopback() {
+            return Err(ProxyError::NotLoopback(config.listen));
         }
         let secret = server::random_secret().map_err(ProxyError::Secret)?;
         let listener = tokio::net::TcpListener::bind(config.listen)
