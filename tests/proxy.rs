@@ -1193,3 +1193,65 @@ http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
         "{ev:?}"
     );
 }
+
+/// Upstream failures: a port with nothing listening is 502; an address that
+/// never answers (on-link, but no host answers ARP for it) is 504 after the
+/// connect timeout. Both audited as allowed by policy (not refusals), nothing dialed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_refusal_is_502_and_silence_is_504() {
+    let test = "upstream_refusal_is_502_and_silence_is_504";
+    if !can_netns(test) {
+        return;
+    }
+    let th = TestHost::new();
+    // 10.213.X.4/30 is on-link through our veth end, but nobody owns .5.
+    let IpAddr::V4(ns4) = th.ns_ip else {
+        unreachable!()
+    };
+    let o = ns4.octets();
+    let silent: IpAddr = format!("{}.{}.{}.5", o[0], o[1], o[2]).parse().unwrap();
+    sh(&[
+        "ip",
+        "route",
+        "add",
+        &format!("{}.{}.{}.4/30", o[0], o[1], o[2]),
+        "dev",
+        &th.here,
+    ]);
+    let grant = IpNet::parse(&format!("{}.{}.{}.0/29", o[0], o[1], o[2])).unwrap();
+    let ip = [th.ns_ip];
+    let silent = [silent];
+    let p = Proxy::start(
+        policy(
+            &["closed.test:81", "silent.test:80"],
+            &[("closed.test", &ip), ("silent.test", &silent)],
+            Some((&["closed.test", "silent.test"], grant)),
+        ),
+        |c| c.connect_timeout = Duration::from_secs(1),
+    )
+    .await;
+    let a = p.auth();
+    let (status, answer) = raw(
+        p.addr(),
+        format!("CONNECT closed.test:81 HTTP/1.1\r\n{a}\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 502, "{answer}");
+    assert!(
+        answer.contains("cannot connect") && answer.contains("refused"),
+        "{answer}"
+    );
+    let (status, answer) = raw(
+        p.addr(),
+        format!("GET http://silent.test/ HTTP/1.1\r\nHost: silent.test\r\n{a}\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 504, "{answer}");
+    assert!(answer.contains("timed out"), "{answer}");
+    let ev = p.events();
+    assert_eq!(
+        ev.iter().map(|e| e.status).collect::<Vec<_>>(),
+        vec![502, 504]
+    );
+    assert!(ev.iter().all(|e| e.allowed && e.dialed.is_none()), "{ev:?}");
+}

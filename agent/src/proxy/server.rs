@@ -312,7 +312,8 @@ async fn refuse_and_close(client: &mut BufReader<TcpStream>, status: u16, reason
 }
 
 /// A refusal: status and reason.
-struct Refusal(u16, String);
+#[derive(Debug)]
+pub(crate) struct Refusal(u16, String);
 
 #[allow(clippy::too_many_lines)] // the gates in order, each with its refusal
 async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
@@ -372,22 +373,23 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                 return;
             }
         };
+        let allowed_by = format!("allowed by `{rule}`");
         let (upstream, dialed) = match dial(&addrs, shared.connect_timeout).await {
             Ok(u) => u,
             Err(Refusal(status, reason)) => {
+                // The policy allowed it; the upstream failed. Not a refusal.
                 shared.record(
                     &head.method,
                     Some(&target),
                     None,
-                    false,
-                    reason.clone(),
+                    true,
+                    format!("{allowed_by}; upstream: {reason}"),
                     status,
                 );
-                refuse_and_close(&mut client, status, &reason).await;
+                refuse_and_close(&mut client, status, &format!("upstream: {reason}")).await;
                 return;
             }
         };
-        let allowed_by = format!("allowed by `{rule}`");
         match &head.kind {
             Kind::Connect(_) => {
                 shared.record(
@@ -493,21 +495,53 @@ async fn decide(
     ))
 }
 
-/// Gate 6: dial the checked addresses themselves, in order.
-async fn dial(addrs: &[SocketAddr], timeout: Duration) -> Result<(TcpStream, SocketAddr), Refusal> {
+/// How long a dial attempt gets before the next address is tried alongside
+/// (happy eyeballs, RFC 8305's recommended delay).
+const STAGGER: Duration = Duration::from_millis(250);
+
+/// Gate 6: dial the checked addresses themselves, in order: the next
+/// attempt starts when the previous one fails or after [`STAGGER`], the
+/// first connection wins and the others are dropped. Each attempt has
+/// `timeout`.
+pub(crate) async fn dial(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), Refusal> {
+    let mut attempts = JoinSet::new();
+    let mut next = 0;
     let mut errors = Vec::new();
     let mut all_timed_out = true;
-    for a in addrs {
-        match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                return Ok((s, *a));
+    loop {
+        if attempts.is_empty() {
+            let Some(&a) = addrs.get(next) else { break };
+            next += 1;
+            attempts.spawn(async move {
+                (
+                    a,
+                    tokio::time::timeout(timeout, TcpStream::connect(a)).await,
+                )
+            });
+            continue;
+        }
+        let more = next < addrs.len();
+        tokio::select! {
+            Some(done) = attempts.join_next() => match done {
+                Ok((a, Ok(Ok(s)))) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok((s, a));
+                }
+                Ok((a, Ok(Err(e)))) => {
+                    all_timed_out = false;
+                    errors.push(format!("{a}: {e}"));
+                }
+                Ok((a, Err(_))) => errors.push(format!("{a}: timed out after {} s", timeout.as_secs())),
+                Err(e) => errors.push(format!("dial task: {e}")),
+            },
+            () = tokio::time::sleep(STAGGER), if more => {
+                let a = addrs[next];
+                next += 1;
+                attempts.spawn(async move { (a, tokio::time::timeout(timeout, TcpStream::connect(a)).await) });
             }
-            Ok(Err(e)) => {
-                all_timed_out = false;
-                errors.push(format!("{a}: {e}"));
-            }
-            Err(_) => errors.push(format!("{a}: timed out after {} s", timeout.as_secs())),
         }
     }
     let status = if all_timed_out { 504 } else { 502 };
@@ -984,6 +1018,21 @@ mod tests {
         ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
+    }
+
+    #[tokio::test]
+    async fn dial_takes_the_next_address_when_one_fails() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let good = listener.local_addr().unwrap();
+        let closed = {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap()
+        };
+        let (_, dialed) = dial(&[closed, good], Duration::from_secs(2)).await.unwrap();
+        assert_eq!(dialed, good);
+        let Refusal(status, why) = dial(&[closed], Duration::from_secs(2)).await.unwrap_err();
+        assert_eq!(status, 502);
+        assert!(why.contains(&closed.to_string()), "{why}");
     }
 
     #[tokio::test]
