@@ -1,0 +1,1064 @@
+//! The proxy server: accept, read a head, run the gates (see the
+//! [module docs](super)), then tunnel or forward. Every decision is audited.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use super::allowlist::{check_ip, check_name, literal_name, Reason, Verdict};
+use super::guard::{check_answer, OwnAddresses};
+use super::request::{parse_head, Body, HeadError, Host, Kind, RequestHead, Target, MAX_HEAD};
+use super::resolver::Resolver;
+use super::ProxyConfig;
+use crate::audit::{AuditLog, Event, ProxyEvent};
+use crate::policy::{HostName, NetworkPolicy, Port};
+
+/// Each direction of a tunnel copies through one buffer of this size.
+pub const TUNNEL_BUF: usize = 8 * 1024;
+/// Connections over the limit that still get a polite 503 at once.
+const OVERFLOW_ANSWERS: usize = 64;
+/// The longest chunk-size or trailer line accepted in a chunked body.
+const MAX_CHUNK_LINE: u64 = 4096;
+/// The largest upstream response head relayed.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// State shared by every connection of one proxy.
+pub(crate) struct Shared {
+    network: NetworkPolicy,
+    idle: Duration,
+    head_timeout: Duration,
+    connect_timeout: Duration,
+    max_connections: usize,
+    audit: Arc<AuditLog>,
+    resolver: Arc<dyn Resolver>,
+    own: OwnAddresses,
+    /// The base64 token expected after `Basic `.
+    token: Vec<u8>,
+    slots: Arc<Semaphore>,
+    overflow: Arc<Semaphore>,
+}
+
+impl Shared {
+    pub(crate) fn new(c: ProxyConfig, secret: &str) -> Self {
+        Self {
+            network: c.network,
+            idle: c.idle_tunnel,
+            head_timeout: c.head_timeout,
+            connect_timeout: c.connect_timeout,
+            max_connections: c.max_connections,
+            audit: c.audit,
+            resolver: c.resolver,
+            own: OwnAddresses::new(),
+            token: base64(format!("lockrun:{secret}").as_bytes()).into_bytes(),
+            slots: Arc::new(Semaphore::new(c.max_connections)),
+            overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
+        }
+    }
+
+    fn record(
+        &self,
+        method: &str,
+        target: Option<&Target>,
+        dialed: Option<SocketAddr>,
+        allowed: bool,
+        reason: String,
+        status: u16,
+    ) {
+        self.audit.record(Event::Proxy(ProxyEvent {
+            method: method.to_owned(),
+            host: target.map(Target::host_string).unwrap_or_default(),
+            port: target.map_or(0, |t| t.port.get()),
+            dialed,
+            allowed,
+            reason,
+            status,
+        }));
+    }
+
+    fn authorized(&self, value: Option<&[u8]>) -> bool {
+        let Some(v) = value else { return false };
+        let v = trim(v);
+        if v.len() < 6 || !v[..6].eq_ignore_ascii_case(b"basic ") {
+            return false;
+        }
+        let token = trim(&v[6..]);
+        token.len() == self.token.len()
+            && token
+                .iter()
+                .zip(&self.token)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+/// 32 hex digits from the kernel's CSPRNG.
+pub(crate) fn random_secret() -> io::Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().fold(String::with_capacity(32), |mut s, x| {
+        s.push(char::from(b"0123456789abcdef"[usize::from(x >> 4)]));
+        s.push(char::from(b"0123456789abcdef"[usize::from(x & 15)]));
+        s
+    }))
+}
+
+/// Standard base64 with padding.
+#[must_use]
+pub fn base64(input: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(A[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The accept loop; returns when `stop` fires, after closing every connection.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let mut tasks = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let shared = Arc::clone(&shared);
+                    if let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() {
+                        tasks.spawn(connection(shared, stream, permit));
+                    } else if let Ok(permit) = Arc::clone(&shared.overflow).try_acquire_owned() {
+                        tasks.spawn(too_many(shared, stream, permit));
+                    }
+                    // Beyond the overflow answers the connection is dropped unanswered.
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!("proxy accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    tasks.shutdown().await;
+}
+
+async fn too_many(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
+    let mut client = BufReader::new(stream);
+    let head = read_head(&mut client, shared.head_timeout, shared.head_timeout).await;
+    let (method, target) = match &head {
+        Ok(h) => (h.method.clone(), Some(h.target().clone())),
+        Err(_) => (String::new(), None),
+    };
+    let reason = format!(
+        "too many connections (run.max_connections = {})",
+        shared.max_connections
+    );
+    shared.record(&method, target.as_ref(), None, false, reason.clone(), 503);
+    refuse_and_close(&mut client, 503, &reason).await;
+}
+
+/// Why no request head came.
+enum ReadError {
+    /// The client closed (or went idle) between requests: nothing to answer.
+    Closed,
+    /// The head did not complete in time.
+    Timeout,
+    Head(HeadError),
+}
+
+async fn read_head<S: AsyncRead + Unpin>(
+    client: &mut BufReader<S>,
+    first_byte: Duration,
+    complete: Duration,
+) -> Result<RequestHead, ReadError> {
+    let mut head: Vec<u8> = Vec::new();
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let wait = match deadline {
+            None => tokio::time::Instant::now() + first_byte,
+            Some(d) => d,
+        };
+        let avail = match tokio::time::timeout_at(wait, client.fill_buf()).await {
+            Err(_) if deadline.is_none() => return Err(ReadError::Closed),
+            Err(_) => return Err(ReadError::Timeout),
+            Ok(Err(_)) => return Err(ReadError::Closed),
+            Ok(Ok([])) if head.is_empty() => return Err(ReadError::Closed),
+            Ok(Ok([])) => {
+                return Err(ReadError::Head(HeadError::Malformed(
+                    "connection closed mid-head".into(),
+                )))
+            }
+            Ok(Ok(a)) => a,
+        };
+        if deadline.is_none() {
+            deadline = Some(tokio::time::Instant::now() + complete);
+        }
+        let before = head.len();
+        let take = avail.len().min(MAX_HEAD + 1 - before);
+        head.extend_from_slice(&avail[..take]);
+        match parse_head(&head) {
+            Ok(Some(h)) => {
+                client.consume(h.len - before);
+                return Ok(h);
+            }
+            Ok(None) => client.consume(take),
+            Err(e) => return Err(ReadError::Head(e)),
+        }
+    }
+}
+
+fn status_text(status: u16) -> &'static str {
+    match status {
+        200 => "Connection established",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        405 => "Method Not Allowed",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    }
+}
+
+/// Answer with `status`, the reason in a header and the body, and close.
+async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, status: u16, reason: &str) -> io::Result<()> {
+    let clean: String = reason
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    let body = format!("lockrun proxy: {clean}\n");
+    let auth = if status == 407 {
+        "Proxy-Authenticate: Basic realm=\"lockrun\"\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\nX-Lockrun-Reason: {clean}\r\n{auth}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        status_text(status),
+        body.len()
+    );
+    w.write_all(head.as_bytes()).await?;
+    w.flush().await
+}
+
+/// Answer with a refusal, then close gracefully: stop writing and drain
+/// what the client already sent (briefly), so that the kernel does not
+/// answer unread bytes with a reset that would destroy the answer.
+async fn refuse_and_close(client: &mut BufReader<TcpStream>, status: u16, reason: &str) {
+    if refuse(client, status, reason).await.is_err() {
+        return;
+    }
+    let _ = client.get_mut().shutdown().await;
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut total = 0usize;
+        while total < 256 * 1024 {
+            match client.get_mut().read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+}
+
+/// A refusal: status and reason.
+#[derive(Debug)]
+pub(crate) struct Refusal(u16, String);
+
+#[allow(clippy::too_many_lines)] // the gates in order, each with its refusal
+async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
+    let mut client = BufReader::with_capacity(TUNNEL_BUF, stream);
+    let mut first_byte = shared.head_timeout;
+    loop {
+        let head = match read_head(&mut client, first_byte, shared.head_timeout).await {
+            Ok(h) => h,
+            Err(ReadError::Closed) => return,
+            Err(ReadError::Timeout) => {
+                let reason = format!(
+                    "request head not complete within {} s",
+                    shared.head_timeout.as_secs()
+                );
+                shared.record("", None, None, false, reason.clone(), 408);
+                refuse_and_close(&mut client, 408, &reason).await;
+                return;
+            }
+            Err(ReadError::Head(e)) => {
+                let status = e.status();
+                shared.record("", None, None, false, e.to_string(), status);
+                refuse_and_close(&mut client, status, &e.to_string()).await;
+                return;
+            }
+        };
+        first_byte = shared.idle;
+        if !shared.authorized(head.proxy_auth.as_deref()) {
+            let reason = if head.proxy_auth.is_some() {
+                "wrong proxy credentials"
+            } else {
+                "proxy credentials required (use the proxy URL from the environment)"
+            };
+            shared.record(
+                &head.method,
+                Some(head.target()),
+                None,
+                false,
+                reason.into(),
+                407,
+            );
+            refuse_and_close(&mut client, 407, reason).await;
+            return;
+        }
+        let target = head.target().clone();
+        let (rule, addrs) = match decide(&shared, &target).await {
+            Ok(d) => d,
+            Err(Refusal(status, reason)) => {
+                shared.record(
+                    &head.method,
+                    Some(&target),
+                    None,
+                    false,
+                    reason.clone(),
+                    status,
+                );
+                refuse_and_close(&mut client, status, &reason).await;
+                return;
+            }
+        };
+        let allowed_by = format!("allowed by `{rule}`");
+        let (upstream, dialed) = match dial(&addrs, shared.connect_timeout).await {
+            Ok(u) => u,
+            Err(Refusal(status, reason)) => {
+                // The policy allowed it; the upstream failed. Not a refusal.
+                shared.record(
+                    &head.method,
+                    Some(&target),
+                    None,
+                    true,
+                    format!("{allowed_by}; upstream: {reason}"),
+                    status,
+                );
+                refuse_and_close(&mut client, status, &format!("upstream: {reason}")).await;
+                return;
+            }
+        };
+        match &head.kind {
+            Kind::Connect(_) => {
+                shared.record(
+                    &head.method,
+                    Some(&target),
+                    Some(dialed),
+                    true,
+                    allowed_by,
+                    200,
+                );
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let mut upstream = upstream;
+                // Bytes the client sent right behind the head belong upstream.
+                let early = client.buffer().to_vec();
+                if !early.is_empty() && upstream.write_all(&early).await.is_err() {
+                    return;
+                }
+                let _ = tunnel(client.into_inner(), upstream, shared.idle).await;
+                return;
+            }
+            Kind::Forward { path, .. } => {
+                let keep = forward(
+                    &shared,
+                    &mut client,
+                    &head,
+                    path,
+                    upstream,
+                    dialed,
+                    &allowed_by,
+                )
+                .await;
+                if !keep {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Gates 3-5: allowlist, resolution, address guard. The addresses to dial.
+async fn decide(
+    shared: &Shared,
+    target: &Target,
+) -> Result<(crate::policy::HostRule, Vec<SocketAddr>), Refusal> {
+    let forbidden = |r: Reason| Refusal(403, r.to_string());
+    let (rule, name, addrs): (_, HostName, Vec<IpAddr>) = match &target.host {
+        Host::Ip(ip) => match check_ip(&shared.network, *ip, target.port) {
+            Verdict::Allow(rule) => {
+                let name =
+                    literal_name(*ip).ok_or_else(|| forbidden(Reason::IpLiteral { addr: *ip }))?;
+                (rule, name, vec![*ip])
+            }
+            Verdict::Deny(r) => return Err(forbidden(r)),
+        },
+        Host::Name(name) => match check_name(&shared.network, name, target.port) {
+            Verdict::Allow(rule) => {
+                let addrs = if let Some(fixed) = shared.network.resolve.get(name) {
+                    fixed.clone()
+                } else {
+                    match tokio::time::timeout(
+                        shared.connect_timeout,
+                        shared.resolver.resolve(name),
+                    )
+                    .await
+                    {
+                        Err(_) => return Err(Refusal(504, format!("resolving {name} timed out"))),
+                        Ok(Err(e)) => return Err(Refusal(502, e.to_string())),
+                        Ok(Ok(a)) => a,
+                    }
+                };
+                (rule, name.clone(), addrs)
+            }
+            Verdict::Deny(r) => return Err(forbidden(r)),
+        },
+    };
+    if addrs.is_empty() {
+        return Err(Refusal(502, format!("{name} has no address")));
+    }
+    let own = shared.own.get().map_err(|e| {
+        Refusal(
+            502,
+            format!("cannot read this host's addresses (getifaddrs: {e}); refusing"),
+        )
+    })?;
+    check_answer(&shared.network, &name, &addrs, &own).map_err(|refusal| {
+        forbidden(Reason::Address {
+            host: target.host_string(),
+            refusal,
+        })
+    })?;
+    Ok((
+        rule,
+        addrs
+            .into_iter()
+            .map(|a| SocketAddr::new(a, target.port.get()))
+            .collect(),
+    ))
+}
+
+/// How long a dial attempt gets before the next address is tried alongside
+/// (happy eyeballs, RFC 8305's recommended delay).
+const STAGGER: Duration = Duration::from_millis(250);
+
+/// Gate 6: dial the checked addresses themselves, in order: the next
+/// attempt starts when the previous one fails or after [`STAGGER`], the
+/// first connection wins and the others are dropped. Each attempt has
+/// `timeout`.
+pub(crate) async fn dial(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), Refusal> {
+    let mut attempts = JoinSet::new();
+    let mut next = 0;
+    let mut errors = Vec::new();
+    let mut all_timed_out = true;
+    loop {
+        if attempts.is_empty() {
+            let Some(&a) = addrs.get(next) else { break };
+            next += 1;
+            attempts.spawn(async move {
+                (
+                    a,
+                    tokio::time::timeout(timeout, TcpStream::connect(a)).await,
+                )
+            });
+            continue;
+        }
+        let more = next < addrs.len();
+        tokio::select! {
+            Some(done) = attempts.join_next() => match done {
+                Ok((a, Ok(Ok(s)))) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok((s, a));
+                }
+                Ok((a, Ok(Err(e)))) => {
+                    all_timed_out = false;
+                    errors.push(format!("{a}: {e}"));
+                }
+                Ok((a, Err(_))) => errors.push(format!("{a}: timed out after {} s", timeout.as_secs())),
+                Err(e) => errors.push(format!("dial task: {e}")),
+            },
+            () = tokio::time::sleep(STAGGER), if more => {
+                let a = addrs[next];
+                next += 1;
+                attempts.spawn(async move { (a, tokio::time::timeout(timeout, TcpStream::connect(a)).await) });
+            }
+        }
+    }
+    let status = if all_timed_out { 504 } else { 502 };
+    Err(Refusal(
+        status,
+        format!("cannot connect: {}", errors.join("; ")),
+    ))
+}
+
+/// Copy both ways until both sides have closed, forwarding each half-close
+/// as `shutdown(Write)` on the other side; give up after `idle` without a
+/// byte in either direction.
+pub async fn tunnel(a: TcpStream, b: TcpStream, idle: Duration) -> io::Result<()> {
+    let start = Instant::now();
+    let last = AtomicU64::new(0);
+    let (ar, aw) = a.into_split();
+    let (br, bw) = b.into_split();
+    let both = async { tokio::try_join!(pump(ar, bw, &last, start), pump(br, aw, &last, start)) };
+    tokio::select! {
+        r = both => r.map(|_| ()),
+        () = idle_watch(&last, start, idle) => Err(io::Error::new(io::ErrorKind::TimedOut, "tunnel idle")),
+    }
+}
+
+/// One direction of a tunnel. The buffer exists only while bytes are
+/// flowing: an idle tunnel waits on readiness and holds no buffer at all.
+async fn pump(
+    r: OwnedReadHalf,
+    mut w: OwnedWriteHalf,
+    last: &AtomicU64,
+    start: Instant,
+) -> io::Result<()> {
+    loop {
+        r.readable().await?;
+        let mut buf = vec![0u8; TUNNEL_BUF];
+        loop {
+            match r.try_read(&mut buf) {
+                Ok(0) => {
+                    w.shutdown().await?;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    w.write_all(&buf[..n]).await?;
+                    last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+async fn idle_watch(last: &AtomicU64, start: Instant, idle: Duration) {
+    loop {
+        let since_start = Duration::from_millis(last.load(Ordering::Relaxed));
+        let deadline = start + since_start + idle;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline.into()).await;
+    }
+}
+
+/// Hop-by-hop headers, never forwarded (plus those `Connection` names).
+const HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "proxy-connection",
+    "proxy-authorization",
+];
+
+fn hop_by_hop(headers: &[(String, Vec<u8>)]) -> Vec<String> {
+    let mut names: Vec<String> = HOP.iter().map(|s| (*s).to_owned()).collect();
+    for (n, v) in headers {
+        if n.eq_ignore_ascii_case("connection") {
+            for tok in String::from_utf8_lossy(v).split(',') {
+                let t = tok.trim().to_ascii_lowercase();
+                if !t.is_empty() && t != "content-length" && t != "transfer-encoding" {
+                    names.push(t);
+                }
+            }
+        }
+    }
+    names
+}
+
+fn keep_header(name: &str, hop: &[String]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !lower.starts_with("proxy-") && !hop.contains(&lower)
+}
+
+/// Forward one absolute-form request on a fresh upstream connection and
+/// relay the response. Returns whether the client connection may carry on.
+async fn forward(
+    shared: &Shared,
+    client: &mut BufReader<TcpStream>,
+    head: &RequestHead,
+    path: &str,
+    upstream: TcpStream,
+    dialed: SocketAddr,
+    allowed_by: &str,
+) -> bool {
+    let target = head.target();
+    let result = forward_inner(shared, client, head, path, upstream).await;
+    match result {
+        Ok((status, keep)) => {
+            shared.record(
+                &head.method,
+                Some(target),
+                Some(dialed),
+                true,
+                allowed_by.to_owned(),
+                status,
+            );
+            keep && head.keep_alive
+        }
+        Err(ForwardError::BeforeResponse(status, why)) => {
+            shared.record(
+                &head.method,
+                Some(target),
+                Some(dialed),
+                true,
+                format!("{allowed_by}; upstream: {why}"),
+                status,
+            );
+            refuse_and_close(client, status, &format!("upstream: {why}")).await;
+            false
+        }
+        Err(ForwardError::AfterResponse(status)) => {
+            shared.record(
+                &head.method,
+                Some(target),
+                Some(dialed),
+                true,
+                format!("{allowed_by}; relay cut short"),
+                status,
+            );
+            false
+        }
+    }
+}
+
+enum ForwardError {
+    /// Nothing was sent to the client yet: answer with this status.
+    BeforeResponse(u16, String),
+    /// The response head went out; the connection can only be closed.
+    AfterResponse(u16),
+}
+
+/// How a response body ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+#[allow(clippy::too_many_lines)] // request out, response back, in order
+async fn forward_inner(
+    shared: &Shared,
+    client: &mut BufReader<TcpStream>,
+    head: &RequestHead,
+    path: &str,
+    upstream: TcpStream,
+) -> Result<(u16, bool), ForwardError> {
+    let before =
+        |status: u16| move |e: io::Error| ForwardError::BeforeResponse(status, e.to_string());
+    let target = head.target();
+    let authority = if target.port == Port::HTTP {
+        target.host.to_string()
+    } else {
+        target.to_string()
+    };
+    let hop = hop_by_hop(&head.headers);
+    let mut out = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", head.method).into_bytes();
+    for (n, v) in &head.headers {
+        if keep_header(n, &hop) {
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    let mut upstream = BufReader::with_capacity(TUNNEL_BUF, upstream);
+    upstream.write_all(&out).await.map_err(before(502))?;
+    if head.expect_continue && head.body != Body::None {
+        client
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .map_err(before(400))?;
+    }
+    match head.body {
+        Body::None => {}
+        Body::Length(n) => copy_exact(client, &mut upstream, n, shared.idle)
+            .await
+            .map_err(before(400))?,
+        Body::Chunked => relay_chunked(client, &mut upstream, shared.idle)
+            .await
+            .map_err(before(400))?,
+    }
+    upstream.flush().await.map_err(before(502))?;
+
+    // The response head (skipping interim 1xx answers: we sent our own 100).
+    let (status, reason, headers) = loop {
+        let resp = read_response_head(&mut upstream, shared.idle).await?;
+        if (100..200).contains(&resp.0) {
+            if resp.0 == 101 {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    "upstream switched protocols".into(),
+                ));
+            }
+            continue;
+        }
+        break resp;
+    };
+    let mut framing = if head.method == "HEAD" || status == 204 || status == 304 {
+        Framing::None
+    } else {
+        Framing::UntilClose
+    };
+    if framing != Framing::None {
+        let mut length: Option<u64> = None;
+        for (n, v) in &headers {
+            if n.eq_ignore_ascii_case("transfer-encoding") {
+                framing = if String::from_utf8_lossy(v)
+                    .trim()
+                    .eq_ignore_ascii_case("chunked")
+                {
+                    Framing::Chunked
+                } else {
+                    Framing::UntilClose
+                };
+                length = None;
+                break;
+            }
+            if n.eq_ignore_ascii_case("content-length") {
+                let parsed = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok());
+                match (parsed, length) {
+                    (Some(p), None) => length = Some(p),
+                    (Some(p), Some(l)) if p == l => {}
+                    _ => {
+                        return Err(ForwardError::BeforeResponse(
+                            502,
+                            "upstream sent an invalid Content-Length".into(),
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(l) = length {
+            framing = Framing::Length(l);
+        }
+    }
+    let keep = framing != Framing::UntilClose;
+    let hop = hop_by_hop(&headers);
+    let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
+    for (n, v) in &headers {
+        if keep_header(n, &hop) {
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(if keep && head.keep_alive {
+        b"Connection: keep-alive\r\n\r\n"
+    } else {
+        b"Connection: close\r\n\r\n"
+    });
+    client
+        .write_all(&out)
+        .await
+        .map_err(|_| ForwardError::AfterResponse(status))?;
+    let relayed = match framing {
+        Framing::None => Ok(()),
+        Framing::Length(n) => copy_exact(&mut upstream, client, n, shared.idle).await,
+        Framing::Chunked => relay_chunked(&mut upstream, client, shared.idle).await,
+        Framing::UntilClose => copy_until_close(&mut upstream, client, shared.idle).await,
+    };
+    relayed.map_err(|_| ForwardError::AfterResponse(status))?;
+    client
+        .flush()
+        .await
+        .map_err(|_| ForwardError::AfterResponse(status))?;
+    Ok((status, keep))
+}
+
+type ResponseHead = (u16, String, Vec<(String, Vec<u8>)>);
+
+async fn read_response_head<S: AsyncRead + Unpin>(
+    up: &mut BufReader<S>,
+    idle: Duration,
+) -> Result<ResponseHead, ForwardError> {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let avail = match tokio::time::timeout(idle, up.fill_buf()).await {
+            Err(_) => {
+                return Err(ForwardError::BeforeResponse(
+                    504,
+                    "no response in time".into(),
+                ))
+            }
+            Ok(Err(e)) => return Err(ForwardError::BeforeResponse(502, e.to_string())),
+            Ok(Ok([])) => {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    "closed without a response".into(),
+                ))
+            }
+            Ok(Ok(a)) => a,
+        };
+        let before = buf.len();
+        let take = avail.len().min(MAX_RESPONSE_HEAD + 1 - before);
+        buf.extend_from_slice(&avail[..take]);
+        let mut raw = [httparse::EMPTY_HEADER; 128];
+        let mut resp = httparse::Response::new(&mut raw);
+        match resp.parse(&buf) {
+            Ok(httparse::Status::Complete(n)) => {
+                up.consume(n - before);
+                let status = resp.code.unwrap_or(502);
+                let reason: String = resp
+                    .reason
+                    .unwrap_or("")
+                    .chars()
+                    .filter(|c| *c == ' ' || c.is_ascii_graphic())
+                    .collect();
+                let headers = resp
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                    .collect();
+                return Ok((status, reason, headers));
+            }
+            Ok(httparse::Status::Partial) if buf.len() <= MAX_RESPONSE_HEAD => up.consume(take),
+            Ok(httparse::Status::Partial) => {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    "response head too large".into(),
+                ));
+            }
+            Err(e) => {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    format!("malformed response: {e}"),
+                ))
+            }
+        }
+    }
+}
+
+fn idle_timeout() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "idle")
+}
+
+async fn copy_exact<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    mut n: u64,
+    idle: Duration,
+) -> io::Result<()> {
+    while n > 0 {
+        let avail = tokio::time::timeout(idle, r.fill_buf())
+            .await
+            .map_err(|_| idle_timeout())??;
+        if avail.is_empty() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let take = avail.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+        w.write_all(&avail[..take]).await?;
+        r.consume(take);
+        n -= take as u64;
+    }
+    Ok(())
+}
+
+async fn copy_until_close<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    idle: Duration,
+) -> io::Result<()> {
+    loop {
+        let avail = tokio::time::timeout(idle, r.fill_buf())
+            .await
+            .map_err(|_| idle_timeout())??;
+        if avail.is_empty() {
+            return Ok(());
+        }
+        let take = avail.len();
+        w.write_all(avail).await?;
+        r.consume(take);
+    }
+}
+
+async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, idle: Duration) -> io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    tokio::time::timeout(
+        idle,
+        (&mut *r).take(MAX_CHUNK_LINE).read_until(b'\n', &mut line),
+    )
+    .await
+    .map_err(|_| idle_timeout())??;
+    if !line.ends_with(b"\r\n") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad line in chunked body",
+        ));
+    }
+    Ok(line)
+}
+
+/// Relay a chunked body verbatim, parsing just enough to find its end.
+async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    idle: Duration,
+) -> io::Result<()> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad chunk size");
+    loop {
+        let line = read_line(r, idle).await?;
+        let text = std::str::from_utf8(&line).map_err(|_| bad())?;
+        let size = text
+            .trim_end_matches("\r\n")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches([' ', '\t']);
+        if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let size = u64::from_str_radix(size, 16).map_err(|_| bad())?;
+        w.write_all(&line).await?;
+        if size == 0 {
+            loop {
+                let t = read_line(r, idle).await?;
+                w.write_all(&t).await?;
+                if t == b"\r\n" {
+                    return Ok(());
+                }
+            }
+        }
+        copy_exact(r, w, size, idle).await?;
+        let end = read_line(r, idle).await?;
+        if end != b"\r\n" {
+            return Err(bad());
+        }
+        w.write_all(&end).await?;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+    }
+
+    #[tokio::test]
+    async fn dial_takes_the_next_address_when_one_fails() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let good = listener.local_addr().unwrap();
+        let closed = {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap()
+        };
+        let (_, dialed) = dial(&[closed, good], Duration::from_secs(2)).await.unwrap();
+        assert_eq!(dialed, good);
+        let Refusal(status, why) = dial(&[closed], Duration::from_secs(2)).await.unwrap_err();
+        assert_eq!(status, 502);
+        assert!(why.contains(&closed.to_string()), "{why}");
+    }
+
+    #[tokio::test]
+    async fn chunked_relay_is_verbatim_and_stops_at_the_end() {
+        let body = b"4\r\nWiki\r\n5;ext=1\r\npedia\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+        let mut r = BufReader::new(&body[..]);
+        let mut out = Vec::new();
+        relay_chunked(&mut r, &mut out, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(out, &body[..body.len() - 4]);
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"NEXT");
+        for bad in [
+            &b"x\r\n"[..],
+            b"4\r\nWikiXX",
+            b"4\nWiki\r\n0\r\n\r\n",
+            b"-1\r\n",
+        ] {
+            let mut r = BufReader::new(bad);
+            assert!(
+                relay_chunked(&mut r, &mut Vec::new(), Duration::from_secs(1))
+                    .await
+                    .is_err()
+            );
+        }
+    }
+}
