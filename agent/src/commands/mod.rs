@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+pub mod gc;
+pub mod run;
+
 use crate::cli::{Cli, Command, PolicyCommand};
 
 /// Parse the command line and run the chosen command.
@@ -22,10 +25,10 @@ pub fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        None => 0,
+        None => run::main(&cli.run),
+        Some(Command::Gc(args)) => gc::main(&args),
         Some(
-            Command::Gc(_)
-            | Command::Policy(PolicyCommand::Show(_))
+            Command::Policy(PolicyCommand::Show(_))
             | Command::Doctor(_)
             | Command::Audit(_),
         ) => 0,
