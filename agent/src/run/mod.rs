@@ -3,8 +3,8 @@
 //! [`execute`] runs these steps, in this order; any setup failure refuses the
 //! run (exit 125, one line naming what failed), and nothing runs:
 //!
-//! 1. sweep stale run dirs (best effort, grace period respected);
-//! 2. the run dir `<state>/runs/<id>` with `tmp/` (0700) and `owner`;
+//! 1. the run dir `<state>/runs/<id>` with `tmp/` (0700) and `owner`;
+//! 2. sweep stale run dirs (best effort, grace period respected);
 //! 3. **[cgroup]** create the run's cgroup → its open `cgroup.procs` fd;
 //! 4. **[hooks]** load and attach the eBPF hooks to that cgroup, pin them;
 //! 5. **[proxy]** start the proxy → its endpoint and the `*_PROXY` env;
@@ -325,11 +325,7 @@ enum Started {
 }
 
 async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
-    // 1. sweep
     let runs_dir = policy.runs_dir();
-    if let Err(e) = gc(&runs_dir, policy.run.gc_grace) {
-        eprintln!("lockrun: warning: sweeping {}: {e}", runs_dir.display());
-    }
     // Signals are caught from here on, so that lockrun is never killed
     // between creating the run dir and removing it.
     let mut signals = Signals::new().map_err(RunError::Signals)?;
@@ -337,6 +333,11 @@ async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
     // 2. run dir (removed when `dir` drops, on every path below)
     let dir = RunDir::create(&runs_dir)?;
     let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
+
+    // 1. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 2)
+    if let Err(e) = gc(&runs_dir, policy.run.gc_grace) {
+        eprintln!("lockrun: warning: sweeping {}: {e}", runs_dir.display());
+    }
 
     // 3. SLOT(cgroup): `let cgroup = RunCgroup::create(dir.id())?;` and open
     //    its `cgroup.procs` for writing; the child joins it first thing.
