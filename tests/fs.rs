@@ -2,6 +2,7 @@
 //! binary. Each escape is judged from outside (file absent, canary unchanged,
 //! process alive and untraced) and asserts the errno the probe got inside;
 //! a control beside it must succeed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_wrap)]
 
 #[path = "support/fs.rs"]
 mod support;
@@ -9,7 +10,7 @@ mod support;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::{assert_absent, assert_canary, meta, s, World, BIN, PROBE};
@@ -431,7 +432,7 @@ fn kill_and_ptrace_of_an_outside_process_fail() {
         &[
             "sh",
             "-c",
-            &format!("sleep 300 & python3 -c \"$0\" kill $!; wait", ),
+            "sleep 300 & python3 -c \"$0\" kill $!; wait",
             PROBE,
         ],
     );
@@ -660,12 +661,12 @@ fn gc_reaps_only_dead_and_old_runs() {
     std::fs::write(young.join("owner"), "1 1\n").unwrap();
     let me = std::process::id();
     let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
-    let start = stat[stat.rfind(')').unwrap() + 1..]
+    let started = stat[stat.rfind(')').unwrap() + 1..]
         .split_whitespace()
         .nth(19)
         .unwrap()
         .to_owned();
-    std::fs::write(alive.join("owner"), format!("{me} {start}\n")).unwrap();
+    std::fs::write(alive.join("owner"), format!("{me} {started}\n")).unwrap();
     // Age the dead and alive dirs.
     for d in [&dead, &alive] {
         let ok = Command::new("touch")
@@ -682,4 +683,37 @@ fn gc_reaps_only_dead_and_old_runs() {
     assert_absent(&dead);
     assert!(young.exists(), "a young run dir was reaped");
     assert!(alive.exists(), "a live run dir was reaped");
+}
+
+#[test]
+fn typing_into_the_callers_terminal_is_refused() {
+    let w = World::new("tiocsti");
+    let pty = include_str!("support/pty.py");
+    let tiocsti = support::probe_argv(&[&["tiocsti"], &["write", "/dev/tty"]]);
+    // Control: outside, TIOCSTI on the controlling tty works (the byte is echoed).
+    let out = Command::new("python3")
+        .args(["-c", pty])
+        .args(&tiocsti)
+        .output()
+        .unwrap();
+    let control = String::from_utf8_lossy(&out.stdout);
+    assert!(control.starts_with("xok"), "control: {control:?}");
+    // Inside: refused; the pty in use stays writable.
+    let mut argv = vec![
+        BIN.to_owned(),
+        "--worktree".to_owned(),
+        s(&w.wt).to_owned(),
+        "--state-dir".to_owned(),
+        s(&w.state).to_owned(),
+        "--".to_owned(),
+    ];
+    argv.extend(tiocsti);
+    let out = Command::new("python3")
+        .args(["-c", pty])
+        .args(&argv)
+        .output()
+        .unwrap();
+    let inside = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(inside, "errno=EPERM\npwnedok\n");
+    w.assert_no_run_dirs();
 }

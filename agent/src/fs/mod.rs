@@ -263,8 +263,11 @@ impl Plan {
         Ok(true)
     }
 
+    /// Queue a rule for a fixed system path (a device), following symlinks
+    /// (`/dev/ptmx` is often `pts/ptmx`); absent ones are skipped.
     fn push_if_exists(&mut self, path: &Path, grant: Grant) -> Result<(), FsError> {
-        match self.push(path, grant) {
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        match self.push(&path, grant) {
             Err(FsError::Open { source, .. })
                 if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) =>
             {

@@ -144,22 +144,24 @@ impl Drop for RunDir {
     }
 }
 
+/// Make every dir beneath `p` writable again (0700), not following symlinks.
+fn open_up(p: &Path) {
+    if let Ok(md) = std::fs::symlink_metadata(p) {
+        if md.is_dir() {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+            if let Ok(rd) = std::fs::read_dir(p) {
+                for e in rd.flatten() {
+                    open_up(&e.path());
+                }
+            }
+        }
+    }
+}
+
 /// Remove a tree the command may have made unwritable (mode 000 dirs).
 fn remove_tree(path: &Path) {
     if std::fs::remove_dir_all(path).is_ok() {
         return;
-    }
-    fn open_up(p: &Path) {
-        if let Ok(md) = std::fs::symlink_metadata(p) {
-            if md.is_dir() {
-                let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
-                if let Ok(rd) = std::fs::read_dir(p) {
-                    for e in rd.flatten() {
-                        open_up(&e.path());
-                    }
-                }
-            }
-        }
     }
     open_up(path);
     if let Err(e) = std::fs::remove_dir_all(path) {
@@ -415,7 +417,7 @@ async fn spawn_and_wait(
             sig = signals.recv() => {
                 if let Some(pid) = pid {
                     let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::unistd::Pid::from_raw(pid.cast_signed()),
                         sig,
                     );
                 }

@@ -11,13 +11,15 @@
 //!    so threads and fork keep working.
 //! 2. **the deny list → EPERM**: tracing and cross-process memory (`ptrace`,
 //!    `process_vm_*`), `bpf`, `perf_event_open`, every mount API, `setns`,
-//!    `unshare`, `clone` with any `CLONE_NEW*` flag, the kernel keyring,
-//!    module loading, kexec, reboot, swap, `userfaultfd`, io_uring (its
+//!    `unshare`, `clone` with any `CLONE_NEW*` flag, `ioctl` `TIOCSTI` and
+//!    `TIOCLINUX` (typing into the caller's terminal, which runs once lockrun
+//!    exits; `dev.tty.legacy_tiocsti` is on here), the kernel keyring,
+//!    module loading, kexec, reboot, swap, `userfaultfd`, `io_uring` (its
 //!    `IORING_OP_SOCKET`/`OP_CONNECT` run socket creation and connects in the
 //!    kernel where this filter never sees them), and `socket`/`socketpair`
 //!    for any family but `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK`
 //!    with protocol `NETLINK_ROUTE` (read-only without `CAP_NET_ADMIN`;
-//!    `ip addr` needs it, glibc's `getaddrinfo` uses it for AI_ADDRCONFIG).
+//!    `ip addr` needs it, glibc's `getaddrinfo` uses it for `AI_ADDRCONFIG`).
 //!    Raw `AF_INET` sockets need `CAP_NET_RAW`, which is gone.
 
 use std::collections::BTreeMap;
@@ -120,6 +122,15 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
         )?])?);
     }
     rules.insert(libc::SYS_clone, clone);
+    // Typing into the terminal lockrun was started from would run commands
+    // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT).
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCSTI)?])?,
+            SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?])?,
+        ],
+    );
     for nr in [libc::SYS_socket, libc::SYS_socketpair] {
         let family_not_allowed = SeccompRule::new(vec![
             cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?,

@@ -20,7 +20,7 @@
 //! 5. **clear the ambient set**;
 //! 6. **capset** effective, permitted and inheritable to zero — last of the
 //!    capability steps, since it removes `CAP_SETPCAP`;
-//! 7. **no_new_privs** (Linux 3.5) — required by Landlock and seccomp once
+//! 7. **`no_new_privs`** (Linux 3.5) — required by Landlock and seccomp once
 //!    `CAP_SYS_ADMIN` is gone;
 //! 8. **Landlock** `landlock_restrict_self` (see [`crate::fs`]);
 //! 9. **seccomp** filters (see [`crate::seccomp`]), last, so no step above is
