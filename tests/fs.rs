@@ -42,6 +42,39 @@ impl Drop for Outside {
     }
 }
 
+/// A lockrun started in the background; killed with `SIGKILL` if the test fails first,
+/// so a failing test never leaves it holding the harness's output.
+struct Background(std::process::Child);
+
+impl Background {
+    fn sigterm(&self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+    }
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.0.try_wait().unwrap() {
+                return st;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "lockrun did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 #[test]
 fn controls_write_worktree_and_tmpdir_read_everywhere() {
     let w = World::new("controls");
@@ -308,7 +341,12 @@ fn another_runs_tmp_is_unreachable_and_sigterm_is_forwarded() {
         got = s(&got),
         ready = s(&ready)
     );
-    let mut a = w.cmd(&[], &["sh", "-c", &script]).spawn().unwrap();
+    let mut a = Background(
+        w.cmd(&[], &["sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_for("run A ready", || ready.exists());
     let runs: Vec<_> = std::fs::read_dir(w.state.join("runs"))
         .unwrap()
@@ -336,12 +374,8 @@ fn another_runs_tmp_is_unreachable_and_sigterm_is_forwarded() {
     );
     assert_absent(&a_tmp.join("pwned"));
     // SIGTERM lockrun A: forwarded to the command, which exits 7; A cleans up.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(a.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = a.wait().unwrap();
+    a.sigterm();
+    let status = a.wait();
     assert_eq!(status.code(), Some(7));
     assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "term");
     w.assert_no_run_dirs();
@@ -351,21 +385,19 @@ fn another_runs_tmp_is_unreachable_and_sigterm_is_forwarded() {
 fn sigterm_kills_a_command_that_does_not_trap_and_cleans_up() {
     let w = World::new("sigterm");
     let ready = w.wt.join("ready");
-    let mut a = w
-        .cmd(
+    let mut a = Background(
+        w.cmd(
             &[],
             &["sh", "-c", &format!("touch {}; exec sleep 300", s(&ready))],
         )
+        .stdout(std::process::Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap(),
+    );
     wait_for("ready", || ready.exists());
     std::thread::sleep(Duration::from_millis(100));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(a.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    assert_eq!(a.wait().unwrap().code(), Some(128 + 15));
+    a.sigterm();
+    assert_eq!(a.wait().code(), Some(128 + 15));
     w.assert_no_run_dirs();
 }
 
@@ -531,8 +563,7 @@ fn io_uring_is_refused_because_it_creates_sockets_seccomp_never_sees() {
     let outside = w.probe_outside(&[&["uring_socket", "packet"]]);
     if outside != ["ok"] {
         let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-            .map(|s| s.trim() != "0")
-            .unwrap_or(false);
+            .is_ok_and(|s| s.trim() != "0");
         assert!(
             disabled || outside == ["errno=ENOSYS"],
             "io_uring failed outside for an unexpected reason: {outside:?}"

@@ -1,7 +1,7 @@
 //! Helpers for the filesystem/confinement escape tests: a fresh state dir,
 //! worktree, home and outside dirs per test, the real binary, and a python
 //! probe that reports the errno it got.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::unused_self)]
 
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -13,7 +13,10 @@
 //!   allows, so a denied path is enforced by granting its siblings, on the way
 //!   down from each granted root; ancestors of a denied path get no rule of
 //!   their own and are therefore **not listable** (their entries stay
-//!   reachable by name).
+//!   reachable by name). Inside a writable tree the same holds: the dirs
+//!   between a writable root and a denied path beneath it get no rule, so
+//!   new entries cannot be made directly in them (existing entries stay
+//!   writable). A listing that fails refuses the run.
 //! - **scoping**: no signals and no abstract unix socket connects to
 //!   processes outside the sandbox (`Scope::Signal | Scope::AbstractUnixSocket`).
 //!
@@ -294,6 +297,13 @@ impl Plan {
             return Ok(());
         };
         let inner = inner.clone();
+        if !std::fs::symlink_metadata(root).is_ok_and(|m| m.is_dir()) {
+            // A file (or symlink) cannot hold the denied path: grant it as
+            // any other entry (a symlink gets nothing). Something made there
+            // later is a new inode, without a rule.
+            self.push(root, grant)?;
+            return Ok(());
+        }
         let entries = std::fs::read_dir(root).map_err(|source| FsError::List {
             path: root.to_path_buf(),
             denied: inner.clone(),

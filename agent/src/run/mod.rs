@@ -458,3 +458,31 @@ impl Signals {
 pub fn program_name(argv: &[OsString]) -> &OsStr {
     argv.first().map_or(OsStr::new(""), OsString::as_os_str)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_sort_by_start_time() {
+        let a = new_run_id();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = new_run_id();
+        assert!(a < b, "{a} {b}");
+        assert!(!a.contains('/'));
+    }
+
+    #[test]
+    fn owner_round_trips_and_is_alive() {
+        let me = Owner::current();
+        assert_eq!(Owner::parse(&me.to_line()), Some(me));
+        assert!(me.alive());
+        assert!(!Owner { start: me.start + 1, ..me }.alive());
+    }
+
+    #[test]
+    fn exit_code_is_status_or_128_plus_signal() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 128 + 9);
+    }
+}

@@ -155,3 +155,13 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
         deny.try_into().map_err(SeccompError::Compile)?,
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn filters_compile_for_this_arch() {
+        let f = super::filters().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.len(), 2);
+        assert!(f.iter().all(|p| !p.is_empty() && p.len() < u16::MAX.into()));
+    }
+}
