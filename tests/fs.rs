@@ -60,7 +60,10 @@ impl Background {
             if let Some(st) = self.0.try_wait().unwrap() {
                 return st;
             }
-            assert!(t.elapsed() < Duration::from_secs(20), "lockrun did not exit");
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "lockrun did not exit"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -714,6 +717,7 @@ fn gc_reaps_only_dead_and_old_runs() {
     assert_absent(&dead);
     assert!(young.exists(), "a young run dir was reaped");
     assert!(alive.exists(), "a live run dir was reaped");
+    std::fs::remove_dir_all(&runs).unwrap();
 }
 
 #[test]
@@ -747,4 +751,53 @@ fn typing_into_the_callers_terminal_is_refused() {
     let inside = String::from_utf8_lossy(&out.stdout);
     assert_eq!(inside, "errno=EPERM\npwnedok\n");
     w.assert_no_run_dirs();
+}
+
+#[test]
+fn an_unprivileged_caller_is_confined_the_same() {
+    let w = World::new("unpriv");
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        assert!(support::may_skip(), "setpriv missing under CI=true");
+        println!("skipped: an_unprivileged_caller_is_confined_the_same: setpriv not installed");
+        return;
+    }
+    // Everything owned by nobody, so only Landlock stands in the way.
+    for d in [&w.root, &w.wt, &w.state, &w.home, &w.data] {
+        std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+    }
+    let mut argv: Vec<String> = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        BIN,
+        "--worktree",
+        s(&w.wt),
+        "--state-dir",
+        s(&w.state),
+        "--",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    argv.extend(support::probe_argv(&[
+        &["status"],
+        &["write", s(&w.wt.join("ok"))],
+        &["write", "{TMPDIR}/ok"],
+        &["write", s(&w.data.join("pwned"))],
+    ]));
+    let out = Command::new("setpriv")
+        .args(&argv)
+        .env("HOME", &w.home)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r = String::from_utf8_lossy(&out.stdout);
+    let r: Vec<&str> = r.lines().collect();
+    for want in ["CapEff=0000000000000000", "NoNewPrivs=1", "Seccomp=2"] {
+        assert!(r.contains(&want), "{want} not in {r:?}");
+    }
+    assert_eq!(r[r.len() - 3..], ["ok", "ok", "errno=EACCES"]);
+    assert!(w.wt.join("ok").exists());
+    assert_absent(&w.data.join("pwned"));
 }

@@ -105,6 +105,10 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        // After every test: no run dir left behind.
+        if !std::thread::panicking() {
+            self.assert_no_run_dirs();
+        }
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }

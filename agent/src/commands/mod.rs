@@ -27,11 +27,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         None => run::main(&cli.run),
         Some(Command::Gc(args)) => gc::main(&args),
-        Some(
-            Command::Policy(PolicyCommand::Show(_))
-            | Command::Doctor(_)
-            | Command::Audit(_),
-        ) => 0,
+        Some(Command::Policy(PolicyCommand::Show(_)) | Command::Doctor(_) | Command::Audit(_)) => 0,
     };
     exit_code(code)
 }

@@ -56,7 +56,9 @@ pub enum FsError {
         "the kernel's Landlock ABI is {have}, the policy demands {want} (use a newer kernel, or lower run.landlock_abi knowing what is lost; lockrun will not run the command with less)"
     )]
     AbiTooOld { have: i32, want: u8 },
-    #[error("landlock_create_ruleset: {0} (this kernel cannot enforce every filesystem right of ABI 7)")]
+    #[error(
+        "landlock_create_ruleset: {0} (this kernel cannot enforce every filesystem right of ABI 7)"
+    )]
     Ruleset(#[source] landlock::RulesetError),
     #[error("landlock_add_rule for {path}: {source}")]
     Rule {

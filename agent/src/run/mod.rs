@@ -34,7 +34,9 @@ use crate::seccomp::SeccompError;
 /// Why a run could not be set up. Every variant maps to exit 125.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("creating run dir {path}: mkdir: {source} (check that --state-dir is a writable directory)")]
+    #[error(
+        "creating run dir {path}: mkdir: {source} (check that --state-dir is a writable directory)"
+    )]
     RunDir {
         path: PathBuf,
         source: std::io::Error,
@@ -354,10 +356,12 @@ async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
     // 6. Landlock ruleset and seccomp filters, both prepared here.
     let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
     let filters = crate::seccomp::filters()?;
-    let (plan, report) = crate::sys::ChildPlan::new(cgroup_procs, fs.into_fd(), filters)
-        .map_err(|source| RunError::Child {
-            what: "report pipe",
-            source,
+    let (plan, report) =
+        crate::sys::ChildPlan::new(cgroup_procs, fs.into_fd(), filters).map_err(|source| {
+            RunError::Child {
+                what: "report pipe",
+                source,
+            }
         })?;
 
     // 7. environment
@@ -477,7 +481,11 @@ mod tests {
         let me = Owner::current();
         assert_eq!(Owner::parse(&me.to_line()), Some(me));
         assert!(me.alive());
-        assert!(!Owner { start: me.start + 1, ..me }.alive());
+        assert!(!Owner {
+            start: me.start + 1,
+            ..me
+        }
+        .alive());
     }
 
     #[test]

@@ -95,7 +95,12 @@ const CLONE_NS_FLAGS: &[u64] = &[
 const NETLINK_ROUTE: u64 = 0;
 
 fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
-    Ok(SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)?)
+    Ok(SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        op,
+        value,
+    )?)
 }
 
 /// The filters, in load order: `clone3` → ENOSYS, then the deny list → EPERM.

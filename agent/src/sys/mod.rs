@@ -16,7 +16,9 @@
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
 //! 4. **drop the bounding set** (`PR_CAPBSET_DROP` for every cap up to
-//!    `cap_last_cap`) — also needs `CAP_SETPCAP`;
+//!    `cap_last_cap`) — also needs `CAP_SETPCAP`; steps 3 and 4 are skipped
+//!    when lockrun does not hold it (an unprivileged caller: nothing to drop
+//!    that exec could use, given `no_new_privs`);
 //! 5. **clear the ambient set**;
 //! 6. **capset** effective, permitted and inheritable to zero — last of the
 //!    capability steps, since it removes `CAP_SETPCAP`;
@@ -93,11 +95,27 @@ pub struct ChildPlan {
     /// Loaded in order; each is a complete filter.
     seccomp: Vec<seccompiler::BpfProgram>,
     last_cap: u32,
+    /// Whether lockrun holds `CAP_SETPCAP` (root): only then can securebits
+    /// and the bounding set be changed. An unprivileged caller has nothing
+    /// to lose there, and `no_new_privs` keeps exec from adding anything.
+    setpcap: bool,
     report: OwnedFd,
 }
 
 /// The parent's end of the report pipe.
 pub struct Report(OwnedFd);
+
+/// Whether `cap` is in this process's effective set (`/proc/self/status`).
+pub fn has_effective_cap(cap: u32) -> io::Result<bool> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no CapEff"))?;
+    let bits = u64::from_str_radix(hex.trim(), 16)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "CapEff"))?;
+    Ok(cap < 64 && bits & (1 << cap) != 0)
+}
 
 /// The highest capability number this kernel knows.
 pub fn last_cap() -> io::Result<u32> {
@@ -115,6 +133,7 @@ impl ChildPlan {
         seccomp: Vec<seccompiler::BpfProgram>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
+        let setpcap = has_effective_cap(CAP_SETPCAP)?;
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         Ok((
             Self {
@@ -122,6 +141,7 @@ impl ChildPlan {
                 landlock,
                 seccomp,
                 last_cap,
+                setpcap,
                 report: w,
             },
             Report(r),
@@ -152,28 +172,39 @@ impl ChildPlan {
         }
         // 2. close_range(3, ~0, CLOSE_RANGE_CLOEXEC)
         // SAFETY: plain syscall with integer arguments.
-        if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) }
-            != 0
+        if unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        } != 0
         {
             return Err(self.fail(Step::CloseRange));
         }
-        // 3. securebits
-        let bits: libc::c_ulong = (libc::SECBIT_NOROOT
-            | libc::SECBIT_NOROOT_LOCKED
-            | libc::SECBIT_NO_SETUID_FIXUP
-            | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
-            | libc::SECBIT_KEEP_CAPS_LOCKED
-            | libc::SECBIT_NO_CAP_AMBIENT_RAISE
-            | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) as libc::c_ulong;
-        // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } != 0 {
-            return Err(self.fail(Step::Securebits));
-        }
-        // 4. bounding set
-        for cap in 0..=self.last_cap {
+        if self.setpcap {
+            // 3. securebits
+            let bits: libc::c_ulong = (libc::SECBIT_NOROOT
+                | libc::SECBIT_NOROOT_LOCKED
+                | libc::SECBIT_NO_SETUID_FIXUP
+                | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+                | libc::SECBIT_KEEP_CAPS_LOCKED
+                | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+                | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+                as libc::c_ulong;
             // SAFETY: prctl with integer arguments.
-            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) } != 0 {
-                return Err(self.fail(Step::BoundingSet));
+            if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } != 0 {
+                return Err(self.fail(Step::Securebits));
+            }
+            // 4. bounding set
+            for cap in 0..=self.last_cap {
+                // SAFETY: prctl with integer arguments.
+                if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) }
+                    != 0
+                {
+                    return Err(self.fail(Step::BoundingSet));
+                }
             }
         }
         // 5. ambient
@@ -257,6 +288,7 @@ impl Report {
 }
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+const CAP_SETPCAP: u32 = 8;
 
 #[repr(C)]
 struct CapHeader {
