@@ -801,3 +801,36 @@ fn an_unprivileged_caller_is_confined_the_same() {
     assert!(w.wt.join("ok").exists());
     assert_absent(&w.data.join("pwned"));
 }
+
+#[test]
+fn a_deny_list_that_cannot_be_built_refuses_the_run() {
+    let w = World::new("unlistable");
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        assert!(support::may_skip(), "setpriv missing under CI=true");
+        println!("skipped: a_deny_list_that_cannot_be_built_refuses_the_run: setpriv not installed");
+        return;
+    }
+    for d in [&w.root, &w.wt, &w.state, &w.home] {
+        std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+    }
+    // A root-only dir holding a denied path: uid 65534 cannot list it, so the
+    // siblings to grant are unknown; the run must be refused, not left open.
+    let locked = w.root.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let side = w.wt.join("side-effect");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["--worktree", s(&w.wt), "--state-dir", s(&w.state)])
+        .args(["--deny-read", s(&locked.join("secret"))])
+        .args(["--", "touch", s(&side)])
+        .env("HOME", &w.home)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("listing") && err.contains("locked"), "{err}");
+    assert_absent(&side);
+}
