@@ -834,3 +834,23 @@ fn a_deny_list_that_cannot_be_built_refuses_the_run() {
     assert!(err.contains("listing") && err.contains("locked"), "{err}");
     assert_absent(&side);
 }
+
+#[test]
+fn raw_block_devices_are_unreadable() {
+    use std::os::unix::fs::FileTypeExt;
+    let w = World::new("blockdev");
+    let dev = std::fs::read_dir("/dev")
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_type().is_ok_and(|t| t.is_block_device()))
+        .map(|e| e.path());
+    let Some(dev) = dev else {
+        assert!(support::may_skip(), "no block device under /dev under CI=true");
+        println!("skipped: raw_block_devices_are_unreadable: no block device under /dev");
+        return;
+    };
+    // Control: readable outside (we are root), so a refusal inside is Landlock's.
+    assert_eq!(w.probe_outside(&[&["read", s(&dev)]]), ["ok"], "{}", dev.display());
+    let r = w.probe(&[], &[&["read", s(&dev)], &["read", "/dev/urandom"]]);
+    assert_eq!(r, ["errno=EACCES", "ok"], "{}", dev.display());
+}

@@ -47,7 +47,7 @@ def op(name, a):
     elif name == "append":
         with open(a[0], "a") as f: f.write("pwned")
     elif name == "read":
-        with open(a[0]) as f: f.read()
+        with open(a[0], "rb") as f: f.read(1)
     elif name == "listdir":
         os.listdir(a[0])
     elif name == "link":
