@@ -16,7 +16,12 @@
 //!     unpin, **[cgroup]** kill and remove, then the run dir.
 //!
 //! The bracketed steps belong to the network layer and proxy; their slots are
-//! marked `SLOT(...)` below.
+//! marked `SLOT(...)` below. Each layer's handle should tear itself down in
+//! `Drop` (like [`RunDir`]): bound in setup order inside `run`, they are
+//! dropped in reverse on every path — a `?` during setup, the command's exit,
+//! or lockrun being signalled (signals are caught from before step 1 and
+//! forwarded to the command, so lockrun always reaches its teardown unless
+//! SIGKILLed; then `gc` reaps).
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
@@ -366,6 +371,16 @@ async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
 
     // 7. environment
     let env = child_env(std::env::vars_os(), policy, dir.tmp(), &proxy_env);
+
+    // A signal that arrived during setup cancels the run before anything starts.
+    tokio::select! {
+        biased;
+        sig = signals.recv() => {
+            eprintln!("lockrun: {sig} during setup: the command was not started");
+            return Ok(128 + sig as i32);
+        }
+        () = std::future::ready(()) => {}
+    }
 
     // 8. spawn
     let started = spawn_and_wait(argv, env, plan, report, &mut signals).await?;
