@@ -21,7 +21,7 @@
 //! dropped in reverse on every path — a `?` during setup, the command's exit,
 //! or lockrun being signalled (signals are caught from before step 1 and
 //! forwarded to the command, so lockrun always reaches its teardown unless
-//! SIGKILLed; then `gc` reaps).
+//! killed with `SIGKILL`; then `gc` reaps).
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
