@@ -854,3 +854,25 @@ fn raw_block_devices_are_unreadable() {
     let r = w.probe(&[], &[&["read", s(&dev)], &["read", "/dev/urandom"]]);
     assert_eq!(r, ["errno=EACCES", "ok"], "{}", dev.display());
 }
+
+#[test]
+fn set_id_bits_cannot_be_set_even_in_the_worktree() {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new("setid");
+    let f = w.canary(&w.wt.join("tool"));
+    let r = w.probe(
+        &[],
+        &[
+            &["chmod_mode", s(&f), "4755"],
+            &["chmod_mode", s(&f), "2755"],
+            &["create_mode", s(&w.wt.join("made")), "4755"],
+            // Controls: ordinary modes.
+            &["chmod_mode", s(&f), "755"],
+            &["create_mode", s(&w.wt.join("plain")), "644"],
+        ],
+    );
+    assert_eq!(r, ["errno=EPERM", "errno=EPERM", "errno=EPERM", "ok", "ok"]);
+    assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o755);
+    assert_absent(&w.wt.join("made"));
+    assert!(w.wt.join("plain").exists());
+}

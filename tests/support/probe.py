@@ -60,6 +60,10 @@ def op(name, a):
         os.truncate(a[0], 0)
     elif name == "chmod":
         os.chmod(a[0], 0o777)
+    elif name == "chmod_mode":
+        os.chmod(a[0], int(a[1], 8))
+    elif name == "create_mode":
+        os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, int(a[1], 8)))
     elif name == "chown":
         os.chown(a[0], 0, 0)
     elif name == "utime":

@@ -5,10 +5,11 @@
 //! Compiled in the parent, loaded in the child (see [`crate::sys`]). Two
 //! filters, both default-allow:
 //!
-//! 1. **`clone3` → ENOSYS.** Its flags live in a struct seccomp cannot read,
-//!    so it cannot be told apart from a namespace-creating call. ENOSYS (not
-//!    EPERM) makes glibc fall back to `clone`, whose flags *are* checked —
-//!    so threads and fork keep working.
+//! 1. **`clone3` and `openat2` → ENOSYS.** Their flags/mode live in a struct
+//!    seccomp cannot read, so they cannot be told apart from a
+//!    namespace-creating call or a set-id file creation. ENOSYS (not EPERM)
+//!    makes glibc fall back to `clone` / callers to `openat`, whose
+//!    arguments *are* checked — so threads and fork keep working.
 //! 2. **the deny list → EPERM**: tracing and cross-process memory (`ptrace`,
 //!    `process_vm_*`), `bpf`, `perf_event_open`, every mount API, `setns`,
 //!    `unshare`, `clone` with any `CLONE_NEW*` flag, `ioctl` `TIOCSTI` and
@@ -20,7 +21,10 @@
 //!    for any family but `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK`
 //!    with protocol `NETLINK_ROUTE` (read-only without `CAP_NET_ADMIN`;
 //!    `ip addr` needs it, glibc's `getaddrinfo` uses it for `AI_ADDRCONFIG`).
-//!    Raw `AF_INET` sockets need `CAP_NET_RAW`, which is gone.
+//!    Raw `AF_INET` sockets need `CAP_NET_RAW`, which is gone. Also **set-id
+//!    mode bits** (`S_ISUID`/`S_ISGID`) in `chmod`, `fchmod`, `fchmodat(2)`,
+//!    `open`, `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
+//!    worktree would widen someone's privileges after the run.
 
 use std::collections::BTreeMap;
 
@@ -94,6 +98,9 @@ const CLONE_NS_FLAGS: &[u64] = &[
 
 const NETLINK_ROUTE: u64 = 0;
 
+/// `S_ISUID`, `S_ISGID`.
+const SET_ID_BITS: &[u64] = &[0o4000, 0o2000];
+
 fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
     Ok(SeccompCondition::new(
         arg,
@@ -107,6 +114,8 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
 pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
+    // openat2's mode is in a struct too; ENOSYS makes callers fall back to openat.
+    clone3.insert(libc::SYS_openat2, vec![]);
     let clone3 = SeccompFilter::new(
         clone3,
         SeccompAction::Allow,
@@ -127,6 +136,26 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
         )?])?);
     }
     rules.insert(libc::SYS_clone, clone);
+    // Set-id bits: a file in the worktree made setuid root would run as
+    // root for anyone outside, after the run. Refused wherever a mode is
+    // given: chmod family (mode arg) and file creation (open/creat/mknod).
+    for (nr, arg) in [
+        (libc::SYS_chmod, 1),
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (libc::SYS_fchmodat2, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_open, 2),
+        (libc::SYS_openat, 3),
+        (libc::SYS_mknod, 1),
+        (libc::SYS_mknodat, 2),
+    ] {
+        let mut r = Vec::new();
+        for bit in SET_ID_BITS {
+            r.push(SeccompRule::new(vec![cond(arg, SeccompCmpOp::MaskedEq(*bit), *bit)?])?);
+        }
+        rules.insert(nr, r);
+    }
     // Typing into the terminal lockrun was started from would run commands
     // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT).
     rules.insert(
