@@ -37,6 +37,8 @@ use seccompiler::{
 const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const ARCH: TargetArch = TargetArch::aarch64;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("lockrun's seccomp filter is written for x86_64 and aarch64");
 
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
@@ -98,6 +100,23 @@ const CLONE_NS_FLAGS: &[u64] = &[
 
 const NETLINK_ROUTE: u64 = 0;
 
+/// Syscalls that take a file mode, and the index of the mode argument.
+const MODE_ARGS: &[(i64, u8)] = &[
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_chmod, 1),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_creat, 1),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_open, 2),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_mknod, 1),
+    (libc::SYS_fchmod, 1),
+    (libc::SYS_fchmodat, 2),
+    (libc::SYS_fchmodat2, 2),
+    (libc::SYS_openat, 3),
+    (libc::SYS_mknodat, 2),
+];
+
 /// `S_ISUID`, `S_ISGID`.
 const SET_ID_BITS: &[u64] = &[0o4000, 0o2000];
 
@@ -139,17 +158,7 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     // Set-id bits: a file in the worktree made setuid root would run as
     // root for anyone outside, after the run. Refused wherever a mode is
     // given: chmod family (mode arg) and file creation (open/creat/mknod).
-    for (nr, arg) in [
-        (libc::SYS_chmod, 1),
-        (libc::SYS_fchmod, 1),
-        (libc::SYS_fchmodat, 2),
-        (libc::SYS_fchmodat2, 2),
-        (libc::SYS_creat, 1),
-        (libc::SYS_open, 2),
-        (libc::SYS_openat, 3),
-        (libc::SYS_mknod, 1),
-        (libc::SYS_mknodat, 2),
-    ] {
+    for &(nr, arg) in MODE_ARGS {
         let mut r = Vec::new();
         for bit in SET_ID_BITS {
             r.push(SeccompRule::new(vec![cond(arg, SeccompCmpOp::MaskedEq(*bit), *bit)?])?);
