@@ -884,3 +884,50 @@ fn set_id_bits_cannot_be_set_even_in_the_worktree() {
     assert_absent(&w.wt.join("made"));
     assert!(w.wt.join("plain").exists());
 }
+
+#[test]
+fn child_env_has_run_tmp_policy_env_and_the_callers() {
+    let w = World::new("env");
+    let policy = w.root.join("p.toml");
+    std::fs::write(&policy, "[env]\nAGENT_TMPDIR = \"{tmp}/agent\"\n").unwrap();
+    let out = w
+        .cmd(
+            &["--policy", s(&policy)],
+            &[
+                "sh",
+                "-c",
+                "echo \"$TMPDIR|$TMP|$TEMP|$AGENT_TMPDIR|$FROM_CALLER\"",
+            ],
+        )
+        .env("FROM_CALLER", "kept")
+        .env("TMPDIR", "/caller/tmp")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let parts: Vec<&str> = line.trim().split('|').collect();
+    let tmp = parts[0];
+    assert!(
+        tmp.starts_with(s(&w.state)) && tmp.ends_with("/tmp") && tmp.contains("/runs/"),
+        "{line}"
+    );
+    assert_eq!(parts[1..], [tmp, tmp, &format!("{tmp}/agent"), "kept"]);
+}
+
+#[test]
+fn a_run_sweeps_stale_run_dirs_past_the_grace_period() {
+    let w = World::new("sweep");
+    let stale = w.state.join("runs/000000000001.000000000-1");
+    std::fs::create_dir_all(stale.join("tmp")).unwrap();
+    std::fs::write(stale.join("owner"), "1 1\n").unwrap();
+    let ok = Command::new("touch")
+        .args(["-d", "2000-01-01", s(&stale)])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let policy = w.root.join("p.toml");
+    std::fs::write(&policy, "[run]\ngc_grace_secs = 3600\n").unwrap();
+    let out = w.run(&["--policy", s(&policy)], &["true"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_absent(&stale);
+}
