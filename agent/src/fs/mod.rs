@@ -220,18 +220,50 @@ impl FsSandbox {
     }
 }
 
-/// Denied paths, canonical when they exist (a symlinked `~/.ssh` denies its
-/// target), lexical otherwise (nothing to read there yet; the parent is still
-/// split so that creating it later does not expose it).
+/// Denied paths as written and canonical (a symlinked `~/.ssh` denies its
+/// target). A path that does not exist yet is canonicalized through its
+/// deepest existing ancestor, so that its real parent is still split and
+/// creating it later does not expose it.
 fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     for p in paths {
         out.insert(p.clone());
-        if let Ok(c) = p.canonicalize() {
-            out.insert(c);
+        let mut base = p.as_path();
+        let mut rest = Vec::new();
+        loop {
+            if let Ok(c) = base.canonicalize() {
+                out.insert(rest.iter().rev().fold(c, |acc, n| acc.join(n)));
+                break;
+            }
+            match (base.parent(), base.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_owned());
+                    base = parent;
+                }
+                _ => break,
+            }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_denied_paths_resolve_through_their_existing_ancestor() {
+        let dir = std::env::temp_dir().join(format!("lockrun-fs-unit-{}", std::process::id()));
+        let real = dir.join("real");
+        std::fs::create_dir_all(&real).unwrap_or_else(|e| panic!("{e}"));
+        let link = dir.join("link");
+        let _ = std::os::unix::fs::symlink(&real, &link);
+        let set = canonical_set(&[link.join("not-yet/secret")]);
+        let real = real.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+        assert!(set.contains(&real.join("not-yet/secret")), "{set:?}");
+        assert!(set.contains(&link.join("not-yet/secret")), "{set:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[derive(Default)]
