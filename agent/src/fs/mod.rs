@@ -28,7 +28,8 @@
 //! Not covered by Landlock (known limits, enforced elsewhere or not at all):
 //! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`) are checked only
 //! by the kernel's DAC — with every capability dropped the command can change
-//! them only on files its own uid owns; hard links that already exist outside
+//! them only on files its own uid owns (for a root caller: every root-owned
+//! file; set-id bits are refused by [`crate::seccomp`]); hard links that already exist outside
 //! a denied dir are readable through their other name.
 
 use std::collections::BTreeSet;
