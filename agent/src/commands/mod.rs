@@ -1,7 +1,9 @@
 //! One module per subcommand; `main` parses and dispatches.
 
 pub mod audit;
+pub mod gc;
 pub mod policy_show;
+pub mod run;
 
 use std::process::ExitCode;
 
@@ -25,10 +27,11 @@ pub fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        None => 0,
+        None => run::main(&cli.run),
+        Some(Command::Gc(args)) => gc::main(&args),
         Some(Command::Audit(a)) => audit::run(&a),
         Some(Command::Policy(PolicyCommand::Show(a))) => policy_show::run(&a),
-        Some(Command::Gc(_) | Command::Doctor(_)) => 0,
+        Some(Command::Doctor(_)) => 0,
     };
     exit_code(code)
 }

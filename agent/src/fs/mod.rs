@@ -1,31 +1,392 @@
-//! Filesystem confinement with Landlock (ABI 7 pinned; kernel 6.x).
+//! Filesystem confinement with Landlock (ABI 7 pinned: Linux 6.15; scoping
+//! from ABI 6, Linux 6.12).
 //!
-//! CONTRACT (filled in by the fs work): prepared in the parent, applied in the
-//! child after fork, before exec, without allocating.
+//! What it enforces:
+//! - **writes** (every write right of ABI 7: write, truncate, remove, make
+//!   any kind of node, refer, ioctl on devices) only beneath the worktree, the
+//!   run's temp dir, `fs.writable`, and the few device files a shell needs
+//!   (`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`, `/dev/ptmx`, and the
+//!   pty on the caller's stdio — only read/write, plus `ioctl_dev` for ttys);
+//! - **reads** (read file, read dir, execute) everywhere except the denied
+//!   paths: the secret floor, `fs.deny_read`, and `<state>/runs` (other runs;
+//!   the run's own temp dir is granted again beneath it). Landlock only
+//!   allows, so a denied path is enforced by granting its siblings, on the way
+//!   down from each granted root; ancestors of a denied path get no rule of
+//!   their own and are therefore **not listable** (their entries stay
+//!   reachable by name). Inside a writable tree the same holds: the dirs
+//!   between a writable root and a denied path beneath it get no rule, so
+//!   new entries cannot be made directly in them (existing entries stay
+//!   writable). A listing that fails refuses the run.
+//! - **scoping**: no signals and no abstract unix socket connects to
+//!   processes outside the sandbox (`Scope::Signal | Scope::AbstractUnixSocket`).
+//!
+//! Every right is a hard requirement: a kernel that cannot enforce one of them
+//! (or whose ABI is below `run.landlock_abi`) refuses the run. The ruleset is
+//! built here, in the parent; the child only calls `landlock_restrict_self`
+//! on [`FsSandbox::ruleset_fd`] (see [`crate::sys`]).
+//!
+//! Not covered by Landlock (known limits, enforced elsewhere or not at all):
+//! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`) are checked only
+//! by the kernel's DAC — with every capability dropped the command can change
+//! them only on files its own uid owns (for a root caller: every root-owned
+//! file; set-id bits are refused by [`crate::seccomp`]); hard links that already exist outside
+//! a denied dir are readable through their other name.
 
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+};
+use std::os::unix::fs::OpenOptionsExt;
 
 use crate::policy::Policy;
 
+/// The ABI whose rights lockrun handles.
+const ABI_PINNED: ABI = ABI::V7;
+
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
-    #[error("not implemented yet")]
-    Todo,
-    #[error("{path}: {source}")]
-    Path {
+    #[error(
+        "Landlock is not available in this kernel ({why}) (boot with lsm=...,landlock; lockrun will not run the command unconfined)"
+    )]
+    Unavailable { why: &'static str },
+    #[error(
+        "the kernel's Landlock ABI is {have}, the policy demands {want} (use a newer kernel, or lower run.landlock_abi knowing what is lost; lockrun will not run the command with less)"
+    )]
+    AbiTooOld { have: i32, want: u8 },
+    #[error(
+        "landlock_create_ruleset: {0} (this kernel cannot enforce every filesystem right of ABI 7)"
+    )]
+    Ruleset(#[source] landlock::RulesetError),
+    #[error("landlock_add_rule for {path}: {source}")]
+    Rule {
+        path: PathBuf,
+        source: landlock::RulesetError,
+    },
+    #[error("open {path} (O_PATH|O_NOFOLLOW): {source}")]
+    Open {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("listing {path} to deny {denied}: {source} (a deny list that cannot be built refuses the run)")]
+    List {
+        path: PathBuf,
+        denied: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the ruleset has no file descriptor (Landlock unsupported)")]
+    NoFd,
 }
 
 /// A Landlock ruleset built in the parent, ready for `restrict_self` in the child.
-pub struct FsSandbox {}
+#[derive(Debug)]
+pub struct FsSandbox {
+    ruleset: OwnedFd,
+    /// What was granted, for `policy show` and debugging.
+    grants: Vec<(PathBuf, Grant)>,
+}
+
+/// The kind of rule a path received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    Read,
+    ReadWrite,
+    Device,
+    Tty,
+}
+
+fn read_rights() -> BitFlags<AccessFs> {
+    AccessFs::from_read(ABI_PINNED)
+}
+
+fn all_rights() -> BitFlags<AccessFs> {
+    AccessFs::from_all(ABI_PINNED)
+}
+
+fn rights(grant: Grant) -> BitFlags<AccessFs> {
+    match grant {
+        Grant::Read => read_rights(),
+        Grant::ReadWrite => all_rights(),
+        Grant::Device => AccessFs::ReadFile | AccessFs::WriteFile,
+        Grant::Tty => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
+    }
+}
+
+/// The kernel's Landlock ABI version, or why there is none.
+pub fn kernel_abi() -> Result<i32, FsError> {
+    match crate::sys::landlock_abi_version() {
+        Ok(v) => Ok(v),
+        Err(nix::errno::Errno::EOPNOTSUPP) => Err(FsError::Unavailable {
+            why: "compiled in but not enabled at boot",
+        }),
+        Err(_) => Err(FsError::Unavailable {
+            why: "not compiled in",
+        }),
+    }
+}
 
 impl FsSandbox {
     /// Build the ruleset for `policy`, with `run_tmp` writable and every other
     /// run under `runs_dir` unreadable.
     pub fn prepare(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Result<Self, FsError> {
-        let _ = (policy, run_tmp, runs_dir);
-        Err(FsError::Todo)
+        let have = kernel_abi()?;
+        if have < i32::from(policy.run.landlock_abi) {
+            return Err(FsError::AbiTooOld {
+                have,
+                want: policy.run.landlock_abi,
+            });
+        }
+
+        let mut denied: Vec<PathBuf> = Policy::secret_floor(&policy.home);
+        denied.extend(policy.fs.deny_read.iter().map(|p| p.resolve(run_tmp)));
+        denied.push(runs_dir.to_path_buf());
+        // Raw disks would hand out every file's bytes, whatever the deny list.
+        block_devices(Path::new("/dev"), 0, &mut denied);
+        let denied = canonical_set(&denied);
+
+        let mut writable = vec![policy.worktree.clone(), run_tmp.to_path_buf()];
+        writable.extend(policy.fs.writable.iter().map(|p| p.resolve(run_tmp)));
+
+        let mut plan = Plan::default();
+        plan.grant_except(Path::new("/"), Grant::Read, &denied)?;
+        for w in &writable {
+            // A writable path that does not exist grants nothing (like a bind
+            // of nothing); one that does is split around denied paths beneath it.
+            let Ok(canon) = w.canonicalize() else {
+                continue;
+            };
+            if canon == run_tmp || denied.iter().any(|d| canon.starts_with(d)) {
+                // Explicitly writable beneath a denied path (the run's own tmp
+                // beneath `<state>/runs`): the more specific grant wins.
+                plan.push(&canon, Grant::ReadWrite)?;
+            } else {
+                plan.grant_except(&canon, Grant::ReadWrite, &denied)?;
+            }
+        }
+        for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
+            plan.push_if_exists(Path::new(dev), Grant::Device)?;
+        }
+        plan.push_if_exists(Path::new("/dev/tty"), Grant::Tty)?;
+        plan.push_if_exists(Path::new("/dev/ptmx"), Grant::Tty)?;
+        for pty in stdio_ptys() {
+            plan.push_if_exists(&pty, Grant::Tty)?;
+        }
+
+        let mut ruleset: RulesetCreated = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(all_rights())
+            .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
+            .and_then(Ruleset::create)
+            .map_err(FsError::Ruleset)?;
+        let mut grants = Vec::with_capacity(plan.rules.len());
+        for (path, fd, grant, is_dir) in plan.rules {
+            let mut access = rights(grant);
+            if !is_dir {
+                access &= AccessFs::from_file(ABI_PINNED);
+            }
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd.as_fd(), access))
+                .map_err(|source| FsError::Rule {
+                    path: path.clone(),
+                    source,
+                })?;
+            grants.push((path, grant));
+        }
+        let fd: Option<OwnedFd> = ruleset.into();
+        Ok(Self {
+            ruleset: fd.ok_or(FsError::NoFd)?,
+            grants,
+        })
     }
+
+    /// The ruleset's descriptor, for `landlock_restrict_self` in the child.
+    #[must_use]
+    pub fn ruleset_fd(&self) -> &OwnedFd {
+        &self.ruleset
+    }
+
+    /// Every path that received a rule, and which.
+    #[must_use]
+    pub fn grants(&self) -> &[(PathBuf, Grant)] {
+        &self.grants
+    }
+
+    /// Give up the ruleset descriptor (moved into the child's plan).
+    #[must_use]
+    pub fn into_fd(self) -> OwnedFd {
+        self.ruleset
+    }
+}
+
+/// Denied paths as written and canonical (a symlinked `~/.ssh` denies its
+/// target). A path that does not exist yet is canonicalized through its
+/// deepest existing ancestor, so that its real parent is still split and
+/// creating it later does not expose it.
+fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for p in paths {
+        out.insert(p.clone());
+        let mut base = p.as_path();
+        let mut rest = Vec::new();
+        loop {
+            if let Ok(c) = base.canonicalize() {
+                out.insert(rest.iter().rev().fold(c, |acc, n| acc.join(n)));
+                break;
+            }
+            match (base.parent(), base.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_owned());
+                    base = parent;
+                }
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_denied_paths_resolve_through_their_existing_ancestor() {
+        let dir = std::env::temp_dir().join(format!("lockrun-fs-unit-{}", std::process::id()));
+        let real = dir.join("real");
+        std::fs::create_dir_all(&real).unwrap_or_else(|e| panic!("{e}"));
+        let link = dir.join("link");
+        let _ = std::os::unix::fs::symlink(&real, &link);
+        let set = canonical_set(&[link.join("not-yet/secret")]);
+        let real = real.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+        assert!(set.contains(&real.join("not-yet/secret")), "{set:?}");
+        assert!(set.contains(&link.join("not-yet/secret")), "{set:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[derive(Default)]
+struct Plan {
+    rules: Vec<(PathBuf, OwnedFd, Grant, bool)>,
+}
+
+impl Plan {
+    /// Open `path` without following a final symlink and queue a rule.
+    /// Returns false (and queues nothing) for a symlink: a rule on a symlink
+    /// that pointed into a denied dir would grant that dir.
+    fn push(&mut self, path: &Path, grant: Grant) -> Result<bool, FsError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| FsError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let ft = file
+            .metadata()
+            .map_err(|source| FsError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .file_type();
+        if ft.is_symlink() {
+            return Ok(false);
+        }
+        let fd = OwnedFd::from(file);
+        self.rules
+            .push((path.to_path_buf(), fd, grant, ft.is_dir()));
+        Ok(true)
+    }
+
+    /// Queue a rule for a fixed system path (a device), following symlinks
+    /// (`/dev/ptmx` is often `pts/ptmx`); absent ones are skipped.
+    fn push_if_exists(&mut self, path: &Path, grant: Grant) -> Result<(), FsError> {
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        match self.push(&path, grant) {
+            Err(FsError::Open { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) =>
+            {
+                Ok(())
+            }
+            r => r.map(|_| ()),
+        }
+    }
+
+    /// Grant `grant` beneath `root`, except beneath every path of `denied`:
+    /// a root with no denied path beneath it gets one rule; otherwise it is
+    /// listed and each entry handled the same way (denied entries get nothing).
+    fn grant_except(
+        &mut self,
+        root: &Path,
+        grant: Grant,
+        denied: &BTreeSet<PathBuf>,
+    ) -> Result<(), FsError> {
+        if denied.contains(root) {
+            return Ok(());
+        }
+        let Some(inner) = denied.iter().find(|d| d.starts_with(root) && *d != root) else {
+            self.push(root, grant)?;
+            return Ok(());
+        };
+        let inner = inner.clone();
+        if !std::fs::symlink_metadata(root).is_ok_and(|m| m.is_dir()) {
+            // A file (or symlink) cannot hold the denied path: grant it as
+            // any other entry (a symlink gets nothing). Something made there
+            // later is a new inode, without a rule.
+            self.push(root, grant)?;
+            return Ok(());
+        }
+        let entries = std::fs::read_dir(root).map_err(|source| FsError::List {
+            path: root.to_path_buf(),
+            denied: inner.clone(),
+            source,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| FsError::List {
+                path: root.to_path_buf(),
+                denied: inner.clone(),
+                source,
+            })?;
+            let child = root.join(entry.file_name());
+            match self.grant_except(&child, grant, denied) {
+                // Vanished between listing and opening: nothing to grant.
+                Err(FsError::Open { source, .. })
+                    if source.raw_os_error() == Some(libc::ENOENT) => {}
+                r => r?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Block devices beneath `dir` (not following symlinks), a few levels deep.
+fn block_devices(dir: &Path, depth: u8, out: &mut Vec<PathBuf>) {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_block_device() {
+            out.push(e.path());
+        } else if ft.is_dir() && depth < 3 {
+            block_devices(&e.path(), depth + 1, out);
+        }
+    }
+}
+
+/// The ptys on the caller's stdin, stdout and stderr (`/dev/pts/N`).
+fn stdio_ptys() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for fd in 0..3 {
+        if let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+            if target.starts_with("/dev/pts/") && !out.contains(&target) {
+                out.push(target);
+            }
+        }
+    }
+    out
 }

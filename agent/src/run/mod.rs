@@ -1,1 +1,511 @@
-//! The one place that orders the steps of a run.
+//! The one place that orders the steps of a run, and `gc`.
+//!
+//! [`execute`] runs these steps, in this order; any setup failure refuses the
+//! run (exit 125, one line naming what failed), and nothing runs:
+//!
+//! 1. the run dir `<state>/runs/<id>` with `tmp/` (0700) and `owner`;
+//! 2. sweep stale run dirs (best effort, grace period respected);
+//! 3. **[cgroup]** create the run's cgroup → its open `cgroup.procs` fd;
+//! 4. **[hooks]** load and attach the eBPF hooks to that cgroup, pin them;
+//! 5. **[proxy]** start the proxy → its endpoint and the `*_PROXY` env;
+//! 6. the Landlock ruleset ([`crate::fs`]) and seccomp filters ([`crate::seccomp`]);
+//! 7. the child's environment, built explicitly;
+//! 8. spawn with the child-side confinement ([`crate::sys`]) as `pre_exec`;
+//! 9. supervise: forward SIGINT/SIGTERM/SIGHUP, wait;
+//! 10. teardown, in reverse, on every path: **[proxy]** stop, **[hooks]**
+//!     unpin, **[cgroup]** kill and remove, then the run dir.
+//!
+//! The bracketed steps belong to the network layer and proxy; their slots are
+//! marked `SLOT(...)` below. Each layer's handle should tear itself down in
+//! `Drop` (like [`RunDir`]): bound in setup order inside `run`, they are
+//! dropped in reverse on every path — a `?` during setup, the command's exit,
+//! or lockrun being signalled (signals are caught from before step 1 and
+//! forwarded to the command, so lockrun always reaches its teardown unless
+//! killed with `SIGKILL`; then `gc` reaps).
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::exit;
+use crate::fs::{FsError, FsSandbox};
+use crate::policy::Policy;
+use crate::seccomp::SeccompError;
+
+/// Why a run could not be set up. Every variant maps to exit 125.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(
+        "creating run dir {path}: mkdir: {source} (check that --state-dir is a writable directory)"
+    )]
+    RunDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {path}: {source} (check that --state-dir is writable)")]
+    Owner {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("filesystem sandbox: {0}")]
+    Fs(#[from] FsError),
+    #[error("seccomp: {0}")]
+    Seccomp(#[from] SeccompError),
+    #[error("preparing the child: {what}: {source}")]
+    Child {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("confining the command: {} failed: {source} (the kernel refused a restriction; see `lockrun doctor`)", step.describe())]
+    Confine {
+        step: crate::sys::Step,
+        source: std::io::Error,
+    },
+    #[error("starting the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("installing signal handlers: sigaction: {0}")]
+    Signals(#[source] std::io::Error),
+    #[error("waiting for the command: wait4: {0}")]
+    Wait(#[source] std::io::Error),
+}
+
+/// A run id: unique and sortable by start time (`<secs>.<nanos>-<pid>`).
+#[must_use]
+pub fn new_run_id() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "{:012}.{:09}-{}",
+        now.as_secs(),
+        now.subsec_nanos(),
+        std::process::id()
+    )
+}
+
+/// The run's directory; removed when dropped (every path, incl. a panic).
+pub struct RunDir {
+    root: PathBuf,
+    tmp: PathBuf,
+    id: String,
+}
+
+impl RunDir {
+    /// Create `<runs>/<id>/tmp` (0700, parents created) and `<runs>/<id>/owner`.
+    pub fn create(runs_dir: &Path) -> Result<Self, RunError> {
+        let id = new_run_id();
+        let root = runs_dir.join(&id);
+        let tmp = root.join("tmp");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(runs_dir)
+            .and_then(|()| std::fs::DirBuilder::new().mode(0o700).create(&root))
+            .map_err(|source| RunError::RunDir {
+                path: root.clone(),
+                source,
+            })?;
+        // From here on the guard removes what was made.
+        let mut dir = Self {
+            root: root.clone(),
+            tmp: tmp.clone(),
+            id,
+        };
+        let owner = root.join("owner");
+        std::fs::write(&owner, Owner::current().to_line()).map_err(|source| RunError::Owner {
+            path: owner.clone(),
+            source,
+        })?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&tmp)
+            .map_err(|source| RunError::RunDir {
+                path: tmp.clone(),
+                source,
+            })?;
+        // Canonical, so that Landlock rules and TMPDIR name the same inode path.
+        if let Ok(c) = tmp.canonicalize() {
+            dir.tmp = c;
+        }
+        Ok(dir)
+    }
+
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    #[must_use]
+    pub fn tmp(&self) -> &Path {
+        &self.tmp
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        remove_tree(&self.root);
+    }
+}
+
+/// Make every dir beneath `p` writable again (0700), not following symlinks.
+fn open_up(p: &Path) {
+    if let Ok(md) = std::fs::symlink_metadata(p) {
+        if md.is_dir() {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+            if let Ok(rd) = std::fs::read_dir(p) {
+                for e in rd.flatten() {
+                    open_up(&e.path());
+                }
+            }
+        }
+    }
+}
+
+/// Remove a tree the command may have made unwritable (mode 000 dirs).
+fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() {
+        return;
+    }
+    open_up(path);
+    if let Err(e) = std::fs::remove_dir_all(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("lockrun: warning: removing {}: {e}", path.display());
+        }
+    }
+}
+
+/// Who owns a run dir: a lockrun pid and its start time (clock ticks after
+/// boot, field 22 of `/proc/<pid>/stat`), so a reused pid is not mistaken
+/// for the owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl Owner {
+    #[must_use]
+    pub fn current() -> Self {
+        let pid = std::process::id();
+        Self {
+            pid,
+            start: start_time(pid).unwrap_or(0),
+        }
+    }
+
+    fn to_line(self) -> String {
+        format!("{} {}\n", self.pid, self.start)
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        let mut it = s.split_whitespace();
+        Some(Self {
+            pid: it.next()?.parse().ok()?,
+            start: it.next()?.parse().ok()?,
+        })
+    }
+
+    /// Whether this very process is still running.
+    #[must_use]
+    pub fn alive(self) -> bool {
+        start_time(self.pid) == Some(self.start)
+    }
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    // Fields after the comm start at field 3 (state); starttime is field 22.
+    after.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// What `gc` did.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    pub reaped: Vec<PathBuf>,
+    pub kept_alive: usize,
+    pub kept_young: usize,
+}
+
+/// Reap run dirs under `runs_dir` whose lockrun is gone, once older than
+/// `grace` (by the dir's modification time). A missing `runs_dir` is empty.
+pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
+    let mut report = GcReport::default();
+    let entries = match std::fs::read_dir(runs_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(e),
+    };
+    let now = SystemTime::now();
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        let Ok(md) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !md.is_dir() {
+            continue;
+        }
+        let owner = std::fs::read_to_string(path.join("owner"))
+            .ok()
+            .and_then(|s| Owner::parse(&s));
+        if owner.is_some_and(Owner::alive) {
+            report.kept_alive += 1;
+            continue;
+        }
+        let age = md
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default();
+        if age < grace {
+            report.kept_young += 1;
+            continue;
+        }
+        // SLOT(cgroup/hooks): reap the run's cgroup and pinned links by id here.
+        remove_tree(&path);
+        report.reaped.push(path);
+    }
+    Ok(report)
+}
+
+/// The child's environment: the caller's, then TMPDIR/TMP/TEMP, the
+/// policy's `[env]`, and the proxy's variables — later entries win.
+#[must_use]
+pub fn child_env(
+    inherited: impl IntoIterator<Item = (OsString, OsString)>,
+    policy: &Policy,
+    tmp: &Path,
+    proxy_env: &[(OsString, OsString)],
+) -> Vec<(OsString, OsString)> {
+    let mut env: std::collections::BTreeMap<OsString, OsString> = inherited.into_iter().collect();
+    for k in ["TMPDIR", "TMP", "TEMP"] {
+        env.insert(k.into(), tmp.as_os_str().to_owned());
+    }
+    for (k, v) in &policy.env {
+        env.insert(k.into(), v.render(tmp).into());
+    }
+    for (k, v) in proxy_env {
+        env.insert(k.clone(), v.clone());
+    }
+    env.into_iter().collect()
+}
+
+/// The exit status lockrun reports for the command's status.
+#[must_use]
+pub fn exit_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(exit::SETUP)
+}
+
+/// Run `argv` under `policy`; returns lockrun's exit status. Prints one line
+/// on stderr for any failure of its own.
+#[must_use]
+pub fn execute(policy: &Policy, argv: &[OsString]) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return refuse(&RunError::Runtime(e)),
+    };
+    match rt.block_on(run(policy, argv)) {
+        Ok(code) => code,
+        Err(e) => refuse(&e),
+    }
+}
+
+fn refuse(e: &RunError) -> i32 {
+    eprintln!("lockrun: {e}");
+    exit::SETUP
+}
+
+/// How the command ended, or why it never started.
+enum Started {
+    Exited(ExitStatus),
+    NotFound(std::io::Error),
+    NotExecutable(std::io::Error),
+}
+
+async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
+    let runs_dir = policy.runs_dir();
+    // Signals are caught from here on, so that lockrun is never killed
+    // between creating the run dir and removing it.
+    let mut signals = Signals::new().map_err(RunError::Signals)?;
+
+    // 2. run dir (removed when `dir` drops, on every path below)
+    let dir = RunDir::create(&runs_dir)?;
+    let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
+
+    // 1. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 2)
+    if let Err(e) = gc(&runs_dir, policy.run.gc_grace) {
+        eprintln!("lockrun: warning: sweeping {}: {e}", runs_dir.display());
+    }
+
+    // 3. SLOT(cgroup): `let cgroup = RunCgroup::create(dir.id())?;` and open
+    //    its `cgroup.procs` for writing; the child joins it first thing.
+    let cgroup_procs: Option<OwnedFd> = None;
+
+    // 4. SLOT(hooks): attach the connect/sendmsg hooks to the cgroup, pin the links.
+
+    // 5. SLOT(proxy): start the proxy; its variables (HTTPS_PROXY, HTTP_PROXY,
+    //    ALL_PROXY and lowercase) go into `proxy_env`.
+    let proxy_env: Vec<(OsString, OsString)> = Vec::new();
+
+    // 6. Landlock ruleset and seccomp filters, both prepared here.
+    let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
+    let filters = crate::seccomp::filters()?;
+    let (plan, report) =
+        crate::sys::ChildPlan::new(cgroup_procs, fs.into_fd(), filters).map_err(|source| {
+            RunError::Child {
+                what: "report pipe",
+                source,
+            }
+        })?;
+
+    // 7. environment
+    let env = child_env(std::env::vars_os(), policy, dir.tmp(), &proxy_env);
+
+    // A signal that arrived during setup cancels the run before anything starts.
+    tokio::select! {
+        biased;
+        sig = signals.recv() => {
+            eprintln!("lockrun: {sig} during setup: the command was not started");
+            return Ok(128 + sig as i32);
+        }
+        () = std::future::ready(()) => {}
+    }
+
+    // 8. spawn
+    let started = spawn_and_wait(argv, env, plan, report, &mut signals).await?;
+
+    // 10. teardown: SLOT(proxy) stop; SLOT(hooks) unpin; SLOT(cgroup) kill + remove.
+    drop(dir);
+
+    Ok(match started {
+        Started::Exited(status) => exit_code(status),
+        Started::NotFound(e) => {
+            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
+            exit::NOT_FOUND
+        }
+        Started::NotExecutable(e) => {
+            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
+            exit::NOT_EXECUTABLE
+        }
+    })
+}
+
+async fn spawn_and_wait(
+    argv: &[OsString],
+    env: Vec<(OsString, OsString)>,
+    plan: crate::sys::ChildPlan,
+    report: crate::sys::Report,
+    signals: &mut Signals,
+) -> Result<Started, RunError> {
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]).env_clear().envs(env);
+    crate::sys::install(&mut cmd, plan);
+    let spawned = cmd.spawn();
+    // Drop the plan (and the report pipe's write end) before reading it.
+    drop(cmd);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(step) = report.failed_step() {
+                return Err(RunError::Confine { step, source: e });
+            }
+            return Ok(match e.raw_os_error() {
+                Some(libc::ENOENT | libc::ENOTDIR) => Started::NotFound(e),
+                _ => Started::NotExecutable(e),
+            });
+        }
+    };
+    let pid = child.id();
+    // 9. supervise
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                return status.map(Started::Exited).map_err(RunError::Wait);
+            }
+            sig = signals.recv() => {
+                if let Some(pid) = pid {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid.cast_signed()),
+                        sig,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught for forwarding.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> nix::sys::signal::Signal {
+        use nix::sys::signal::Signal;
+        tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
+        }
+    }
+}
+
+/// The first word of the command, for messages.
+#[must_use]
+pub fn program_name(argv: &[OsString]) -> &OsStr {
+    argv.first().map_or(OsStr::new(""), OsString::as_os_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_sort_by_start_time() {
+        let a = new_run_id();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = new_run_id();
+        assert!(a < b, "{a} {b}");
+        assert!(!a.contains('/'));
+    }
+
+    #[test]
+    fn owner_round_trips_and_is_alive() {
+        let me = Owner::current();
+        assert_eq!(Owner::parse(&me.to_line()), Some(me));
+        assert!(me.alive());
+        assert!(!Owner {
+            start: me.start + 1,
+            ..me
+        }
+        .alive());
+    }
+
+    #[test]
+    fn exit_code_is_status_or_128_plus_signal() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 128 + 9);
+    }
+}

@@ -1,3 +1,335 @@
 //! The few raw syscalls lockrun needs. The only module allowed `unsafe`; each
 //! block carries a `// SAFETY:` comment.
+//!
+//! [`ChildPlan::apply`] is the child-side confinement, run after fork and
+//! before exec (`pre_exec`). It is async-signal-safe: it allocates nothing,
+//! takes no lock and only issues syscalls on values the parent prepared.
+//! The order, and why:
+//!
+//! 1. **join the run's cgroup** (write `"0"` into its open `cgroup.procs`),
+//!    first, so the network hooks hold from the child's first own syscall,
+//!    and while cgroupfs is still writable (Landlock would refuse it later);
+//! 2. **mark every fd ≥ 3 close-on-exec** (`close_range(CLOSE_RANGE_CLOEXEC)`,
+//!    Linux 5.11): nothing the caller leaked survives the exec; the ruleset
+//!    and report fds are still usable until then;
+//! 3. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
+//!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
+//!    needs `CAP_SETPCAP`, so before the capabilities go;
+//! 4. **drop the bounding set** (`PR_CAPBSET_DROP` for every cap up to
+//!    `cap_last_cap`) — also needs `CAP_SETPCAP`; steps 3 and 4 are skipped
+//!    when lockrun does not hold it (an unprivileged caller: nothing to drop
+//!    that exec could use, given `no_new_privs`);
+//! 5. **clear the ambient set**;
+//! 6. **capset** effective, permitted and inheritable to zero — last of the
+//!    capability steps, since it removes `CAP_SETPCAP`;
+//! 7. **`no_new_privs`** (Linux 3.5) — required by Landlock and seccomp once
+//!    `CAP_SYS_ADMIN` is gone;
+//! 8. **Landlock** `landlock_restrict_self` (see [`crate::fs`]);
+//! 9. **seccomp** filters (see [`crate::seccomp`]), last, so no step above is
+//!    subject to the deny list; `execve` itself is allowed.
+//!
+//! A failing step writes its number into the report pipe and returns the
+//! errno; the parent turns that into exit 125 naming the step.
 #![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// One step of the child-side confinement; its number travels through the report pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Step {
+    Cgroup = 1,
+    CloseRange,
+    Securebits,
+    BoundingSet,
+    Ambient,
+    Capset,
+    NoNewPrivs,
+    Landlock,
+    Seccomp,
+}
+
+impl Step {
+    fn from_u8(b: u8) -> Option<Self> {
+        use Step::{
+            Ambient, BoundingSet, Capset, Cgroup, CloseRange, Landlock, NoNewPrivs, Seccomp,
+            Securebits,
+        };
+        [
+            Cgroup,
+            CloseRange,
+            Securebits,
+            BoundingSet,
+            Ambient,
+            Capset,
+            NoNewPrivs,
+            Landlock,
+            Seccomp,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == b)
+    }
+
+    /// What the step does, naming its syscall.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Step::Cgroup => "joining the run's cgroup (write cgroup.procs)",
+            Step::CloseRange => "marking inherited descriptors close-on-exec (close_range)",
+            Step::Securebits => "locking securebits (prctl PR_SET_SECUREBITS)",
+            Step::BoundingSet => "dropping the capability bounding set (prctl PR_CAPBSET_DROP)",
+            Step::Ambient => "clearing ambient capabilities (prctl PR_CAP_AMBIENT)",
+            Step::Capset => "dropping every capability (capset)",
+            Step::NoNewPrivs => "setting no_new_privs (prctl PR_SET_NO_NEW_PRIVS)",
+            Step::Landlock => "applying the Landlock ruleset (landlock_restrict_self)",
+            Step::Seccomp => "loading the seccomp filter (seccomp SECCOMP_SET_MODE_FILTER)",
+        }
+    }
+}
+
+/// Everything the child applies, prepared by the parent.
+pub struct ChildPlan {
+    cgroup_procs: Option<OwnedFd>,
+    landlock: OwnedFd,
+    /// Loaded in order; each is a complete filter.
+    seccomp: Vec<seccompiler::BpfProgram>,
+    last_cap: u32,
+    /// Whether lockrun holds `CAP_SETPCAP` (root): only then can securebits
+    /// and the bounding set be changed. An unprivileged caller has nothing
+    /// to lose there, and `no_new_privs` keeps exec from adding anything.
+    setpcap: bool,
+    report: OwnedFd,
+}
+
+/// The parent's end of the report pipe.
+pub struct Report(OwnedFd);
+
+/// Whether `cap` is in this process's effective set (`/proc/self/status`).
+pub fn has_effective_cap(cap: u32) -> io::Result<bool> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no CapEff"))?;
+    let bits = u64::from_str_radix(hex.trim(), 16)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "CapEff"))?;
+    Ok(cap < 64 && bits & (1 << cap) != 0)
+}
+
+/// The highest capability number this kernel knows.
+pub fn last_cap() -> io::Result<u32> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")?;
+    s.trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "cap_last_cap"))
+}
+
+impl ChildPlan {
+    /// Prepare the plan and the parent's end of its report pipe.
+    pub fn new(
+        cgroup_procs: Option<OwnedFd>,
+        landlock: OwnedFd,
+        seccomp: Vec<seccompiler::BpfProgram>,
+    ) -> io::Result<(Self, Report)> {
+        let last_cap = last_cap()?;
+        let setpcap = has_effective_cap(CAP_SETPCAP)?;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        Ok((
+            Self {
+                cgroup_procs,
+                landlock,
+                seccomp,
+                last_cap,
+                setpcap,
+                report: w,
+            },
+            Report(r),
+        ))
+    }
+
+    fn fail(&self, step: Step) -> io::Error {
+        let err = io::Error::last_os_error();
+        let b = [step as u8];
+        // SAFETY: writes one byte from a live stack buffer to an fd we own;
+        // write(2) is async-signal-safe. A failed report only loses the step name.
+        unsafe {
+            libc::write(self.report.as_raw_fd(), b.as_ptr().cast(), 1);
+        }
+        err
+    }
+
+    /// Apply the confinement to the calling (child) process. Post-fork,
+    /// pre-exec: no allocation, no locks.
+    pub fn apply(&self) -> io::Result<()> {
+        // 1. cgroup
+        if let Some(fd) = &self.cgroup_procs {
+            // SAFETY: writes one byte from a static buffer to an fd we own.
+            let n = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };
+            if n != 1 {
+                return Err(self.fail(Step::Cgroup));
+            }
+        }
+        // 2. close_range(3, ~0, CLOSE_RANGE_CLOEXEC)
+        // SAFETY: plain syscall with integer arguments.
+        if unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        } != 0
+        {
+            return Err(self.fail(Step::CloseRange));
+        }
+        if self.setpcap {
+            // 3. securebits
+            let bits: libc::c_ulong = (libc::SECBIT_NOROOT
+                | libc::SECBIT_NOROOT_LOCKED
+                | libc::SECBIT_NO_SETUID_FIXUP
+                | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+                | libc::SECBIT_KEEP_CAPS_LOCKED
+                | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+                | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+                as libc::c_ulong;
+            // SAFETY: prctl with integer arguments.
+            if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } != 0 {
+                return Err(self.fail(Step::Securebits));
+            }
+            // 4. bounding set
+            for cap in 0..=self.last_cap {
+                // SAFETY: prctl with integer arguments.
+                if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) }
+                    != 0
+                {
+                    return Err(self.fail(Step::BoundingSet));
+                }
+            }
+        }
+        // 5. ambient
+        // SAFETY: prctl with integer arguments.
+        if unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            )
+        } != 0
+        {
+            return Err(self.fail(Step::Ambient));
+        }
+        // 6. capset all-zero
+        let mut header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [CapData::default(); 2];
+        // SAFETY: header and data are live, correctly laid out (v3: two data
+        // structs) stack values for the duration of the call.
+        if unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) } != 0 {
+            return Err(self.fail(Step::Capset));
+        }
+        // 7. no_new_privs
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(self.fail(Step::NoNewPrivs));
+        }
+        // 8. Landlock
+        // SAFETY: the ruleset fd is owned by the plan and alive; flags 0.
+        if unsafe {
+            libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                self.landlock.as_raw_fd(),
+                0u32,
+            )
+        } != 0
+        {
+            return Err(self.fail(Step::Landlock));
+        }
+        // 9. seccomp
+        for prog in &self.seccomp {
+            let fprog = libc::sock_fprog {
+                len: prog.len() as libc::c_ushort,
+                filter: prog.as_ptr().cast_mut().cast(),
+            };
+            // SAFETY: fprog points at the plan's filter, alive and unchanged
+            // for the call; the kernel copies it.
+            if unsafe {
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    &raw const fprog,
+                )
+            } != 0
+            {
+                return Err(self.fail(Step::Seccomp));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Report {
+    /// After a failed spawn: which confinement step failed, if one did (the
+    /// alternative being the exec itself). Call once the child is gone and
+    /// the plan (holding the write end) is dropped.
+    #[must_use]
+    pub fn failed_step(self) -> Option<Step> {
+        let mut b = [0u8; 1];
+        match nix::unistd::read(self.0.as_raw_fd(), &mut b) {
+            Ok(1) => Step::from_u8(b[0]),
+            _ => None,
+        }
+    }
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+const CAP_SETPCAP: u32 = 8;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The kernel's Landlock ABI version (`landlock_create_ruleset` with
+/// `LANDLOCK_CREATE_RULESET_VERSION`, Linux 5.13).
+pub fn landlock_abi_version() -> Result<i32, nix::errno::Errno> {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: a NULL attr with size 0 and the VERSION flag is the documented
+    // query; nothing is read or written through the pointer.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if v < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        Ok(v as i32)
+    }
+}
+
+/// Install `plan` as the `pre_exec` hook of `cmd`.
+pub fn install(cmd: &mut tokio::process::Command, plan: ChildPlan) {
+    // SAFETY: `ChildPlan::apply` is async-signal-safe (no allocation, no
+    // locks, syscalls on prepared values only), as pre_exec demands.
+    unsafe {
+        cmd.pre_exec(move || plan.apply());
+    }
+}

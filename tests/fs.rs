@@ -1,0 +1,933 @@
+//! Escape tests for the filesystem and privilege confinement, driving the real
+//! binary. Each escape is judged from outside (file absent, canary unchanged,
+//! process alive and untraced) and asserts the errno the probe got inside;
+//! a control beside it must succeed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_wrap)]
+
+#[path = "support/fs.rs"]
+mod support;
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{assert_absent, assert_canary, meta, s, World, BIN, PROBE};
+
+/// A process outside the sandbox, killed when dropped.
+struct Outside(std::process::Child);
+
+impl Outside {
+    fn sleep() -> Self {
+        Self(Command::new("sleep").arg("300").spawn().unwrap())
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+    fn assert_alive_untraced(&mut self) {
+        assert!(self.0.try_wait().unwrap().is_none(), "outside process died");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        assert!(
+            status.contains("TracerPid:\t0\n"),
+            "outside process is traced: {status}"
+        );
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A lockrun started in the background; killed with `SIGKILL` if the test fails first,
+/// so a failing test never leaves it holding the harness's output.
+struct Background(std::process::Child);
+
+impl Background {
+    fn sigterm(&self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+    }
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.0.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "lockrun did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn controls_write_worktree_and_tmpdir_read_everywhere() {
+    let w = World::new("controls");
+    let f = w.wt.join("f");
+    let r = w.probe(
+        &[],
+        &[
+            &["write", s(&f)],
+            &["write", "{TMPDIR}/t"],
+            &["read", "/etc/os-release"],
+            &["read", "{TMPDIR}/t"],
+        ],
+    );
+    assert_eq!(r, ["ok", "ok", "ok", "ok"]);
+    assert_eq!(std::fs::read(&f).unwrap(), b"pwned");
+}
+
+#[test]
+fn controls_tools_run_in_worktree() {
+    let w = World::new("tools");
+    let script = "set -e
+        cd \"$1\"
+        printf 'int main(void){return 0;}' > a.c
+        gcc a.c -o a && ./a
+        python3 -c 'import tempfile; tempfile.NamedTemporaryFile()'
+        git init -q .
+        git -c user.email=t@example.org -c user.name=t add -A
+        git -c user.email=t@example.org -c user.name=t commit -qm init
+        git log --oneline | wc -l";
+    let out = w.run(&[], &["sh", "-c", script, "sh", s(&w.wt)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    assert!(w.wt.join(".git/HEAD").exists() && w.wt.join("a").exists());
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn writes_into_data_and_other_agent_dirs_fail_by_every_path() {
+    let w = World::new("datadirs");
+    let mut outside = Outside::sleep();
+    let pid = outside.pid().to_string();
+    let mut targets = Vec::new();
+    for dir in [&w.data, &w.other] {
+        for prefix in [
+            String::new(),
+            "/proc/self/root".to_owned(),
+            "/proc/1/root".to_owned(),
+            format!("/proc/{pid}/root"),
+        ] {
+            targets.push(format!("{prefix}{}", dir.join("pwned").display()));
+        }
+    }
+    let ops: Vec<[&str; 2]> = targets.iter().map(|t| ["write", t.as_str()]).collect();
+    let ops: Vec<&[&str]> = ops.iter().map(|o| &o[..]).collect();
+    let r = w.probe(&[], &ops);
+    assert_eq!(r, vec!["errno=EACCES"; targets.len()], "{targets:?}");
+    assert_absent(&w.data.join("pwned"));
+    assert_absent(&w.other.join("pwned"));
+    outside.assert_alive_untraced();
+    // Control: the worktree through /proc/self/root.
+    let own = format!("/proc/self/root{}", w.wt.join("ok").display());
+    assert_eq!(w.probe(&[], &[&["write", &own]]), ["ok"]);
+    assert!(w.wt.join("ok").exists());
+}
+
+#[test]
+fn links_and_renames_across_the_worktree_boundary_fail() {
+    let w = World::new("links");
+    let out_file = w.canary(&w.data.join("file"));
+    let in_file = w.canary(&w.wt.join("mine"));
+    let r = w.probe(
+        &[],
+        &[
+            &["link", s(&out_file), s(&w.wt.join("hl"))],
+            &["rename", s(&out_file), s(&w.wt.join("mv"))],
+            &["link", s(&in_file), s(&w.data.join("hl"))],
+            &["rename", s(&in_file), s(&w.data.join("mv"))],
+            // Controls inside the worktree.
+            &["link", s(&in_file), s(&w.wt.join("hl2"))],
+            &["rename", s(&w.wt.join("hl2")), s(&w.wt.join("mv2"))],
+        ],
+    );
+    assert_eq!(
+        r,
+        [
+            "errno=EXDEV",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "ok",
+            "ok"
+        ]
+    );
+    assert_absent(&w.wt.join("hl"));
+    assert_absent(&w.wt.join("mv"));
+    assert_absent(&w.data.join("hl"));
+    assert_absent(&w.data.join("mv"));
+    assert_canary(&out_file);
+    assert_canary(&in_file);
+    assert!(w.wt.join("mv2").exists());
+}
+
+#[test]
+fn symlink_in_worktree_pointing_outside_does_not_write() {
+    let w = World::new("symlink");
+    let target = w.canary(&w.data.join("target"));
+    let link = w.wt.join("link");
+    let r = w.probe(
+        &[],
+        &[
+            &["symlink", s(&target), s(&link)],
+            &["write", s(&link)],
+            &["append", s(&link)],
+            &["read", s(&link)],
+        ],
+    );
+    assert_eq!(r, ["ok", "errno=EACCES", "errno=EACCES", "ok"]);
+    assert_canary(&target);
+}
+
+#[test]
+fn metadata_of_outside_files_cannot_change() {
+    let w = World::new("meta");
+    let f = w.canary(&w.data.join("f"));
+    // Owned by another uid: with every capability gone, DAC refuses the changes
+    // that Landlock does not cover (chmod, chown, utimes, setxattr).
+    std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = meta(&f);
+    let mine = w.canary(&w.wt.join("mine"));
+    let r = w.probe(
+        &[],
+        &[
+            &["truncate", s(&f)],
+            &["chmod", s(&f)],
+            &["chown", s(&f)],
+            &["utime", s(&f)],
+            &["setxattr", s(&f)],
+            &["truncate", s(&mine)],
+            &["chmod", s(&mine)],
+            &["utime", s(&mine)],
+            &["setxattr", s(&mine)],
+        ],
+    );
+    assert_eq!(
+        r,
+        [
+            "errno=EACCES",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EACCES",
+            "ok",
+            "ok",
+            "ok",
+            "ok"
+        ]
+    );
+    assert_canary(&f);
+    assert_eq!(meta(&f), before);
+    assert!(xattr_absent(&f));
+}
+
+fn xattr_absent(p: &std::path::Path) -> bool {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os,sys; print('user.pwned' in os.listxattr(sys.argv[1]))",
+            s(p),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "False"
+}
+
+#[test]
+fn mknod_mkfifo_tmp_and_shm_outside_tmpdir_fail() {
+    let w = World::new("nodes");
+    let tag = format!("lockrun-test-{}", std::process::id());
+    let tmp = format!("/tmp/{tag}");
+    let shm = format!("/dev/shm/{tag}");
+    let r = w.probe(
+        &[],
+        &[
+            &["mknod", s(&w.data.join("null"))],
+            &["mkfifo", s(&w.data.join("fifo"))],
+            &["write", &tmp],
+            &["write", &shm],
+            &["mkfifo", s(&w.wt.join("fifo"))],
+            &["mkfifo", "{TMPDIR}/fifo"],
+        ],
+    );
+    assert_eq!(
+        r,
+        [
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "ok",
+            "ok"
+        ]
+    );
+    assert_absent(&w.data.join("null"));
+    assert_absent(&w.data.join("fifo"));
+    assert_absent(std::path::Path::new(&tmp));
+    assert_absent(std::path::Path::new(&shm));
+}
+
+#[test]
+fn inherited_writable_descriptor_does_not_survive() {
+    let w = World::new("fd");
+    let canary = w.canary(&w.data.join("fd-canary"));
+    let mut argv = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        "exec 5>>\"$0\"; exec \"$@\"".to_owned(),
+        s(&canary).to_owned(),
+    ];
+    // Control: without lockrun, fd 5 is writable.
+    let control = Command::new(&argv[0])
+        .args(&argv[1..])
+        .args(support::probe_argv(&[&["writefd", "5"]]))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&control.stdout).trim(), "ok");
+    std::fs::write(&canary, b"canary").unwrap();
+    argv.extend([
+        BIN.to_owned(),
+        "--worktree".to_owned(),
+        s(&w.wt).to_owned(),
+        "--state-dir".to_owned(),
+        s(&w.state).to_owned(),
+        "--".to_owned(),
+    ]);
+    argv.extend(support::probe_argv(&[&["writefd", "5"]]));
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "errno=EBADF");
+    assert_canary(&canary);
+    w.assert_no_run_dirs();
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn another_runs_tmp_is_unreachable_and_sigterm_is_forwarded() {
+    let w = World::new("otherrun");
+    let ready = w.wt.join("ready");
+    let got = w.wt.join("got-term");
+    let script = format!(
+        "echo secret > \"$TMPDIR/s\"; trap 'echo term > {got}; exit 7' TERM; touch {ready}; \
+         while :; do sleep 0.1; done",
+        got = s(&got),
+        ready = s(&ready)
+    );
+    let mut a = Background(
+        w.cmd(&[], &["sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("run A ready", || ready.exists());
+    let runs: Vec<_> = std::fs::read_dir(w.state.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let a_tmp = runs[0].join("tmp");
+    assert!(a_tmp.join("s").exists());
+    // Run B (same state dir) tries A's tmp.
+    let out = w.run(
+        &[],
+        &support::probe_argv(&[
+            &["write", s(&a_tmp.join("pwned"))],
+            &["read", s(&a_tmp.join("s"))],
+            &["listdir", s(&a_tmp)],
+            &["write", "{TMPDIR}/mine"],
+        ]),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["errno=EACCES", "errno=EACCES", "errno=EACCES", "ok"]
+    );
+    assert_absent(&a_tmp.join("pwned"));
+    // SIGTERM lockrun A: forwarded to the command, which exits 7; A cleans up.
+    a.sigterm();
+    let status = a.wait();
+    assert_eq!(status.code(), Some(7));
+    assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "term");
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn sigterm_kills_a_command_that_does_not_trap_and_cleans_up() {
+    let w = World::new("sigterm");
+    let ready = w.wt.join("ready");
+    let mut a = Background(
+        w.cmd(
+            &[],
+            &["sh", "-c", &format!("touch {}; exec sleep 300", s(&ready))],
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    wait_for("ready", || ready.exists());
+    std::thread::sleep(Duration::from_millis(100));
+    a.sigterm();
+    assert_eq!(a.wait().code(), Some(128 + 15));
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn deny_read_paths_are_unreadable_by_every_path() {
+    let w = World::new("denyread");
+    // The secret floor (under HOME) and a --deny-read dir.
+    let ssh = w.home.join(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let key = w.canary(&ssh.join("id_ed25519"));
+    let vault = w.root.join("vault");
+    std::fs::create_dir_all(&vault).unwrap();
+    let secret = w.canary(&vault.join("secret"));
+    let notes = w.canary(&w.home.join("notes"));
+    // A symlink sibling pointing into the denied dir: must not grant it.
+    std::os::unix::fs::symlink(&ssh, w.home.join("link")).unwrap();
+    std::os::unix::fs::symlink(&key, w.wt.join("key")).unwrap();
+    let via_root = format!("/proc/self/root{}", key.display());
+    let secret_via_root = format!("/proc/self/root{}", secret.display());
+    let r = w.probe(
+        &["--deny-read", s(&vault)],
+        &[
+            &["read", s(&key)],
+            &["read", &via_root],
+            &["read", s(&w.wt.join("key"))],
+            &["read", s(&w.home.join("link/id_ed25519"))],
+            &["listdir", s(&ssh)],
+            &["read", s(&secret)],
+            &["read", &secret_via_root],
+            &["listdir", s(&vault)],
+            // Controls: siblings stay readable.
+            &["read", s(&notes)],
+            &["read", "/etc/os-release"],
+        ],
+    );
+    assert_eq!(
+        r,
+        [
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "ok",
+            "ok"
+        ]
+    );
+}
+
+#[test]
+fn kill_and_ptrace_of_an_outside_process_fail() {
+    let w = World::new("killptrace");
+    let mut outside = Outside::sleep();
+    let pid = outside.pid().to_string();
+    let r = w.probe(&[], &[&["kill", &pid], &["ptrace", &pid]]);
+    assert_eq!(r, ["errno=EPERM", "errno=EPERM"]);
+    outside.assert_alive_untraced();
+    // Control: a process inside the sandbox can be signalled.
+    let out = w.run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "sleep 300 & python3 -c \"$0\" kill $!; wait",
+            PROBE,
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+}
+
+#[test]
+fn abstract_unix_socket_outside_is_unreachable() {
+    use std::os::linux::net::SocketAddrExt;
+    let w = World::new("abstract");
+    let name = format!("lockrun-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let r = w.probe(&[], &[&["abstract", &name]]);
+    assert_eq!(r, ["errno=EPERM"]);
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the listener got a connection"
+    );
+    // Control: the same probe outside reaches it.
+    assert_eq!(w.probe_outside(&[&["abstract", &name]]), ["ok"]);
+    listener.set_nonblocking(false).unwrap();
+    let (mut c, _) = listener.accept().unwrap();
+    let mut buf = Vec::new();
+    c.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf, b"pwned");
+}
+
+#[test]
+fn inside_no_capabilities_no_new_privs_seccomp() {
+    let w = World::new("status");
+    let r = w.probe(&[], &[&["status"]]);
+    for want in [
+        "CapEff=0000000000000000",
+        "CapPrm=0000000000000000",
+        "CapInh=0000000000000000",
+        "CapBnd=0000000000000000",
+        "CapAmb=0000000000000000",
+        "NoNewPrivs=1",
+        "Seccomp=2",
+    ] {
+        assert!(r.iter().any(|l| l == want), "{want} not in {r:?}");
+    }
+}
+
+#[test]
+fn seccomp_denials_and_controls() {
+    let w = World::new("seccomp");
+    let r = w.probe(
+        &[],
+        &[
+            &["bpf"],
+            &["unshare"],
+            &["mount"],
+            &["socket", "packet"],
+            &["socket", "netlink", "4"],
+            &["clone_newuser"],
+            &["clone3"],
+            // Controls.
+            &["fork"],
+            &["socket", "inet"],
+            &["socket", "inet6"],
+            &["socket", "unix"],
+            &["socket", "netlink", "0"],
+        ],
+    );
+    assert_eq!(
+        r,
+        [
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=ENOSYS",
+            "ok",
+            "ok",
+            "ok",
+            "ok",
+            "ok"
+        ]
+    );
+    // NETLINK_ROUTE is what `ip addr` needs.
+    let out = w.run(&[], &["ip", "addr", "show", "lo"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("127.0.0.1"));
+}
+
+#[test]
+fn io_uring_is_refused_because_it_creates_sockets_seccomp_never_sees() {
+    let w = World::new("iouring");
+    // Outside: IORING_OP_SOCKET makes an AF_PACKET socket, which socket()
+    // inside would be refused. That is why io_uring_setup is refused.
+    let outside = w.probe_outside(&[&["uring_socket", "packet"]]);
+    if outside != ["ok"] {
+        let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .is_ok_and(|s| s.trim() != "0");
+        assert!(
+            disabled || outside == ["errno=ENOSYS"],
+            "io_uring failed outside for an unexpected reason: {outside:?}"
+        );
+        assert!(support::may_skip(), "io_uring unavailable under CI=true");
+        println!("skipped: io_uring decision: io_uring unavailable on this host ({outside:?})");
+    }
+    let r = w.probe(&[], &[&["io_uring_setup"], &["uring_socket", "packet"]]);
+    assert_eq!(r, ["errno=EPERM", "errno=EPERM"]);
+}
+
+#[test]
+fn a_kernel_below_the_policy_abi_refuses_the_run() {
+    let w = World::new("abi99");
+    let policy = w.root.join("p.toml");
+    std::fs::write(&policy, "[run]\nlandlock_abi = 99\n").unwrap();
+    let side = w.wt.join("side-effect");
+    let out = w.run(&["--policy", s(&policy)], &["touch", s(&side)]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("lockrun: ") && err.contains("Landlock ABI is") && err.contains("99"),
+        "{err}"
+    );
+    assert_absent(&side);
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn a_temp_dir_that_cannot_be_created_refuses_the_run() {
+    let w = World::new("notmp");
+    let file = w.canary(&w.root.join("plainfile"));
+    let side = w.wt.join("side-effect");
+    let out = Command::new(BIN)
+        .arg("--worktree")
+        .arg(&w.wt)
+        .arg("--state-dir")
+        .arg(file.join("state"))
+        .args(["--", "touch", s(&side)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("lockrun: creating run dir"), "{err}");
+    assert_absent(&side);
+}
+
+#[test]
+fn bad_input_is_one_clear_line_and_nothing_runs() {
+    let w = World::new("badinput");
+    let side = w.wt.join("side-effect");
+    let touch = ["touch", s(&side)];
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--policy".into(), s(&w.root.join("missing.toml")).into()],
+            "cannot read policy",
+        ),
+        (
+            // A directory: unreadable as a policy, even for root.
+            vec!["--policy".into(), format!("{}/", s(&w.data))],
+            "cannot read policy",
+        ),
+    ];
+    for (extra, want) in &cases {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let out = w.run(&extra, &touch);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("lockrun: ") && err.contains(want), "{err}");
+    }
+    let out = Command::new(BIN)
+        .args(["--worktree", s(&w.root.join("nope"))])
+        .args(["--state-dir", s(&w.state), "--"])
+        .args(touch)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("worktree") && err.contains("nope"), "{err}");
+    let out = Command::new(BIN)
+        .args(["--worktree", s(&w.wt), "--state-dir", s(&w.state)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no command"), "{err}");
+    assert_absent(&side);
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn exit_statuses_follow_env_convention() {
+    let w = World::new("exits");
+    let code = |argv: &[&str]| w.run(&[], argv).status.code();
+    assert_eq!(code(&["sh", "-c", "exit 3"]), Some(3));
+    assert_eq!(code(&["sh", "-c", "kill -9 $$"]), Some(128 + 9));
+    assert_eq!(code(&["lockrun-no-such-command"]), Some(127));
+    assert_eq!(code(&["/etc/os-release"]), Some(126));
+    // Not executable because Landlock refuses exec of a file... in a dir we
+    // may not even read: EACCES → 126.
+    let vault = w.root.join("vault");
+    std::fs::create_dir_all(&vault).unwrap();
+    std::fs::copy("/bin/true", vault.join("true")).unwrap();
+    let out = w.run(&["--deny-read", s(&vault)], &[s(&vault.join("true"))]);
+    assert_eq!(out.status.code(), Some(126));
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn gc_reaps_only_dead_and_old_runs() {
+    let w = World::new("gc");
+    let runs = w.state.join("runs");
+    let dead = runs.join("000000000001.000000000-1");
+    let young = runs.join("000000000002.000000000-2");
+    let alive = runs.join("000000000003.000000000-3");
+    for d in [&dead, &young, &alive] {
+        std::fs::create_dir_all(d.join("tmp")).unwrap();
+    }
+    // A dead owner: a pid with a start time that never matches.
+    std::fs::write(dead.join("owner"), "1 1\n").unwrap();
+    std::fs::write(young.join("owner"), "1 1\n").unwrap();
+    let me = std::process::id();
+    let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
+    let started = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_owned();
+    std::fs::write(alive.join("owner"), format!("{me} {started}\n")).unwrap();
+    // Age the dead and alive dirs.
+    for d in [&dead, &alive] {
+        let ok = Command::new("touch")
+            .args(["-d", "2000-01-01", s(d)])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let out = Command::new(BIN)
+        .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "3600"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_absent(&dead);
+    assert!(young.exists(), "a young run dir was reaped");
+    assert!(alive.exists(), "a live run dir was reaped");
+    std::fs::remove_dir_all(&runs).unwrap();
+}
+
+#[test]
+fn typing_into_the_callers_terminal_is_refused() {
+    let w = World::new("tiocsti");
+    let pty = include_str!("support/pty.py");
+    let tiocsti = support::probe_argv(&[&["tiocsti"], &["write", "/dev/tty"]]);
+    // Control: outside, TIOCSTI on the controlling tty works (the byte is echoed).
+    let out = Command::new("python3")
+        .args(["-c", pty])
+        .args(&tiocsti)
+        .output()
+        .unwrap();
+    let control = String::from_utf8_lossy(&out.stdout);
+    let legacy = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti")
+        .map_or(true, |v| v.trim() != "0");
+    if legacy {
+        assert!(control.starts_with("xok"), "control: {control:?}");
+    } else {
+        // The kernel already refuses TIOCSTI without CAP_SYS_ADMIN; the
+        // filter is then a second wall, and the control shows the first.
+        assert!(control.starts_with("errno=EPERM"), "control: {control:?}");
+    }
+    // Inside: refused; the pty in use stays writable.
+    let mut argv = vec![
+        BIN.to_owned(),
+        "--worktree".to_owned(),
+        s(&w.wt).to_owned(),
+        "--state-dir".to_owned(),
+        s(&w.state).to_owned(),
+        "--".to_owned(),
+    ];
+    argv.extend(tiocsti);
+    let out = Command::new("python3")
+        .args(["-c", pty])
+        .args(&argv)
+        .output()
+        .unwrap();
+    let inside = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(inside, "errno=EPERM\npwnedok\n");
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn an_unprivileged_caller_is_confined_the_same() {
+    let w = World::new("unpriv");
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        assert!(support::may_skip(), "setpriv missing under CI=true");
+        println!("skipped: an_unprivileged_caller_is_confined_the_same: setpriv not installed");
+        return;
+    }
+    // Everything owned by nobody, so only Landlock stands in the way.
+    for d in [&w.root, &w.wt, &w.state, &w.home, &w.data] {
+        std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+    }
+    let mut argv: Vec<String> = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        BIN,
+        "--worktree",
+        s(&w.wt),
+        "--state-dir",
+        s(&w.state),
+        "--",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    argv.extend(support::probe_argv(&[
+        &["status"],
+        &["write", s(&w.wt.join("ok"))],
+        &["write", "{TMPDIR}/ok"],
+        &["write", s(&w.data.join("pwned"))],
+    ]));
+    let out = Command::new("setpriv")
+        .args(&argv)
+        .env("HOME", &w.home)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r = String::from_utf8_lossy(&out.stdout);
+    let r: Vec<&str> = r.lines().collect();
+    for want in ["CapEff=0000000000000000", "NoNewPrivs=1", "Seccomp=2"] {
+        assert!(r.contains(&want), "{want} not in {r:?}");
+    }
+    assert_eq!(r[r.len() - 3..], ["ok", "ok", "errno=EACCES"]);
+    assert!(w.wt.join("ok").exists());
+    assert_absent(&w.data.join("pwned"));
+}
+
+#[test]
+fn a_deny_list_that_cannot_be_built_refuses_the_run() {
+    let w = World::new("unlistable");
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        assert!(support::may_skip(), "setpriv missing under CI=true");
+        println!("skipped: a_deny_list_that_cannot_be_built_refuses_the_run: setpriv not installed");
+        return;
+    }
+    for d in [&w.root, &w.wt, &w.state, &w.home] {
+        std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+    }
+    // A root-only dir holding a denied path: uid 65534 cannot list it, so the
+    // siblings to grant are unknown; the run must be refused, not left open.
+    let locked = w.root.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let side = w.wt.join("side-effect");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["--worktree", s(&w.wt), "--state-dir", s(&w.state)])
+        .args(["--deny-read", s(&locked.join("secret"))])
+        .args(["--", "touch", s(&side)])
+        .env("HOME", &w.home)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("listing") && err.contains("locked"), "{err}");
+    assert_absent(&side);
+}
+
+#[test]
+fn raw_block_devices_are_unreadable() {
+    use std::os::unix::fs::FileTypeExt;
+    let w = World::new("blockdev");
+    let dev = std::fs::read_dir("/dev")
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_type().is_ok_and(|t| t.is_block_device()))
+        .map(|e| e.path());
+    let Some(dev) = dev else {
+        assert!(support::may_skip(), "no block device under /dev under CI=true");
+        println!("skipped: raw_block_devices_are_unreadable: no block device under /dev");
+        return;
+    };
+    // Control: readable outside (we are root), so a refusal inside is Landlock's.
+    assert_eq!(w.probe_outside(&[&["read", s(&dev)]]), ["ok"], "{}", dev.display());
+    let r = w.probe(&[], &[&["read", s(&dev)], &["read", "/dev/urandom"]]);
+    assert_eq!(r, ["errno=EACCES", "ok"], "{}", dev.display());
+}
+
+#[test]
+fn set_id_bits_cannot_be_set_even_in_the_worktree() {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new("setid");
+    let f = w.canary(&w.wt.join("tool"));
+    let r = w.probe(
+        &[],
+        &[
+            &["chmod_mode", s(&f), "4755"],
+            &["chmod_mode", s(&f), "2755"],
+            &["create_mode", s(&w.wt.join("made")), "4755"],
+            // Controls: ordinary modes.
+            &["chmod_mode", s(&f), "755"],
+            &["create_mode", s(&w.wt.join("plain")), "644"],
+        ],
+    );
+    assert_eq!(r, ["errno=EPERM", "errno=EPERM", "errno=EPERM", "ok", "ok"]);
+    assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o755);
+    assert_absent(&w.wt.join("made"));
+    assert!(w.wt.join("plain").exists());
+}
+
+#[test]
+fn child_env_has_run_tmp_policy_env_and_the_callers() {
+    let w = World::new("env");
+    let policy = w.root.join("p.toml");
+    std::fs::write(&policy, "[env]\nAGENT_TMPDIR = \"{tmp}/agent\"\n").unwrap();
+    let out = w
+        .cmd(
+            &["--policy", s(&policy)],
+            &[
+                "sh",
+                "-c",
+                "echo \"$TMPDIR|$TMP|$TEMP|$AGENT_TMPDIR|$FROM_CALLER\"",
+            ],
+        )
+        .env("FROM_CALLER", "kept")
+        .env("TMPDIR", "/caller/tmp")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let parts: Vec<&str> = line.trim().split('|').collect();
+    let tmp = parts[0];
+    assert!(
+        tmp.starts_with(s(&w.state)) && tmp.ends_with("/tmp") && tmp.contains("/runs/"),
+        "{line}"
+    );
+    assert_eq!(parts[1..], [tmp, tmp, &format!("{tmp}/agent"), "kept"]);
+}
+
+#[test]
+fn a_run_sweeps_stale_run_dirs_past_the_grace_period() {
+    let w = World::new("sweep");
+    let stale = w.state.join("runs/000000000001.000000000-1");
+    std::fs::create_dir_all(stale.join("tmp")).unwrap();
+    std::fs::write(stale.join("owner"), "1 1\n").unwrap();
+    let ok = Command::new("touch")
+        .args(["-d", "2000-01-01", s(&stale)])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let policy = w.root.join("p.toml");
+    std::fs::write(&policy, "[run]\ngc_grace_secs = 3600\n").unwrap();
+    let out = w.run(&["--policy", s(&policy)], &["true"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_absent(&stale);
+}

@@ -1,0 +1,143 @@
+# The probe run inside (and, for controls, outside) the sandbox.
+# usage: python3 -c "$PROBE" OP ARGS... [; OP ARGS...]
+# Prints one line per op: "ok" or "errno=<NAME>".
+import ctypes, errno, os, socket, sys
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def sc(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "syscall")
+    return r
+
+NR = dict(bpf=321, unshare=272, mount=165, ptrace=101, io_uring_setup=425, clone=56, clone3=435)
+
+def uring_socket(family):
+    """IORING_OP_SOCKET: the kernel creates the socket; seccomp never sees socket()."""
+    import mmap, struct
+    params = ctypes.create_string_buffer(120)
+    fd = sc(NR["io_uring_setup"], 4, ctypes.addressof(params))
+    p = params.raw
+    sq_entries, cq_entries = struct.unpack_from("II", p, 0)
+    sq_head, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("7I", p, 40)
+    cq_head, cq_tail, cq_mask, _, _, cqes = struct.unpack_from("6I", p, 80)
+    size = max(sq_array + sq_entries * 4, cqes + cq_entries * 16)
+    ring = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+    sqes = mmap.mmap(fd, sq_entries * 64, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0x10000000)
+    typ = 3 if family == 17 else 1
+    sqe = bytearray(64)
+    struct.pack_into("BBHiQQII", sqe, 0, 45, 0, 0, family, typ, 0, 0, 0)  # IORING_OP_SOCKET
+    sqes[0:64] = bytes(sqe)
+    tail = struct.unpack_from("I", ring, sq_tail)[0]
+    struct.pack_into("I", ring, sq_array + (tail & struct.unpack_from("I", ring, sq_mask)[0]) * 4, 0)
+    struct.pack_into("I", ring, sq_tail, tail + 1)
+    sc(426, fd, 1, 1, 1, 0, 0)  # io_uring_enter(to_submit=1, min_complete=1, GETEVENTS)
+    head = struct.unpack_from("I", ring, cq_head)[0]
+    mask = struct.unpack_from("I", ring, cq_mask)[0]
+    res = struct.unpack_from("i", ring, cqes + (head & mask) * 16 + 8)[0]
+    if res < 0:
+        raise OSError(-res, "IORING_OP_SOCKET")
+    os.close(res)
+
+def op(name, a):
+    if name == "write":
+        with open(a[0], "w") as f: f.write("pwned")
+    elif name == "append":
+        with open(a[0], "a") as f: f.write("pwned")
+    elif name == "read":
+        with open(a[0], "rb") as f: f.read(1)
+    elif name == "listdir":
+        os.listdir(a[0])
+    elif name == "link":
+        os.link(a[0], a[1])
+    elif name == "rename":
+        os.rename(a[0], a[1])
+    elif name == "symlink":
+        os.symlink(a[0], a[1])
+    elif name == "truncate":
+        os.truncate(a[0], 0)
+    elif name == "chmod":
+        os.chmod(a[0], 0o777)
+    elif name == "chmod_mode":
+        os.chmod(a[0], int(a[1], 8))
+    elif name == "create_mode":
+        os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, int(a[1], 8)))
+    elif name == "chown":
+        os.chown(a[0], 0, 0)
+    elif name == "utime":
+        os.utime(a[0], (1, 1))
+    elif name == "setxattr":
+        os.setxattr(a[0], "user.pwned", b"1")
+    elif name == "mknod":
+        os.mknod(a[0], 0o600 | 0o020000, os.makedev(1, 3))
+    elif name == "mkfifo":
+        os.mkfifo(a[0])
+    elif name == "writefd":
+        os.write(int(a[0]), b"pwned")
+    elif name == "kill":
+        os.kill(int(a[0]), 9)
+    elif name == "ptrace":
+        sc(NR["ptrace"], 16, int(a[0]), 0, 0)  # PTRACE_ATTACH
+    elif name == "abstract":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("\0" + a[0]); s.sendall(b"pwned")
+    elif name == "bpf":
+        buf = ctypes.create_string_buffer(128)
+        sc(NR["bpf"], 0, ctypes.addressof(buf), 128)  # BPF_MAP_CREATE, zeroed attr
+    elif name == "unshare":
+        sc(NR["unshare"], 0x10000000)  # CLONE_NEWUSER
+    elif name == "mount":
+        sc(NR["mount"], 0, 0, 0, 0x20, 0)  # MS_REMOUNT of nothing
+    elif name == "clone_newuser":
+        r = sc(NR["clone"], 0x10000000 | 17, 0, 0, 0, 0)
+        if r == 0: os._exit(0)
+        os.waitpid(r, 0)
+    elif name == "clone3":
+        buf = ctypes.create_string_buffer(88)
+        ctypes.c_uint64.from_buffer(buf, 32).value = 17  # exit_signal = SIGCHLD
+        r = sc(NR["clone3"], ctypes.addressof(buf), 88)
+        if r == 0: os._exit(0)
+        os.waitpid(r, 0)
+    elif name == "fork":
+        r = os.fork()
+        if r == 0: os._exit(0)
+        os.waitpid(r, 0)
+    elif name == "socket":
+        fam = {"packet": 17, "inet": 2, "inet6": 10, "unix": 1, "netlink": 16, "vsock": 40, "alg": 38}[a[0]]
+        typ = 3 if a[0] == "packet" else (5 if a[0] == "alg" else 2)
+        proto = int(a[1]) if len(a) > 1 else 0
+        socket.socket(fam, typ, proto).close()
+    elif name == "io_uring_setup":
+        params = ctypes.create_string_buffer(120)
+        fd = sc(NR["io_uring_setup"], 1, ctypes.addressof(params))
+        os.close(fd)
+    elif name == "uring_socket":
+        uring_socket({"packet": 17, "vsock": 40, "inet": 2}[a[0]])
+    elif name == "tiocsti":
+        # Push a byte into the input of our controlling tty (on fd 0).
+        import fcntl, termios
+        fcntl.ioctl(0, termios.TIOCSTI, b"x")
+    elif name == "status":
+        for line in open("/proc/self/status"):
+            k = line.split(":")[0]
+            if k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp"):
+                print(k + "=" + line.split()[1])
+        return
+    else:
+        raise SystemExit("unknown op " + name)
+    print("ok")
+
+args = sys.argv[1:]
+while args:
+    if ";" in args:
+        i = args.index(";"); cur, args = args[:i], args[i + 1:]
+    else:
+        cur, args = args, []
+    cur = [c.replace("{TMPDIR}", os.environ.get("TMPDIR", "/nonexistent")) for c in cur]
+    try:
+        op(cur[0], cur[1:])
+    except OSError as e:
+        print("errno=" + errno.errorcode.get(e.errno, str(e.errno)))
+    sys.stdout.flush()
