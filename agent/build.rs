@@ -12,7 +12,8 @@ fn main() {
     println!("cargo::rerun-if-env-changed=LOCKRUN_EBPF_OBJECT");
     let path = std::env::var_os("LOCKRUN_EBPF_OBJECT").map_or_else(
         || {
-            let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+            let manifest =
+                PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
             manifest.join("../target/ebpf/bpfel-unknown-none/release/lockrun-ebpf")
         },
         PathBuf::from,

@@ -815,7 +815,9 @@ fn a_deny_list_that_cannot_be_built_refuses_the_run() {
     let w = World::new("unlistable");
     if Command::new("setpriv").arg("--version").output().is_err() {
         assert!(support::may_skip(), "setpriv missing under CI=true");
-        println!("skipped: a_deny_list_that_cannot_be_built_refuses_the_run: setpriv not installed");
+        println!(
+            "skipped: a_deny_list_that_cannot_be_built_refuses_the_run: setpriv not installed"
+        );
         return;
     }
     for d in [&w.root, &w.wt, &w.state, &w.home] {
@@ -853,12 +855,20 @@ fn raw_block_devices_are_unreadable() {
         .find(|e| e.file_type().is_ok_and(|t| t.is_block_device()))
         .map(|e| e.path());
     let Some(dev) = dev else {
-        assert!(support::may_skip(), "no block device under /dev under CI=true");
+        assert!(
+            support::may_skip(),
+            "no block device under /dev under CI=true"
+        );
         println!("skipped: raw_block_devices_are_unreadable: no block device under /dev");
         return;
     };
     // Control: readable outside (we are root), so a refusal inside is Landlock's.
-    assert_eq!(w.probe_outside(&[&["read", s(&dev)]]), ["ok"], "{}", dev.display());
+    assert_eq!(
+        w.probe_outside(&[&["read", s(&dev)]]),
+        ["ok"],
+        "{}",
+        dev.display()
+    );
     let r = w.probe(&[], &[&["read", s(&dev)], &["read", "/dev/urandom"]]);
     assert_eq!(r, ["errno=EACCES", "ok"], "{}", dev.display());
 }

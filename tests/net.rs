@@ -64,7 +64,12 @@ fn tcp_over_ipv6_mapped_and_other_loopbacks_is_refused() {
     let cg = run.cgroup_id();
     let events = run.finish();
     assert_event(&events, cg, "connect6", &format!("[::1]:{}", v6.port()));
-    assert_event(&events, cg, "connect6", &format!("[::ffff:127.0.0.1]:{}", v4.port()));
+    assert_event(
+        &events,
+        cg,
+        "connect6",
+        &format!("[::ffff:127.0.0.1]:{}", v4.port()),
+    );
     assert_event(&events, cg, "connect4", &two.addr.to_string());
     assert_eq!(events.len(), 3);
     // The control of the control: outside the run nothing is refused.
@@ -279,9 +284,15 @@ fn icmp_ping_socket_is_refused() {
     let udp = UdpSink::bind("127.0.0.1:0").unwrap();
 
     // Control of the judge: outside any run, the same ping is sent and seen.
-    assert_eq!(Run::probe_outside(&["ping", "127.0.0.1", &t_out.to_string()]), "ok");
+    assert_eq!(
+        Run::probe_outside(&["ping", "127.0.0.1", &t_out.to_string()]),
+        "ok"
+    );
     std::thread::sleep(std::time::Duration::from_millis(100));
-    assert!(icmp_seen(&raw, &token(t_out)), "the control ping must be seen");
+    assert!(
+        icmp_seen(&raw, &token(t_out)),
+        "the control ping must be seen"
+    );
 
     let Some(run) = Run::start(T, &[udp.addr], &[]) else {
         return;
@@ -294,11 +305,20 @@ fn icmp_ping_socket_is_refused() {
     assert!(udp.received().is_some());
     // sendto() on a ping socket runs no cgroup sendmsg hook (kernel 6.18), so the
     // socket itself is refused at creation.
-    assert_eperm("ping sendto", &run.probe(&["ping", "127.0.0.1", &t_in.to_string()]));
-    assert_eperm("ping connect", &run.probe(&["ping_connect", "127.0.0.1", "0"]));
+    assert_eperm(
+        "ping sendto",
+        &run.probe(&["ping", "127.0.0.1", &t_in.to_string()]),
+    );
+    assert_eperm(
+        "ping connect",
+        &run.probe(&["ping_connect", "127.0.0.1", "0"]),
+    );
     assert_eperm("ping6", &run.probe(&["ping", "::1", &t_in.to_string()]));
     std::thread::sleep(std::time::Duration::from_millis(100));
-    assert!(!icmp_seen(&raw, &token(t_in)), "the refused ping must not be sent");
+    assert!(
+        !icmp_seen(&raw, &token(t_in)),
+        "the refused ping must not be sent"
+    );
     let cg = run.cgroup_id();
     let events = run.finish();
     assert_eq!(events.len(), 3, "{events:#?}");
@@ -384,7 +404,10 @@ fn unix_sockets_outside_the_run_are_unreachable() {
     );
     let mut buf = [0u8; 16];
     assert!(dg.recv(&mut buf).is_ok());
-    assert_eq!(run.probe(&["unix_abstract", &format!("lockrun-{}", run.run_id)]), "ok");
+    assert_eq!(
+        run.probe(&["unix_abstract", &format!("lockrun-{}", run.run_id)]),
+        "ok"
+    );
     assert_eq!(run.probe(&["unix_socketpair", "-"]), "ok");
 
     // Escapes, each refused before the kernel resolves anything.
@@ -422,7 +445,10 @@ fn unix_sockets_outside_the_run_are_unreachable() {
     let sibling = unix_listener(&w.base.join("wt-other/s.sock"));
     assert_eperm(
         "sibling sharing the worktree's name as a prefix",
-        &run.probe(&["unix_stream", &w.base.join("wt-other/s.sock").display().to_string()]),
+        &run.probe(&[
+            "unix_stream",
+            &w.base.join("wt-other/s.sock").display().to_string(),
+        ]),
     );
     assert!(sibling.accept().is_err());
     assert!(!w.outside_reached(), "an outside socket was reached");
@@ -480,11 +506,17 @@ fn a_full_ring_buffer_is_counted_not_silent() {
     let counters = run.hooks.take().unwrap().finish(&run.audit).unwrap();
     let delivered = support::read_events(&run.audit_path).len() as u64;
     assert_eq!(counters.total(), 3000, "{counters:?}");
-    assert!(counters.lost > 0, "3000 events cannot fit the ring buffer: {counters:?}");
+    assert!(
+        counters.lost > 0,
+        "3000 events cannot fit the ring buffer: {counters:?}"
+    );
     assert_eq!(delivered + counters.lost, 3000, "{counters:?}");
     let log = std::fs::read_to_string(&run.audit_path).unwrap();
     assert!(
-        log.contains(&format!("\"event\":\"kernel_events_lost\",\"count\":{}", counters.lost)),
+        log.contains(&format!(
+            "\"event\":\"kernel_events_lost\",\"count\":{}",
+            counters.lost
+        )),
         "the loss must be in the audit log"
     );
     assert!(run.audit.summary()[0].contains("not delivered (ring buffer full)"));
@@ -499,7 +531,11 @@ async fn the_audit_reader_delivers_events_while_the_run_goes() {
         return;
     };
     let audit = std::sync::Arc::clone(&run.audit);
-    run.hooks.as_mut().unwrap().spawn_audit_reader(audit).unwrap();
+    run.hooks
+        .as_mut()
+        .unwrap()
+        .spawn_audit_reader(audit)
+        .unwrap();
     let port = other.port().to_string();
     let out = tokio::task::block_in_place(|| run.probe(&["tcp", "127.0.0.1", &port]));
     assert_eperm("tcp", &out);
@@ -513,7 +549,11 @@ async fn the_audit_reader_delivers_events_while_the_run_goes() {
     }
     assert_event(&seen, run.cgroup_id(), "connect4", &other.addr.to_string());
     let events = tokio::task::block_in_place(|| run.finish());
-    assert_eq!(events.len(), 1, "delivered once, not again at finish: {events:#?}");
+    assert_eq!(
+        events.len(),
+        1,
+        "delivered once, not again at finish: {events:#?}"
+    );
 }
 
 #[test]
@@ -525,10 +565,19 @@ fn the_run_cgroup_is_not_made_writable() {
         return;
     }
     let cg = lockrun::cgroup::RunCgroup::create(&support::run_id(T)).unwrap();
-    for f in ["", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"] {
+    for f in [
+        "",
+        "cgroup.procs",
+        "cgroup.threads",
+        "cgroup.subtree_control",
+    ] {
         let m = std::fs::metadata(cg.path().join(f)).unwrap();
         assert_eq!((m.uid(), m.gid()), (0, 0), "{f} must stay root's");
-        assert_eq!(m.permissions().mode() & 0o022, 0, "{f} must not be group/other-writable");
+        assert_eq!(
+            m.permissions().mode() & 0o022,
+            0,
+            "{f} must not be group/other-writable"
+        );
     }
     let parent = std::fs::metadata(cg.path().parent().unwrap()).unwrap();
     assert_eq!(parent.permissions().mode() & 0o022, 0);
@@ -562,7 +611,12 @@ fn hooks_outlive_a_sigkilled_loader() {
     }
     let run_id = support::run_id(T);
     let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "helper_loader_that_gets_killed", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "helper_loader_that_gets_killed",
+            "--ignored",
+            "--nocapture",
+        ])
         .env("LOCKRUN_TEST_HELPER_RUN_ID", &run_id)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -573,7 +627,10 @@ fn hooks_outlive_a_sigkilled_loader() {
             let _ = helper.kill();
             let _ = helper.wait();
             // The helper could not attach: the object is missing or it failed; say which.
-            support::skip(T, "the helper loader did not get READY (eBPF object built?)");
+            support::skip(
+                T,
+                "the helper loader did not get READY (eBPF object built?)",
+            );
             return;
         };
         if let Some(p) = line.strip_prefix("READY ") {

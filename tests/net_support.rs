@@ -64,7 +64,10 @@ impl Run {
         let hooks = match NetworkHooks::attach(&cg, &run_id, allowed, unix_allowed) {
             Ok(h) => h,
             Err(BpfError::ObjectMissing) => {
-                skip(test, "the eBPF object is not built (run `cargo xtask test`)");
+                skip(
+                    test,
+                    "the eBPF object is not built (run `cargo xtask test`)",
+                );
                 return None;
             }
             Err(e) => panic!("attach: {e}\n{:?}", std::error::Error::source(&e)),
@@ -148,7 +151,10 @@ impl Run {
             .finish(&self.audit)
             .expect("finish the hooks");
         let events = read_events(&self.audit_path);
-        assert_eq!(counters.lost, 0, "no event may be lost in these small tests");
+        assert_eq!(
+            counters.lost, 0,
+            "no event may be lost in these small tests"
+        );
         assert_eq!(
             counters.total(),
             events.len() as u64,
@@ -159,8 +165,16 @@ impl Run {
     }
 
     pub fn assert_clean(&self) {
-        assert!(!self.cg_path.exists(), "cgroup {} remains", self.cg_path.display());
-        assert!(!self.pin_dir.exists(), "pins {} remain", self.pin_dir.display());
+        assert!(
+            !self.cg_path.exists(),
+            "cgroup {} remains",
+            self.cg_path.display()
+        );
+        assert!(
+            !self.pin_dir.exists(),
+            "pins {} remain",
+            self.pin_dir.display()
+        );
     }
 }
 

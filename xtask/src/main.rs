@@ -150,7 +150,8 @@ fn on_path(bin: &str) -> bool {
     if home_bin.is_some_and(|p| p.is_file()) {
         return true;
     }
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
 }
 
 fn ensure_tools() -> Result<()> {
@@ -162,7 +163,13 @@ fn ensure_tools() -> Result<()> {
         )?;
         run(
             Command::new("apt-get")
-                .args(["install", "-y", "-qq", "--no-install-recommends", "llvm-22-dev"])
+                .args([
+                    "install",
+                    "-y",
+                    "-qq",
+                    "--no-install-recommends",
+                    "llvm-22-dev",
+                ])
                 .env("DEBIAN_FRONTEND", "noninteractive"),
             "apt-get install llvm-22-dev (is the LLVM apt repository configured?)",
         )?;
@@ -207,12 +214,20 @@ fn build(root: &Path, release: bool) -> Result<PathBuf> {
     ensure_tools()?;
     let target_dir = root.join("target/ebpf");
     let mut c = cargo(&root.join("ebpf/programs"));
-    c.args(["build", "--quiet", "--release", "--target", EBPF_TARGET, "-Z", "build-std=core"])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .env("RUSTUP_TOOLCHAIN", TOOLCHAIN)
-        .env("RUSTC_BOOTSTRAP", "1")
-        .env("RUSTFLAGS", "-C debuginfo=2 -C link-arg=--btf");
+    c.args([
+        "build",
+        "--quiet",
+        "--release",
+        "--target",
+        EBPF_TARGET,
+        "-Z",
+        "build-std=core",
+    ])
+    .arg("--target-dir")
+    .arg(&target_dir)
+    .env("RUSTUP_TOOLCHAIN", TOOLCHAIN)
+    .env("RUSTC_BOOTSTRAP", "1")
+    .env("RUSTFLAGS", "-C debuginfo=2 -C link-arg=--btf");
     run(&mut c, "building the eBPF programs (ebpf/programs)")?;
     let obj = target_dir
         .join(EBPF_TARGET)
@@ -232,7 +247,8 @@ fn build(root: &Path, release: bool) -> Result<PathBuf> {
 }
 
 fn ensure_bpffs() -> Result<()> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let info =
+        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
     let mounted = info.lines().any(|l| {
         l.split_once(" - ").is_some_and(|(left, right)| {
             left.split_whitespace().nth(4) == Some("/sys/fs/bpf")

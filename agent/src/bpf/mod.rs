@@ -69,7 +69,9 @@ pub enum BpfError {
         #[source]
         source: io::Error,
     },
-    #[error("BPF object load failed (BPF_PROG_LOAD/BPF_MAP_CREATE; is lockrun root with BPF enabled?)")]
+    #[error(
+        "BPF object load failed (BPF_PROG_LOAD/BPF_MAP_CREATE; is lockrun root with BPF enabled?)"
+    )]
     Load(#[source] aya::EbpfError),
     #[error("the eBPF object has no {0}: it does not match this lockrun")]
     Missing(&'static str),
@@ -385,8 +387,8 @@ impl NetworkHooks {
         let unix_progs = attach_unix(&unix_insns, cgroup, &dir)?;
         attach_aya(&mut ebpf, cgroup, &dir)?;
 
-        let ring = RingBuf::try_from(Map::RingBuf(denials_map))
-            .map_err(map_err(MAP_DENIALS, "open"))?;
+        let ring =
+            RingBuf::try_from(Map::RingBuf(denials_map)).map_err(map_err(MAP_DENIALS, "open"))?;
         let counters = PerCpuArray::try_from(Map::PerCpuArray(counters_map))
             .map_err(map_err(MAP_COUNTERS, "open"))?;
         std::mem::forget(guard);
@@ -509,12 +511,13 @@ fn attach_unix(
                 log,
             }
         })?;
-        let link = raw::link_create(prog.as_fd(), cgroup.dir_fd(), *attach_type).map_err(
-            |source| BpfError::RawAttach {
-                program: name,
-                source,
-            },
-        )?;
+        let link =
+            raw::link_create(prog.as_fd(), cgroup.dir_fd(), *attach_type).map_err(|source| {
+                BpfError::RawAttach {
+                    program: name,
+                    source,
+                }
+            })?;
         let path = dir.join(name);
         raw::obj_pin(link.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
         unix_progs.push(prog);
@@ -524,51 +527,51 @@ fn attach_unix(
 
 /// Load the object's programs, attach them to the cgroup (`Single`) and pin their links.
 fn attach_aya(ebpf: &mut Ebpf, cgroup: &RunCgroup, dir: &Path) -> Result<(), BpfError> {
-        for (name, _) in INET_HOOKS {
-            let prog: &mut CgroupSockAddr = ebpf
-                .program_mut(name)
-                .ok_or(BpfError::Missing(name))?
-                .try_into()
-                .map_err(|source| BpfError::Program {
-                    program: name,
-                    source,
-                })?;
-            prog.load().map_err(|source| BpfError::Program {
+    for (name, _) in INET_HOOKS {
+        let prog: &mut CgroupSockAddr = ebpf
+            .program_mut(name)
+            .ok_or(BpfError::Missing(name))?
+            .try_into()
+            .map_err(|source| BpfError::Program {
                 program: name,
                 source,
             })?;
-            let err = |source| BpfError::Attach {
-                program: name,
-                source,
-            };
-            let id = prog
-                .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
-                .map_err(err)?;
-            pin_link(name, prog.take_link(id).map_err(err)?, dir)?;
-        }
-        {
-            const NAME: &str = "sock_create";
-            let prog: &mut CgroupSock = ebpf
-                .program_mut(NAME)
-                .ok_or(BpfError::Missing(NAME))?
-                .try_into()
-                .map_err(|source| BpfError::Program {
-                    program: NAME,
-                    source,
-                })?;
-            prog.load().map_err(|source| BpfError::Program {
+        prog.load().map_err(|source| BpfError::Program {
+            program: name,
+            source,
+        })?;
+        let err = |source| BpfError::Attach {
+            program: name,
+            source,
+        };
+        let id = prog
+            .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
+            .map_err(err)?;
+        pin_link(name, prog.take_link(id).map_err(err)?, dir)?;
+    }
+    {
+        const NAME: &str = "sock_create";
+        let prog: &mut CgroupSock = ebpf
+            .program_mut(NAME)
+            .ok_or(BpfError::Missing(NAME))?
+            .try_into()
+            .map_err(|source| BpfError::Program {
                 program: NAME,
                 source,
             })?;
-            let err = |source| BpfError::Attach {
-                program: NAME,
-                source,
-            };
-            let id = prog
-                .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
-                .map_err(err)?;
-            pin_link(NAME, prog.take_link(id).map_err(err)?, dir)?;
-        }
+        prog.load().map_err(|source| BpfError::Program {
+            program: NAME,
+            source,
+        })?;
+        let err = |source| BpfError::Attach {
+            program: NAME,
+            source,
+        };
+        let id = prog
+            .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
+            .map_err(err)?;
+        pin_link(NAME, prog.take_link(id).map_err(err)?, dir)?;
+    }
 
     Ok(())
 }

@@ -95,7 +95,11 @@ pub fn prog_load(
 }
 
 /// `BPF_LINK_CREATE` of a cgroup program (no flags: one program per attach type, like `CgroupAttachMode::Single`).
-pub fn link_create(prog: BorrowedFd<'_>, cgroup: BorrowedFd<'_>, attach_type: u32) -> io::Result<OwnedFd> {
+pub fn link_create(
+    prog: BorrowedFd<'_>,
+    cgroup: BorrowedFd<'_>,
+    attach_type: u32,
+) -> io::Result<OwnedFd> {
     let mut attr = LinkCreateAttr {
         prog_fd: prog.as_raw_fd() as u32,
         target_fd: cgroup.as_raw_fd() as u32,
@@ -159,8 +163,6 @@ pub fn obj_pin(fd: BorrowedFd<'_>, path: &std::path::Path) -> io::Result<()> {
 pub fn watch(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the fd stays open
     // and refers to the same file description for the AsyncFd's whole life.
-    unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-    }
-    .map_err(|e| io::Error::other(e.to_string()))
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| io::Error::other(e.to_string()))
 }

@@ -28,7 +28,11 @@
 
 // BPF instruction fields are fixed-width two's-complement encodings, and every
 // offset here is a small constant of this file: the casts are the encoding.
-#![allow(clippy::cast_sign_loss, clippy::cast_possible_wrap, clippy::cast_lossless)]
+#![allow(
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 
 use lockrun_common::{denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_PATH_MAX};
 
@@ -238,7 +242,7 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.ldx_b(R1, FP, KEY_PATH);
     a.jmp_imm(JEQ, R1, 0, Label::Allow); // abstract: Landlock scoping judges it
     a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Deny); // relative
-    // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
+                                                      // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
     for i in 0..(UNIX_PATH_MAX as i16 - 1) {
         let at = KEY_PATH + i;
         a.ldx_b(R1, FP, at);
@@ -332,9 +336,15 @@ mod tests {
     #[test]
     fn encodes_like_the_kernel_expects() {
         // r1 = r10 → bf a1 00 00 00 00 00 00
-        assert_eq!(enc(0xbf, 1, 10, 0, 0).to_le_bytes(), [0xbf, 0xa1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            enc(0xbf, 1, 10, 0, 0).to_le_bytes(),
+            [0xbf, 0xa1, 0, 0, 0, 0, 0, 0]
+        );
         // if r0 != 0 goto +3
-        assert_eq!(enc(0x55, 0, 0, 3, 0).to_le_bytes(), [0x55, 0, 3, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            enc(0x55, 0, 0, 3, 0).to_le_bytes(),
+            [0x55, 0, 3, 0, 0, 0, 0, 0]
+        );
     }
 
     #[test]

@@ -366,11 +366,21 @@ mod tests {
             parse_cgroup2_mount(hybrid),
             Some(PathBuf::from("/sys/fs/cgroup/unified"))
         );
-        let pure = "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(parse_cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
-        assert_eq!(parse_cgroup2_mount("1 0 0:1 / / rw - ext4 /dev/sda rw\n"), None);
+        let pure =
+            "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            parse_cgroup2_mount(pure),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+        assert_eq!(
+            parse_cgroup2_mount("1 0 0:1 / / rw - ext4 /dev/sda rw\n"),
+            None
+        );
         let escaped = "30 1 0:26 / /mnt/my\\040cg rw - cgroup2 none rw\n";
-        assert_eq!(parse_cgroup2_mount(escaped), Some(PathBuf::from("/mnt/my cg")));
+        assert_eq!(
+            parse_cgroup2_mount(escaped),
+            Some(PathBuf::from("/mnt/my cg"))
+        );
     }
 
     #[test]

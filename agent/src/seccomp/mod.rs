@@ -161,7 +161,11 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     for &(nr, arg) in MODE_ARGS {
         let mut r = Vec::new();
         for bit in SET_ID_BITS {
-            r.push(SeccompRule::new(vec![cond(arg, SeccompCmpOp::MaskedEq(*bit), *bit)?])?);
+            r.push(SeccompRule::new(vec![cond(
+                arg,
+                SeccompCmpOp::MaskedEq(*bit),
+                *bit,
+            )?])?);
         }
         rules.insert(nr, r);
     }
