@@ -4,26 +4,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::cli::{PolicyArgs, ShowArgs};
-use crate::policy::{self, Overrides, Policy};
-
-/// The overrides a set of policy flags stands for.
-#[must_use]
-pub fn overrides(a: &PolicyArgs) -> Overrides {
-    Overrides {
-        worktree: a.worktree.clone(),
-        allow_write: a.allow_write.clone(),
-        deny_read: a.deny_read.clone(),
-        allow_host: a.allow_host.clone(),
-        allow_local: a.allow_local.clone(),
-        state_dir: a.state_dir.clone(),
-    }
-}
+use crate::cli::ShowArgs;
+use crate::policy::{self, Policy};
 
 /// Run `policy show`; returns the exit status.
 #[must_use]
 pub fn run(args: &ShowArgs) -> i32 {
-    let policy = match policy::load(args.policy.policy.as_deref(), &overrides(&args.policy)) {
+    let policy = match policy::load(args.policy.policy.as_deref(), &super::run::overrides(&args.policy)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lockrun: {e}");

@@ -31,6 +31,5 @@ pub fn main(args: &RunArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    // SLOT(audit): open `args.audit_log` and hand it to the run's layers.
-    crate::run::execute(&policy, &args.command)
+    crate::run::execute(&policy, &args.command, args.audit_log.as_deref())
 }

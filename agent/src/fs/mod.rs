@@ -6,7 +6,7 @@
 //!   any kind of node, refer, ioctl on devices) only beneath the worktree, the
 //!   run's temp dir, `fs.writable`, and the few device files a shell needs
 //!   (`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`, `/dev/ptmx`, and the
-//!   pty on the caller's stdio — only read/write, plus `ioctl_dev` for ttys);
+//!   pty on the caller's stdio — only read/write, plus `ioctl_dev`);
 //! - **reads** (read file, read dir, execute) everywhere except the denied
 //!   paths: the secret floor, `fs.deny_read`, and `<state>/runs` (other runs;
 //!   the run's own temp dir is granted again beneath it). Landlock only
@@ -110,7 +110,9 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
     match grant {
         Grant::Read => read_rights(),
         Grant::ReadWrite => all_rights(),
-        Grant::Device => AccessFs::ReadFile | AccessFs::WriteFile,
+        // null/zero/full have no ioctls of their own: granting ioctl_dev only
+        // keeps isatty() probes (TCGETS → ENOTTY) from being logged as refusals.
+        Grant::Device => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
         Grant::Tty => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
     }
 }

@@ -24,7 +24,6 @@
 //! killed with `SIGKILL`; then `gc` reaps).
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -65,6 +64,14 @@ pub enum RunError {
         step: crate::sys::Step,
         source: std::io::Error,
     },
+    #[error("the run's cgroup: {}", chain(.0))]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+    #[error("the kernel network hooks: {}", chain(.0))]
+    Hooks(#[from] crate::bpf::BpfError),
+    #[error("the proxy: {}", chain(.0))]
+    Proxy(#[from] crate::proxy::ProxyError),
+    #[error("the audit log: {0}")]
+    Audit(#[from] crate::audit::AuditError),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("installing signal handlers: sigaction: {0}")]
@@ -73,14 +80,29 @@ pub enum RunError {
     Wait(#[source] std::io::Error),
 }
 
-/// A run id: unique and sortable by start time (`<secs>.<nanos>-<pid>`).
+/// An error and its sources, one line: `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// A run id: unique and sortable by start time (`<secs>-<nanos>-<pid>; no dot: bpffs refuses names with one`).
 #[must_use]
 pub fn new_run_id() -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     format!(
-        "{:012}.{:09}-{}",
+        "{:012}-{:09}-{}",
         now.as_secs(),
         now.subsec_nanos(),
         std::process::id()
@@ -266,7 +288,17 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
             report.kept_young += 1;
             continue;
         }
-        // SLOT(cgroup/hooks): reap the run's cgroup and pinned links by id here.
+        // The run's processes first (its cgroup), then its hooks, then its files.
+        if let Some(id) = path.file_name().and_then(|n| n.to_str()) {
+            if let Err(e) = crate::cgroup::reap(id) {
+                eprintln!("lockrun: warning: gc: the cgroup of run {id}: {}", chain(&e));
+                continue;
+            }
+            if let Err(e) = crate::bpf::unpin(id) {
+                eprintln!("lockrun: warning: gc: the pinned hooks of run {id}: {}", chain(&e));
+                continue;
+            }
+        }
         remove_tree(&path);
         report.reaped.push(path);
     }
@@ -307,7 +339,11 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 /// Run `argv` under `policy`; returns lockrun's exit status. Prints one line
 /// on stderr for any failure of its own.
 #[must_use]
-pub fn execute(policy: &Policy, argv: &[OsString]) -> i32 {
+pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> i32 {
+    let audit = match crate::audit::AuditLog::open(audit_log) {
+        Ok(a) => std::sync::Arc::new(a),
+        Err(e) => return refuse(&RunError::Audit(e)),
+    };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -315,10 +351,14 @@ pub fn execute(policy: &Policy, argv: &[OsString]) -> i32 {
         Ok(rt) => rt,
         Err(e) => return refuse(&RunError::Runtime(e)),
     };
-    match rt.block_on(run(policy, argv)) {
+    let code = match rt.block_on(run(policy, argv, &audit)) {
         Ok(code) => code,
         Err(e) => refuse(&e),
+    };
+    for line in audit.summary() {
+        eprintln!("{line}");
     }
+    code
 }
 
 fn refuse(e: &RunError) -> i32 {
@@ -333,32 +373,83 @@ enum Started {
     NotExecutable(std::io::Error),
 }
 
-async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
+async fn run(
+    policy: &Policy,
+    argv: &[OsString],
+    audit: &std::sync::Arc<crate::audit::AuditLog>,
+) -> Result<i32, RunError> {
+    use crate::audit::Event;
+
     let runs_dir = policy.runs_dir();
     // Signals are caught from here on, so that lockrun is never killed
     // between creating the run dir and removing it.
     let mut signals = Signals::new().map_err(RunError::Signals)?;
 
-    // 2. run dir (removed when `dir` drops, on every path below)
+    // 1. run dir (removed when `dir` drops, on every path below)
     let dir = RunDir::create(&runs_dir)?;
     let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
 
-    // 1. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 2)
+    // 2. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 1)
     if let Err(e) = gc(&runs_dir, policy.run.gc_grace) {
         eprintln!("lockrun: warning: sweeping {}: {e}", runs_dir.display());
     }
+    audit.record(Event::RunStart {
+        run_id: dir.id().to_owned(),
+        command: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        policy: policy.sources.clone(),
+        worktree: policy.worktree.clone(),
+    });
 
-    // 3. SLOT(cgroup): `let cgroup = RunCgroup::create(dir.id())?;` and open
-    //    its `cgroup.procs` for writing; the child joins it first thing.
-    let cgroup_procs: Option<OwnedFd> = None;
+    // 3. the run's cgroup; the child joins it through `cgroup.procs` before exec.
+    //    Dropped (killed and removed) on every path after this.
+    let cgroup = crate::cgroup::RunCgroup::create(dir.id())?;
+    let cgroup_procs = Some(cgroup.procs_fd()?);
 
-    // 4. SLOT(hooks): attach the connect/sendmsg hooks to the cgroup, pin the links.
+    // 4. the proxy, when the policy allows any host; its endpoint is the one
+    //    way out the hooks allow, beside the policy's loopback endpoints.
+    let proxy = if policy.network.needs_proxy() {
+        let config = crate::proxy::ProxyConfig::from_policy(
+            policy,
+            audit.clone(),
+            std::sync::Arc::new(crate::proxy::SystemResolver),
+        );
+        Some(crate::proxy::RunningProxy::start(config).await?)
+    } else {
+        None
+    };
+    let mut allowed: Vec<std::net::SocketAddr> = proxy.iter().map(crate::proxy::RunningProxy::addr).collect();
+    allowed.extend(policy.network.local.iter().copied());
+    let proxy_env: Vec<(OsString, OsString)> = proxy
+        .iter()
+        .flat_map(crate::proxy::RunningProxy::env_vars)
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
 
-    // 5. SLOT(proxy): start the proxy; its variables (HTTPS_PROXY, HTTP_PROXY,
-    //    ALL_PROXY and lowercase) go into `proxy_env`.
-    let proxy_env: Vec<(OsString, OsString)> = Vec::new();
+    // 5. the kernel network hooks on the cgroup, pinned; their refusals stream
+    //    into the audit log while the run goes on.
+    let mut hooks = if cfg!(feature = "weaken-for-tests") && std::env::var_os("LOCKRUN_TEST_WEAKEN").is_some_and(|v| v == "hooks") {
+        eprintln!("lockrun: TEST BUILD: network hooks deliberately not attached (LOCKRUN_TEST_WEAKEN=hooks)");
+        None
+    } else {
+        let unix_allowed = [policy.worktree.clone(), dir.tmp().to_path_buf()];
+        let mut h = crate::bpf::NetworkHooks::attach(&cgroup, dir.id(), &allowed, &unix_allowed)?;
+        h.spawn_audit_reader(audit.clone())?;
+        Some(h)
+    };
 
-    // 6. Landlock ruleset and seccomp filters, both prepared here.
+    // 6. filesystem refusals: Landlock reports them to kernel audit.
+    let kernel_audit = match crate::audit::kernel::KernelAudit::start(audit.clone(), dir.id()) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            audit.record(Event::Notice {
+                layer: crate::audit::Layer::Filesystem,
+                message: format!("filesystem refusals are not collected: {e}"),
+            });
+            None
+        }
+    };
+
+    // 7. Landlock ruleset and seccomp filters, both prepared here.
     let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
     let filters = crate::seccomp::filters()?;
     let (plan, report) =
@@ -369,7 +460,7 @@ async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
             }
         })?;
 
-    // 7. environment
+    // 8. environment
     let env = child_env(std::env::vars_os(), policy, dir.tmp(), &proxy_env);
 
     // A signal that arrived during setup cancels the run before anything starts.
@@ -382,13 +473,32 @@ async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
         () = std::future::ready(()) => {}
     }
 
-    // 8. spawn
-    let started = spawn_and_wait(argv, env, plan, report, &mut signals).await?;
+    // 9. spawn and supervise
+    let started = spawn_and_wait(argv, env, plan, report, &mut signals, kernel_audit.as_ref()).await?;
 
-    // 10. teardown: SLOT(proxy) stop; SLOT(hooks) unpin; SLOT(cgroup) kill + remove.
-    drop(dir);
+    // 10. teardown, in reverse: what is left of the run is killed, the hooks
+    //     drained and unpinned, the proxy stopped, the kernel audit read to
+    //     its end; the run dir goes last (when `dir` drops).
+    let mut teardown_errors = Vec::new();
+    if let Err(e) = cgroup.remove() {
+        teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
+    }
+    if let Some(h) = hooks.take() {
+        if let Err(e) = h.finish(audit) {
+            teardown_errors.push(format!("unpinning the hooks: {}", chain(&e)));
+        }
+    }
+    if let Some(p) = proxy {
+        p.shutdown().await;
+    }
+    if let Some(k) = kernel_audit {
+        k.finish();
+    }
+    for e in &teardown_errors {
+        eprintln!("lockrun: warning: {e} (`lockrun gc` will retry)");
+    }
 
-    Ok(match started {
+    let code = match started {
         Started::Exited(status) => exit_code(status),
         Started::NotFound(e) => {
             eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
@@ -398,7 +508,10 @@ async fn run(policy: &Policy, argv: &[OsString]) -> Result<i32, RunError> {
             eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
             exit::NOT_EXECUTABLE
         }
-    })
+    };
+    audit.record(Event::RunEnd { run_id: dir.id().to_owned(), exit: code, refused: audit.refused() });
+    drop(dir);
+    Ok(code)
 }
 
 async fn spawn_and_wait(
@@ -407,6 +520,7 @@ async fn spawn_and_wait(
     plan: crate::sys::ChildPlan,
     report: crate::sys::Report,
     signals: &mut Signals,
+    kernel_audit: Option<&crate::audit::kernel::KernelAudit>,
 ) -> Result<Started, RunError> {
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).env_clear().envs(env);
@@ -427,6 +541,9 @@ async fn spawn_and_wait(
         }
     };
     let pid = child.id();
+    if let (Some(k), Some(pid)) = (kernel_audit, pid) {
+        k.watch(pid);
+    }
     // 9. supervise
     loop {
         tokio::select! {

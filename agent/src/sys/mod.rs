@@ -35,6 +35,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
+/// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
+const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
+
 /// One step of the child-side confinement; its number travels through the report pipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -238,12 +241,15 @@ impl ChildPlan {
             return Err(self.fail(Step::NoNewPrivs));
         }
         // 8. Landlock
-        // SAFETY: the ruleset fd is owned by the plan and alive; flags 0.
+        // LOG_NEW_EXEC_ON: Landlock (ABI 7) logs denials after execve to
+        // kernel audit, where crate::audit::kernel collects them; without
+        // it, nothing the command does is logged.
+        // SAFETY: the ruleset fd is owned by the plan and alive; a flag word.
         if unsafe {
             libc::syscall(
                 libc::SYS_landlock_restrict_self,
                 self.landlock.as_raw_fd(),
-                0u32,
+                LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON,
             )
         } != 0
         {
