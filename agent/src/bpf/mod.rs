@@ -159,6 +159,11 @@ pub fn ensure_bpffs() -> Result<(), BpfError> {
 pub fn unpin(run_id: &str) -> Result<bool, BpfError> {
     check_run_id(run_id)?;
     let dir = pin_dir(run_id);
+    // A run that never pinned anything (or an id bpffs cannot hold: it refuses
+    // names with a dot, EPERM) has nothing to unpin.
+    if !pinned_runs().iter().any(|r| r == run_id) {
+        return Ok(false);
+    }
     match fs::remove_dir_all(&dir) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),

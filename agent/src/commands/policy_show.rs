@@ -10,7 +10,10 @@ use crate::policy::{self, Policy};
 /// Run `policy show`; returns the exit status.
 #[must_use]
 pub fn run(args: &ShowArgs) -> i32 {
-    let policy = match policy::load(args.policy.policy.as_deref(), &super::run::overrides(&args.policy)) {
+    let policy = match policy::load(
+        args.policy.policy.as_deref(),
+        &super::run::overrides(&args.policy),
+    ) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lockrun: {e}");

@@ -5,23 +5,26 @@
 //!
 //! 1. the run dir `<state>/runs/<id>` with `tmp/` (0700) and `owner`;
 //! 2. sweep stale run dirs (best effort, grace period respected);
-//! 3. **[cgroup]** create the run's cgroup → its open `cgroup.procs` fd;
-//! 4. **[hooks]** load and attach the eBPF hooks to that cgroup, pin them;
-//! 5. **[proxy]** start the proxy → its endpoint and the `*_PROXY` env;
-//! 6. the Landlock ruleset ([`crate::fs`]) and seccomp filters ([`crate::seccomp`]);
-//! 7. the child's environment, built explicitly;
-//! 8. spawn with the child-side confinement ([`crate::sys`]) as `pre_exec`;
-//! 9. supervise: forward SIGINT/SIGTERM/SIGHUP, wait;
-//! 10. teardown, in reverse, on every path: **[proxy]** stop, **[hooks]**
-//!     unpin, **[cgroup]** kill and remove, then the run dir.
+//! 3. the Landlock ruleset ([`crate::fs`]) and seccomp filters ([`crate::seccomp`]);
+//! 4. the run's cgroup ([`crate::cgroup`]) → its open `cgroup.procs` fd;
+//! 5. the proxy ([`crate::proxy`]), when any host is allowed → its endpoint and `*_PROXY`;
+//! 6. the eBPF hooks ([`crate::bpf`]) on that cgroup, pinned, allowing only the
+//!    proxy endpoint and the policy's loopback endpoints;
+//! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]);
+//! 8. the child's environment, built explicitly;
+//! 9. spawn with the child-side confinement ([`crate::sys`]) as `pre_exec`
+//!    (it joins the cgroup first, so no instruction runs outside), then
+//!    supervise: forward SIGINT/SIGTERM/SIGHUP, wait;
+//! 10. teardown, in reverse, on every path: the cgroup killed and removed,
+//!     the hooks drained and unpinned, the proxy stopped, the kernel audit
+//!     read to its end, the run dir removed.
 //!
-//! The bracketed steps belong to the network layer and proxy; their slots are
-//! marked `SLOT(...)` below. Each layer's handle should tear itself down in
-//! `Drop` (like [`RunDir`]): bound in setup order inside `run`, they are
-//! dropped in reverse on every path — a `?` during setup, the command's exit,
-//! or lockrun being signalled (signals are caught from before step 1 and
-//! forwarded to the command, so lockrun always reaches its teardown unless
-//! killed with `SIGKILL`; then `gc` reaps).
+//! Each layer's handle also tears itself down in `Drop` (like [`RunDir`]):
+//! bound in setup order inside `run`, they are dropped in reverse on every
+//! path — a `?` during setup, the command's exit, or lockrun being signalled
+//! (signals are caught from before step 1 and forwarded to the command, so
+//! lockrun always reaches its teardown unless killed with `SIGKILL`; then the
+//! pinned hooks keep the processes confined and `gc` reaps).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -291,11 +294,17 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
         // The run's processes first (its cgroup), then its hooks, then its files.
         if let Some(id) = path.file_name().and_then(|n| n.to_str()) {
             if let Err(e) = crate::cgroup::reap(id) {
-                eprintln!("lockrun: warning: gc: the cgroup of run {id}: {}", chain(&e));
+                eprintln!(
+                    "lockrun: warning: gc: the cgroup of run {id}: {}",
+                    chain(&e)
+                );
                 continue;
             }
             if let Err(e) = crate::bpf::unpin(id) {
-                eprintln!("lockrun: warning: gc: the pinned hooks of run {id}: {}", chain(&e));
+                eprintln!(
+                    "lockrun: warning: gc: the pinned hooks of run {id}: {}",
+                    chain(&e)
+                );
                 continue;
             }
         }
@@ -395,17 +404,25 @@ async fn run(
     }
     audit.record(Event::RunStart {
         run_id: dir.id().to_owned(),
-        command: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        command: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         policy: policy.sources.clone(),
         worktree: policy.worktree.clone(),
     });
 
-    // 3. the run's cgroup; the child joins it through `cgroup.procs` before exec.
+    // 3. Landlock ruleset and seccomp filters, both prepared here, before any
+    //    kernel object exists: a policy that cannot be built fails cheaply.
+    let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
+    let filters = crate::seccomp::filters()?;
+
+    // 4. the run's cgroup; the child joins it through `cgroup.procs` before exec.
     //    Dropped (killed and removed) on every path after this.
     let cgroup = crate::cgroup::RunCgroup::create(dir.id())?;
     let cgroup_procs = Some(cgroup.procs_fd()?);
 
-    // 4. the proxy, when the policy allows any host; its endpoint is the one
+    // 5. the proxy, when the policy allows any host; its endpoint is the one
     //    way out the hooks allow, beside the policy's loopback endpoints.
     let proxy = if policy.network.needs_proxy() {
         let config = crate::proxy::ProxyConfig::from_policy(
@@ -417,7 +434,8 @@ async fn run(
     } else {
         None
     };
-    let mut allowed: Vec<std::net::SocketAddr> = proxy.iter().map(crate::proxy::RunningProxy::addr).collect();
+    let mut allowed: Vec<std::net::SocketAddr> =
+        proxy.iter().map(crate::proxy::RunningProxy::addr).collect();
     allowed.extend(policy.network.local.iter().copied());
     let proxy_env: Vec<(OsString, OsString)> = proxy
         .iter()
@@ -425,9 +443,11 @@ async fn run(
         .map(|(k, v)| (k.into(), v.into()))
         .collect();
 
-    // 5. the kernel network hooks on the cgroup, pinned; their refusals stream
+    // 6. the kernel network hooks on the cgroup, pinned; their refusals stream
     //    into the audit log while the run goes on.
-    let mut hooks = if cfg!(feature = "weaken-for-tests") && std::env::var_os("LOCKRUN_TEST_WEAKEN").is_some_and(|v| v == "hooks") {
+    let mut hooks = if cfg!(feature = "weaken-for-tests")
+        && std::env::var_os("LOCKRUN_TEST_WEAKEN").is_some_and(|v| v == "hooks")
+    {
         eprintln!("lockrun: TEST BUILD: network hooks deliberately not attached (LOCKRUN_TEST_WEAKEN=hooks)");
         None
     } else {
@@ -437,7 +457,7 @@ async fn run(
         Some(h)
     };
 
-    // 6. filesystem refusals: Landlock reports them to kernel audit.
+    // 7. filesystem refusals: Landlock reports them to kernel audit.
     let kernel_audit = match crate::audit::kernel::KernelAudit::start(audit.clone(), dir.id()) {
         Ok(k) => Some(k),
         Err(e) => {
@@ -449,9 +469,6 @@ async fn run(
         }
     };
 
-    // 7. Landlock ruleset and seccomp filters, both prepared here.
-    let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
-    let filters = crate::seccomp::filters()?;
     let (plan, report) =
         crate::sys::ChildPlan::new(cgroup_procs, fs.into_fd(), filters).map_err(|source| {
             RunError::Child {
@@ -474,7 +491,8 @@ async fn run(
     }
 
     // 9. spawn and supervise
-    let started = spawn_and_wait(argv, env, plan, report, &mut signals, kernel_audit.as_ref()).await?;
+    let started =
+        spawn_and_wait(argv, env, plan, report, &mut signals, kernel_audit.as_ref()).await?;
 
     // 10. teardown, in reverse: what is left of the run is killed, the hooks
     //     drained and unpinned, the proxy stopped, the kernel audit read to
@@ -509,7 +527,11 @@ async fn run(
             exit::NOT_EXECUTABLE
         }
     };
-    audit.record(Event::RunEnd { run_id: dir.id().to_owned(), exit: code, refused: audit.refused() });
+    audit.record(Event::RunEnd {
+        run_id: dir.id().to_owned(),
+        exit: code,
+        refused: audit.refused(),
+    });
     drop(dir);
     Ok(code)
 }
