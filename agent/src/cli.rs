@@ -36,6 +36,16 @@ pub enum Command {
     /// Summarize an audit log: refusals by layer, process and target, each with
     /// the policy line that would allow it.
     Audit(AuditArgs),
+    /// (internal) One attempt made from inside a sandbox by the doctor's canary.
+    #[command(name = "__probe", hide = true)]
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// write PATH | tcp ADDR | udp ADDR | unix PATH | signal PID
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

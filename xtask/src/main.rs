@@ -73,7 +73,14 @@ fn real_main() -> Result<ExitCode> {
             let obj = build(&root, release)?;
             ensure_bpffs()?;
             let mut c = cargo(&root);
-            c.args(["test", "--workspace"]);
+            // The test-only feature lets tests/doctor.rs prove the canary
+            // catches a weakened sandbox; release builds never have it.
+            c.args([
+                "test",
+                "--workspace",
+                "--features",
+                "lockrun/weaken-for-tests",
+            ]);
             if release {
                 c.arg("--release");
             }

@@ -1,8 +1,10 @@
 //! One module per subcommand; `main` parses and dispatches.
 
 pub mod audit;
+pub mod doctor;
 pub mod gc;
 pub mod policy_show;
+pub mod probe;
 pub mod run;
 
 use std::process::ExitCode;
@@ -31,7 +33,8 @@ pub fn main() -> ExitCode {
         Some(Command::Gc(args)) => gc::main(&args),
         Some(Command::Audit(a)) => audit::run(&a),
         Some(Command::Policy(PolicyCommand::Show(a))) => policy_show::run(&a),
-        Some(Command::Doctor(_)) => 0,
+        Some(Command::Doctor(a)) => doctor::run(&a),
+        Some(Command::Probe(a)) => probe::run(&a.args),
     };
     exit_code(code)
 }

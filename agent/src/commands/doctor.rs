@@ -1,0 +1,368 @@
+//! `lockrun doctor`: what this host can enforce, which of lockrun's promises
+//! hold here, and a live canary that proves it: a probe under a real sandbox
+//! tries to break out five ways, and each attempt is judged from outside.
+//!
+//! Exit status: 0 when every promise holds and nothing got out; 3 when the
+//! host lacks something a promise needs; 4 when the canary got out (or could
+//! not be judged).
+
+use std::io::{ErrorKind, Read as _};
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::cli::DoctorArgs;
+
+/// Host support is missing for some promise.
+pub const HOST_LACKS: i32 = 3;
+/// The canary got out, or could not be judged.
+pub const CANARY_FAILED: i32 = 4;
+
+/// One line of the host report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    pub what: &'static str,
+    pub ok: bool,
+    pub detail: String,
+    /// The promise that needs it.
+    pub needed_for: &'static str,
+}
+
+fn check(what: &'static str, needed_for: &'static str, r: Result<String, String>) -> Check {
+    match r {
+        Ok(detail) => Check {
+            what,
+            ok: true,
+            detail,
+            needed_for,
+        },
+        Err(detail) => Check {
+            what,
+            ok: false,
+            detail,
+            needed_for,
+        },
+    }
+}
+
+/// The host checks, in the order a run needs them.
+#[must_use]
+pub fn host_checks() -> Vec<Check> {
+    let mut checks = Vec::new();
+    checks.push(check(
+        "Landlock",
+        "filesystem: writes only in the worktree and {tmp}; deny-read; signal and abstract-socket scoping",
+        match crate::fs::kernel_abi() {
+            Ok(v) if v >= i32::from(crate::policy::LANDLOCK_ABI) => Ok(format!(
+                "ABI {v}: every filesystem right of ABI {} handled, scoping (ABI 6), denial logging (ABI 7)",
+                crate::policy::LANDLOCK_ABI
+            )),
+            Ok(v) => Err(format!("ABI {v}, lockrun needs {} (Linux 6.15 or later)", crate::policy::LANDLOCK_ABI)),
+            Err(e) => Err(format!("{e} (boot with lsm=…,landlock)")),
+        },
+    ));
+    checks.push(check(
+        "cgroup v2",
+        "network: the run's own cgroup, joined before exec",
+        crate::cgroup::cgroup2_mount()
+            .map(|p| format!("mounted at {}", p.display()))
+            .map_err(|e| e.to_string()),
+    ));
+    checks.push(check(
+        "bpffs",
+        "network: hooks pinned, outliving lockrun",
+        crate::bpf::preflight()
+            .map(|()| "mounted at /sys/fs/bpf".to_owned())
+            .map_err(|e| e.to_string()),
+    ));
+    checks.push(check(
+        "BPF cgroup hooks",
+        "network: connect4/6, sendmsg4/6, sock_create, connect_unix, sendmsg_unix",
+        attach_probe(),
+    ));
+    checks.push(check(
+        "kernel audit",
+        "audit: filesystem refusals in the log",
+        crate::audit::kernel::status()
+            .map(|st| {
+                format!(
+                    "{}, {}; Landlock denials read from the read-only multicast group",
+                    match st.enabled {
+                        0 => "off (lockrun turns it on for its runs)",
+                        1 => "on",
+                        _ => "on and locked",
+                    },
+                    if st.daemon_pid == 0 {
+                        "no audit daemon".to_owned()
+                    } else {
+                        format!("audit daemon pid {}", st.daemon_pid)
+                    }
+                )
+            })
+            .map_err(|e| e.to_string()),
+    ));
+    checks
+}
+
+/// Load and attach every hook to a throwaway cgroup of the doctor's own, then
+/// tear it all down: proof that the run's network layer can be set up here.
+fn attach_probe() -> Result<String, String> {
+    let id = format!("doctor-{}", std::process::id());
+    let cg = crate::cgroup::RunCgroup::create(&id).map_err(|e| e.to_string())?;
+    let hooks = crate::bpf::NetworkHooks::attach(&cg, &id, &[], &[]).map_err(|e| {
+        let mut s = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(c) = src {
+            s.push_str(": ");
+            s.push_str(&c.to_string());
+            src = c.source();
+        }
+        s
+    });
+    let result = match hooks {
+        Ok(h) => {
+            let log = crate::audit::AuditLog::open(None).map_err(|e| e.to_string())?;
+            h.finish(&log)
+                .map(|_| {
+                    "7 programs loaded, attached to a cgroup of its own, pinned, and removed"
+                        .to_owned()
+                })
+                .map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e),
+    };
+    cg.remove().map_err(|e| e.to_string())?;
+    result
+}
+
+/// What one canary attempt showed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Attempt {
+    pub what: String,
+    /// What the probe inside reported (`errno=1 (EPERM)`, or `ok`).
+    pub inside: String,
+    /// What was seen from outside.
+    pub outside: String,
+    /// Whether this is a control (must succeed) or an escape (must fail).
+    pub control: bool,
+    pub held: bool,
+}
+
+/// Run `doctor`; returns the exit status.
+#[must_use]
+pub fn run(args: &DoctorArgs) -> i32 {
+    println!("lockrun doctor: what this host can enforce");
+    let checks = host_checks();
+    let mut host_ok = true;
+    for c in &checks {
+        host_ok &= c.ok;
+        println!(
+            "  [{}] {:<22} {}  — {}",
+            if c.ok { " ok " } else { "MISS" },
+            c.what,
+            c.detail,
+            c.needed_for
+        );
+    }
+    if args.no_canary {
+        return if host_ok { 0 } else { HOST_LACKS };
+    }
+    println!("\nlive canary: a probe under a real sandbox tries to get out; each attempt judged from outside");
+    let attempts = match canary() {
+        Ok(a) => a,
+        Err(e) => {
+            println!("  canary could not run: {e}");
+            return CANARY_FAILED;
+        }
+    };
+    let mut all_held = true;
+    for a in &attempts {
+        all_held &= a.held;
+        println!(
+            "  [{}] {:<9} {:<44} inside: {:<18} outside: {}",
+            if a.held { " ok " } else { "FAIL" },
+            if a.control { "control" } else { "escape" },
+            a.what,
+            a.inside,
+            a.outside
+        );
+    }
+    if !all_held {
+        println!("\nlockrun doctor: the canary got out or a control failed: this host does NOT confine as promised");
+        return CANARY_FAILED;
+    }
+    if !host_ok {
+        println!("\nlockrun doctor: the canary held, but the host lacks what some promises need (see MISS above)");
+        return HOST_LACKS;
+    }
+    println!("\nlockrun doctor: every promise holds on this host");
+    0
+}
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The canary: one sandboxed run of `lockrun __probe` per attempt.
+fn canary() -> std::io::Result<Vec<Attempt>> {
+    let exe = std::env::current_exe()?;
+    let scratch =
+        Scratch(std::env::temp_dir().join(format!("lockrun-doctor-{}", std::process::id())));
+    let base = &scratch.0;
+    let worktree = base.join("worktree");
+    let outside = base.join("outside");
+    let state = base.join("state");
+    for d in [&worktree, &outside, &state] {
+        std::fs::create_dir_all(d)?;
+    }
+    let tcp_out = TcpListener::bind("127.0.0.1:0")?;
+    tcp_out.set_nonblocking(true)?;
+    let tcp_allowed = TcpListener::bind("127.0.0.1:0")?;
+    tcp_allowed.set_nonblocking(true)?;
+    let udp_out = UdpSocket::bind("127.0.0.1:0")?;
+    udp_out.set_nonblocking(true)?;
+    let sock_path = outside.join("outside.sock");
+    let unix_out = UnixListener::bind(&sock_path)?;
+    unix_out.set_nonblocking(true)?;
+    let mut victim = Command::new("sleep")
+        .arg("60")
+        .stdin(Stdio::null())
+        .spawn()?;
+
+    let probe = |args: &[&str]| -> std::io::Result<String> {
+        let out = Command::new(&exe)
+            .arg("--worktree")
+            .arg(&worktree)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--allow-local")
+            .arg(tcp_allowed.local_addr()?.to_string())
+            .arg("--")
+            .arg(&exe)
+            .arg("__probe")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if text.is_empty() {
+            let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            return Ok(format!("no report (exit {:?}: {err})", out.status.code()));
+        }
+        Ok(text)
+    };
+
+    let mut attempts = Vec::new();
+    // Controls: they must get through, or the canary proves nothing.
+    let inside_file = worktree.join("control.txt");
+    let r = probe(&["write", &inside_file.to_string_lossy()])?;
+    let seen = std::fs::read(&inside_file).is_ok_and(|b| b == b"canary");
+    attempts.push(Attempt {
+        what: "write in the worktree".into(),
+        outside: present(seen),
+        held: seen && r == "ok",
+        inside: r,
+        control: true,
+    });
+    let r = probe(&["tcp", &tcp_allowed.local_addr()?.to_string()])?;
+    let got = accepted_bytes(&tcp_allowed);
+    attempts.push(Attempt {
+        what: format!("TCP to the allowed {}", tcp_allowed.local_addr()?),
+        outside: format!("listener received {got} bytes"),
+        held: got > 0 && r == "ok",
+        inside: r,
+        control: true,
+    });
+
+    // Escapes: each must be refused, and nothing may arrive outside.
+    let outside_file = outside.join("escaped.txt");
+    let r = probe(&["write", &outside_file.to_string_lossy()])?;
+    let exists = outside_file.exists();
+    attempts.push(Attempt {
+        what: format!("write {}", outside_file.display()),
+        outside: present(exists),
+        held: !exists && r != "ok",
+        inside: r,
+        control: false,
+    });
+    let r = probe(&["tcp", &tcp_out.local_addr()?.to_string()])?;
+    let got = accepted_bytes(&tcp_out);
+    attempts.push(Attempt {
+        what: format!("TCP to an outside listener {}", tcp_out.local_addr()?),
+        outside: format!("listener accepted {got} connections/bytes"),
+        held: got == 0 && r != "ok",
+        inside: r,
+        control: false,
+    });
+    let r = probe(&["udp", &udp_out.local_addr()?.to_string()])?;
+    let mut buf = [0u8; 64];
+    let got = udp_out.recv(&mut buf).unwrap_or(0);
+    attempts.push(Attempt {
+        what: format!("UDP to {}", udp_out.local_addr()?),
+        outside: format!("socket received {got} bytes"),
+        held: got == 0 && r != "ok",
+        inside: r,
+        control: false,
+    });
+    let r = probe(&["unix", &sock_path.to_string_lossy()])?;
+    let got = unix_out.accept().is_ok();
+    attempts.push(Attempt {
+        what: format!("unix socket {}", sock_path.display()),
+        outside: if got {
+            "listener accepted a connection".into()
+        } else {
+            "listener accepted nothing".into()
+        },
+        held: !got && r != "ok",
+        inside: r,
+        control: false,
+    });
+    let r = probe(&["signal", &victim.id().to_string()])?;
+    std::thread::sleep(Duration::from_millis(20));
+    let alive = victim.try_wait()?.is_none();
+    attempts.push(Attempt {
+        what: format!("SIGTERM to an outside process (pid {})", victim.id()),
+        outside: if alive {
+            "still alive".into()
+        } else {
+            "it died".into()
+        },
+        held: alive && r != "ok",
+        inside: r,
+        control: false,
+    });
+    let _ = victim.kill();
+    let _ = victim.wait();
+    Ok(attempts)
+}
+
+fn present(b: bool) -> String {
+    if b {
+        "file exists".into()
+    } else {
+        "file absent".into()
+    }
+}
+
+/// Connections waiting on a non-blocking listener, and the bytes they sent
+/// (a connection that sent nothing still counts as 1).
+fn accepted_bytes(l: &TcpListener) -> usize {
+    let mut total = 0;
+    loop {
+        match l.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+                let mut buf = Vec::new();
+                let _ = s.read_to_end(&mut buf);
+                total += buf.len().max(1);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return total,
+            Err(_) => return total.max(1),
+        }
+    }
+}
