@@ -110,6 +110,10 @@ pub struct ShowArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also list every Landlock rule the policy produces on this machine (the
+    /// read grants around each deny-read path, the writable trees, devices).
+    #[arg(long)]
+    pub rules: bool,
 }
 
 #[derive(Debug, Args)]

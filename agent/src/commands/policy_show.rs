@@ -20,7 +20,16 @@ pub fn run(args: &ShowArgs) -> i32 {
             return crate::exit::USAGE;
         }
     };
-    let view = View::of(&policy);
+    let mut view = View::of(&policy);
+    if args.rules {
+        match rules(&policy) {
+            Ok(r) => view.rules = Some(r),
+            Err(e) => {
+                eprintln!("lockrun: the Landlock rules cannot be built on this machine: {e}");
+                return crate::exit::SETUP;
+            }
+        }
+    }
     if args.json {
         match serde_json::to_string_pretty(&view) {
             Ok(s) => println!("{s}"),
@@ -46,6 +55,43 @@ pub struct View<'a> {
     /// Where the run's temp dir will be.
     pub run_tmp: String,
     pub landlock_abi: u8,
+    /// The Landlock rules on this machine (with `--rules`): path and rights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<(String, String)>>,
+}
+
+/// The Landlock rules the policy produces here, built exactly as a run builds
+/// them, with a stand-in temp dir (shown as `{tmp}`).
+fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
+    let scratch = std::env::temp_dir().join(format!("lockrun-policy-show-{}", std::process::id()));
+    let tmp = scratch.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(|source| crate::fs::FsError::Open {
+        path: tmp.clone(),
+        source,
+    })?;
+    let built = crate::fs::FsSandbox::prepare(policy, &tmp, &policy.runs_dir());
+    let _ = std::fs::remove_dir_all(&scratch);
+    let fs = built?;
+    let tmp = tmp.display().to_string();
+    let mut rules: Vec<(String, String)> = fs
+        .grants()
+        .iter()
+        .map(|(p, g)| {
+            let p = p.display().to_string();
+            let p = if p == tmp { "{tmp}".to_owned() } else { p };
+            let rights = match g {
+                crate::fs::Grant::Read => "read, execute, list",
+                crate::fs::Grant::ReadWrite => {
+                    "every right (read, write, create, remove, rename, link, special files, ioctl)"
+                }
+                crate::fs::Grant::Device => "read, write, ioctl (device)",
+                crate::fs::Grant::Tty => "read, write, ioctl (terminal)",
+            };
+            (p, rights.to_owned())
+        })
+        .collect();
+    rules.sort();
+    Ok(rules)
 }
 
 impl<'a> View<'a> {
@@ -76,6 +122,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: policy.runs_dir().join("<run-id>/tmp").display().to_string(),
             landlock_abi: policy.run.landlock_abi,
+            rules: None,
         }
     }
 
@@ -110,6 +157,16 @@ impl<'a> View<'a> {
         );
         for d in &self.deny_read {
             let _ = writeln!(s, "  {d}");
+        }
+        if let Some(rules) = &self.rules {
+            let _ = writeln!(
+                s,
+                "Landlock rules on this machine ({}; anything not listed: no access):",
+                rules.len()
+            );
+            for (path, rights) in rules {
+                let _ = writeln!(s, "  {path}: {rights}");
+            }
         }
         let n = &p.network;
         let _ = writeln!(

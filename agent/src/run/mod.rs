@@ -314,6 +314,36 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
     Ok(report)
 }
 
+/// Writable paths beneath the state dir (e.g. a preset's
+/// `{state}/agents/<harness>`) are lockrun's own: create them (0700) so the
+/// harness finds its home. A writable path elsewhere that does not exist is
+/// not granted; say so once.
+fn prepare_writable(policy: &Policy, tmp: &Path) {
+    for spec in &policy.fs.writable {
+        let path = spec.resolve(tmp);
+        if path.exists() {
+            continue;
+        }
+        if path.starts_with(&policy.run.state_dir) && !path.starts_with(policy.runs_dir()) {
+            if let Err(e) = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&path)
+            {
+                eprintln!(
+                    "lockrun: warning: creating {}: {e}; it is not writable in this run",
+                    path.display()
+                );
+            }
+        } else {
+            eprintln!(
+                "lockrun: warning: writable path {} does not exist; it is not granted in this run",
+                path.display()
+            );
+        }
+    }
+}
+
 /// The child's environment: the caller's, then TMPDIR/TMP/TEMP, the
 /// policy's `[env]`, and the proxy's variables — later entries win.
 #[must_use]
@@ -414,6 +444,7 @@ async fn run(
 
     // 3. Landlock ruleset and seccomp filters, both prepared here, before any
     //    kernel object exists: a policy that cannot be built fails cheaply.
+    prepare_writable(policy, dir.tmp());
     let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
     let filters = crate::seccomp::filters()?;
 

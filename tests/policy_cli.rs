@@ -1,0 +1,281 @@
+//! The policy as people meet it: `policy show` of every file in policies/ is
+//! stable (snapshots), `--rules` shows the grants around a deny-read path,
+//! and bad policies exit 2 naming the line and key, with nothing run.
+//!
+//! Regenerate the snapshots with `LOCKRUN_UPDATE_SNAPSHOTS=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let p =
+            std::env::temp_dir().join(format!("lockrun-policy-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        for d in ["wt", "home", "state"] {
+            std::fs::create_dir_all(p.join(d)).unwrap();
+        }
+        Self(p.canonicalize().unwrap())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn lockrun(s: &Scratch, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("HOME", s.0.join("home"))
+        .current_dir(&s.0)
+        .output()
+        .unwrap()
+}
+
+fn policies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
+}
+
+#[test]
+fn policy_show_of_every_policy_file_is_stable() {
+    let s = Scratch::new("snap");
+    let update = std::env::var_os("LOCKRUN_UPDATE_SNAPSHOTS").is_some();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(policies_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let out = lockrun(
+            &s,
+            &[
+                "policy",
+                "show",
+                "--policy",
+                path.to_str().unwrap(),
+                "--worktree",
+                s.0.join("wt").to_str().unwrap(),
+                "--state-dir",
+                s.0.join("state").to_str().unwrap(),
+            ],
+        );
+        assert!(out.status.success(), "{name}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let text = text
+            .replace(
+                &path.canonicalize().unwrap().display().to_string(),
+                &format!("policies/{name}.toml"),
+            )
+            .replace(&s.0.join("state").display().to_string(), "<state>")
+            .replace(&s.0.join("wt").display().to_string(), "<worktree>")
+            .replace(&s.0.join("home").display().to_string(), "<home>");
+        let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../tests/snapshots/policy_show/{name}.txt"));
+        if update {
+            std::fs::write(&snap, &text).unwrap();
+        } else {
+            let want = std::fs::read_to_string(&snap).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (run with LOCKRUN_UPDATE_SNAPSHOTS=1 to create it)",
+                    snap.display()
+                )
+            });
+            assert_eq!(
+                text, want,
+                "policy show of {name} changed; if intended, LOCKRUN_UPDATE_SNAPSHOTS=1"
+            );
+        }
+        // The JSON form parses and names the same sources.
+        let out = lockrun(
+            &s,
+            &[
+                "policy",
+                "show",
+                "--json",
+                "--policy",
+                path.to_str().unwrap(),
+                "--worktree",
+                s.0.join("wt").to_str().unwrap(),
+            ],
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            v["policy"]["sources"].as_array().unwrap().len() >= 2 || name == "default",
+            "{name}: {v}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 5, "only {seen} policies found");
+}
+
+#[test]
+fn rules_grant_the_siblings_of_a_denied_path_and_not_the_path() {
+    let s = Scratch::new("rules");
+    let home = s.0.join("home");
+    for d in ["secret", "open/a", "open/b"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    let out = lockrun(
+        &s,
+        &[
+            "policy",
+            "show",
+            "--rules",
+            "--worktree",
+            s.0.join("wt").to_str().unwrap(),
+            "--state-dir",
+            s.0.join("state").to_str().unwrap(),
+            "--deny-read",
+            home.join("secret").to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rule = |p: &Path| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{}:", p.display())))
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        rule(&home.join("open")).as_deref().map(str::trim),
+        Some(format!("{}: read, execute, list", home.join("open").display()).as_str())
+    );
+    assert!(
+        rule(&home.join("secret")).is_none(),
+        "the denied path must have no rule:\n{text}"
+    );
+    assert!(
+        rule(&home).is_none(),
+        "its parent must not be granted whole:\n{text}"
+    );
+    assert!(
+        rule(&s.0.join("wt")).unwrap().contains("every right"),
+        "{text}"
+    );
+    assert!(text.contains("{tmp}: every right"), "{text}");
+}
+
+/// A bad policy: exit 2, one message naming the file, line and key; the
+/// command (which would create a file) never ran.
+fn refused(name: &str, toml: &str, wants: &[&str]) {
+    let s = Scratch::new(name);
+    let policy = s.0.join("bad.toml");
+    std::fs::write(&policy, toml).unwrap();
+    let marker = s.0.join("wt/ran");
+    let out = lockrun(
+        &s,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--worktree",
+            s.0.join("wt").to_str().unwrap(),
+            "--state-dir",
+            s.0.join("state").to_str().unwrap(),
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+    assert_eq!(err.lines().count(), 1, "{name}: one line: {err}");
+    for w in wants {
+        assert!(err.contains(w), "{name}: {w:?} not in {err}");
+    }
+    assert!(!marker.exists(), "{name}: the command ran");
+    assert!(
+        std::fs::read_dir(s.0.join("state"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "{name}: a run dir was made"
+    );
+}
+
+#[test]
+fn an_unknown_key_is_refused_with_its_line_and_a_suggestion() {
+    refused(
+        "unknown",
+        "[network]\nallow = []\nalow = [\"x\"]\n",
+        &[
+            "bad.toml:3:1",
+            "unknown field `alow`",
+            "did you mean `allow`",
+        ],
+    );
+}
+
+#[test]
+fn a_wrong_type_is_refused_with_its_line() {
+    refused(
+        "type",
+        "[run]\nidle_tunnel_secs = \"long\"\n",
+        &["bad.toml:2:", "invalid type"],
+    );
+}
+
+#[test]
+fn a_relative_path_is_refused() {
+    refused(
+        "relative",
+        "[filesystem]\nwritable = [\"build/out\"]\n",
+        &["bad.toml", "filesystem.writable", "relative"],
+    );
+}
+
+#[test]
+fn an_invalid_host_pattern_is_refused() {
+    refused(
+        "pattern",
+        "[network]\nallow = [\"*evil\"]\n",
+        &["bad.toml", "network.allow", "*evil"],
+    );
+}
+
+#[test]
+fn ports_0_and_70000_are_refused() {
+    refused(
+        "port0",
+        "[network]\nallow = [\"a.example.com:0\"]\n",
+        &["bad.toml", "network.allow", "port"],
+    );
+    refused(
+        "port70000",
+        "[network]\nallow = [\"a.example.com:70000\"]\n",
+        &["bad.toml", "network.allow", "70000"],
+    );
+}
+
+#[test]
+fn an_extends_cycle_is_refused() {
+    let s = Scratch::new("cycle");
+    std::fs::write(s.0.join("a.toml"), "extends = \"b.toml\"\n").unwrap();
+    std::fs::write(s.0.join("b.toml"), "extends = \"a.toml\"\n").unwrap();
+    let marker = s.0.join("wt/ran");
+    let out = lockrun(
+        &s,
+        &[
+            "--policy",
+            s.0.join("a.toml").to_str().unwrap(),
+            "--worktree",
+            s.0.join("wt").to_str().unwrap(),
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`extends` cycle") && err.contains("a.toml") && err.contains("b.toml"),
+        "{err}"
+    );
+    assert!(!marker.exists());
+}
