@@ -56,6 +56,10 @@ pub struct KernelNetEvent {
     /// `tcp`, `udp`, `icmp`, `mptcp`, or the number.
     pub protocol: String,
     pub destination: Destination,
+    /// A unix destination that does not exist on the host: the connect would
+    /// have failed anyway (glibc probes nscd's socket on every user lookup).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub target_absent: bool,
 }
 
 /// A proxy decision.
@@ -141,6 +145,8 @@ struct Tally {
     lost: u64,
     /// Kernel network refusals by destination: count and the commands seen.
     kernel: BTreeMap<Destination, (u64, Vec<String>)>,
+    /// Connects to unix sockets that do not exist on the host (harmless).
+    absent: BTreeMap<Destination, (u64, Vec<String>)>,
     proxy: BTreeMap<String, u64>,
     fs: BTreeMap<String, (u64, Vec<String>)>,
 }
@@ -182,7 +188,12 @@ impl AuditLog {
     }
 
     /// Record one event: tally it and append it to the log.
-    pub fn record(&self, event: Event) {
+    pub fn record(&self, mut event: Event) {
+        if let Event::KernelNetwork(k) = &mut event {
+            if let Destination::Unix(p) = &k.destination {
+                k.target_absent = p.starts_with('/') && std::fs::symlink_metadata(p).is_err();
+            }
+        }
         self.tally(&event);
         let ts_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -209,7 +220,12 @@ impl AuditLog {
         match event {
             Event::KernelNetwork(k) => {
                 *t.refused.entry(Layer::KernelNetwork).or_default() += 1;
-                let e = t.kernel.entry(k.destination.clone()).or_default();
+                let e = if k.target_absent {
+                    t.absent.entry(k.destination.clone())
+                } else {
+                    t.kernel.entry(k.destination.clone())
+                }
+                .or_default();
                 e.0 += 1;
                 if !e.1.contains(&k.comm) {
                     e.1.push(k.comm.clone());
@@ -274,6 +290,26 @@ impl AuditLog {
             lines.push(format!(
                 "lockrun: {n_kernel} {} refused: {}",
                 plural(n_kernel, "connection", "connections"),
+                parts.join(", ")
+            ));
+        }
+        let n_absent: u64 = t.absent.values().map(|(n, _)| n).sum();
+        if n_absent > 0 {
+            let parts: Vec<String> = t
+                .absent
+                .iter()
+                .map(|(dest, (n, comms))| {
+                    let times = if *n > 1 {
+                        format!(" ×{n}")
+                    } else {
+                        String::new()
+                    };
+                    format!("{}{times} ({})", show_dest(dest), comms.join(", "))
+                })
+                .collect();
+            lines.push(format!(
+                "lockrun: {n_absent} {} to unix sockets that do not exist here refused (harmless: they would have failed anyway): {}",
+                plural(n_absent, "connection", "connections"),
                 parts.join(", ")
             ));
         }
@@ -356,6 +392,7 @@ mod tests {
             family: "inet".into(),
             protocol: "tcp".into(),
             destination: Destination::Inet(dest.parse().unwrap()),
+            target_absent: false,
         })
     }
 

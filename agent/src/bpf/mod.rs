@@ -660,6 +660,7 @@ pub fn decode(bytes: &[u8]) -> Option<KernelNetEvent> {
         family: family.to_owned(),
         protocol: protocol_name(d.family, d.sock_type, d.protocol),
         destination,
+        target_absent: false,
     })
 }
 

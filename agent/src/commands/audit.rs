@@ -55,6 +55,8 @@ pub enum Suggestion {
     Never { reason: String },
     /// Not a matter of one policy line: what happened and what to do.
     Explain { reason: String },
+    /// Nothing to allow: it would have failed anyway.
+    Harmless { reason: String },
 }
 
 /// Where a deny-read entry comes from.
@@ -602,6 +604,15 @@ fn find_ip(text: &str) -> Option<IpAddr> {
 #[must_use]
 pub fn suggest_kernel(ev: &KernelNetEvent) -> Suggestion {
     let addr = match &ev.destination {
+        Destination::Unix(path) if ev.target_absent => {
+            return Suggestion::Harmless {
+                reason: format!(
+                    "unix:{path} does not exist on this host, so the connect would have failed \
+                     anyway; nothing to allow (glibc tries nscd's socket on every user lookup and \
+                     falls back to local files)."
+                ),
+            }
+        }
         Destination::Unix(path) => {
             return Suggestion::Explain {
                 reason: format!(
@@ -977,6 +988,9 @@ fn render_suggestion(out: &mut String, s: &Suggestion) {
         Suggestion::Explain { reason } => {
             let _ = writeln!(out, "      why: {reason}");
         }
+        Suggestion::Harmless { reason } => {
+            let _ = writeln!(out, "      harmless: {reason}");
+        }
     }
 }
 
@@ -1007,6 +1021,7 @@ mod tests {
             family: "inet".into(),
             protocol: protocol.into(),
             destination: dest,
+            target_absent: false,
         }
     }
 
@@ -1056,9 +1071,17 @@ mod tests {
         match s {
             Suggestion::Warn { reason }
             | Suggestion::Never { reason }
-            | Suggestion::Explain { reason } => reason,
+            | Suggestion::Explain { reason }
+            | Suggestion::Harmless { reason } => reason,
             Suggestion::Allow { .. } => panic!("expected no Allow, got {s:?}"),
         }
+    }
+
+    #[test]
+    fn a_missing_unix_socket_is_harmless() {
+        let mut ev = kernel(Destination::Unix("/var/run/nscd/socket".into()), "0");
+        ev.target_absent = true;
+        assert!(matches!(suggest_kernel(&ev), Suggestion::Harmless { .. }));
     }
 
     #[test]
