@@ -8,6 +8,8 @@
 //! - `test`: build, mount bpffs if needed, `cargo test --workspace`.
 //! - `run`: build, then run `target/<profile>/lockrun` with the given args.
 
+mod bench;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -41,6 +43,13 @@ enum Cmd {
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Measure lockrun against bare and its peers (release build), in one run;
+    /// prints a Markdown report (also written to target/bench/report.md).
+    Bench {
+        /// Repetitions per start-up figure.
+        #[arg(long, default_value_t = 30)]
+        reps: usize,
     },
     /// Build, then run lockrun with these arguments.
     Run {
@@ -90,6 +99,13 @@ fn real_main() -> Result<ExitCode> {
             c.env("LOCKRUN_EBPF_OBJECT", &obj);
             let status = c.status().context("running cargo test")?;
             Ok(exit_of(status.code()))
+        }
+        Cmd::Bench { reps } => {
+            build(&root, true)?;
+            ensure_bpffs()?;
+            let opts = bench::Options { lockrun: root.join("target/release/lockrun"), workspace: root.clone(), reps };
+            bench::run(&opts)?;
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Run { release, args } => {
             build(&root, release)?;

@@ -1,0 +1,284 @@
+//! `cargo xtask bench`: lockrun against bare and against its peers, in one
+//! run, on this machine. Figures are medians over repeated runs; the README
+//! carries the latest table. Never a timed test: nothing here passes or fails
+//! on speed.
+//!
+//! Peers: bubblewrap (apt), Codex's Landlock sandbox and Anthropic's
+//! sandbox-runtime (npm, into target/peers), nono (cargo install, into
+//! target/peers). landrun is distributed only as Go source, and no Go module
+//! registry is reachable here: it is reported as skipped.
+
+use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+
+/// One way of running a command: a name and the argv prefix.
+struct Runner {
+    name: &'static str,
+    argv: Vec<String>,
+}
+
+/// Options of one bench run.
+pub struct Options {
+    pub lockrun: PathBuf,
+    pub workspace: PathBuf,
+    /// Repetitions for start-up timing.
+    pub reps: usize,
+}
+
+fn sh(cmd: &str) -> Result<()> {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().with_context(|| format!("running `{cmd}`"))?;
+    if !st.success() {
+        bail!("`{cmd}` failed: {st}");
+    }
+    Ok(())
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(bin)).find(|p| p.is_file())
+}
+
+/// Install the peers that can be had here; returns notes on those that cannot.
+fn install_peers(peers: &Path) -> Vec<String> {
+    let mut notes = Vec::new();
+    if which("bwrap").is_none() || which("socat").is_none() || which("rg").is_none() {
+        if let Err(e) = sh("apt-get install -y -qq --no-install-recommends bubblewrap socat ripgrep >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends bubblewrap socat ripgrep >/dev/null)") {
+            notes.push(format!("bubblewrap/socat/ripgrep could not be installed: {e}"));
+        }
+    }
+    let bin = peers.join("node_modules/.bin");
+    if !bin.join("codex").exists() || !bin.join("srt").exists() {
+        let cmd = format!("npm install --silent --prefix {} @openai/codex @anthropic-ai/sandbox-runtime >/dev/null 2>&1", peers.display());
+        if let Err(e) = sh(&cmd) {
+            notes.push(format!("codex / sandbox-runtime could not be installed with npm: {e}"));
+        }
+    }
+    if !peers.join("bin/nono").exists() {
+        let cmd = format!("cargo install --quiet --locked --root {} nono-cli >/dev/null 2>&1", peers.display());
+        if let Err(e) = sh(&cmd) {
+            notes.push(format!("nono could not be installed with cargo: {e}"));
+        }
+    }
+    notes.push("landrun: skipped: it is distributed as Go source only and no Go module registry is reachable here".into());
+    notes
+}
+
+fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Runner>, Vec<String>) {
+    let wt = worktree.display().to_string();
+    let mut notes = Vec::new();
+    let mut v = vec![
+        Runner { name: "bare", argv: vec![] },
+        Runner {
+            name: "lockrun",
+            argv: vec![o.lockrun.display().to_string(), "--worktree".into(), wt.clone(), "--state-dir".into(), state.display().to_string(), "--".into()],
+        },
+    ];
+    if which("bwrap").is_some() {
+        v.push(Runner {
+            name: "bubblewrap",
+            argv: ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", &wt, &wt, "--unshare-net", "--unshare-pid", "--chdir", &wt, "--"]
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        });
+    } else {
+        notes.push("bubblewrap: skipped: not installed".into());
+    }
+    let bin = peers.join("node_modules/.bin");
+    if bin.join("codex").exists() {
+        v.push(Runner {
+            name: "codex sandbox",
+            argv: vec![bin.join("codex").display().to_string(), "sandbox".into(), "-c".into(), "sandbox_mode=\"workspace-write\"".into(), "--".into()],
+        });
+    } else {
+        notes.push("codex sandbox: skipped: not installed".into());
+    }
+    if bin.join("srt").exists() {
+        let settings = state.join("srt-settings.json");
+        let _ = std::fs::write(
+            &settings,
+            format!(r#"{{"network":{{"allowedDomains":[],"deniedDomains":[]}},"filesystem":{{"denyRead":[],"allowWrite":["{wt}"],"denyWrite":[]}}}}"#),
+        );
+        v.push(Runner { name: "sandbox-runtime", argv: vec![bin.join("srt").display().to_string(), "-s".into(), settings.display().to_string(), "--".into()] });
+    } else {
+        notes.push("sandbox-runtime: skipped: not installed".into());
+    }
+    if peers.join("bin/nono").exists() {
+        v.push(Runner {
+            name: "nono",
+            argv: vec![peers.join("bin/nono").display().to_string(), "run".into(), "--allow".into(), wt.clone(), "--".into()],
+        });
+    } else {
+        notes.push("nono: skipped: not installed".into());
+    }
+    (v, notes)
+}
+
+/// Run `argv` once in `dir`; its wall time, or why it failed.
+fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
+    let t = Instant::now();
+    let out = Command::new(&argv[0]).args(&argv[1..]).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+    let d = t.elapsed();
+    if !out.status.success() {
+        bail!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+    }
+    Ok(d)
+}
+
+/// Median and 90th percentile of `reps` timed runs (after one warm-up).
+fn measure(prefix: &[String], cmd: &[&str], dir: &Path, reps: usize) -> Result<(Duration, Duration)> {
+    let argv: Vec<String> = prefix.iter().cloned().chain(cmd.iter().map(ToString::to_string)).collect();
+    time_once(&argv, dir)?;
+    let mut ts = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        ts.push(time_once(&argv, dir)?);
+    }
+    ts.sort();
+    Ok((ts[ts.len() / 2], ts[(ts.len() * 9 / 10).min(ts.len() - 1)]))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A git checkout of ~20k files (made once, reused).
+fn big_checkout(dir: &Path) -> Result<PathBuf> {
+    let repo = dir.join("checkout-20k");
+    if repo.join(".git").exists() {
+        return Ok(repo);
+    }
+    std::fs::create_dir_all(&repo)?;
+    for d in 0..200 {
+        let sub = repo.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&sub)?;
+        for f in 0..100 {
+            std::fs::write(sub.join(format!("f{f:03}.txt")), format!("file {d} {f}\n"))?;
+        }
+    }
+    sh(&format!("cd {} && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm init", repo.display()))?;
+    Ok(repo)
+}
+
+/// connect() latency from a python3 loop, ns per connect+close.
+const CONNECT_LOOP: &str = r#"
+import socket, sys, time
+addr = (sys.argv[1], int(sys.argv[2])); n = int(sys.argv[3])
+for _ in range(200):
+    s = socket.create_connection(addr); s.close()
+t = time.perf_counter_ns()
+for _ in range(n):
+    s = socket.create_connection(addr); s.close()
+print((time.perf_counter_ns() - t) // n)
+"#;
+
+fn accept_forever(l: TcpListener) {
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            drop(s);
+        }
+    });
+}
+
+fn connect_latency(prefix: &[String], port: u16, dir: &Path) -> Result<f64> {
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let mut argv: Vec<String> = prefix.to_vec();
+        argv.extend(["python3", "-c", CONNECT_LOOP, "127.0.0.1", &port.to_string(), "5000"].iter().map(ToString::to_string));
+        let out = Command::new(&argv[0]).args(&argv[1..]).current_dir(dir).stdin(Stdio::null()).output()?;
+        if !out.status.success() {
+            bail!("connect loop failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let ns: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().context("connect loop output")?;
+        best = best.min(ns);
+    }
+    Ok(best / 1e3)
+}
+
+/// Run the whole bench; prints a Markdown report and returns it.
+pub fn run(o: &Options) -> Result<String> {
+    let dir = o.workspace.join("target/bench");
+    let peers = o.workspace.join("target/peers");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&peers)?;
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state)?;
+    let worktree = big_checkout(&dir)?;
+    let mut notes = install_peers(&peers);
+    let (rs, more) = runners(o, &peers, &worktree, &state);
+    notes.extend(more);
+
+    let mut md = String::new();
+    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
+    let _ = writeln!(md, "| sandbox | start-up `true` (ms) | added vs bare (ms) | `git status`, 20k files (ms) | ratio vs bare |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    let mut bare = (0.0, 0.0);
+    for r in &rs {
+        let start = measure(&r.argv, &["true"], &worktree, o.reps);
+        let git = measure(&r.argv, &["git", "status", "--porcelain"], &worktree, o.reps.min(15));
+        match (start, git) {
+            (Ok((s, _)), Ok((g, _))) => {
+                if r.name == "bare" {
+                    bare = (ms(s), ms(g));
+                }
+                let _ = writeln!(md, "| {} | {:.2} | {:+.2} | {:.1} | {:.2}× |", r.name, ms(s), ms(s) - bare.0, ms(g), ms(g) / bare.1);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                notes.push(format!("{}: failed: {e}", r.name));
+                let _ = writeln!(md, "| {} | failed | | | |", r.name);
+            }
+        }
+    }
+
+    // Connect latency to the allowed endpoint, inside the run's cgroup vs outside.
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    accept_forever(l);
+    let outside = connect_latency(&[], port, &worktree)?;
+    let mut inside_prefix = rs.iter().find(|r| r.name == "lockrun").map(|r| r.argv.clone()).unwrap_or_default();
+    inside_prefix.pop();
+    inside_prefix.extend(["--allow-local".into(), format!("127.0.0.1:{port}"), "--".into()]);
+    let inside = connect_latency(&inside_prefix, port, &worktree)?;
+    let _ = writeln!(md, "\nconnect()+close() to the allowed endpoint: {outside:.1} µs outside, {inside:.1} µs inside the run's cgroup ({:+.1}%).", (inside / outside - 1.0) * 100.0);
+
+    // 50 concurrent sandboxes, each with its own cgroup and hooks.
+    let t = Instant::now();
+    let mut kids = Vec::new();
+    for _ in 0..50 {
+        let mut argv = inside_prefix.clone();
+        argv.extend(["python3", "-c", "import socket,sys,time; time.sleep(0.5); socket.create_connection(('127.0.0.1', int(sys.argv[1]))).close()", &port.to_string()].iter().map(ToString::to_string));
+        kids.push(Command::new(&argv[0]).args(&argv[1..]).current_dir(&worktree).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?);
+    }
+    let mut failed = 0;
+    let mut first_err = String::new();
+    for k in kids {
+        let out = k.wait_with_output()?;
+        if !out.status.success() {
+            failed += 1;
+            if first_err.is_empty() {
+                first_err = String::from_utf8_lossy(&out.stderr).into_owned();
+            }
+        }
+    }
+    let _ = writeln!(md, "50 concurrent sandboxes (own cgroup and hooks each, 0.5 s of work + one allowed connect): {failed} failed, all done in {:.2} s.{}", t.elapsed().as_secs_f64(), if failed > 0 { format!(" First error: {}", first_err.trim()) } else { String::new() });
+
+    if !notes.is_empty() {
+        let _ = writeln!(md, "\nNotes:");
+        for n in &notes {
+            let _ = writeln!(md, "- {n}");
+        }
+    }
+    let _ = std::io::stdout().write_all(md.as_bytes());
+    let _ = std::fs::write(dir.join("report.md"), &md);
+    Ok(md)
+}
+
+fn kernel() -> String {
+    let mut s = String::new();
+    let _ = std::fs::File::open("/proc/sys/kernel/osrelease").and_then(|mut f| f.read_to_string(&mut s));
+    s.trim().to_owned()
+}
