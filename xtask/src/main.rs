@@ -51,6 +51,13 @@ enum Cmd {
         #[arg(long, default_value_t = 30)]
         reps: usize,
     },
+    /// Run each cargo-fuzz target (request head, host:port, address guard)
+    /// for a while; non-zero on a finding. Installs cargo-fuzz if missing.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
     /// Build, then run lockrun with these arguments.
     Run {
         #[arg(long)]
@@ -98,7 +105,16 @@ fn real_main() -> Result<ExitCode> {
             }
             c.env("LOCKRUN_EBPF_OBJECT", &obj);
             let status = c.status().context("running cargo test")?;
-            Ok(exit_of(status.code()))
+            if !status.success() {
+                return Ok(exit_of(status.code()));
+            }
+            // A short fuzz run of the proxy's parsers belongs to the suite.
+            fuzz(&root, 10)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Fuzz { seconds } => {
+            fuzz(&root, seconds)?;
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench { reps } => {
             build(&root, true)?;
@@ -157,6 +173,33 @@ fn cargo(dir: &Path) -> Command {
 }
 
 /// Run a command, failing with its name and status when it fails.
+/// The cargo-fuzz targets under fuzz/.
+const FUZZ_TARGETS: &[&str] = &["request_head", "authority", "address_guard"];
+
+/// Run every fuzz target for `seconds` (libFuzzer needs the nightly toolchain).
+fn fuzz(root: &Path, seconds: u64) -> Result<()> {
+    if !on_path("cargo-fuzz") {
+        eprintln!("xtask: installing cargo-fuzz");
+        run(
+            Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]).env_remove("RUSTUP_TOOLCHAIN"),
+            "cargo install cargo-fuzz",
+        )?;
+    }
+    for t in FUZZ_TARGETS {
+        eprintln!("xtask: fuzzing {t} for {seconds} s");
+        run(
+            Command::new("cargo")
+                .args(["+nightly", "fuzz", "run", "-O", t, "--", &format!("-max_total_time={seconds}")])
+                .current_dir(root.join("fuzz"))
+                .env_remove("RUSTUP_TOOLCHAIN")
+                .stdout(Stdio::null()),
+            &format!("fuzzing {t} (a finding is in fuzz/artifacts/{t}/)"),
+        )?;
+    }
+    eprintln!("xtask: fuzzing: no findings");
+    Ok(())
+}
+
 fn run(c: &mut Command, what: &str) -> Result<()> {
     let status = c.status().with_context(|| format!("cannot start {what}"))?;
     if !status.success() {
