@@ -145,7 +145,14 @@ fn received(l: &TcpListener) -> Vec<u8> {
 fn audit_suggestions_applied_make_the_same_run_succeed() {
     if !nix::unistd::geteuid().is_root() {
         assert!(may_skip(), "kernel test may not skip under CI=true");
-        println!("skipped: audit_suggestions_applied_make_the_same_run_succeed: needs root");
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            concat!(
+                "skipped: audit_suggestions_applied_make_the_same_run_succeed: needs root",
+                "\n"
+            )
+            .as_bytes(),
+        );
         return;
     }
     let root = std::env::temp_dir().join(format!("lockrun-audit-e2e-{}", std::process::id()));

@@ -36,7 +36,14 @@ fn line<'a>(text: &'a str, needle: &str) -> &'a str {
 fn doctor_holds_here_and_its_canary_really_ran() {
     if !nix::unistd::geteuid().is_root() {
         assert!(may_skip(), "kernel test may not skip under CI=true");
-        println!("skipped: doctor_holds_here_and_its_canary_really_ran: needs root");
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            concat!(
+                "skipped: doctor_holds_here_and_its_canary_really_ran: needs root",
+                "\n"
+            )
+            .as_bytes(),
+        );
         return;
     }
     let (code, text) = doctor(None);
@@ -84,7 +91,14 @@ fn doctor_holds_here_and_its_canary_really_ran() {
 fn doctor_catches_a_sandbox_without_its_hooks() {
     if !nix::unistd::geteuid().is_root() {
         assert!(may_skip(), "kernel test may not skip under CI=true");
-        println!("skipped: doctor_catches_a_sandbox_without_its_hooks: needs root");
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            concat!(
+                "skipped: doctor_catches_a_sandbox_without_its_hooks: needs root",
+                "\n"
+            )
+            .as_bytes(),
+        );
         return;
     }
     let (code, text) = doctor(Some("hooks"));
@@ -102,5 +116,5 @@ fn doctor_catches_a_sandbox_without_its_hooks() {
 #[test]
 fn doctor_catches_a_sandbox_without_its_hooks() {
     assert!(may_skip(), "under CI=true the suite must be built with --features weaken-for-tests (cargo xtask test does)");
-    println!("skipped: doctor_catches_a_sandbox_without_its_hooks: built without the weaken-for-tests feature");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), concat!("skipped: doctor_catches_a_sandbox_without_its_hooks: built without the weaken-for-tests feature", "\n").as_bytes());
 }

@@ -572,7 +572,13 @@ fn io_uring_is_refused_because_it_creates_sockets_seccomp_never_sees() {
             "io_uring failed outside for an unexpected reason: {outside:?}"
         );
         assert!(support::may_skip(), "io_uring unavailable under CI=true");
-        println!("skipped: io_uring decision: io_uring unavailable on this host ({outside:?})");
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!(
+                "skipped: io_uring decision: io_uring unavailable on this host ({outside:?})\n"
+            )
+            .as_bytes(),
+        );
     }
     let r = w.probe(&[], &[&["io_uring_setup"], &["uring_socket", "packet"]]);
     assert_eq!(r, ["errno=EPERM", "errno=EPERM"]);
@@ -766,7 +772,7 @@ fn an_unprivileged_caller_is_refused_before_anything_runs() {
     let w = World::new("unpriv");
     if Command::new("setpriv").arg("--version").output().is_err() {
         assert!(support::may_skip(), "setpriv missing under CI=true");
-        println!("skipped: an_unprivileged_caller_is_refused_before_anything_runs: setpriv not installed");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), concat!("skipped: an_unprivileged_caller_is_refused_before_anything_runs: setpriv not installed", "\n").as_bytes());
         return;
     }
     // Everything owned by nobody: the filesystem would be no obstacle. The
@@ -812,8 +818,13 @@ fn a_deny_list_that_cannot_be_built_refuses_the_run() {
     let w = World::new("unlistable");
     if Command::new("setpriv").arg("--version").output().is_err() {
         assert!(support::may_skip(), "setpriv missing under CI=true");
-        println!(
-            "skipped: a_deny_list_that_cannot_be_built_refuses_the_run: setpriv not installed"
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            concat!(
+                "skipped: a_deny_list_that_cannot_be_built_refuses_the_run: setpriv not installed",
+                "\n"
+            )
+            .as_bytes(),
         );
         return;
     }
@@ -856,7 +867,14 @@ fn raw_block_devices_are_unreadable() {
             support::may_skip(),
             "no block device under /dev under CI=true"
         );
-        println!("skipped: raw_block_devices_are_unreadable: no block device under /dev");
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            concat!(
+                "skipped: raw_block_devices_are_unreadable: no block device under /dev",
+                "\n"
+            )
+            .as_bytes(),
+        );
         return;
     };
     // Control: readable outside (we are root), so a refusal inside is Landlock's.

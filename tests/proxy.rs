@@ -71,7 +71,10 @@ fn skip(test: &str, reason: &str) {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{test} cannot run under CI=true: {reason}");
     }
-    eprintln!("skipped: {test}: {reason}");
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("skipped: {test}: {reason}\n").as_bytes(),
+    );
 }
 
 fn can_netns(test: &str) -> bool {

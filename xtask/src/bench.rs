@@ -32,7 +32,11 @@ pub struct Options {
 }
 
 fn sh(cmd: &str) -> Result<()> {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().with_context(|| format!("running `{cmd}`"))?;
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .status()
+        .with_context(|| format!("running `{cmd}`"))?;
     if !st.success() {
         bail!("`{cmd}` failed: {st}");
     }
@@ -40,7 +44,11 @@ fn sh(cmd: &str) -> Result<()> {
 }
 
 fn which(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(bin)).find(|p| p.is_file())
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| p.is_file())
 }
 
 /// Install the peers that can be had here; returns notes on those that cannot.
@@ -55,11 +63,16 @@ fn install_peers(peers: &Path) -> Vec<String> {
     if !bin.join("codex").exists() || !bin.join("srt").exists() {
         let cmd = format!("npm install --silent --prefix {} @openai/codex @anthropic-ai/sandbox-runtime >/dev/null 2>&1", peers.display());
         if let Err(e) = sh(&cmd) {
-            notes.push(format!("codex / sandbox-runtime could not be installed with npm: {e}"));
+            notes.push(format!(
+                "codex / sandbox-runtime could not be installed with npm: {e}"
+            ));
         }
     }
     if !peers.join("bin/nono").exists() {
-        let cmd = format!("cargo install --quiet --locked --root {} nono-cli >/dev/null 2>&1", peers.display());
+        let cmd = format!(
+            "cargo install --quiet --locked --root {} nono-cli >/dev/null 2>&1",
+            peers.display()
+        );
         if let Err(e) = sh(&cmd) {
             notes.push(format!("nono could not be installed with cargo: {e}"));
         }
@@ -72,19 +85,46 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
     let wt = worktree.display().to_string();
     let mut notes = Vec::new();
     let mut v = vec![
-        Runner { name: "bare", argv: vec![] },
+        Runner {
+            name: "bare",
+            argv: vec![],
+        },
         Runner {
             name: "lockrun",
-            argv: vec![o.lockrun.display().to_string(), "--worktree".into(), wt.clone(), "--state-dir".into(), state.display().to_string(), "--".into()],
+            argv: vec![
+                o.lockrun.display().to_string(),
+                "--worktree".into(),
+                wt.clone(),
+                "--state-dir".into(),
+                state.display().to_string(),
+                "--".into(),
+            ],
         },
     ];
     if which("bwrap").is_some() {
         v.push(Runner {
             name: "bubblewrap",
-            argv: ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", &wt, &wt, "--unshare-net", "--unshare-pid", "--chdir", &wt, "--"]
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
+            argv: [
+                "bwrap",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--bind",
+                &wt,
+                &wt,
+                "--unshare-net",
+                "--unshare-pid",
+                "--chdir",
+                &wt,
+                "--",
+            ]
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         });
     } else {
         notes.push("bubblewrap: skipped: not installed".into());
@@ -93,7 +133,13 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
     if bin.join("codex").exists() {
         v.push(Runner {
             name: "codex sandbox",
-            argv: vec![bin.join("codex").display().to_string(), "sandbox".into(), "-c".into(), "sandbox_mode=\"workspace-write\"".into(), "--".into()],
+            argv: vec![
+                bin.join("codex").display().to_string(),
+                "sandbox".into(),
+                "-c".into(),
+                "sandbox_mode=\"workspace-write\"".into(),
+                "--".into(),
+            ],
         });
     } else {
         notes.push("codex sandbox: skipped: not installed".into());
@@ -102,16 +148,32 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
         let settings = state.join("srt-settings.json");
         let _ = std::fs::write(
             &settings,
-            format!(r#"{{"network":{{"allowedDomains":[],"deniedDomains":[]}},"filesystem":{{"denyRead":[],"allowWrite":["{wt}"],"denyWrite":[]}}}}"#),
+            format!(
+                r#"{{"network":{{"allowedDomains":[],"deniedDomains":[]}},"filesystem":{{"denyRead":[],"allowWrite":["{wt}"],"denyWrite":[]}}}}"#
+            ),
         );
-        v.push(Runner { name: "sandbox-runtime", argv: vec![bin.join("srt").display().to_string(), "-s".into(), settings.display().to_string(), "--".into()] });
+        v.push(Runner {
+            name: "sandbox-runtime",
+            argv: vec![
+                bin.join("srt").display().to_string(),
+                "-s".into(),
+                settings.display().to_string(),
+                "--".into(),
+            ],
+        });
     } else {
         notes.push("sandbox-runtime: skipped: not installed".into());
     }
     if peers.join("bin/nono").exists() {
         v.push(Runner {
             name: "nono",
-            argv: vec![peers.join("bin/nono").display().to_string(), "run".into(), "--allow".into(), wt.clone(), "--".into()],
+            argv: vec![
+                peers.join("bin/nono").display().to_string(),
+                "run".into(),
+                "--allow".into(),
+                wt.clone(),
+                "--".into(),
+            ],
         });
     } else {
         notes.push("nono: skipped: not installed".into());
@@ -122,17 +184,39 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
 /// Run `argv` once in `dir`; its wall time, or why it failed.
 fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
     let t = Instant::now();
-    let out = Command::new(&argv[0]).args(&argv[1..]).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()?;
     let d = t.elapsed();
     if !out.status.success() {
-        bail!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+        bail!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
     }
     Ok(d)
 }
 
 /// Median and 90th percentile of `reps` timed runs (after one warm-up).
-fn measure(prefix: &[String], cmd: &[&str], dir: &Path, reps: usize) -> Result<(Duration, Duration)> {
-    let argv: Vec<String> = prefix.iter().cloned().chain(cmd.iter().map(ToString::to_string)).collect();
+fn measure(
+    prefix: &[String],
+    cmd: &[&str],
+    dir: &Path,
+    reps: usize,
+) -> Result<(Duration, Duration)> {
+    let argv: Vec<String> = prefix
+        .iter()
+        .cloned()
+        .chain(cmd.iter().map(ToString::to_string))
+        .collect();
     time_once(&argv, dir)?;
     let mut ts = Vec::with_capacity(reps);
     for _ in 0..reps {
@@ -188,12 +272,33 @@ fn connect_latency(prefix: &[String], port: u16, dir: &Path) -> Result<f64> {
     let mut best = f64::MAX;
     for _ in 0..5 {
         let mut argv: Vec<String> = prefix.to_vec();
-        argv.extend(["python3", "-c", CONNECT_LOOP, "127.0.0.1", &port.to_string(), "5000"].iter().map(ToString::to_string));
-        let out = Command::new(&argv[0]).args(&argv[1..]).current_dir(dir).stdin(Stdio::null()).output()?;
+        argv.extend(
+            [
+                "python3",
+                "-c",
+                CONNECT_LOOP,
+                "127.0.0.1",
+                &port.to_string(),
+                "5000",
+            ]
+            .iter()
+            .map(ToString::to_string),
+        );
+        let out = Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()?;
         if !out.status.success() {
-            bail!("connect loop failed: {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "connect loop failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
-        let ns: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().context("connect loop output")?;
+        let ns: f64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .context("connect loop output")?;
         best = best.min(ns);
     }
     Ok(best / 1e3)
@@ -219,13 +324,26 @@ pub fn run(o: &Options) -> Result<String> {
     let mut bare = (0.0, 0.0);
     for r in &rs {
         let start = measure(&r.argv, &["true"], &worktree, o.reps);
-        let git = measure(&r.argv, &["git", "status", "--porcelain"], &worktree, o.reps.min(15));
+        let git = measure(
+            &r.argv,
+            &["git", "status", "--porcelain"],
+            &worktree,
+            o.reps.min(15),
+        );
         match (start, git) {
             (Ok((s, _)), Ok((g, _))) => {
                 if r.name == "bare" {
                     bare = (ms(s), ms(g));
                 }
-                let _ = writeln!(md, "| {} | {:.2} | {:+.2} | {:.1} | {:.2}× |", r.name, ms(s), ms(s) - bare.0, ms(g), ms(g) / bare.1);
+                let _ = writeln!(
+                    md,
+                    "| {} | {:.2} | {:+.2} | {:.1} | {:.2}× |",
+                    r.name,
+                    ms(s),
+                    ms(s) - bare.0,
+                    ms(g),
+                    ms(g) / bare.1
+                );
             }
             (Err(e), _) | (_, Err(e)) => {
                 notes.push(format!("{}: failed: {e}", r.name));
@@ -239,9 +357,17 @@ pub fn run(o: &Options) -> Result<String> {
     let port = l.local_addr()?.port();
     accept_forever(l);
     let outside = connect_latency(&[], port, &worktree)?;
-    let mut inside_prefix = rs.iter().find(|r| r.name == "lockrun").map(|r| r.argv.clone()).unwrap_or_default();
+    let mut inside_prefix = rs
+        .iter()
+        .find(|r| r.name == "lockrun")
+        .map(|r| r.argv.clone())
+        .unwrap_or_default();
     inside_prefix.pop();
-    inside_prefix.extend(["--allow-local".into(), format!("127.0.0.1:{port}"), "--".into()]);
+    inside_prefix.extend([
+        "--allow-local".into(),
+        format!("127.0.0.1:{port}"),
+        "--".into(),
+    ]);
     let inside = connect_latency(&inside_prefix, port, &worktree)?;
     let _ = writeln!(md, "\nconnect()+close() to the allowed endpoint: {outside:.1} µs outside, {inside:.1} µs inside the run's cgroup ({:+.1}%).", (inside / outside - 1.0) * 100.0);
 
@@ -251,7 +377,15 @@ pub fn run(o: &Options) -> Result<String> {
     for _ in 0..50 {
         let mut argv = inside_prefix.clone();
         argv.extend(["python3", "-c", "import socket,sys,time; time.sleep(0.5); socket.create_connection(('127.0.0.1', int(sys.argv[1]))).close()", &port.to_string()].iter().map(ToString::to_string));
-        kids.push(Command::new(&argv[0]).args(&argv[1..]).current_dir(&worktree).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?);
+        kids.push(
+            Command::new(&argv[0])
+                .args(&argv[1..])
+                .current_dir(&worktree)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?,
+        );
     }
     let mut failed = 0;
     let mut first_err = String::new();
@@ -279,6 +413,7 @@ pub fn run(o: &Options) -> Result<String> {
 
 fn kernel() -> String {
     let mut s = String::new();
-    let _ = std::fs::File::open("/proc/sys/kernel/osrelease").and_then(|mut f| f.read_to_string(&mut s));
+    let _ = std::fs::File::open("/proc/sys/kernel/osrelease")
+        .and_then(|mut f| f.read_to_string(&mut s));
     s.trim().to_owned()
 }

@@ -565,7 +565,7 @@ os.execvp(sys.argv[1], sys.argv[1:])
                 std::env::var("CI").as_deref() != Ok("true"),
                 "kernel test may not skip under CI"
             );
-            eprintln!("skipped: collects_a_real_landlock_denial_of_its_child: needs root (CAP_AUDIT_READ)");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), concat!("skipped: collects_a_real_landlock_denial_of_its_child: needs root (CAP_AUDIT_READ)", "\n").as_bytes());
             return;
         }
         let dir = std::env::temp_dir().join(format!("lockrun-kaudit-{}", std::process::id()));
