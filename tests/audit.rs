@@ -7,7 +7,7 @@
 //! applying the suggestions makes the same run succeed — needs the sandbox
 //! and is added with the run flow.
 
-#![allow(clippy::expect_used)] // tests: a panic is the failure report
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -6,6 +6,8 @@
 //! The proxied host is a test host in a network namespace this test makes
 //! (veth, 10.214.7.0/30), reached by a name the policy resolves.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -142,6 +144,7 @@ fn received(l: &TcpListener) -> Vec<u8> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario: run, audit, apply, run again
 fn audit_suggestions_applied_make_the_same_run_succeed() {
     if !nix::unistd::geteuid().is_root() {
         assert!(may_skip(), "kernel test may not skip under CI=true");

@@ -3,6 +3,8 @@
 //! test-only build feature, `weaken-for-tests`, that release builds lack) the
 //! canary catches it and doctor exits non-zero.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");

@@ -1,6 +1,8 @@
 //! Helpers for tests/net.rs: a run (cgroup + hooks + audit log) built at the
 //! library level, probes that join it before trying a way out, and sinks that
 //! judge from outside.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 #![allow(dead_code, clippy::missing_panics_doc, clippy::struct_field_names)]
 
 use std::io::{Read as _, Write as _};

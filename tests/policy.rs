@@ -2,7 +2,7 @@
 //! and every preset embedded in the binary is the file on disk. The directory
 //! is listed, so a new policy file is covered without touching this test.
 
-#![allow(clippy::expect_used)] // tests: a panic is the failure report
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
 use std::path::{Path, PathBuf};
 

@@ -4,6 +4,8 @@
 //!
 //! Regenerate the snapshots with `LOCKRUN_UPDATE_SNAPSHOTS=1`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

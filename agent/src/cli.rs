@@ -98,7 +98,7 @@ pub struct GcArgs {
     /// Where run dirs live.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// Reap only runs older than this many seconds [default: the policy's gc_grace_secs].
+    /// Reap only runs older than this many seconds [default: the policy's `gc_grace_secs`].
     #[arg(long, value_name = "SECS")]
     pub grace_secs: Option<u64>,
 }

@@ -242,7 +242,7 @@ fn parse_record(ty: u16, payload: &[u8]) -> Option<AuditRecord> {
 }
 
 fn unhex(s: &str) -> Option<String> {
-    if s.len() % 2 != 0 || s.is_empty() || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || s.is_empty() || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
@@ -265,7 +265,7 @@ impl Correlator {
     fn push(&mut self, rec: AuditRecord, child: u32, out: &mut Vec<FsEvent>) {
         if rec.ty == AUDIT_EOE {
             if let Some(group) = self.pending.remove(&rec.serial) {
-                self.finish(group, child, out);
+                self.finish(&group, child, out);
             }
             return;
         }
@@ -282,12 +282,12 @@ impl Correlator {
         serials.sort_unstable();
         for s in serials {
             if let Some(group) = self.pending.remove(&s) {
-                self.finish(group, child, out);
+                self.finish(&group, child, out);
             }
         }
     }
 
-    fn finish(&mut self, group: Vec<AuditRecord>, child: u32, out: &mut Vec<FsEvent>) {
+    fn finish(&mut self, group: &[AuditRecord], child: u32, out: &mut Vec<FsEvent>) {
         for r in group.iter().filter(|r| r.ty == AUDIT_LANDLOCK_DOMAIN) {
             let created_by_child =
                 r.fields.get("pid").and_then(|p| p.parse::<u32>().ok()) == Some(child);
@@ -476,6 +476,7 @@ fn read_loop(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
 
@@ -543,11 +544,12 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod kernel_tests {
     use super::*;
 
-    /// Restricts itself with Landlock (write_file|make_reg handled, nothing
-    /// granted, LOG_NEW_EXEC_ON) and execs argv[1:].
+    /// Restricts itself with Landlock (`write_file|make_reg` handled, nothing
+    /// granted, `LOG_NEW_EXEC_ON`) and execs `argv[1:]`.
     const LANDLOCKED: &str = r#"
 import ctypes, os, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)

@@ -272,18 +272,7 @@ impl AuditLog {
         let mut lines = Vec::new();
         let n_kernel: u64 = t.kernel.values().map(|(n, _)| n).sum::<u64>() + t.lost;
         if n_kernel > 0 {
-            let mut parts: Vec<String> = t
-                .kernel
-                .iter()
-                .map(|(dest, (n, comms))| {
-                    let times = if *n > 1 {
-                        format!(" ×{n}")
-                    } else {
-                        String::new()
-                    };
-                    format!("{}{times} ({})", show_dest(dest), comms.join(", "))
-                })
-                .collect();
+            let mut parts = by_destination(&t.kernel);
             if t.lost > 0 {
                 parts.push(format!("{} more not delivered (ring buffer full)", t.lost));
             }
@@ -295,18 +284,7 @@ impl AuditLog {
         }
         let n_absent: u64 = t.absent.values().map(|(n, _)| n).sum();
         if n_absent > 0 {
-            let parts: Vec<String> = t
-                .absent
-                .iter()
-                .map(|(dest, (n, comms))| {
-                    let times = if *n > 1 {
-                        format!(" ×{n}")
-                    } else {
-                        String::new()
-                    };
-                    format!("{}{times} ({})", show_dest(dest), comms.join(", "))
-                })
-                .collect();
+            let parts = by_destination(&t.absent);
             lines.push(format!(
                 "lockrun: {n_absent} {} to unix sockets that do not exist here refused (harmless: they would have failed anyway): {}",
                 plural(n_absent, "connection", "connections"),
@@ -363,6 +341,20 @@ impl AuditLog {
     }
 }
 
+/// `127.0.0.1:6379 ×2 (redis-cli)` for each destination.
+fn by_destination(m: &BTreeMap<Destination, (u64, Vec<String>)>) -> Vec<String> {
+    m.iter()
+        .map(|(dest, (n, comms))| {
+            let times = if *n > 1 {
+                format!(" ×{n}")
+            } else {
+                String::new()
+            };
+            format!("{}{times} ({})", show_dest(dest), comms.join(", "))
+        })
+        .collect()
+}
+
 fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 {
         one
@@ -379,6 +371,7 @@ fn show_dest(d: &Destination) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
 

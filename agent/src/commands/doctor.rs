@@ -210,6 +210,7 @@ impl Drop for Scratch {
 }
 
 /// The canary: one sandboxed run of `lockrun __probe` per attempt.
+#[allow(clippy::too_many_lines)] // seven attempts, each set up, made and judged in turn
 fn canary() -> std::io::Result<Vec<Attempt>> {
     let exe = std::env::current_exe()?;
     let scratch =

@@ -110,10 +110,10 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
     match grant {
         Grant::Read => read_rights(),
         Grant::ReadWrite => all_rights(),
-        // null/zero/full have no ioctls of their own: granting ioctl_dev only
-        // keeps isatty() probes (TCGETS → ENOTTY) from being logged as refusals.
-        Grant::Device => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
-        Grant::Tty => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
+        // Terminals need their ioctls. null/zero/full have none of their own:
+        // granting ioctl_dev there only keeps isatty() probes (TCGETS →
+        // ENOTTY) from being logged as refusals.
+        Grant::Device | Grant::Tty => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
     }
 }
 

@@ -33,6 +33,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::fmt::Write as _;
+
 use serde::Deserialize;
 
 use super::{
@@ -174,6 +176,7 @@ struct Source {
     raw: RawPolicy,
 }
 
+#[allow(clippy::too_many_lines)] // one linear merge, key by key, in file order
 /// Build the effective policy from an optional policy file (a path, or a
 /// preset name) and the CLI overrides.
 pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyError> {
@@ -219,8 +222,8 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     let mut state_dir = default_state_dir(&home);
     let mut run = RunSettings {
         state_dir: PathBuf::new(),
-        idle_tunnel: Duration::from_secs(900),
-        gc_grace: Duration::from_secs(2 * 3600),
+        idle_tunnel: Duration::from_mins(15),
+        gc_grace: Duration::from_hours(2),
         max_connections: 256,
         landlock_abi: LANDLOCK_ABI,
     };
@@ -280,7 +283,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     if let Some(d) = &over.state_dir {
         state_dir = absolute("--state-dir", d)?;
     }
-    run.state_dir = state_dir.clone();
+    run.state_dir.clone_from(&state_dir);
 
     let mut fs = FsPolicy::default();
     let mut network = NetworkPolicy::default();
@@ -316,7 +319,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
             );
         }
         for p in &s.raw.network.private {
-            let net = IpNet::parse(&p.network).map_err(|e| {
+            let private_net = IpNet::parse(&p.network).map_err(|e| {
                 PolicyError::value(&s.origin, "network.private.network", e.to_string())
             })?;
             let mut hosts = Vec::new();
@@ -334,7 +337,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
             }
             network.private.push(PrivateGrant {
                 hosts,
-                network: net,
+                network: private_net,
             });
         }
         for (name, addrs) in &s.raw.network.resolve {
@@ -556,7 +559,7 @@ fn parse_text(origin: &str, text: &str) -> Result<RawPolicy, PolicyError> {
         let (line, column) = e.span().map_or((0, 0), |sp| line_col(text, sp.start));
         let mut message = e.message().trim().to_owned();
         if let Some(hint) = suggest_key(&message) {
-            message.push_str(&format!(" (did you mean `{hint}`?)"));
+            let _ = write!(message, " (did you mean `{hint}`?)");
         }
         PolicyError::Syntax {
             origin: origin.to_owned(),
@@ -620,6 +623,7 @@ fn default_state_dir(home: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
 

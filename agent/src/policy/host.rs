@@ -185,6 +185,7 @@ impl fmt::Display for HostRule {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
 

@@ -93,6 +93,7 @@ impl fmt::Display for IpNet {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
 

@@ -412,6 +412,7 @@ enum Started {
     NotExecutable(std::io::Error),
 }
 
+#[allow(clippy::too_many_lines)] // the steps of a run, in order, in one place (see the module docs)
 async fn run(
     policy: &Policy,
     argv: &[OsString],
