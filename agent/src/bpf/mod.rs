@@ -340,7 +340,15 @@ impl NetworkHooks {
         let guard = PinGuard(pin_dir(run_id));
         let dir = guard.0.clone();
 
-        let mut ebpf = Ebpf::load(object).map_err(BpfError::Load)?;
+        // The programs use no CO-RE relocations, so no kernel BTF is handed
+        // over; the verifier log is off (aya's default logs, which slows the
+        // verifier). aya 0.14's loader still parses /sys/kernel/btf/vmlinux
+        // in its constructor (~18 ms here): see the README's start-up figures.
+        let mut ebpf = aya::EbpfLoader::new()
+            .btf(None)
+            .verifier_log_level(aya::VerifierLogLevel::DISABLE)
+            .load(object)
+            .map_err(BpfError::Load)?;
 
         // Maps: pin, fill, and keep raw fds for the hand-assembled unix hooks.
         let mut take = |name: &'static str| -> Result<MapData, BpfError> {

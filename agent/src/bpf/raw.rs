@@ -57,26 +57,51 @@ pub fn prog_load(
     expected_attach_type: u32,
     name: &str,
 ) -> Result<OwnedFd, (io::Error, String)> {
+    // Without a log first: the verifier runs markedly slower while logging
+    // (measured: ~16 ms vs a few ms for the unix programs). Only a refusal
+    // is loaded again, with the log, to say why.
+    match prog_load_with(insns, expected_attach_type, name, None) {
+        Ok(fd) => Ok(fd),
+        Err(_) => {
+            let mut log = vec![0u8; 1 << 20];
+            prog_load_with(insns, expected_attach_type, name, Some(&mut log)).map_err(|err| {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                (err, String::from_utf8_lossy(&log[..end]).into_owned())
+            })
+        }
+    }
+}
+
+fn prog_load_with(
+    insns: &[u64],
+    expected_attach_type: u32,
+    name: &str,
+    log: Option<&mut [u8]>,
+) -> io::Result<OwnedFd> {
     let license = CString::from(c"GPL");
-    let mut log = vec![0u8; 1 << 20];
     let mut prog_name = [0u8; 16];
     for (d, s) in prog_name.iter_mut().zip(name.bytes().take(15)) {
         *d = s;
     }
+    let (log_level, log_size, log_buf) = match log {
+        Some(l) => (1, l.len() as u32, l.as_mut_ptr() as u64),
+        None => (0, 0, 0),
+    };
     let mut attr = ProgLoadAttr {
         prog_type: PROG_TYPE_CGROUP_SOCK_ADDR,
         insn_cnt: u32::try_from(insns.len()).unwrap_or(u32::MAX),
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
-        log_level: 1,
-        log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
+        log_level,
+        log_size,
+        log_buf,
         prog_name,
         expected_attach_type,
         ..ProgLoadAttr::default()
     };
     // SAFETY: attr is a properly initialized bpf_attr prefix whose pointers
-    // (insns, license, log) outlive the call; the size passed is attr's size.
+    // (insns, license, the log if any) outlive the call; the size passed is
+    // attr's size.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -86,9 +111,7 @@ pub fn prog_load(
         )
     };
     if ret < 0 {
-        let err = io::Error::last_os_error();
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        return Err((err, String::from_utf8_lossy(&log[..end]).into_owned()));
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: a non-negative return of BPF_PROG_LOAD is a new fd we own.
     Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
