@@ -1,0 +1,718 @@
+//! `cargo xtask bench`: the proxy's figures against issue 4's targets, in one
+//! run of about a minute, as a Markdown section.
+//!
+//! The upstream is a test host in a network namespace (10.213.252.0/30, a
+//! veth pair made here and removed on every path), never loopback: lockrun's
+//! address guard refuses loopback, and the bench policy grants exactly that
+//! /30. On it runs `bench_proxy.c serve` (compiled here with gcc): HTTP on
+//! :80 (`/small`: 2 bytes, `/big`: 512 MiB, one thread per connection) and
+//! a listener on :81 that accepts and holds connections, for idle tunnels.
+//!
+//! Four paths to it, each measured the same way:
+//! - **direct**: the clients outside any sandbox, straight to the host;
+//! - **lockrun**: the clients *inside* `lockrun --policy bench.toml -- sh -c …`,
+//!   through the run's proxy, as a confined agent would go (the real path:
+//!   cgroup hooks, Landlock, seccomp, the proxy on the run's runtime);
+//! - **tinyproxy** (installed from the distribution if missing), on a
+//!   loopback port, no filtering;
+//! - **sandbox-runtime** (`srt`, installed with npm under
+//!   `target/peers`): the clients inside `srt -c …`, through its socat
+//!   bridge and its proxy, with the host's IP literal allow-listed.
+//!
+//! Figures: a 512 MiB download through a CONNECT tunnel (`curl -p`; direct
+//! is a plain GET), best of three (one for srt); and requests per second
+//! with a new connection per request at concurrency 1 and 50, with p50/p99
+//! latency, from `bench_proxy.c load` (C threads, each connecting, sending
+//! one GET — absolute-form through a proxy, with the proxy's credentials —
+//! reading the whole response, and closing with RST so thousands of short
+//! connections leave no `TIME_WAIT` behind). Then memory per idle tunnel: the
+//! lockrun process's `VmRSS` before and after `bench_proxy.c tunnels` opens
+//! N idle CONNECT tunnels from inside the run.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+
+const SOURCE: &str = include_str!("bench_proxy.c");
+const HOST_IP: &str = "10.213.252.2";
+const HERE_IP: &str = "10.213.252.1";
+const NET: &str = "10.213.252.0/30";
+const NAME: &str = "bench.test";
+/// Seconds per request-rate measurement.
+const LOAD_SECS: u32 = 2;
+const BIG: u64 = 512 << 20;
+/// Issue 4's figure for idle tunnels; scaled down when the fd limit is lower.
+const IDLE_TARGET: usize = 10_000;
+
+/// Run the proxy bench with the `lockrun` binary at `lockrun`; scratch files
+/// go under `<workspace>/target/bench-proxy`. Returns a Markdown section.
+pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
+    if !is_root() {
+        bail!("the proxy bench needs root (network namespaces, cgroups, BPF)");
+    }
+    let lockrun = std::fs::canonicalize(lockrun)
+        .with_context(|| format!("{} is not built", lockrun.display()))?;
+    let dir = workspace.join("target/bench-proxy");
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["wt", "state"] {
+        std::fs::create_dir_all(dir.join(d))
+            .with_context(|| format!("creating {}", dir.join(d).display()))?;
+    }
+    let tool = compile(&dir)?;
+    let started = Instant::now();
+
+    let mut host = TestHost::new()?;
+    host.serve(&tool)?;
+
+    let idle_n = idle_tunnels_possible();
+    let policy = dir.join("bench.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[network]\nallow = [\"{NAME}:80\", \"{NAME}:81\"]\n\
+             [[network.private]]\nhosts = [\"{NAME}\"]\nnetwork = \"{NET}\"\n\
+             [network.resolve]\n\"{NAME}\" = [\"{HOST_IP}\"]\n\
+             [run]\nmax_connections = {}\n",
+            idle_n + 64
+        ),
+    )?;
+    let lr = Lockrun {
+        bin: lockrun,
+        dir: dir.clone(),
+        policy,
+    };
+
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+
+    let direct = measure(
+        "direct",
+        Command::new("sh")
+            .arg("-c")
+            .arg(script(&tool, HOST_IP, None, 3)),
+    )?;
+    rows.push(direct);
+
+    let mut c = lr.cmd();
+    c.args([
+        "--",
+        "sh",
+        "-c",
+        &script(&tool, NAME, Some("$HTTP_PROXY"), 3),
+    ]);
+    rows.push(measure("lockrun", &mut c)?);
+
+    match Tinyproxy::start(&dir) {
+        Ok(tp) => {
+            let px = format!("http://{}", tp.addr);
+            rows.push(measure(
+                "tinyproxy",
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(script(&tool, HOST_IP, Some(&px), 3)),
+            )?);
+        }
+        Err(e) => notes.push(format!("tinyproxy not measured: {e:#}")),
+    }
+
+    match Srt::find_or_install(workspace) {
+        Ok(srt) => {
+            let mut c = srt.cmd(&dir)?;
+            c.arg(script(&tool, HOST_IP, Some("$HTTP_PROXY"), 1));
+            match measure("sandbox-runtime (srt)", &mut c) {
+                Ok(r) => rows.push(r),
+                Err(e) => notes.push(format!(
+                    "sandbox-runtime not measured: {e:#} (it must reach the private \
+                     address {HOST_IP} through its proxy)"
+                )),
+            }
+        }
+        Err(e) => notes.push(format!("sandbox-runtime not measured: {e:#}")),
+    }
+
+    let idle = lr.idle_tunnels(&tool, idle_n);
+    let elapsed = started.elapsed();
+    drop(host);
+    Ok(report(&rows, &idle, idle_n, &notes, elapsed))
+}
+
+/// One path's figures.
+struct Row {
+    name: String,
+    /// MiB/s, best of the runs.
+    mibps: f64,
+    c1: Load,
+    c50: Load,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Load {
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    err: u64,
+}
+
+/// The shell script every path runs: the download `runs` times, then the
+/// load at c=1 and c=50. `proxy` is a shell word (it may name a variable
+/// set inside the sandbox).
+fn script(tool: &Path, target: &str, proxy: Option<&str>, runs: u32) -> String {
+    let t = tool.display();
+    let (curl_px, load_px) = match proxy {
+        // --noproxy '': srt puts private ranges in no_proxy; go through the proxy anyway.
+        Some(p) => (format!("-p -x \"{p}\" --noproxy ''"), format!("\"{p}\"")),
+        None => (String::new(), String::new()),
+    };
+    let mut s = String::new();
+    for _ in 0..runs {
+        let _ = writeln!(
+            s,
+            "echo \"tput $(curl -s {curl_px} -o /dev/null -w '%{{speed_download}} %{{size_download}} %{{http_code}}' http://{target}/big)\""
+        );
+    }
+    for c in [1, 50] {
+        let _ = writeln!(
+            s,
+            "echo \"c{c} $({t} load {target} 80 /small {c} {LOAD_SECS} {load_px})\""
+        );
+    }
+    s
+}
+
+fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("{name}: cannot start {cmd:?}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let fail = || {
+        format!(
+            "{name}: exit {:?}\nstdout: {stdout}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let mut best = 0f64;
+    for l in stdout.lines().filter_map(|l| l.strip_prefix("tput ")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let ok = f.len() == 3 && f[1] == BIG.to_string() && f[2] == "200";
+        if !ok {
+            bail!("the 512 MiB download did not complete ({l}): {}", fail());
+        }
+        let bps: f64 = f[0].parse().with_context(fail)?;
+        best = best.max(bps / f64::from(1 << 20));
+    }
+    if best == 0.0 {
+        bail!("no download figure: {}", fail());
+    }
+    let load = |tag: &str| -> Result<Load> {
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .with_context(|| format!("no `{tag}` line: {}", fail()))?;
+        let get = |k: &str| -> Result<f64> {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                .with_context(|| format!("no {k} in `{line}`"))?
+                .parse()
+                .with_context(|| format!("{k} in `{line}`"))
+        };
+        let l = Load {
+            rps: get("rps")?,
+            p50_us: get("p50_us")?,
+            p99_us: get("p99_us")?,
+            #[allow(clippy::cast_sign_loss)]
+            err: get("err")? as u64,
+        };
+        if l.rps == 0.0 {
+            bail!("{name}: no request succeeded: `{line}`");
+        }
+        Ok(l)
+    };
+    Ok(Row {
+        name: name.to_owned(),
+        mibps: best,
+        c1: load("c1 ")?,
+        c50: load("c50 ")?,
+    })
+}
+
+fn report(
+    rows: &[Row],
+    idle: &Result<Idle>,
+    idle_n: usize,
+    notes: &[String],
+    took: Duration,
+) -> String {
+    let mut s = String::from("## Proxy\n\n");
+    let d = &rows[0];
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    s.push_str(
+        "| path | 512 MiB CONNECT MiB/s | × direct | req/s c=1 | × direct | p50 / p99 µs c=1 | added p50 / p99 µs | req/s c=50 | × direct | p50 / p99 µs c=50 |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} / {:.0} | {:+.0} / {:+.0} | {:.0} | {:.2} | {:.0} / {:.0} |{}",
+            r.name,
+            r.mibps,
+            ratio(r.mibps, d.mibps),
+            r.c1.rps,
+            ratio(r.c1.rps, d.c1.rps),
+            r.c1.p50_us,
+            r.c1.p99_us,
+            r.c1.p50_us - d.c1.p50_us,
+            r.c1.p99_us - d.c1.p99_us,
+            r.c50.rps,
+            ratio(r.c50.rps, d.c50.rps),
+            r.c50.p50_us,
+            r.c50.p99_us,
+            if r.c1.err + r.c50.err > 0 {
+                format!(" ({} failed requests)", r.c1.err + r.c50.err)
+            } else {
+                String::new()
+            }
+        );
+    }
+    s.push('\n');
+    if let Some(l) = rows.iter().find(|r| r.name == "lockrun") {
+        let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+        let tput = ratio(l.mibps, d.mibps);
+        let c1 = ratio(l.c1.rps, d.c1.rps);
+        let c50 = ratio(l.c50.rps, d.c50.rps);
+        let added99 = l.c1.p99_us - d.c1.p99_us;
+        let _ = writeln!(s, "Issue 4's targets for lockrun:");
+        let _ = writeln!(
+            s,
+            "- throughput ≥ 0.9× direct: {tput:.2}× — {}",
+            verdict(tput >= 0.9)
+        );
+        let _ = writeln!(
+            s,
+            "- req/s at c=1 ≥ 0.6× direct: {c1:.2}× — {}",
+            verdict(c1 >= 0.6)
+        );
+        let _ = writeln!(
+            s,
+            "- req/s at c=50 ≥ 0.8× direct: {c50:.2}× — {}",
+            verdict(c50 >= 0.8)
+        );
+        let _ = writeln!(
+            s,
+            "- added p99 at c=1 < 1 ms: {added99:+.0} µs — {}",
+            verdict(added99 < 1000.0)
+        );
+        match idle {
+            Ok(i) => {
+                let per = i.per_tunnel_kib();
+                let _ = writeln!(
+                    s,
+                    "- memory ≤ 64 KiB per idle tunnel: {per:.1} KiB — {} ({} tunnels open; \
+                     lockrun's RSS {} → {} KiB{})",
+                    verdict(per <= 64.0),
+                    i.opened,
+                    i.rss_before_kib,
+                    i.rss_after_kib,
+                    if i.opened < IDLE_TARGET {
+                        format!(
+                            "; scaled from {IDLE_TARGET}: the open-files limit here allows {idle_n}, \
+                             each tunnel holding two descriptors in lockrun"
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(s, "- memory per idle tunnel: not measured: {e:#}");
+            }
+        }
+        s.push('\n');
+    }
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let _ = writeln!(
+        s,
+        "Method: upstream in a network namespace over a veth pair ({HOST_IP}); download = \
+         `curl` through a CONNECT tunnel (direct: plain GET), best of three (srt: one); \
+         req/s = `bench_proxy.c load`, a new TCP connection per request, absolute-form \
+         GET through the proxy, {LOAD_SECS} s per figure; latency is connect to last byte. \
+         Idle tunnels: `VmRSS` of the lockrun process (proxy included) before and after \
+         opening them from inside the run; kernel socket buffers are not in RSS. \
+         {cores} cores, shared with whatever else runs: compare rows of one run, not runs. \
+         Took {:.0} s.",
+        took.as_secs_f64()
+    );
+    for n in notes {
+        let _ = writeln!(s, "\n{n}");
+    }
+    s
+}
+
+// ---- the pieces ----
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.as_slice() == b"0\n")
+}
+
+fn sh(args: &[&str]) -> Result<()> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("cannot run {}", args[0]))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn compile(dir: &Path) -> Result<PathBuf> {
+    let src = dir.join("bench_proxy.c");
+    let bin = dir.join("bench_proxy");
+    std::fs::write(&src, SOURCE)?;
+    sh(&[
+        "gcc",
+        "-O2",
+        "-pthread",
+        "-o",
+        path_str(&bin)?,
+        path_str(&src)?,
+    ])
+    .context("compiling bench_proxy.c (is gcc installed?)")?;
+    Ok(bin)
+}
+
+fn path_str(p: &Path) -> Result<&str> {
+    p.to_str()
+        .with_context(|| format!("{} is not UTF-8", p.display()))
+}
+
+fn wait_port(addr: SocketAddr, what: &str) -> Result<()> {
+    for _ in 0..100 {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("{what} did not start listening on {addr}")
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Kill and reap on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The upstream's network namespace and veth pair, removed on drop.
+struct TestHost {
+    ns: String,
+    here: String,
+    server: Option<Reaped>,
+}
+
+impl TestHost {
+    fn new() -> Result<Self> {
+        let id = std::process::id() % 100_000;
+        let (ns, here, there) = (
+            format!("lrbench{id}"),
+            format!("lrbh{id}"),
+            format!("lrbn{id}"),
+        );
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        let _ = Command::new("ip").args(["link", "del", &here]).output();
+        let h = Self {
+            ns: ns.clone(),
+            here: here.clone(),
+            server: None,
+        };
+        let nsx = |a: &[&str]| sh(&[&["ip", "netns", "exec", &ns], a].concat());
+        sh(&["ip", "netns", "add", &ns])?;
+        sh(&[
+            "ip", "link", "add", &here, "type", "veth", "peer", "name", &there,
+        ])?;
+        sh(&["ip", "link", "set", &there, "netns", &ns])?;
+        sh(&["ip", "addr", "add", &format!("{HERE_IP}/30"), "dev", &here])?;
+        sh(&["ip", "link", "set", &here, "up"])?;
+        nsx(&["ip", "addr", "add", &format!("{HOST_IP}/30"), "dev", &there])?;
+        nsx(&["ip", "link", "set", &there, "up"])?;
+        nsx(&["ip", "link", "set", "lo", "up"])?;
+        Ok(h)
+    }
+
+    fn serve(&mut self, tool: &Path) -> Result<()> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(tool)
+            .arg("serve")
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting the upstream")?;
+        self.server = Some(Reaped(child));
+        wait_port(SocketAddr::new(HOST_IP.parse()?, 80), "the upstream")
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        self.server.take();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.here])
+            .output();
+    }
+}
+
+fn apt_install(pkgs: &[&str]) -> Result<()> {
+    eprintln!("xtask bench: installing {}", pkgs.join(" "));
+    let out = Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(pkgs)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .output()
+        .context("cannot run apt-get")?;
+    if !out.status.success() {
+        bail!(
+            "apt-get install {} failed: {}",
+            pkgs.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn on_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+}
+
+struct Tinyproxy {
+    addr: SocketAddr,
+    _child: Reaped,
+}
+
+impl Tinyproxy {
+    fn start(dir: &Path) -> Result<Self> {
+        if !on_path("tinyproxy") {
+            apt_install(&["tinyproxy"])?;
+        }
+        let port = free_port()?;
+        let conf = dir.join("tinyproxy.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 1024\n\
+                 LogLevel Critical\nDisableViaHeader Yes\nConnectPort 80\n"
+            ),
+        )?;
+        let child = Command::new("tinyproxy")
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting tinyproxy")?;
+        let child = Reaped(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        wait_port(addr, "tinyproxy")?;
+        Ok(Self {
+            addr,
+            _child: child,
+        })
+    }
+}
+
+struct Srt {
+    bin: PathBuf,
+}
+
+impl Srt {
+    fn find_or_install(workspace: &Path) -> Result<Self> {
+        let prefix = workspace.join("target/peers");
+        let bin = prefix.join("node_modules/.bin/srt");
+        let missing: Vec<&str> = [
+            ("socat", "socat"),
+            ("rg", "ripgrep"),
+            ("bwrap", "bubblewrap"),
+        ]
+        .into_iter()
+        .filter(|(b, _)| !on_path(b))
+        .map(|(_, p)| p)
+        .collect();
+        if !missing.is_empty() {
+            apt_install(&missing)?;
+        }
+        if !bin.is_file() {
+            eprintln!(
+                "xtask bench: installing sandbox-runtime under {}",
+                prefix.display()
+            );
+            let out = Command::new("npm")
+                .arg("install")
+                .arg("--prefix")
+                .arg(&prefix)
+                .arg("@anthropic-ai/sandbox-runtime")
+                .output()
+                .context("cannot run npm (is node installed?)")?;
+            if !out.status.success() || !bin.is_file() {
+                bail!(
+                    "npm install @anthropic-ai/sandbox-runtime failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+        Ok(Self { bin })
+    }
+
+    /// `srt -s <settings> -c` — the script follows.
+    fn cmd(&self, dir: &Path) -> Result<Command> {
+        let settings = dir.join("srt-settings.json");
+        std::fs::write(
+            &settings,
+            format!(
+                "{{\"network\": {{\"allowedDomains\": [\"{HOST_IP}\"], \"deniedDomains\": []}},\n\
+                 \"filesystem\": {{\"denyRead\": [], \"allowWrite\": [\"{}\"], \"denyWrite\": []}}}}\n",
+                dir.display()
+            ),
+        )?;
+        let mut c = Command::new(&self.bin);
+        c.arg("-s").arg(settings).arg("-c").current_dir(dir);
+        Ok(c)
+    }
+}
+
+struct Lockrun {
+    bin: PathBuf,
+    dir: PathBuf,
+    policy: PathBuf,
+}
+
+struct Idle {
+    opened: usize,
+    rss_before_kib: u64,
+    rss_after_kib: u64,
+}
+
+impl Idle {
+    #[allow(clippy::cast_precision_loss)]
+    fn per_tunnel_kib(&self) -> f64 {
+        self.rss_after_kib.saturating_sub(self.rss_before_kib) as f64 / self.opened.max(1) as f64
+    }
+}
+
+/// How many idle tunnels this process's open-files limit allows: lockrun
+/// holds two descriptors per tunnel (client and upstream).
+fn idle_tunnels_possible() -> usize {
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3)?.parse::<usize>().ok())
+        })
+        .unwrap_or(1024);
+    IDLE_TARGET.min(limit.saturating_sub(400) / 2)
+}
+
+impl Lockrun {
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg("--worktree")
+            .arg(self.dir.join("wt"))
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .arg("--policy")
+            .arg(&self.policy)
+            .current_dir(self.dir.join("wt"));
+        c
+    }
+
+    fn idle_tunnels(&self, tool: &Path, n: usize) -> Result<Idle> {
+        let wt = self.dir.join("wt");
+        let mut c = self.cmd();
+        c.args(["--", "sh", "-c"])
+            .arg(format!(
+                "exec {} tunnels {n} {NAME}:81 \"$HTTP_PROXY\" {}",
+                tool.display(),
+                wt.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = Reaped(c.spawn().context("starting lockrun")?);
+        let pid = child.0.id();
+        let wait = |f: &str, secs: u64, child: &mut Reaped| -> Result<()> {
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            while !wt.join(f).exists() {
+                if let Some(st) = child.0.try_wait()? {
+                    let mut e = String::new();
+                    if let Some(mut s) = child.0.stderr.take() {
+                        let _ = s.read_to_string(&mut e);
+                    }
+                    bail!("the run ended ({st}) before {f}: {e}");
+                }
+                if Instant::now() > deadline {
+                    bail!("no {f} after {secs} s");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        };
+        wait("opened-0", 30, &mut child)?;
+        let rss_before_kib = rss_kib(pid)?;
+        std::fs::write(wt.join("go-0"), "")?;
+        wait("opened-1", 120, &mut child)?;
+        // Let the proxy finish its side of the last handshakes.
+        std::thread::sleep(Duration::from_millis(300));
+        let rss_after_kib = rss_kib(pid)?;
+        std::fs::write(wt.join("go-1"), "")?;
+        let mut out = String::new();
+        if let Some(mut s) = child.0.stdout.take() {
+            s.read_to_string(&mut out)?;
+        }
+        let _ = child.0.wait();
+        let opened: usize = out
+            .lines()
+            .find_map(|l| l.strip_prefix("opened="))
+            .with_context(|| format!("no opened= in `{out}`"))?
+            .trim()
+            .parse()?;
+        if opened < n {
+            bail!("only {opened} of {n} tunnels opened");
+        }
+        Ok(Idle {
+            opened,
+            rss_before_kib,
+            rss_after_kib,
+        })
+    }
+}
+
+fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no VmRSS for pid {pid}"))
+}
