@@ -17,15 +17,20 @@
 //!   loopback port, no filtering;
 //! - **sandbox-runtime** (`srt`, installed with npm under
 //!   `target/peers`): the clients inside `srt -c …`, through its socat
-//!   bridge and its proxy, with the host's IP literal allow-listed.
+//!   bridge and its proxy, with the host's IP literal allow-listed (srt
+//!   puts private ranges in `no_proxy`; the clients override it);
+//! - **lockrun's proxy, clients outside**: the run publishes its proxy URL
+//!   and waits; the same clients run outside. Against the lockrun row, this
+//!   separates the proxy's cost from the client's confinement.
 //!
 //! Figures: a 512 MiB download through a CONNECT tunnel (`curl -p`; direct
-//! is a plain GET), best of three (one for srt); and requests per second
+//! is a plain GET), best of three (two for srt); and requests per second
 //! with a new connection per request at concurrency 1 and 50, with p50/p99
 //! latency, from `bench_proxy.c load` (C threads, each connecting, sending
 //! one GET — absolute-form through a proxy, with the proxy's credentials —
 //! reading the whole response, and closing with RST so thousands of short
-//! connections leave no `TIME_WAIT` behind). Then memory per idle tunnel: the
+//! connections leave no `TIME_WAIT` behind), best of three 1 s runs: other
+//! tenants of a shared machine only ever slow a path down. Then memory per idle tunnel: the
 //! lockrun process's `VmRSS` before and after `bench_proxy.c tunnels` opens
 //! N idle CONNECT tunnels from inside the run.
 
@@ -43,8 +48,10 @@ const HOST_IP: &str = "10.213.252.2";
 const HERE_IP: &str = "10.213.252.1";
 const NET: &str = "10.213.252.0/30";
 const NAME: &str = "bench.test";
-/// Seconds per request-rate measurement.
-const LOAD_SECS: u32 = 2;
+/// Seconds per request-rate measurement, and how many (the best counts:
+/// other tenants of a shared machine only ever make a path slower).
+const LOAD_SECS: u32 = 1;
+const LOAD_RUNS: u32 = 3;
 const BIG: u64 = 512 << 20;
 /// Issue 4's figure for idle tunnels; scaled down when the fd limit is lower.
 const IDLE_TARGET: usize = 10_000;
@@ -106,6 +113,16 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
         &script(&tool, NAME, Some("$HTTP_PROXY"), 3),
     ]);
     rows.push(measure("lockrun", &mut c)?);
+    // The same proxy with the clients outside the run: what the proxy costs
+    // apart from the confinement of the client (hooks, seccomp, Landlock).
+    rows.push(lr.with_proxy_url(|url| {
+        measure(
+            "lockrun's proxy, clients outside",
+            Command::new("sh")
+                .arg("-c")
+                .arg(script(&tool, NAME, Some(url), 3)),
+        )
+    })?);
 
     match Tinyproxy::start(&dir) {
         Ok(tp) => {
@@ -123,7 +140,7 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
     match Srt::find_or_install(workspace) {
         Ok(srt) => {
             let mut c = srt.cmd(&dir)?;
-            c.arg(script(&tool, HOST_IP, Some("$HTTP_PROXY"), 1));
+            c.arg(script(&tool, HOST_IP, Some("$HTTP_PROXY"), 2));
             match measure("sandbox-runtime (srt)", &mut c) {
                 Ok(r) => rows.push(r),
                 Err(e) => notes.push(format!(
@@ -146,6 +163,8 @@ struct Row {
     name: String,
     /// MiB/s, best of the runs.
     mibps: f64,
+    /// Downloads that did not complete (not counted in `mibps`).
+    failed_downloads: u32,
     c1: Load,
     c50: Load,
 }
@@ -176,10 +195,12 @@ fn script(tool: &Path, target: &str, proxy: Option<&str>, runs: u32) -> String {
         );
     }
     for c in [1, 50] {
-        let _ = writeln!(
-            s,
-            "echo \"c{c} $({t} load {target} 80 /small {c} {LOAD_SECS} {load_px})\""
-        );
+        for _ in 0..LOAD_RUNS {
+            let _ = writeln!(
+                s,
+                "echo \"c{c} $({t} load {target} 80 /small {c} {LOAD_SECS} {load_px})\""
+            );
+        }
     }
     s
 }
@@ -198,23 +219,20 @@ fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
         )
     };
     let mut best = 0f64;
+    let mut failed = 0;
     for l in stdout.lines().filter_map(|l| l.strip_prefix("tput ")) {
         let f: Vec<&str> = l.split_whitespace().collect();
-        let ok = f.len() == 3 && f[1] == BIG.to_string() && f[2] == "200";
-        if !ok {
-            bail!("the 512 MiB download did not complete ({l}): {}", fail());
+        if f.len() == 3 && f[1] == BIG.to_string() && f[2] == "200" {
+            let bps: f64 = f[0].parse().with_context(fail)?;
+            best = best.max(bps / f64::from(1 << 20));
+        } else {
+            failed += 1;
         }
-        let bps: f64 = f[0].parse().with_context(fail)?;
-        best = best.max(bps / f64::from(1 << 20));
     }
     if best == 0.0 {
-        bail!("no download figure: {}", fail());
+        bail!("no 512 MiB download completed: {}", fail());
     }
-    let load = |tag: &str| -> Result<Load> {
-        let line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(tag))
-            .with_context(|| format!("no `{tag}` line: {}", fail()))?;
+    let one = |line: &str| -> Result<Load> {
         let get = |k: &str| -> Result<f64> {
             line.split_whitespace()
                 .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
@@ -229,17 +247,41 @@ fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
             #[allow(clippy::cast_sign_loss)]
             err: get("err")? as u64,
         };
-        if l.rps == 0.0 {
-            bail!("{name}: no request succeeded: `{line}`");
-        }
         Ok(l)
+    };
+    let load = |tag: &str| -> Result<Load> {
+        let mut best: Option<Load> = None;
+        for line in stdout.lines().filter_map(|l| l.strip_prefix(tag)) {
+            let l = one(line)?;
+            if best.is_none_or(|b| l.rps > b.rps) {
+                best = Some(l);
+            }
+        }
+        best.filter(|b| b.rps > 0.0)
+            .with_context(|| format!("no request succeeded ({tag}): {}", fail()))
     };
     Ok(Row {
         name: name.to_owned(),
         mibps: best,
+        failed_downloads: failed,
         c1: load("c1 ")?,
         c50: load("c50 ")?,
     })
+}
+
+fn failures(r: &Row) -> String {
+    let mut f = Vec::new();
+    if r.failed_downloads > 0 {
+        f.push(format!("{} downloads failed", r.failed_downloads));
+    }
+    if r.c1.err + r.c50.err > 0 {
+        f.push(format!("{} requests failed", r.c1.err + r.c50.err));
+    }
+    if f.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", f.join(", "))
+    }
 }
 
 fn report(
@@ -273,75 +315,21 @@ fn report(
             ratio(r.c50.rps, d.c50.rps),
             r.c50.p50_us,
             r.c50.p99_us,
-            if r.c1.err + r.c50.err > 0 {
-                format!(" ({} failed requests)", r.c1.err + r.c50.err)
-            } else {
-                String::new()
-            }
+            failures(r)
         );
     }
     s.push('\n');
     if let Some(l) = rows.iter().find(|r| r.name == "lockrun") {
-        let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
-        let tput = ratio(l.mibps, d.mibps);
-        let c1 = ratio(l.c1.rps, d.c1.rps);
-        let c50 = ratio(l.c50.rps, d.c50.rps);
-        let added99 = l.c1.p99_us - d.c1.p99_us;
-        let _ = writeln!(s, "Issue 4's targets for lockrun:");
-        let _ = writeln!(
-            s,
-            "- throughput ≥ 0.9× direct: {tput:.2}× — {}",
-            verdict(tput >= 0.9)
-        );
-        let _ = writeln!(
-            s,
-            "- req/s at c=1 ≥ 0.6× direct: {c1:.2}× — {}",
-            verdict(c1 >= 0.6)
-        );
-        let _ = writeln!(
-            s,
-            "- req/s at c=50 ≥ 0.8× direct: {c50:.2}× — {}",
-            verdict(c50 >= 0.8)
-        );
-        let _ = writeln!(
-            s,
-            "- added p99 at c=1 < 1 ms: {added99:+.0} µs — {}",
-            verdict(added99 < 1000.0)
-        );
-        match idle {
-            Ok(i) => {
-                let per = i.per_tunnel_kib();
-                let _ = writeln!(
-                    s,
-                    "- memory ≤ 64 KiB per idle tunnel: {per:.1} KiB — {} ({} tunnels open; \
-                     lockrun's RSS {} → {} KiB{})",
-                    verdict(per <= 64.0),
-                    i.opened,
-                    i.rss_before_kib,
-                    i.rss_after_kib,
-                    if i.opened < IDLE_TARGET {
-                        format!(
-                            "; scaled from {IDLE_TARGET}: the open-files limit here allows {idle_n}, \
-                             each tunnel holding two descriptors in lockrun"
-                        )
-                    } else {
-                        String::new()
-                    }
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(s, "- memory per idle tunnel: not measured: {e:#}");
-            }
-        }
-        s.push('\n');
+        targets(&mut s, l, d, idle, idle_n);
     }
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let _ = writeln!(
         s,
         "Method: upstream in a network namespace over a veth pair ({HOST_IP}); download = \
-         `curl` through a CONNECT tunnel (direct: plain GET), best of three (srt: one); \
+         `curl` through a CONNECT tunnel (direct: plain GET), best of three (srt: two); \
          req/s = `bench_proxy.c load`, a new TCP connection per request, absolute-form \
-         GET through the proxy, {LOAD_SECS} s per figure; latency is connect to last byte. \
+         GET through the proxy, best of {LOAD_RUNS} runs of {LOAD_SECS} s, with that run's \
+         latencies (connect to last byte). \
          Idle tunnels: `VmRSS` of the lockrun process (proxy included) before and after \
          opening them from inside the run; kernel socket buffers are not in RSS. \
          {cores} cores, shared with whatever else runs: compare rows of one run, not runs. \
@@ -352,6 +340,63 @@ fn report(
         let _ = writeln!(s, "\n{n}");
     }
     s
+}
+
+/// Issue 4's targets, judged on the lockrun row.
+fn targets(s: &mut String, l: &Row, d: &Row, idle: &Result<Idle>, idle_n: usize) {
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+    let tput = ratio(l.mibps, d.mibps);
+    let c1 = ratio(l.c1.rps, d.c1.rps);
+    let c50 = ratio(l.c50.rps, d.c50.rps);
+    let added99 = l.c1.p99_us - d.c1.p99_us;
+    let _ = writeln!(s, "Issue 4's targets for lockrun:");
+    let _ = writeln!(
+        s,
+        "- throughput ≥ 0.9× direct: {tput:.2}× — {}",
+        verdict(tput >= 0.9)
+    );
+    let _ = writeln!(
+        s,
+        "- req/s at c=1 ≥ 0.6× direct: {c1:.2}× — {}",
+        verdict(c1 >= 0.6)
+    );
+    let _ = writeln!(
+        s,
+        "- req/s at c=50 ≥ 0.8× direct: {c50:.2}× — {}",
+        verdict(c50 >= 0.8)
+    );
+    let _ = writeln!(
+        s,
+        "- added p99 at c=1 < 1 ms: {added99:+.0} µs — {}",
+        verdict(added99 < 1000.0)
+    );
+    match idle {
+        Ok(i) => {
+            let per = i.per_tunnel_kib();
+            let _ = writeln!(
+                s,
+                "- memory ≤ 64 KiB per idle tunnel: {per:.1} KiB — {} ({} tunnels open; \
+                 lockrun's RSS {} → {} KiB{})",
+                verdict(per <= 64.0),
+                i.opened,
+                i.rss_before_kib,
+                i.rss_after_kib,
+                if i.opened < IDLE_TARGET {
+                    format!(
+                        "; scaled from {IDLE_TARGET}: the open-files limit here allows {idle_n}, \
+                         each tunnel holding two descriptors in lockrun"
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(s, "- memory per idle tunnel: not measured: {e:#}");
+        }
+    }
+    s.push('\n');
 }
 
 // ---- the pieces ----
@@ -645,6 +690,40 @@ impl Lockrun {
             .arg(&self.policy)
             .current_dir(self.dir.join("wt"));
         c
+    }
+
+    /// Run `f` with the proxy URL (secret included) of a run that waits
+    /// meanwhile: for measuring the proxy from outside.
+    fn with_proxy_url<T>(&self, f: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+        let wt = self.dir.join("wt");
+        let (url_file, done) = (wt.join("proxy-url"), wt.join("done"));
+        let _ = std::fs::remove_file(&url_file);
+        let _ = std::fs::remove_file(&done);
+        let mut c = self.cmd();
+        c.args(["--", "sh", "-c"])
+            .arg(format!(
+                "echo \"$HTTP_PROXY\" > {u}.part && mv {u}.part {u}; \
+                 while [ ! -e {d} ]; do sleep 0.05; done",
+                u = url_file.display(),
+                d = done.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = Reaped(c.spawn().context("starting lockrun")?);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !url_file.exists() {
+            if child.0.try_wait()?.is_some() || Instant::now() > deadline {
+                bail!("the run did not publish its proxy URL");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let url = std::fs::read_to_string(&url_file)?;
+        let r = f(url.trim());
+        std::fs::write(&done, "")?;
+        let _ = child.0.wait();
+        let _ = std::fs::remove_file(&url_file);
+        r
     }
 
     fn idle_tunnels(&self, tool: &Path, n: usize) -> Result<Idle> {
