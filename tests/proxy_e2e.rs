@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use lockrun::audit::{Destination, Event, KernelNetEvent, ProxyEvent, Record};
 use lockrun::policy::IpNet;
-use support::{can_netns, Range, Scratch, TestHost};
+use support::{can_netns, skip, Range, Scratch, TestHost};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 
@@ -168,6 +168,32 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Root and `ip netns`, and a lockrun that can build a sandbox here: a
+/// lockrun built without its eBPF object (plain `cargo test` on a fresh
+/// tree) is a named skip, after checking that this is why it refused; any
+/// other refusal fails the test.
+fn can_run(test: &str) -> bool {
+    if !can_netns(test) {
+        return false;
+    }
+    let sb = Sandbox::new(&Net::default());
+    let out = sb.cmd("exit 0").output().unwrap();
+    if out.status.code() == Some(0) {
+        return true;
+    }
+    let err = text(&out.stderr);
+    assert!(
+        out.status.code() == Some(125) && err.contains("built without its eBPF object"),
+        "lockrun cannot run a command here: {:?}: {err}",
+        out.status.code()
+    );
+    skip(
+        test,
+        "lockrun was built without its eBPF object (run `cargo xtask build`)",
+    );
+    false
+}
+
 /// A test host serving HTTP on port 80, and a policy allowing `web.test:80`
 /// there, with `web.test` granted the host's /30.
 fn web_host() -> (TestHost, Net<'static>) {
@@ -192,7 +218,7 @@ fn field<'a>(out: &'a str, key: &str) -> &'a str {
 #[test]
 fn curl_git_and_python_inside_reach_the_allowed_test_host() {
     let test = "curl_git_and_python_inside_reach_the_allowed_test_host";
-    if !can_netns(test) {
+    if !can_run(test) {
         return;
     }
     let (th, mut net) = web_host();
@@ -313,7 +339,7 @@ fn curl_git_and_python_inside_reach_the_allowed_test_host() {
 #[test]
 fn an_unlisted_name_gets_403_and_the_host_hears_nothing() {
     let test = "an_unlisted_name_gets_403_and_the_host_hears_nothing";
-    if !can_netns(test) {
+    if !can_run(test) {
         return;
     }
     let (th, mut net) = web_host();
@@ -370,7 +396,7 @@ fn an_unlisted_name_gets_403_and_the_host_hears_nothing() {
 #[test]
 fn bypassing_the_proxy_is_refused_by_the_kernel() {
     let test = "bypassing_the_proxy_is_refused_by_the_kernel";
-    if !can_netns(test) {
+    if !can_run(test) {
         return;
     }
     let (mut th, net) = web_host();
@@ -421,7 +447,7 @@ fn bypassing_the_proxy_is_refused_by_the_kernel() {
 #[test]
 fn allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed() {
     let test = "allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed";
-    if !can_netns(test) {
+    if !can_run(test) {
         return;
     }
     let (th, mut net) = web_host();
@@ -492,7 +518,7 @@ fn allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed
 #[test]
 fn only_the_run_may_use_its_proxy() {
     let test = "only_the_run_may_use_its_proxy";
-    if !can_netns(test) {
+    if !can_run(test) {
         return;
     }
     let (th, net) = web_host();
