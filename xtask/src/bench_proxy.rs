@@ -172,6 +172,8 @@ struct Row {
 #[derive(Clone, Copy, Default)]
 struct Load {
     rps: f64,
+    /// The slowest of the runs' rates: how much the machine swung.
+    worst_rps: f64,
     p50_us: f64,
     p99_us: f64,
     err: u64,
@@ -240,8 +242,10 @@ fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
                 .parse()
                 .with_context(|| format!("{k} in `{line}`"))
         };
+        let rps = get("rps")?;
         let l = Load {
-            rps: get("rps")?,
+            rps,
+            worst_rps: rps,
             p50_us: get("p50_us")?,
             p99_us: get("p99_us")?,
             #[allow(clippy::cast_sign_loss)]
@@ -251,14 +255,20 @@ fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
     };
     let load = |tag: &str| -> Result<Load> {
         let mut best: Option<Load> = None;
+        let mut worst = f64::INFINITY;
         for line in stdout.lines().filter_map(|l| l.strip_prefix(tag)) {
             let l = one(line)?;
+            worst = worst.min(l.rps);
             if best.is_none_or(|b| l.rps > b.rps) {
                 best = Some(l);
             }
         }
-        best.filter(|b| b.rps > 0.0)
-            .with_context(|| format!("no request succeeded ({tag}): {}", fail()))
+        best.map(|b| Load {
+            worst_rps: worst,
+            ..b
+        })
+        .filter(|b| b.rps > 0.0)
+        .with_context(|| format!("no request succeeded ({tag}): {}", fail()))
     };
     Ok(Row {
         name: name.to_owned(),
@@ -322,6 +332,26 @@ fn report(
     if let Some(l) = rows.iter().find(|r| r.name == "lockrun") {
         targets(&mut s, l, d, idle, idle_n);
     }
+    let swing = |l: &Load| {
+        if l.worst_rps > 0.0 {
+            l.rps / l.worst_rps
+        } else {
+            f64::INFINITY
+        }
+    };
+    let worst_swing = rows
+        .iter()
+        .flat_map(|r| [swing(&r.c1), swing(&r.c50)])
+        .fold(1.0, f64::max);
+    if worst_swing > 1.3 {
+        let _ = writeln!(
+            s,
+            "**Noisy machine**: one path's request rate varied {worst_swing:.1}× between its own \
+             runs (load average {}); request-rate ratios of this run are not trustworthy, \
+             the download and memory figures less affected.\n",
+            loadavg()
+        );
+    }
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let _ = writeln!(
         s,
@@ -332,8 +362,9 @@ fn report(
          latencies (connect to last byte). \
          Idle tunnels: `VmRSS` of the lockrun process (proxy included) before and after \
          opening them from inside the run; kernel socket buffers are not in RSS. \
-         {cores} cores, shared with whatever else runs: compare rows of one run, not runs. \
-         Took {:.0} s.",
+         {cores} cores, shared with whatever else runs (load average at the end: {}): \
+         compare rows of one run, not runs. Took {:.0} s.",
+        loadavg(),
         took.as_secs_f64()
     );
     for n in notes {
@@ -465,6 +496,31 @@ impl Drop for Reaped {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A lockrun run, ended on drop by creating the files its command waits
+/// for (so that lockrun tears its run down itself), killed only if it has
+/// not ended 10 s later.
+struct Run {
+    child: Child,
+    release: Vec<PathBuf>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for f in &self.release {
+            let _ = std::fs::write(f, "");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -710,19 +766,21 @@ impl Lockrun {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut child = Reaped(c.spawn().context("starting lockrun")?);
+        let mut run = Run {
+            child: c.spawn().context("starting lockrun")?,
+            release: vec![done.clone()],
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !url_file.exists() {
-            if child.0.try_wait()?.is_some() || Instant::now() > deadline {
+            if run.child.try_wait()?.is_some() || Instant::now() > deadline {
                 bail!("the run did not publish its proxy URL");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let url = std::fs::read_to_string(&url_file)?;
-        let r = f(url.trim());
-        std::fs::write(&done, "")?;
-        let _ = child.0.wait();
         let _ = std::fs::remove_file(&url_file);
+        let r = f(url.trim());
+        drop(run);
         r
     }
 
@@ -738,14 +796,17 @@ impl Lockrun {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = Reaped(c.spawn().context("starting lockrun")?);
-        let pid = child.0.id();
-        let wait = |f: &str, secs: u64, child: &mut Reaped| -> Result<()> {
+        let mut run = Run {
+            child: c.spawn().context("starting lockrun")?,
+            release: vec![wt.join("go-0"), wt.join("go-1")],
+        };
+        let pid = run.child.id();
+        let wait = |f: &str, secs: u64, run: &mut Run| -> Result<()> {
             let deadline = Instant::now() + Duration::from_secs(secs);
             while !wt.join(f).exists() {
-                if let Some(st) = child.0.try_wait()? {
+                if let Some(st) = run.child.try_wait()? {
                     let mut e = String::new();
-                    if let Some(mut s) = child.0.stderr.take() {
+                    if let Some(mut s) = run.child.stderr.take() {
                         let _ = s.read_to_string(&mut e);
                     }
                     bail!("the run ended ({st}) before {f}: {e}");
@@ -757,19 +818,19 @@ impl Lockrun {
             }
             Ok(())
         };
-        wait("opened-0", 30, &mut child)?;
+        wait("opened-0", 30, &mut run)?;
         let rss_before_kib = rss_kib(pid)?;
         std::fs::write(wt.join("go-0"), "")?;
-        wait("opened-1", 120, &mut child)?;
+        wait("opened-1", 120, &mut run)?;
         // Let the proxy finish its side of the last handshakes.
         std::thread::sleep(Duration::from_millis(300));
         let rss_after_kib = rss_kib(pid)?;
         std::fs::write(wt.join("go-1"), "")?;
         let mut out = String::new();
-        if let Some(mut s) = child.0.stdout.take() {
+        if let Some(mut s) = run.child.stdout.take() {
             s.read_to_string(&mut out)?;
         }
-        let _ = child.0.wait();
+        drop(run);
         let opened: usize = out
             .lines()
             .find_map(|l| l.strip_prefix("opened="))
@@ -785,6 +846,14 @@ impl Lockrun {
             rss_after_kib,
         })
     }
+}
+
+/// `/proc/loadavg`'s three averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "unknown".to_owned(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
 }
 
 fn rss_kib(pid: u32) -> Result<u64> {
