@@ -26,8 +26,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,214 +36,16 @@ use lockrun::proxy::{NoResolver, ProxyConfig, RunningProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
-static HOSTS: AtomicU32 = AtomicU32::new(0);
+#[path = "support/proxy.rs"]
+mod support;
 
-fn seq() -> u32 {
-    SEQ.fetch_add(1, Ordering::SeqCst)
-}
+use support::{can_netns, sh, Range, Scratch, TestHost};
 
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "lockrun-proxy-{tag}-{}-{}",
-            std::process::id(),
-            seq()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Skip (or, under CI, fail) a test that cannot run here.
-fn skip(test: &str, reason: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test} cannot run under CI=true: {reason}");
-    }
-    let _ = std::io::Write::write_all(
-        &mut std::io::stderr(),
-        format!("skipped: {test}: {reason}\n").as_bytes(),
-    );
-}
-
-fn can_netns(test: &str) -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        skip(test, "needs root for ip netns");
-        return false;
-    }
-    let ok = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        skip(test, "`ip netns` is not available");
-    }
-    ok
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A test host: a network namespace joined to this one by a veth pair,
-/// 10.213.X.1 here and 10.213.X.2 there, with servers started inside.
-struct TestHost {
-    ns: String,
-    here: String,
-    host_ip: IpAddr,
-    ns_ip: IpAddr,
-    net: IpNet,
-    servers: Vec<Child>,
-    dir: Scratch,
-}
-
-impl TestHost {
-    fn new() -> Self {
-        let n = HOSTS.fetch_add(1, Ordering::SeqCst) % 64;
-        let id = std::process::id() % 100_000;
-        let ns = format!("lrpx{id}-{n}");
-        let here = format!("lrph{id}-{n}");
-        let there = format!("lrpn{id}-{n}");
-        let octet = 160 + n;
-        let host_ip: IpAddr = format!("10.213.{octet}.1").parse().unwrap();
-        let ns_ip: IpAddr = format!("10.213.{octet}.2").parse().unwrap();
-        // Leftovers of a crashed earlier run with the same names.
-        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-        let _ = Command::new("ip").args(["link", "del", &here]).output();
-        let th = Self {
-            ns: ns.clone(),
-            here: here.clone(),
-            host_ip,
-            ns_ip,
-            net: IpNet::parse(&format!("10.213.{octet}.0/30")).unwrap(),
-            servers: Vec::new(),
-            dir: Scratch::new("host"),
-        };
-        sh(&["ip", "netns", "add", &ns]);
-        sh(&[
-            "ip", "link", "add", &here, "type", "veth", "peer", "name", &there,
-        ]);
-        sh(&["ip", "link", "set", &there, "netns", &ns]);
-        sh(&["ip", "addr", "add", &format!("{host_ip}/30"), "dev", &here]);
-        sh(&["ip", "link", "set", &here, "up"]);
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &ns,
-            "ip",
-            "addr",
-            "add",
-            &format!("{ns_ip}/30"),
-            "dev",
-            &there,
-        ]);
-        sh(&[
-            "ip", "netns", "exec", &ns, "ip", "link", "set", &there, "up",
-        ]);
-        sh(&["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
-        th
-    }
-
-    fn www(&self) -> PathBuf {
-        self.dir.0.join("www")
-    }
-
-    fn access_log(&self) -> PathBuf {
-        self.dir.0.join("access.log")
-    }
-
-    /// `python3 -m http.server` on port 80 over `www()`; requests go to `access_log()`.
-    async fn serve_http(&mut self) {
-        std::fs::create_dir_all(self.www()).unwrap();
-        std::fs::write(self.www().join("hello.txt"), "hello from the test host\n").unwrap();
-        std::fs::write(self.www().join("secret.txt"), "must not leak\n").unwrap();
-        let log = std::fs::File::create(self.access_log()).unwrap();
-        let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns,
-                "python3",
-                "-u",
-                "-m",
-                "http.server",
-                "80",
-                "--bind",
-            ])
-            .arg(self.ns_ip.to_string())
-            .arg("--directory")
-            .arg(self.www())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.servers.push(child);
-        self.wait_port(80).await;
-    }
-
-    /// A TCP server on port 9000 that reads until EOF, then answers
-    /// `got N bytes: <data>` and closes: proves half-close reaches it.
-    async fn serve_until_eof(&mut self) {
-        let script = "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('0.0.0.0',9000))\ns.listen(8)\nwhile True:\n  c,_=s.accept()\n  d=b''\n  while True:\n    b=c.recv(4096)\n    if not b: break\n    d+=b\n  if d: c.sendall(b'got %d bytes: ' % len(d) + d)\n  c.close()\n";
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "python3", "-c", script])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.servers.push(child);
-        self.wait_port(9000).await;
-    }
-
-    async fn wait_port(&self, port: u16) {
-        for _ in 0..100 {
-            if TcpStream::connect((self.ns_ip, port)).await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("test host server on {}:{port} did not come up", self.ns_ip);
-    }
-
-    /// Request lines the HTTP server logged.
-    fn requests(&self) -> Vec<String> {
-        std::fs::read_to_string(self.access_log())
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("\"GET ") || l.contains("\"POST ") || l.contains("\"HEAD "))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for TestHost {
-    fn drop(&mut self) {
-        for c in &mut self.servers {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.here])
-            .output();
-    }
-}
+/// This binary's test hosts: 10.213.160.0/30 … 10.213.223.0/30.
+const RANGE: Range = Range {
+    first: 160,
+    count: 64,
+};
 
 fn name(s: &str) -> HostName {
     HostName::parse(s).unwrap()
@@ -405,8 +206,8 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new();
-    th.serve_http().await;
+    let mut th = TestHost::new(RANGE);
+    th.serve_http();
     let ip = [th.ns_ip];
     let hostside = [th.host_ip];
     let p = Proxy::start(
@@ -579,8 +380,8 @@ async fn git_clones_over_http_through_the_proxy() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new();
-    th.serve_http().await;
+    let mut th = TestHost::new(RANGE);
+    th.serve_http();
     // A bare repo served as dumb HTTP.
     let work = Scratch::new("gitsrc");
     let w = work.0.to_str().unwrap();
@@ -643,8 +444,8 @@ async fn without_the_secret_407_and_with_it_200() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new();
-    th.serve_http().await;
+    let mut th = TestHost::new(RANGE);
+    th.serve_http();
     let ip = [th.ns_ip];
     let p = Proxy::start(
         policy(
@@ -885,8 +686,8 @@ async fn half_close_is_forwarded_while_the_reply_comes_back() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new();
-    th.serve_until_eof().await;
+    let mut th = TestHost::new(RANGE);
+    th.serve_until_eof();
     let ip = [th.ns_ip];
     let p = Proxy::start(
         policy(
@@ -914,8 +715,8 @@ async fn idle_tunnel_lives_past_eleven_seconds() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new();
-    th.serve_http().await;
+    let mut th = TestHost::new(RANGE);
+    th.serve_http();
     let ip = [th.ns_ip];
     let p = Proxy::start(
         policy(
@@ -947,8 +748,8 @@ async fn a_short_idle_limit_is_enforced() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new();
-    th.serve_http().await;
+    let mut th = TestHost::new(RANGE);
+    th.serve_http();
     let ip = [th.ns_ip];
     let p = Proxy::start(
         policy(
@@ -1047,7 +848,7 @@ async fn idle_tunnel_memory() {
             n = fit;
         }
     }
-    let mut th = TestHost::new();
+    let mut th = TestHost::new(RANGE);
     let script = format!(
         "import asyncio,resource\nresource.setrlimit(resource.RLIMIT_NOFILE,({0},{0}))\nconns=[]\nasync def h(r,w):\n  conns.append(w)\n  await r.read()\nasync def main():\n  s=await asyncio.start_server(h,'0.0.0.0',9100,backlog=4096)\n  await s.serve_forever()\nasyncio.run(main())\n",
         n + 1024
@@ -1059,7 +860,7 @@ async fn idle_tunnel_memory() {
         .spawn()
         .unwrap();
     th.servers.push(child);
-    th.wait_port(9100).await;
+    th.wait_port(9100);
     let ip = [th.ns_ip];
     let p = Proxy::start(
         policy(
@@ -1107,7 +908,7 @@ async fn chunked_bodies_are_relayed_and_proxy_headers_stripped() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new();
+    let mut th = TestHost::new(RANGE);
     let script = r#"
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -1145,7 +946,7 @@ http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
         .spawn()
         .unwrap();
     th.servers.push(child);
-    th.wait_port(8080).await;
+    th.wait_port(8080);
     let ip = [th.ns_ip];
     let p = Proxy::start(
         policy(
@@ -1206,7 +1007,7 @@ async fn upstream_refusal_is_502_and_silence_is_504() {
     if !can_netns(test) {
         return;
     }
-    let th = TestHost::new();
+    let th = TestHost::new(RANGE);
     // 10.213.X.4/30 is on-link through our veth end, but nobody owns .5.
     let IpAddr::V4(ns4) = th.ns_ip else {
         unreachable!()
