@@ -235,7 +235,9 @@ impl AuditLog {
                 *t.refused.entry(Layer::KernelNetwork).or_default() += count;
                 t.lost += count;
             }
-            Event::Proxy(p) if !p.allowed => {
+            // 407 is the credentials challenge (git asks once without them):
+            // not a policy refusal.
+            Event::Proxy(p) if !p.allowed && p.status != 407 => {
                 *t.refused.entry(Layer::Proxy).or_default() += 1;
                 *t.proxy.entry(format!("{}:{}", p.host, p.port)).or_default() += 1;
             }

@@ -32,8 +32,11 @@
 //! or it is answered 407. The run hands the command
 //! `http://lockrun:<secret>@127.0.0.1:<port>` in `HTTPS_PROXY`, `HTTP_PROXY`,
 //! `ALL_PROXY` and their lowercase forms ([`RunningProxy::env_vars`]); curl,
-//! git (through libcurl) and Python's urllib send the credentials from the
-//! proxy URL preemptively, on CONNECT and on forwarded requests alike.
+//! Python's urllib send the credentials from the proxy URL preemptively, on
+//! CONNECT and on forwarded requests alike; git (libcurl's "any" proxy
+//! authentication) first asks without them, gets the 407 challenge, and
+//! asks again with them. A 407 is recorded in the audit log but is not a
+//! policy refusal, and the end-of-run summary does not count it.
 //!
 //! ## Using it from the run flow
 //! ```no_run
@@ -50,7 +53,7 @@
 //!
 //! Tunnels live while idle for `run.idle_tunnel` (default 900 s) and forward
 //! half-closes both ways; an idle tunnel holds no buffer (each direction
-//! borrows an 8 KiB one only while bytes flow: about 7.5 KiB resident per idle
+//! borrows a 64 KiB one only while bytes flow: about 7.5 KiB resident per idle
 //! tunnel, client end included, measured by `tests/proxy.rs`
 //! `idle_tunnel_memory`). At most
 //! `run.max_connections` client connections are served at once.

@@ -23,8 +23,12 @@ use super::ProxyConfig;
 use crate::audit::{AuditLog, Event, ProxyEvent};
 use crate::policy::{HostName, NetworkPolicy, Port};
 
-/// Each direction of a tunnel copies through one buffer of this size.
-pub const TUNNEL_BUF: usize = 8 * 1024;
+/// Each direction of a busy tunnel copies through one buffer of this size,
+/// borrowed only while bytes flow (an idle tunnel holds none). 64 KiB halves
+/// the proxy's CPU per byte against 8 KiB (measured by `cargo xtask bench`).
+pub const TUNNEL_BUF: usize = 64 * 1024;
+/// The read buffer of a connection's request and response heads.
+pub const HEAD_BUF: usize = 8 * 1024;
 /// Connections over the limit that still get a polite 503 at once.
 const OVERFLOW_ANSWERS: usize = 64;
 /// The longest chunk-size or trailer line accepted in a chunked body.
@@ -317,7 +321,7 @@ pub(crate) struct Refusal(u16, String);
 
 #[allow(clippy::too_many_lines)] // the gates in order, each with its refusal
 async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
-    let mut client = BufReader::with_capacity(TUNNEL_BUF, stream);
+    let mut client = BufReader::with_capacity(HEAD_BUF, stream);
     let mut first_byte = shared.head_timeout;
     loop {
         let head = match read_head(&mut client, first_byte, shared.head_timeout).await {
@@ -731,7 +735,7 @@ async fn forward_inner(
         }
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
-    let mut upstream = BufReader::with_capacity(TUNNEL_BUF, upstream);
+    let mut upstream = BufReader::with_capacity(HEAD_BUF, upstream);
     upstream.write_all(&out).await.map_err(before(502))?;
     if head.expect_continue && head.body != Body::None {
         client
