@@ -317,6 +317,25 @@ impl NetworkHooks {
         allowed: &[SocketAddr],
         unix_allowed: &[PathBuf],
     ) -> Result<Self, BpfError> {
+        Self::attach_with(
+            cgroup,
+            run_id,
+            allowed,
+            unix_allowed,
+            unix::UnixMode::Prefixes,
+        )
+    }
+
+    /// [`attach`](Self::attach), choosing how the unix hooks judge pathname
+    /// destinations ([`unix::UnixMode`]; a run with the seccomp supervisor
+    /// uses `Supervised`).
+    pub fn attach_with(
+        cgroup: &RunCgroup,
+        run_id: &str,
+        allowed: &[SocketAddr],
+        unix_allowed: &[PathBuf],
+        unix_mode: unix::UnixMode,
+    ) -> Result<Self, BpfError> {
         check_run_id(run_id)?;
         let object = OBJECT.ok_or(BpfError::ObjectMissing)?;
         if allowed.len() > MAX_ALLOWED_ENDPOINTS as usize {
@@ -359,6 +378,8 @@ impl NetworkHooks {
             unix_prefixes: prefixes_map.fd().as_fd().as_raw_fd(),
             denials: denials_map.fd().as_fd().as_raw_fd(),
             counters: counters_map.fd().as_fd().as_raw_fd(),
+            run_cgroup: cgroup.id(),
+            mode: unix_mode,
         };
         // Assemble now, while the fds are borrowed from live maps.
         let unix_insns: [UnixProgram; 2] = [

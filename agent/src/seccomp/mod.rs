@@ -25,6 +25,13 @@
 //!    mode bits** (`S_ISUID`/`S_ISGID`) in `chmod`, `fchmod`, `fchmodat(2)`,
 //!    `open`, `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
 //!    worktree would widen someone's privileges after the run.
+//!
+//! A third filter, [`notify_filter`], hands syscalls to lockrun's supervisor
+//! (`SECCOMP_RET_USER_NOTIF`, Linux 5.0; see [`crate::supervise`]): the
+//! metadata calls Landlock does not cover, and `connect`/`sendto` whose
+//! address length is not that of an inet address. Seccomp gives the highest
+//! precedence to `ERRNO` over `USER_NOTIF`, so whatever the deny list refuses
+//! (set-id modes) stays refused without reaching the supervisor.
 
 use std::collections::BTreeMap;
 
@@ -203,8 +210,128 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     ])
 }
 
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
+
+/// `setxattrat` and `removexattrat` (Linux 6.13; one number on every arch).
+pub const SYS_SETXATTRAT: i64 = 463;
+pub const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// The metadata syscalls the supervisor performs for the command: Landlock
+/// (ABI 7) does not check them, and a capability-less root still owns every
+/// root-owned file.
+pub const NOTIFY_METADATA: &[i64] = &[
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchmodat2,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chown,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_lchown,
+    libc::SYS_fchown,
+    libc::SYS_fchownat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utime,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utimes,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_futimesat,
+    libc::SYS_utimensat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    SYS_SETXATTRAT,
+    SYS_REMOVEXATTRAT,
+];
+
+/// `sizeof(struct sockaddr_in)`, `sizeof(struct sockaddr_in6)`.
+pub const INET_ADDRLENS: [u32; 2] = [16, 28];
+
+const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+const RET_KILL_PROCESS: u32 = 0x8000_0000;
+const LD_W_ABS: u16 = 0x20;
+const JEQ_K: u16 = 0x15;
+const RET_K: u16 = 0x06;
+/// `offsetof(struct seccomp_data, args[i])`, low and high 32-bit halves (LE).
+const fn arg_lo(i: u32) -> u32 {
+    16 + 8 * i
+}
+const fn arg_hi(i: u32) -> u32 {
+    20 + 8 * i
+}
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter { code, jt, jf, k }
+}
+
+/// The supervised filter (classic BPF, written out: seccompiler 0.5 has no
+/// `USER_NOTIF` action). Decides on registers only:
+/// - the metadata calls of [`NOTIFY_METADATA`] → notify;
+/// - `connect(fd, addr, addrlen)` → notify unless `addrlen` is 16 or 28
+///   (TCP/UDP to an inet address keeps its speed; a unix address of exactly
+///   that length is refused by the unix hooks, see [`crate::bpf::unix`]);
+/// - `sendto(fd, buf, len, flags, addr, addrlen)` → notify when `addr` is not
+///   NULL and `addrlen` is not 16 or 28;
+/// - everything else → allow (the other filters still apply).
+#[must_use]
+pub fn notify_filter() -> BpfProgram {
+    let mut p = vec![
+        insn(LD_W_ABS, 0, 0, 4), // arch
+        insn(JEQ_K, 1, 0, AUDIT_ARCH),
+        insn(RET_K, 0, 0, RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, 0), // nr
+    ];
+    for nr in NOTIFY_METADATA {
+        p.push(insn(JEQ_K, 0, 1, *nr as u32));
+        p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    }
+    // connect: addrlen is args[2].
+    p.extend([
+        insn(JEQ_K, 0, 5, libc::SYS_connect as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(2)),
+        insn(JEQ_K, 2, 0, INET_ADDRLENS[0]),
+        insn(JEQ_K, 1, 0, INET_ADDRLENS[1]),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+        insn(RET_K, 0, 0, RET_ALLOW),
+    ]);
+    // sendto: addr is args[4], addrlen args[5].
+    p.extend([
+        insn(JEQ_K, 0, 9, libc::SYS_sendto as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(4)),
+        insn(JEQ_K, 0, 2, 0),
+        insn(LD_W_ABS, 0, 0, arg_hi(4)),
+        insn(JEQ_K, 4, 0, 0), // addr == NULL
+        insn(LD_W_ABS, 0, 0, arg_lo(5)),
+        insn(JEQ_K, 2, 0, INET_ADDRLENS[0]),
+        insn(JEQ_K, 1, 0, INET_ADDRLENS[1]),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+        insn(RET_K, 0, 0, RET_ALLOW),
+    ]);
+    p.push(insn(RET_K, 0, 0, RET_ALLOW));
+    p
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn notify_filter_jumps_stay_inside() {
+        let p = super::notify_filter();
+        for (i, f) in p.iter().enumerate() {
+            if f.code == super::JEQ_K {
+                assert!(i + 1 + usize::from(f.jt.max(f.jf)) < p.len(), "insn {i}");
+            }
+        }
+        assert_eq!(p.last().map(|f| f.code), Some(super::RET_K));
+    }
+
     #[test]
     fn filters_compile_for_this_arch() {
         let f = super::filters().unwrap_or_else(|e| panic!("{e}"));
