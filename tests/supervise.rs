@@ -229,7 +229,11 @@ fn metadata_inside_the_worktree_and_tmpdir_works() {
     assert_eq!(after.mode & 0o7777, 0o755, "the last chmod wins");
     assert_eq!(after.mtime, (1, 0), "the last utime wins");
     assert_ne!(after.ctime, before.ctime);
-    assert_eq!(after.xattrs, ["user.pwned"], "set, and both canaries removed");
+    assert_eq!(
+        after.xattrs,
+        ["user.pwned"],
+        "set, and both canaries removed"
+    );
     // TMPDIR (created inside the run): chmod, utime, xattrs.
     let tmp: &[&[&str]] = &[
         &["chmod", "{TMPDIR}", "700"],
@@ -314,10 +318,18 @@ git checkout -q -; ./exe
     assert_eq!(m("run.sh").permissions().mode() & 0o777, 0o755);
     assert_eq!(m("old").permissions().mode() & 0o777, 0o600);
     assert_eq!(m("old").mtime(), 978_307_200);
-    assert_eq!(m("copy").permissions().mode() & 0o777, 0o640, "cp -p keeps the mode");
+    assert_eq!(
+        m("copy").permissions().mode() & 0o777,
+        0o640,
+        "cp -p keeps the mode"
+    );
     assert_eq!(m("copy").mtime(), 978_307_200, "cp -p keeps the mtime");
     assert_eq!(m("x/tool").mtime(), 1_000_000_000, "tar keeps the mtime");
-    assert_eq!(m("x/tool").permissions().mode() & 0o777, 0o750, "tar keeps the mode");
+    assert_eq!(
+        m("x/tool").permissions().mode() & 0o777,
+        0o750,
+        "tar keeps the mode"
+    );
     assert_eq!(m("repo/exe").permissions().mode() & 0o111, 0o111);
 }
 
@@ -454,9 +466,9 @@ fn unix_addresses_of_inet_length_are_refused() {
     let u = UnixWorld::new("sv-unix-len");
     let audit = u.w.root.join("audit.jsonl");
     let ops: &[&[&str]] = &[
-        &["serve_dgram", "d-123456.sock"],             // 13 bytes: addrlen 16
+        &["serve_dgram", "d-123456.sock"], // 13 bytes: addrlen 16
         &["serve_stream", "d-123456789012345678901.s"], // 25 bytes: addrlen 28
-        &["serve_stream", "d-1234567.sock"],           // 14 bytes: notified, works
+        &["serve_stream", "d-1234567.sock"], // 14 bytes: notified, works
     ];
     let r = probe(&u.w, &["--audit-log", s(&audit)], ops);
     assert_eq!(r, ["errno=EPERM", "errno=EPERM", "ok"]);

@@ -493,17 +493,16 @@ async fn run(
         }
     };
 
-    let (plan, report) =
-        crate::sys::ChildPlan::new(
-            cgroup_procs,
-            fs.into_fd(),
-            filters,
-            Some((crate::seccomp::notify_filter(), listener_tx)),
-        )
-        .map_err(|source| RunError::Child {
-            what: "report pipe",
-            source,
-        })?;
+    let (plan, report) = crate::sys::ChildPlan::new(
+        cgroup_procs,
+        fs.into_fd(),
+        filters,
+        Some((crate::seccomp::notify_filter(), listener_tx)),
+    )
+    .map_err(|source| RunError::Child {
+        what: "report pipe",
+        source,
+    })?;
     let supervise = crate::supervise::Config {
         writable: supervise_roots.0,
         denied: supervise_roots.1,

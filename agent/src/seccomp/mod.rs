@@ -211,9 +211,9 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
 }
 
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+const AUDIT_ARCH: u32 = 0x3e | 0x8000_0000 | 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
+const AUDIT_ARCH: u32 = 0xb7 | 0x8000_0000 | 0x4000_0000;
 
 /// `setxattrat` and `removexattrat` (Linux 6.13; one number on every arch).
 pub const SYS_SETXATTRAT: i64 = 463;
@@ -290,7 +290,7 @@ pub fn notify_filter() -> BpfProgram {
         insn(LD_W_ABS, 0, 0, 0), // nr
     ];
     for nr in NOTIFY_METADATA {
-        p.push(insn(JEQ_K, 0, 1, *nr as u32));
+        p.push(insn(JEQ_K, 0, 1, u32::try_from(*nr).unwrap_or(u32::MAX)));
         p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
     }
     // connect: addrlen is args[2].

@@ -104,7 +104,10 @@ pub fn decode(nr: i64, a: [u64; 6]) -> Result<(Target, Action), Errno> {
         libc::SYS_chmod => (path(cwd, a[0], true), Action::Chmod(a[1] as u32)),
         libc::SYS_fchmod => (fd(a[0]), Action::Chmod(a[1] as u32)),
         libc::SYS_fchmodat => (path(a[0] as i32, a[1], true), Action::Chmod(a[2] as u32)),
-        libc::SYS_fchmodat2 => (at(a[0], a[1], a[3] & 0xffff_ffff)?, Action::Chmod(a[2] as u32)),
+        libc::SYS_fchmodat2 => (
+            at(a[0], a[1], a[3] & 0xffff_ffff)?,
+            Action::Chmod(a[2] as u32),
+        ),
         #[cfg(target_arch = "x86_64")]
         libc::SYS_chown => (
             path(cwd, a[0], true),
@@ -326,8 +329,11 @@ enum Named {
 }
 
 fn fd_is_opath(fd: &OwnedFd) -> bool {
-    nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(fd), nix::fcntl::FcntlArg::F_GETFL)
-        .is_ok_and(|f| f & libc::O_PATH != 0)
+    nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(fd),
+        nix::fcntl::FcntlArg::F_GETFL,
+    )
+    .is_ok_and(|f| f & libc::O_PATH != 0)
 }
 
 fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
@@ -384,6 +390,7 @@ fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
 }
 
 /// Answer one metadata notification.
+#[must_use]
 pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
     match run(task, roots) {
         Ok(()) => Reply::Value(0),
@@ -454,6 +461,7 @@ fn perform(obj: &Object, op: &Op) -> Result<(), Errno> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -477,7 +485,10 @@ mod tests {
             Err(libc::EINVAL)
         );
         assert_eq!(
-            decode(libc::SYS_utimensat, [4, 0, 0, libc::AT_SYMLINK_NOFOLLOW as u64, 0, 0]),
+            decode(
+                libc::SYS_utimensat,
+                [4, 0, 0, libc::AT_SYMLINK_NOFOLLOW as u64, 0, 0]
+            ),
             Err(libc::EINVAL)
         );
         assert_eq!(

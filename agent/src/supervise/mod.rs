@@ -39,6 +39,9 @@
 //! cannot lend its memory to a decision. If lockrun dies the listener closes
 //! and the kernel fails notified syscalls with `ENOSYS`: closed.
 #![forbid(unsafe_code)]
+// Syscall registers are u64 words the kernel reads as int/u32/pointers: the
+// casts between them are the ABI, checked where a range matters.
+#![allow(clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
 pub mod meta;
 pub mod resolve;
@@ -184,27 +187,26 @@ impl<'a> Task<'a> {
     /// The task's working directory.
     pub fn cwd(&self) -> Result<OwnedFd, Errno> {
         let p = std::ffi::CString::new(format!("proc/{}/cwd", self.n.pid)).unwrap_or_default();
-        notify::openat2(
-            self.s.root.as_fd(),
-            &p,
-            libc::O_PATH | libc::O_DIRECTORY,
-            0,
-        )
-        .map_err(|_| libc::ESRCH)
+        notify::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|_| libc::ESRCH)
     }
 
+    #[must_use]
     pub fn root(&self) -> BorrowedFd<'_> {
         self.s.root.as_fd()
     }
 
+    #[must_use]
     pub fn args(&self) -> [u64; 6] {
         self.n.args
     }
 
+    #[must_use]
     pub fn nr(&self) -> i64 {
         i64::from(self.n.nr)
     }
 
+    #[must_use]
     pub fn tid(&self) -> u32 {
         self.n.pid
     }

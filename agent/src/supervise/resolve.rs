@@ -75,16 +75,19 @@ pub enum Object {
 }
 
 impl Object {
+    #[must_use]
     pub fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Object::Dir(fd) | Object::Anonymous(fd) | Object::Entry { obj: fd, .. } => fd.as_fd(),
         }
     }
 
+    #[must_use]
     pub fn is_symlink(&self) -> bool {
         matches!(self, Object::Entry { mode, .. } if mode & libc::S_IFMT == libc::S_IFLNK)
     }
 
+    #[must_use]
     pub fn is_socket(&self) -> bool {
         match self {
             Object::Entry { mode, .. } => mode & libc::S_IFMT == libc::S_IFSOCK,
@@ -93,6 +96,7 @@ impl Object {
     }
 
     /// The `/proc/self/fd/N` name the supervisor acts through.
+    #[must_use]
     pub fn proc_path(&self) -> CString {
         let s = format!("/proc/self/fd/{}", self.fd().as_raw_fd());
         CString::new(s).unwrap_or_default()
@@ -110,7 +114,7 @@ fn stat(fd: BorrowedFd<'_>) -> Result<nix::sys::stat::FileStat, Errno> {
 
 fn fs_magic(fd: BorrowedFd<'_>) -> Result<i64, Errno> {
     nix::sys::statfs::fstatfs(fd)
-        .map(|s| s.filesystem_type().0 as i64)
+        .map(|s| s.filesystem_type().0)
         .map_err(nix_errno)
 }
 
@@ -164,7 +168,12 @@ pub fn resolve(
         }
         let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
         let parent = open_at(b, dir, DIR, no_magic)?;
-        let obj = open_at(parent.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, no_magic)?;
+        let obj = open_at(
+            parent.as_fd(),
+            name,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            no_magic,
+        )?;
         let st = stat(obj.as_fd())?;
         let kind = st.st_mode & libc::S_IFMT;
         if kind == libc::S_IFLNK && follow {
@@ -172,11 +181,9 @@ pub fn resolve(
             if fs_magic(parent.as_fd())? == PROC_SUPER_MAGIC {
                 return Err(libc::ELOOP);
             }
-            let target = nix::fcntl::readlinkat(
-                Some(parent.as_raw_fd()),
-                std::ffi::OsStr::from_bytes(name),
-            )
-            .map_err(nix_errno)?;
+            let target =
+                nix::fcntl::readlinkat(Some(parent.as_raw_fd()), std::ffi::OsStr::from_bytes(name))
+                    .map_err(nix_errno)?;
             path = target.as_bytes().to_vec();
             if path.is_empty() {
                 return Err(libc::ENOENT);
@@ -250,7 +257,8 @@ pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Err
 /// Writable roots and denied paths, by `(st_dev, st_ino)`.
 pub struct Roots {
     entries: Vec<(u64, u64, bool)>,
-    _held: Vec<OwnedFd>,
+    /// Held open so the inode numbers cannot be reused during the run.
+    held: Vec<OwnedFd>,
 }
 
 impl Roots {
@@ -259,7 +267,7 @@ impl Roots {
     pub fn open(root: BorrowedFd<'_>, writable: &[PathBuf], denied: &[PathBuf]) -> Self {
         let mut r = Self {
             entries: Vec::new(),
-            _held: Vec::new(),
+            held: Vec::new(),
         };
         for (paths, w) in [(writable, true), (denied, false)] {
             for p in paths {
@@ -275,7 +283,7 @@ impl Roots {
                     continue;
                 };
                 r.entries.push((st.st_dev, st.st_ino, w));
-                r._held.push(fd);
+                r.held.push(fd);
             }
         }
         r

@@ -54,7 +54,10 @@ pub fn pathname(addr: &[u8]) -> Option<&[u8]> {
 enum Decision {
     Reply(Reply),
     /// Inside: perform on `sock` to `obj`.
-    Perform { sock: OwnedFd, obj: Object },
+    Perform {
+        sock: OwnedFd,
+        obj: Object,
+    },
 }
 
 /// Step 1: the task's socket `fd`, if it is a unix one.
@@ -170,6 +173,7 @@ fn os(e: &std::io::Error) -> Errno {
 }
 
 /// `connect(fd, addr, addrlen)`.
+#[must_use]
 pub fn connect(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
     let a = task.args();
     let sock = match unix_socket(task, a[0]) {
@@ -188,6 +192,7 @@ pub fn connect(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
 }
 
 /// `sendto(fd, buf, len, flags, addr, addrlen)` with `addr` not NULL.
+#[must_use]
 pub fn sendto(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
     let a = task.args();
     let sock = match unix_socket(task, a[0]) {
@@ -210,7 +215,7 @@ pub fn sendto(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
         Decision::Perform { sock, obj } => perform_on_thread(s, task.n.id, move || {
             let path: CString = obj.proc_path();
             notify::sendto_unix(sock.as_fd(), &data, flags, &path)
-                .map(|n| n as i64)
+                .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
                 .map_err(|e| os(&e))
         }),
     }

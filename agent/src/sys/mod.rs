@@ -28,9 +28,9 @@
 //! 9. **seccomp** filters (see [`crate::seccomp`]), last, so no step above is
 //!    subject to the deny list; `execve` itself is allowed;
 //! 10. the **supervised filter** ([`crate::seccomp::notify_filter`]) with a
-//!    new listener, whose fd is sent to lockrun over a socketpair
-//!    (`SCM_RIGHTS`) and closed here: the supervisor ([`crate::supervise`])
-//!    answers the notified syscalls from outside the sandbox.
+//!     new listener, whose fd is sent to lockrun over a socketpair
+//!     (`SCM_RIGHTS`) and closed here: the supervisor ([`crate::supervise`])
+//!     answers the notified syscalls from outside the sandbox.
 //!
 //! A failing step writes its number into the report pipe and returns the
 //! errno; the parent turns that into exit 125 naming the step.
@@ -290,22 +290,30 @@ impl ChildPlan {
             }
         }
         // 10. the supervised filter; its listener goes to lockrun.
-        if let Some((prog, sock)) = &self.notify {
-            let listener = notify::load_listener(prog);
-            if listener < 0 {
-                return Err(self.fail(Step::Notify));
-            }
-            let sent = notify::send_fd(sock.as_raw_fd(), listener as i32);
-            // SAFETY: closing the listener fd this function just got; the
-            // process keeps no other reference to it.
-            unsafe {
-                libc::close(listener as i32);
-            }
-            if !sent {
-                return Err(self.fail(Step::Notify));
-            }
+        self.hand_over_listener()
+    }
+
+    /// Step 10: load the supervised filter, send its listener to lockrun and
+    /// close it here. Post-fork: no allocation.
+    fn hand_over_listener(&self) -> io::Result<()> {
+        let Some((prog, sock)) = &self.notify else {
+            return Ok(());
+        };
+        let listener = notify::load_listener(prog);
+        if listener < 0 {
+            return Err(self.fail(Step::Notify));
         }
-        Ok(())
+        let sent = notify::send_fd(sock.as_raw_fd(), listener as i32);
+        // SAFETY: closing the listener fd this function just got; the
+        // process keeps no other reference to it.
+        unsafe {
+            libc::close(listener as i32);
+        }
+        if sent {
+            Ok(())
+        } else {
+            Err(self.fail(Step::Notify))
+        }
     }
 }
 

@@ -13,6 +13,10 @@
 //!   ([`EffectiveCapsDropped`]) so the kernel's own permission checks see the
 //!   command's privileges, not lockrun's.
 
+// Kernel ABI words (flags, fds, lengths) change width and sign here; each
+// cast is the encoding the syscall expects.
+#![allow(clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -309,7 +313,12 @@ pub fn connect_unix(sock: BorrowedFd<'_>, path: &CStr) -> io::Result<()> {
 }
 
 /// `sendto(sock, data, flags, {AF_UNIX, path})`; the bytes sent.
-pub fn sendto_unix(sock: BorrowedFd<'_>, data: &[u8], flags: i32, path: &CStr) -> io::Result<usize> {
+pub fn sendto_unix(
+    sock: BorrowedFd<'_>,
+    data: &[u8],
+    flags: i32,
+    path: &CStr,
+) -> io::Result<usize> {
     let (a, len) = sockaddr_un(path)?;
     // SAFETY: data and a are live for the call, lengths are theirs.
     let n = unsafe {
