@@ -478,3 +478,122 @@ fn unix_addresses_of_inet_length_are_refused() {
         "{log}"
     );
 }
+
+/// The filter is inherited: threads and child processes are supervised too,
+/// and many notifications at once are answered (none lost, none deadlocked).
+#[test]
+fn threads_and_children_are_supervised() {
+    const T: &str = "threads_and_children_are_supervised";
+    if !can_run(T) {
+        return;
+    }
+    let w = World::new("sv-threads");
+    let out_f = root_file(&w.data.join("f"));
+    let before = snapshot(&out_f);
+    for i in 0..8 {
+        std::fs::write(w.wt.join(format!("f{i}")), b"x").unwrap();
+    }
+    let script = format!(
+        r#"
+import os, socket, threading
+errs = []
+def meta(i):
+    p = "f%d" % i
+    for n in range(100):
+        os.chmod(p, 0o600 + (n % 8))
+        os.utime(p, (n, n))
+    try:
+        os.chmod({out:?}, 0o777)
+        errs.append("outside chmod allowed")
+    except PermissionError:
+        pass
+def sock(i):
+    path = "s%d.sock" % i + "x" * 8
+    srv = socket.socket(socket.AF_UNIX); srv.bind(path); srv.listen(8)
+    for _ in range(20):
+        c = socket.socket(socket.AF_UNIX); c.connect(path)
+        a, _ = srv.accept(); c.send(b"p"); assert a.recv(1) == b"p"; a.close(); c.close()
+ts = [threading.Thread(target=meta, args=(i,)) for i in range(8)]
+ts += [threading.Thread(target=sock, args=(i,)) for i in range(4)]
+for t in ts: t.start()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.chmod({out:?}, 0o777); os._exit(1)
+    except PermissionError:
+        os.chmod("f0", 0o644); os._exit(0)
+for t in ts: t.join()
+_, st = os.waitpid(pid, 0)
+print("ok" if not errs and st == 0 else "fail %r %r" % (errs, st))
+"#,
+        out = s(&out_f)
+    );
+    let out = w.run(&[], &["python3", "-c", &script]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    assert_eq!(snapshot(&out_f), before);
+    for i in 1..8 {
+        let m = std::fs::metadata(w.wt.join(format!("f{i}"))).unwrap();
+        assert_eq!(m.mtime(), 99);
+        assert_eq!(m.permissions().mode() & 0o777, 0o603);
+    }
+}
+
+/// If lockrun dies, nobody answers: the kernel fails notified syscalls with
+/// ENOSYS (the listener is closed), inside and outside alike. Closed, not open.
+#[test]
+fn a_dead_supervisor_fails_closed() {
+    const T: &str = "a_dead_supervisor_fails_closed";
+    if !can_run(T) {
+        return;
+    }
+    let w = World::new("sv-dead");
+    let out_f = root_file(&w.data.join("f"));
+    let before = snapshot(&out_f);
+    let (ready, go, result) = (w.wt.join("ready"), w.wt.join("go"), w.wt.join("result"));
+    let script = format!(
+        "touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done; \
+         python3 {probe} chmod {out} 777 \\; chmod {inside} 700 > {result}.tmp; mv {result}.tmp {result}",
+        ready = s(&ready),
+        go = s(&go),
+        probe = PROBE,
+        out = s(&out_f),
+        inside = s(&w.wt),
+        result = s(&result),
+    );
+    let mut lockrun = w
+        .cmd(&[], &["sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(t.elapsed().as_secs() < 20, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    lockrun.kill().unwrap();
+    lockrun.wait().unwrap();
+    std::fs::write(&go, b"").unwrap();
+    let t = std::time::Instant::now();
+    while !result.exists() {
+        assert!(t.elapsed().as_secs() < 20, "the command never finished");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let r = std::fs::read_to_string(&result).unwrap();
+    // The orphaned run is reaped like any other (its cgroup, pins, run dir).
+    let gc = Command::new(support::BIN)
+        .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "0"])
+        .output()
+        .unwrap();
+    assert!(gc.status.success(), "{gc:?}");
+    assert_eq!(
+        r.lines().collect::<Vec<_>>(),
+        ["errno=ENOSYS", "errno=ENOSYS"]
+    );
+    assert_eq!(snapshot(&out_f), before);
+}
