@@ -430,7 +430,14 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
         } => {
             let shown = String::from_utf8_lossy(&bytes).into_owned();
             let start = start.as_ref().map_or(root, AsFd::as_fd);
-            (resolve::resolve(root, start, &bytes, follow)?, shown)
+            // Walked with the command's privileges: a directory it may not
+            // search is not searched for it either.
+            let obj = {
+                let _unprivileged =
+                    notify::EffectiveCapsDropped::new().map_err(|_| Fail::Errno(libc::EPERM))?;
+                resolve::resolve(root, start, &bytes, follow)?
+            };
+            (obj, shown)
         }
         Named::Cwd(fd) => (Object::Dir(fd), "(cwd)".to_owned()),
         Named::Fd(fd, shown) => match resolve::locate_fd(root, fd) {

@@ -36,6 +36,11 @@ use crate::sys::notify;
 
 const MAX_ADDRLEN: i32 = 128;
 const MAX_SEND: usize = 1 << 20;
+/// Connects and sends in flight at once; beyond, `EAGAIN` (a command that
+/// floods blocked connects must not grow lockrun without bound).
+const MAX_IN_FLIGHT: usize = 256;
+
+static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The pathname in a unix socket address, if it is one.
 #[must_use]
@@ -103,7 +108,12 @@ fn judge(
     }
     let root = task.root();
     let start = cwd.as_ref().map_or(root, AsFd::as_fd);
-    let obj = match resolve::resolve(root, start, path, true) {
+    // Walked with the command's privileges (search permission on each dir).
+    let resolved = match notify::EffectiveCapsDropped::new() {
+        Ok(_unprivileged) => resolve::resolve(root, start, path, true),
+        Err(_) => Err(libc::EPERM),
+    };
+    let obj = match resolved {
         Ok(o) => o,
         Err(e) => return Decision::Reply(Reply::Errno(e)),
     };
@@ -149,6 +159,11 @@ fn perform_on_thread(
     id: u64,
     op: impl FnOnce() -> Result<i64, Errno> + Send + 'static,
 ) -> Reply {
+    use std::sync::atomic::Ordering;
+    if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        return Reply::Errno(libc::EAGAIN);
+    }
     let shared = Arc::clone(s);
     let spawned = std::thread::Builder::new()
         .name("lockrun-unix".into())
@@ -161,10 +176,13 @@ fn perform_on_thread(
                 },
             };
             shared.respond(id, &reply);
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
-    match spawned {
-        Ok(_) => Reply::Deferred,
-        Err(_) => Reply::Errno(libc::EAGAIN),
+    if spawned.is_ok() {
+        Reply::Deferred
+    } else {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        Reply::Errno(libc::EAGAIN)
     }
 }
 
