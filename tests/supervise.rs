@@ -544,7 +544,8 @@ print("ok" if not errs and st == 0 else "fail %r %r" % (errs, st))
 }
 
 /// If lockrun dies, nobody answers: the kernel fails notified syscalls with
-/// ENOSYS (the listener is closed), inside and outside alike. Closed, not open.
+/// ENOSYS (the listener is closed), inside and outside alike. Closed, not
+/// open. A TCP connect to an allowed endpoint still works: it never was notified.
 #[test]
 fn a_dead_supervisor_fails_closed() {
     const T: &str = "a_dead_supervisor_fails_closed";
@@ -555,9 +556,14 @@ fn a_dead_supervisor_fails_closed() {
     let out_f = root_file(&w.data.join("f"));
     let before = snapshot(&out_f);
     let (ready, go, result) = (w.wt.join("ready"), w.wt.join("go"), w.wt.join("result"));
+    // An allowed TCP endpoint: inet connects (addrlen 16) are never notified,
+    // so they keep working without the supervisor (the pinned hooks judge them).
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let allow = tcp.local_addr().unwrap().to_string();
     let script = format!(
         "touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done; \
-         python3 {probe} chmod {out} 777 \\; chmod {inside} 700 > {result}.tmp; mv {result}.tmp {result}",
+         python3 {probe} chmod {out} 777 \\; chmod {inside} 700 \\; tcp {allow} > {result}.tmp; \
+         mv {result}.tmp {result}",
         ready = s(&ready),
         go = s(&go),
         probe = PROBE,
@@ -566,7 +572,7 @@ fn a_dead_supervisor_fails_closed() {
         result = s(&result),
     );
     let mut lockrun = w
-        .cmd(&[], &["sh", "-c", &script])
+        .cmd(&["--allow-local", &allow], &["sh", "-c", &script])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -593,7 +599,8 @@ fn a_dead_supervisor_fails_closed() {
     assert!(gc.status.success(), "{gc:?}");
     assert_eq!(
         r.lines().collect::<Vec<_>>(),
-        ["errno=ENOSYS", "errno=ENOSYS"]
+        ["errno=ENOSYS", "errno=ENOSYS", "ok"]
     );
+    assert!(tcp.accept().is_ok(), "the TCP control reached its listener");
     assert_eq!(snapshot(&out_f), before);
 }

@@ -115,6 +115,9 @@ def op(name, a):
         os.removexattr(a[0], a[1])
     elif name == "fremovexattr_ro":
         os.removexattr(ro(a[0]), a[1])
+    elif name == "tcp":
+        host, port = a[0].rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=3).close()
     elif name == "unix_stream":
         stream_connect(a[0])
     elif name == "unix_stream_nonblock":
