@@ -74,7 +74,8 @@ pub struct ProxyEvent {
     pub status: u16,
 }
 
-/// A filesystem access refused by Landlock, from the kernel audit records.
+/// A filesystem access refused by Landlock (from the kernel audit records) or
+/// a metadata change refused by the seccomp supervisor ([`crate::supervise`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsEvent {
     pub pid: u32,
