@@ -182,8 +182,32 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     std::os::unix::fs::symlink(&f, &link).unwrap();
     let before = snapshot(&f);
     let audit = w.root.join("audit.jsonl");
-    let ops = metadata_ops(&w.data, &f, "../data/f", &link);
-    let r = probe(&w, &["--audit-log", s(&audit)], &as_refs(&ops));
+    let mut ops = metadata_ops(&w.data, &f, "../data/f", &link);
+    // An inherited descriptor (stdin is the canary, opened by the caller).
+    ops.push(vec![
+        "fchmod_fd".to_owned(),
+        "0".to_owned(),
+        "777".to_owned(),
+    ]);
+    let mut cmd = w.cmd(&["--audit-log", s(&audit)], &{
+        let mut argv = vec!["python3".to_owned(), PROBE.to_owned()];
+        for (i, o) in ops.iter().enumerate() {
+            if i > 0 {
+                argv.push(";".to_owned());
+            }
+            argv.extend(o.iter().cloned());
+        }
+        argv
+    });
+    let out = cmd
+        .stdin(std::fs::File::open(&f).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
     for (o, got) in ops.iter().zip(&r) {
         assert_eq!(got, "errno=EPERM", "{o:?} must be refused");
     }
@@ -242,6 +266,13 @@ fn metadata_inside_the_worktree_and_tmpdir_works() {
     ];
     let r = probe(&w, &[], tmp);
     assert_eq!(r, ["ok", "ok", "ok"]);
+    // Objects no path reaches, made inside: an O_TMPFILE, a memfd.
+    let anon: &[&[&str]] = &[
+        &["fchmod_tmpfile", "{TMPDIR}", "640"],
+        &["fchmod_tmpfile", s(&w.wt), "640"],
+        &["fchmod_memfd", "640"],
+    ];
+    assert_eq!(probe(&w, &[], anon), ["ok", "ok", "ok"]);
     let out = sh(
         &w,
         "set -e; cd \"$TMPDIR\"; echo x > t; chmod 640 t; touch -d @1000000000 t; \

@@ -89,6 +89,12 @@ def op(name, a):
         os.chmod(a[1], int(a[2], 8), dir_fd=dirfd(a[0]))
     elif name == "fchmod_ro":
         os.fchmod(ro(a[0]), int(a[1], 8))
+    elif name == "fchmod_fd":
+        os.fchmod(int(a[0]), int(a[1], 8))
+    elif name == "fchmod_tmpfile":
+        os.fchmod(os.open(a[0], os.O_TMPFILE | os.O_WRONLY, 0o600), int(a[1], 8))
+    elif name == "fchmod_memfd":
+        os.fchmod(os.memfd_create("x"), int(a[0], 8))
     elif name == "chown":
         os.chown(a[0], int(a[1]), int(a[2]))
     elif name == "lchown":

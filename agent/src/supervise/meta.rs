@@ -336,6 +336,12 @@ fn fd_is_opath(fd: &OwnedFd) -> bool {
     .is_ok_and(|f| f & libc::O_PATH != 0)
 }
 
+/// What a descriptor refers to, for the audit log (the kernel's name for it).
+fn fd_target(fd: &OwnedFd) -> String {
+    nix::fcntl::readlink(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)).as_str())
+        .map_or_else(|_| "?".to_owned(), |p| p.to_string_lossy().into_owned())
+}
+
 fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
     match target {
         Target::Fd(fd) => {
@@ -344,7 +350,8 @@ fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
             if fd_is_opath(&f) {
                 return Err(libc::EBADF);
             }
-            Ok(Named::Fd(f, format!("fd {fd}")))
+            let shown = format!("fd {fd} ({})", fd_target(&f));
+            Ok(Named::Fd(f, shown))
         }
         Target::Path {
             dirfd,
@@ -365,12 +372,15 @@ fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
                 if dirfd == libc::AT_FDCWD {
                     return Ok(Named::Cwd(task.cwd()?));
                 }
-                return Ok(Named::Fd(task.getfd(dirfd)?, format!("fd {dirfd}")));
+                let f = task.getfd(dirfd)?;
+                let shown = format!("fd {dirfd} ({})", fd_target(&f));
+                return Ok(Named::Fd(f, shown));
             }
             if follow {
                 if let Some(fd) = resolve::proc_self_fd(&bytes) {
-                    let shown = String::from_utf8_lossy(&bytes).into_owned();
-                    return Ok(Named::Fd(task.getfd(fd)?, shown));
+                    let f = task.getfd(fd)?;
+                    let shown = format!("{} ({})", String::from_utf8_lossy(&bytes), fd_target(&f));
+                    return Ok(Named::Fd(f, shown));
                 }
             }
             let start = if bytes[0] == b'/' {

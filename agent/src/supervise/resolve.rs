@@ -204,7 +204,7 @@ pub fn resolve(
 }
 
 /// Place a descriptor taken from the command. `Err(None)`: it cannot be
-/// placed (deleted, renamed meanwhile, not a path): refuse.
+/// placed (renamed meanwhile, not a path): refuse.
 pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Errno>> {
     let st = stat(fd.as_fd()).map_err(Some)?;
     let kind = st.st_mode & libc::S_IFMT;
@@ -224,9 +224,19 @@ pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Err
     {
         return Ok(Object::Anonymous(fd));
     }
-    if !link.starts_with(b"/") || st.st_nlink == 0 {
+    if !link.starts_with(b"/") {
         return Err(None);
     }
+    // Unlinked (an `O_TMPFILE`, a deleted temp file): no name to check, but
+    // the kernel still names the directory it was in — its real dentry chain,
+    // not text the command chose (names cannot contain `/`). Judged by that
+    // directory; the command cannot move directories across a root boundary.
+    let deleted = st.st_nlink == 0;
+    let link = if deleted {
+        link.strip_suffix(b" (deleted)").ok_or(None)?
+    } else {
+        link
+    };
     let i = link.iter().rposition(|c| *c == b'/').unwrap_or(0);
     let (dir, name) = (&link[..i], &link[i + 1..]);
     let dir = dir.strip_prefix(b"/").unwrap_or(dir);
@@ -238,6 +248,13 @@ pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Err
         libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
     )
     .map_err(|_| None)?;
+    if deleted {
+        return Ok(Object::Entry {
+            parent,
+            obj: fd,
+            mode: st.st_mode,
+        });
+    }
     let named = nix::sys::stat::fstatat(
         Some(parent.as_raw_fd()),
         std::ffi::OsStr::from_bytes(name),
