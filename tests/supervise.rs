@@ -97,6 +97,20 @@ fn xattrs(p: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The inode flags (`lsattr`), read from outside.
+fn inode_flags(p: &Path) -> u32 {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl,os,struct,sys; fd=os.open(sys.argv[1], os.O_RDONLY); \
+             print(struct.unpack('i', fcntl.ioctl(fd, 0x80086601, b'\\0'*4))[0])",
+            s(p),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
 fn snapshot(p: &Path) -> Meta {
     let m = std::fs::symlink_metadata(p).unwrap();
     Meta {
@@ -189,6 +203,9 @@ fn metadata_of_root_owned_files_outside_is_refused() {
         "0".to_owned(),
         "777".to_owned(),
     ]);
+    // chattr (FS_IOC_SETFLAGS on a read-only fd): inode flags are metadata too.
+    ops.push(vec!["chattr_nodump".to_owned(), s(&f).to_owned()]);
+    ops.push(vec!["chattr_nodump".to_owned(), s(&link).to_owned()]);
     let mut cmd = w.cmd(&["--audit-log", s(&audit)], &{
         let mut argv = vec!["python3".to_owned(), PROBE.to_owned()];
         for (i, o) in ops.iter().enumerate() {
@@ -213,6 +230,7 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     }
     assert_eq!(r.len(), ops.len(), "{r:?}");
     assert_eq!(snapshot(&f), before, "the canary's metadata changed");
+    assert_eq!(inode_flags(&f) & 0x40, 0, "chattr +d reached the canary");
     assert_eq!(std::fs::read(&f).unwrap(), b"canary");
     // Every refusal is in the audit log as a filesystem event.
     let log = std::fs::read_to_string(&audit).unwrap();
@@ -227,6 +245,7 @@ fn metadata_of_root_owned_files_outside_is_refused() {
         "metadata.utimes",
         "metadata.setxattr",
         "metadata.removexattr",
+        "metadata.ioctl",
     ] {
         assert!(log.contains(access), "{access} missing from {log}");
     }
@@ -266,6 +285,15 @@ fn metadata_inside_the_worktree_and_tmpdir_works() {
     ];
     let r = probe(&w, &[], tmp);
     assert_eq!(r, ["ok", "ok", "ok"]);
+    // chattr inside works; fs-verity (immutable for good) is refused everywhere.
+    let nodump = w.wt.join("nodump");
+    std::fs::write(&nodump, b"x").unwrap();
+    let flags: &[&[&str]] = &[
+        &["chattr_nodump", s(&nodump)],
+        &["enable_verity", s(&nodump)],
+    ];
+    assert_eq!(probe(&w, &[], flags), ["ok", "errno=EPERM"]);
+    assert_eq!(inode_flags(&nodump) & 0x40, 0x40);
     // Objects no path reaches, made inside: an O_TMPFILE, a memfd.
     let anon: &[&[&str]] = &[
         &["fchmod_tmpfile", "{TMPDIR}", "640"],

@@ -80,6 +80,17 @@ def dgram_connect(path):
     c.close()
 
 
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NODUMP_FL = 0x80086601, 0x40086602, 0x40
+FS_IOC_ENABLE_VERITY = 0x40806685
+
+
+def chattr_nodump(path):
+    import fcntl, struct
+    fd = ro(path)
+    flags = struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 4))[0]
+    fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("i", flags | FS_NODUMP_FL))
+
+
 def op(name, a):
     if name == "cd":
         os.chdir(a[0])
@@ -95,6 +106,11 @@ def op(name, a):
         os.fchmod(os.open(a[0], os.O_TMPFILE | os.O_WRONLY, 0o600), int(a[1], 8))
     elif name == "fchmod_memfd":
         os.fchmod(os.memfd_create("x"), int(a[0], 8))
+    elif name == "chattr_nodump":
+        chattr_nodump(a[0])
+    elif name == "enable_verity":
+        import fcntl
+        fcntl.ioctl(ro(a[0]), FS_IOC_ENABLE_VERITY, b"\1" + b"\0" * 127)
     elif name == "chown":
         os.chown(a[0], int(a[1]), int(a[2]))
     elif name == "lchown":

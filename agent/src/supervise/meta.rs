@@ -62,6 +62,26 @@ pub enum Action {
     RemoveXattr {
         name: u64,
     },
+    /// One of [`crate::seccomp::NOTIFY_IOCTLS`].
+    Ioctl {
+        cmd: u32,
+        arg: u64,
+    },
+}
+
+/// The size of the argument the kernel copies for `cmd`, when the
+/// supervisor performs it; `None`: refused wherever it points (fs-verity
+/// makes a file immutable for good, fscrypt policies need keys lockrun does
+/// not hand out).
+fn ioctl_arg_size(cmd: u32) -> Option<usize> {
+    match cmd {
+        // SETFLAGS, SETVERSION (both widths): the kernel reads an int.
+        0x4008_6602 | 0x4004_6602 | 0x4008_7602 | 0x4004_7602 | 0x4008_6604 | 0x4004_6604 => {
+            Some(4)
+        }
+        0x401c_5820 => Some(28), // struct fsxattr
+        _ => None,
+    }
 }
 
 impl Action {
@@ -72,6 +92,7 @@ impl Action {
             Action::Utimbuf(_) | Action::Timeval(_) | Action::Timespec(_) => "metadata.utimes",
             Action::SetXattr { .. } | Action::SetXattrArgs { .. } => "metadata.setxattr",
             Action::RemoveXattr { .. } => "metadata.removexattr",
+            Action::Ioctl { .. } => "metadata.ioctl",
         }
     }
 }
@@ -184,6 +205,13 @@ pub fn decode(nr: i64, a: [u64; 6]) -> Result<(Target, Action), Errno> {
             at(a[0], a[1], a[2] & 0xffff_ffff)?,
             Action::RemoveXattr { name: a[3] },
         ),
+        libc::SYS_ioctl => (
+            fd(a[0]),
+            Action::Ioctl {
+                cmd: a[1] as u32,
+                arg: a[2],
+            },
+        ),
         _ => return Err(libc::ENOSYS),
     })
 }
@@ -201,6 +229,12 @@ enum Op {
     RemoveXattr {
         name: CString,
     },
+    Ioctl {
+        cmd: u32,
+        buf: Vec<u8>,
+    },
+    /// Never performed: refused (and audited) wherever it points.
+    Refused(u32),
 }
 
 fn now() -> [libc::timespec; 2] {
@@ -298,6 +332,13 @@ fn read_op(task: &Task<'_>, action: Action) -> Result<Op, Errno> {
         }
         Action::RemoveXattr { name } => Op::RemoveXattr {
             name: xattr_name(task, name)?,
+        },
+        Action::Ioctl { cmd, arg } => match ioctl_arg_size(cmd) {
+            Some(n) => Op::Ioctl {
+                cmd,
+                buf: task.read(arg, n)?,
+            },
+            None => Op::Refused(cmd),
         },
     })
 }
@@ -456,6 +497,11 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
             Err(None) => return Err(Fail::Outside(format!("{shown} (not placeable)"))),
         },
     };
+    if let Op::Refused(cmd) = op {
+        return Err(Fail::Outside(format!(
+            "{shown}: ioctl {cmd:#x} is not allowed under lockrun"
+        )));
+    }
     if !roots.judge(&obj)? {
         return Err(Fail::Outside(shown));
     }
@@ -473,6 +519,9 @@ fn perform(obj: &Object, op: &Op) -> Result<(), Errno> {
         Op::Times(ts) => notify::utimens(&path, ts),
         Op::SetXattr { name, value, flags } => notify::setxattr(&path, name, value, *flags),
         Op::RemoveXattr { name } => notify::removexattr(&path, name),
+        // On the command's own open file (taken with pidfd_getfd).
+        Op::Ioctl { cmd, buf } => notify::ioctl_buf(obj.fd(), *cmd, &mut buf.clone()),
+        Op::Refused(_) => Err(std::io::Error::from_raw_os_error(libc::EPERM)),
     };
     r.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }

@@ -4,8 +4,9 @@
 //! layers leave on this kernel (Landlock ABI 7, no BPF LSM):
 //!
 //! - **metadata of files outside** ([`meta`]): `chmod`, `chown`, `utimes`,
-//!   `setxattr`, `removexattr` and their variants are not Landlock rights, and
-//!   a capability-less uid 0 owns every root-owned file;
+//!   `setxattr`, `removexattr` and their variants, and the inode-attribute
+//!   `ioctl`s (`chattr`), are not Landlock rights, and a capability-less
+//!   uid 0 owns every root-owned file;
 //! - **unix sockets through symlinks** ([`unix`]): the cgroup unix hooks see
 //!   the path before the kernel resolves it.
 //!
@@ -324,7 +325,7 @@ fn handle(s: &Arc<Shared>, n: Notif) {
                 unix::connect(&task, s)
             } else if nr == libc::SYS_sendto {
                 unix::sendto(&task, s)
-            } else if crate::seccomp::NOTIFY_METADATA.contains(&nr) {
+            } else if nr == libc::SYS_ioctl || crate::seccomp::NOTIFY_METADATA.contains(&nr) {
                 meta::handle(&task, &s.fs_roots)
             } else {
                 Reply::Errno(libc::ENOSYS)

@@ -373,6 +373,16 @@ pub fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Resul
     )
 }
 
+/// `ioctl(fd, cmd, arg)` with `arg` pointing at a buffer of ours.
+pub fn ioctl_buf(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
+    // SAFETY: arg is a live buffer at least as large as the command's
+    // argument (the caller sized it from the command); the kernel reads or
+    // writes within it.
+    unit_result(
+        unsafe { libc::ioctl(fd.as_raw_fd(), libc::Ioctl::from(cmd), arg.as_mut_ptr()) }.into(),
+    )
+}
+
 /// `removexattr(path, name)`.
 pub fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
     // SAFETY: path and name are NUL-terminated.
