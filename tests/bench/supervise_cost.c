@@ -5,6 +5,9 @@
  *   /tmp/supervise_cost chmod  FILE  N          # a notified syscall
  *   /tmp/supervise_cost connect PORT N          # TCP to 127.0.0.1:PORT (addrlen 16: not notified)
  *   /tmp/supervise_cost unix   PATH  N          # unix connect (notified, done by the supervisor)
+ *   /tmp/supervise_cost udp    PORT  N [LEN]    # UDP connect (no handshake: the syscall path only);
+ *                                               # LEN 16 is not notified, 128 (sockaddr_storage) is
+ *                                               # notified and continued
  *   lockrun --worktree WT --allow-local 127.0.0.1:PORT -- /tmp/supervise_cost ...
  *
  * Prints the mean nanoseconds per operation. */
@@ -39,7 +42,7 @@ static void *acceptor(void *arg) {
 static void die(const char *what) { perror(what); exit(1); }
 
 int main(int argc, char **argv) {
-    if (argc != 4) { fprintf(stderr, "usage: %s chmod|connect|unix ARG N\n", argv[0]); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: %s chmod|connect|unix ARG N\n", argv[0]); return 2; }
     long n = atol(argv[3]);
     long long t0, t1;
     pthread_t th;
@@ -66,6 +69,20 @@ int main(int argc, char **argv) {
             close(s);
         }
         t1 = now_ns();
+    } else if (!strcmp(argv[1], "udp")) {
+        struct sockaddr_storage st;
+        struct sockaddr_in *a = (void *)&st;
+        memset(&st, 0, sizeof st);
+        a->sin_family = AF_INET;
+        a->sin_port = htons(atoi(argv[2]));
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = argc == 5 ? (socklen_t)atoi(argv[4]) : sizeof *a;
+        int s = socket(AF_INET, SOCK_DGRAM, 0);
+        t0 = now_ns();
+        for (long i = 0; i < n; i++)
+            if (connect(s, (void *)&st, len)) die("connect");
+        t1 = now_ns();
+        close(s);
     } else if (!strcmp(argv[1], "unix")) {
         struct sockaddr_un a = { .sun_family = AF_UNIX };
         strncpy(a.sun_path, argv[2], sizeof a.sun_path - 1);

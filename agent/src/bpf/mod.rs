@@ -6,7 +6,7 @@
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | the endpoints of `ALLOWED_ENDPOINTS` (the proxy, `network.local`) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
 //! | `cgroup/sock_create` | 4.10 | no ICMP ping or raw inet sockets (ping `sendto` runs no sendmsg hook on 6.18) |
-//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | pathname sockets under the worktree and the run's temp dir ([`unix`]) |
+//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
 //! [`Event::KernelNetwork`] (the `DENIALS` ring buffer) and a count (`COUNTERS`).
