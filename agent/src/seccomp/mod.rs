@@ -119,7 +119,7 @@ const MODE_ARGS: &[(i64, u8)] = &[
     (libc::SYS_mknod, 1),
     (libc::SYS_fchmod, 1),
     (libc::SYS_fchmodat, 2),
-    (libc::SYS_fchmodat2, 2),
+    (SYS_FCHMODAT2, 2),
     (libc::SYS_openat, 3),
     (libc::SYS_mknodat, 2),
 ];
@@ -218,6 +218,10 @@ const AUDIT_ARCH: u32 = 0x3e | 0x8000_0000 | 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xb7 | 0x8000_0000 | 0x4000_0000;
 
+/// `fchmodat2` (Linux 6.6; one number on every arch, and missing from the
+/// libc crate's aarch64 glibc module).
+pub const SYS_FCHMODAT2: i64 = 452;
+
 /// `setxattrat` and `removexattrat` (Linux 6.13; one number on every arch).
 pub const SYS_SETXATTRAT: i64 = 463;
 pub const SYS_REMOVEXATTRAT: i64 = 466;
@@ -230,7 +234,7 @@ pub const NOTIFY_METADATA: &[i64] = &[
     libc::SYS_chmod,
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
-    libc::SYS_fchmodat2,
+    SYS_FCHMODAT2,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_chown,
     #[cfg(target_arch = "x86_64")]

@@ -100,7 +100,7 @@ impl Action {
 /// The call as registers describe it (no memory read yet).
 #[allow(clippy::too_many_lines)]
 pub fn decode(nr: i64, a: [u64; 6]) -> Result<(Target, Action), Errno> {
-    use crate::seccomp::{SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
+    use crate::seccomp::{SYS_FCHMODAT2, SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
     let cwd = libc::AT_FDCWD;
     let path = |dirfd: i32, p: u64, follow: bool| Target::Path {
         dirfd,
@@ -125,7 +125,7 @@ pub fn decode(nr: i64, a: [u64; 6]) -> Result<(Target, Action), Errno> {
         libc::SYS_chmod => (path(cwd, a[0], true), Action::Chmod(a[1] as u32)),
         libc::SYS_fchmod => (fd(a[0]), Action::Chmod(a[1] as u32)),
         libc::SYS_fchmodat => (path(a[0] as i32, a[1], true), Action::Chmod(a[2] as u32)),
-        libc::SYS_fchmodat2 => (
+        SYS_FCHMODAT2 => (
             at(a[0], a[1], a[3] & 0xffff_ffff)?,
             Action::Chmod(a[2] as u32),
         ),
@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn decodes_register_arguments() {
-        let t = decode(libc::SYS_fchmodat2, [3, 0x1000, 0o755, 0x100, 0, 0]).unwrap();
+        let t = decode(crate::seccomp::SYS_FCHMODAT2, [3, 0x1000, 0o755, 0x100, 0, 0]).unwrap();
         assert_eq!(
             t,
             (
