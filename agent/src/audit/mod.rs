@@ -49,7 +49,8 @@ pub struct KernelNetEvent {
     pub tgid: u32,
     pub comm: String,
     pub cgroup_id: u64,
-    /// `connect4`, `connect6`, `sendmsg4`, `sendmsg6`, `connect_unix`, `sendmsg_unix`.
+    /// `connect4`, `connect6`, `sendmsg4`, `sendmsg6`, `connect_unix`, `sendmsg_unix`;
+    /// `seccomp_connect_unix`, `seccomp_sendto_unix` when the seccomp supervisor refused.
     pub hook: String,
     /// `inet`, `inet6`, `unix`.
     pub family: String,
