@@ -39,6 +39,19 @@
 //! read of the task's memory and descriptors, before acting: a recycled tid
 //! cannot lend its memory to a decision. If lockrun dies the listener closes
 //! and the kernel fails notified syscalls with `ENOSYS`: closed.
+//!
+//! # Known limits (each refuses, none lets through)
+//! - A unix address of length 16 or 28 (a 13- or 25-byte path with its NUL,
+//!   or 14/26 without) is not notified — the length is all the filter can
+//!   see, and it keeps inet connects un-notified — so the unix hooks refuse it.
+//! - `sendmsg`/`sendmmsg` with a pathname `msg_name` are refused by the
+//!   hooks: the address is user memory behind a pointer in a struct, and
+//!   performing the call (iovecs, `SCM_RIGHTS`) would be a second kernel.
+//!   Connected sockets and `sendto` work.
+//! - Paths through `/proc` magic links (`/proc/self/cwd/…`) get `ELOOP`;
+//!   `/proc/self/fd/N` itself is understood.
+//! - Peers see lockrun's pid in `SO_PEERCRED` for connects done here.
+//! - fs-verity and fscrypt policy ioctls are refused everywhere.
 #![forbid(unsafe_code)]
 // Syscall registers are u64 words the kernel reads as int/u32/pointers: the
 // casts between them are the ABI, checked where a range matters.
