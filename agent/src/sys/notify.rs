@@ -4,7 +4,7 @@
 //! `// SAFETY:` comment. Policy lives in [`crate::supervise`], not here.
 //!
 //! Two halves:
-//! - **child side** ([`load_listener`], [`send_fd`]): called from
+//! - **child side** (`load_listener`, `send_fd`): called from
 //!   [`super::ChildPlan::apply`] after fork, so allocation-free and
 //!   async-signal-safe;
 //! - **supervisor side**: receiving and answering notifications, taking the
@@ -83,7 +83,7 @@ pub(super) fn send_fd(sock: RawFd, fd: RawFd) -> bool {
     }
 }
 
-/// Parent side: receive one descriptor sent with [`send_fd`], without waiting
+/// Parent side: receive one descriptor sent with `send_fd`, without waiting
 /// (the child sent it before exec, so it is there once spawn returned).
 pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let mut control = [0u64; 4];
