@@ -10,6 +10,7 @@
 //! | the allowlisting proxy | [`proxy`] |
 //! | the audit log and end-of-run summary | [`audit`] |
 //! | the order of the steps of one run, and `gc` | [`run`] |
+//! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |
 //! | the few raw syscalls (the only `unsafe`) | [`sys`] |
 
 pub mod audit;
@@ -23,4 +24,5 @@ pub mod policy;
 pub mod proxy;
 pub mod run;
 pub mod seccomp;
+pub mod supervise;
 pub mod sys;

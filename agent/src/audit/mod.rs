@@ -49,7 +49,8 @@ pub struct KernelNetEvent {
     pub tgid: u32,
     pub comm: String,
     pub cgroup_id: u64,
-    /// `connect4`, `connect6`, `sendmsg4`, `sendmsg6`, `connect_unix`, `sendmsg_unix`.
+    /// `connect4`, `connect6`, `sendmsg4`, `sendmsg6`, `connect_unix`, `sendmsg_unix`;
+    /// `seccomp_connect_unix`, `seccomp_sendto_unix` when the seccomp supervisor refused.
     pub hook: String,
     /// `inet`, `inet6`, `unix`.
     pub family: String,
@@ -78,7 +79,8 @@ pub struct ProxyEvent {
     pub status: u16,
 }
 
-/// A filesystem access refused by Landlock, from the kernel audit records.
+/// A filesystem access refused by Landlock (from the kernel audit records) or
+/// a metadata change refused by the seccomp supervisor ([`crate::supervise`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsEvent {
     pub pid: u32,

@@ -6,7 +6,7 @@
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | the endpoints of `ALLOWED_ENDPOINTS` (the proxy, `network.local`) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
 //! | `cgroup/sock_create` | 4.10 | no ICMP ping or raw inet sockets (ping `sendto` runs no sendmsg hook on 6.18) |
-//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | pathname sockets under the worktree and the run's temp dir ([`unix`]) |
+//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
 //! [`Event::KernelNetwork`] (the `DENIALS` ring buffer) and a count (`COUNTERS`).
@@ -317,6 +317,25 @@ impl NetworkHooks {
         allowed: &[SocketAddr],
         unix_allowed: &[PathBuf],
     ) -> Result<Self, BpfError> {
+        Self::attach_with(
+            cgroup,
+            run_id,
+            allowed,
+            unix_allowed,
+            unix::UnixMode::Prefixes,
+        )
+    }
+
+    /// [`attach`](Self::attach), choosing how the unix hooks judge pathname
+    /// destinations ([`unix::UnixMode`]; a run with the seccomp supervisor
+    /// uses `Supervised`).
+    pub fn attach_with(
+        cgroup: &RunCgroup,
+        run_id: &str,
+        allowed: &[SocketAddr],
+        unix_allowed: &[PathBuf],
+        unix_mode: unix::UnixMode,
+    ) -> Result<Self, BpfError> {
         check_run_id(run_id)?;
         let object = OBJECT.ok_or(BpfError::ObjectMissing)?;
         if allowed.len() > MAX_ALLOWED_ENDPOINTS as usize {
@@ -367,6 +386,8 @@ impl NetworkHooks {
             unix_prefixes: prefixes_map.fd().as_fd().as_raw_fd(),
             denials: denials_map.fd().as_fd().as_raw_fd(),
             counters: counters_map.fd().as_fd().as_raw_fd(),
+            run_cgroup: cgroup.id(),
+            mode: unix_mode,
         };
         // Assemble now, while the fds are borrowed from live maps.
         let unix_insns: [UnixProgram; 2] = [

@@ -15,8 +15,23 @@
 //!
 //! # What they cannot decide (the hook runs before the kernel resolves the path)
 //! A **symlink** (or bind mount) inside an allowed directory that points at an
-//! outside socket passes the textual check. See `tests/net_unix.rs`
-//! (`symlink_in_worktree_to_outside_socket`, marked as a known gap).
+//! outside socket passes the textual check ([`UnixMode::Prefixes`]).
+//!
+//! # Supervised mode ([`UnixMode::Supervised`], what `lockrun run` uses)
+//! The seccomp supervisor ([`crate::supervise`]) resolves every pathname
+//! `connect`/`sendto` of the command itself and performs the allowed ones
+//! from lockrun, outside the run's cgroup, through `/proc/self/fd/N`. The
+//! hooks then only need to:
+//! 1. let through what a task **outside the run cgroup** does on a socket of
+//!    the run (`bpf_get_current_cgroup_id() != run cgroup`: that is the
+//!    supervisor — the sandboxed tasks cannot leave the cgroup, Landlock
+//!    denies writes to cgroupfs);
+//! 2. refuse **every pathname** destination a task inside the cgroup names
+//!    itself: those are the connects the filter did not notify (address
+//!    length 16 or 28), `sendmsg`/`sendmmsg` with a `msg_name` (user memory
+//!    the supervisor cannot read race-free, so never notified), and any
+//!    address swapped in after the supervisor let a non-pathname address
+//!    continue. Abstract and unnamed addresses pass as before.
 //!
 //! # Layout the program relies on
 //! `struct bpf_sock_addr_kern` (include/linux/filter.h, 6.7+): `sk` @0, `uaddr` @8,
@@ -36,11 +51,24 @@
 
 use lockrun_common::{denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_PATH_MAX};
 
-/// The maps the unix hooks use, as raw fds valid while the program loads.
+/// The maps the unix hooks use, as raw fds valid while the program loads,
+/// and how the program decides.
 pub struct UnixMaps {
     pub unix_prefixes: i32,
     pub denials: i32,
     pub counters: i32,
+    /// The run cgroup's id: tasks elsewhere (the supervisor) pass.
+    pub run_cgroup: u64,
+    pub mode: UnixMode,
+}
+
+/// How pathname destinations named by tasks of the run are judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnixMode {
+    /// By text: absolute, no `.`/`..`, under `UNIX_PREFIXES` (symlinks pass).
+    Prefixes,
+    /// All refused: the seccomp supervisor connects for the command.
+    Supervised,
 }
 
 // Registers.
@@ -159,6 +187,21 @@ impl Asm {
     fn st_dw(&mut self, dst: u8, off: i16, imm: i32) {
         self.raw(0x7a, dst, 0, off, imm);
     }
+    /// `dst = imm64` (two-slot `ld_imm64`).
+    fn ld_imm64(&mut self, dst: u8, imm: u64) {
+        self.raw(0x18, dst, 0, 0, imm as u32 as i32);
+        self.raw(0, 0, 0, 0, (imm >> 32) as u32 as i32);
+    }
+    /// Conditional jump on `dst OP src` (code: 0x5d jne).
+    fn jmp_reg(&mut self, code: u8, dst: u8, src: u8, to: Label) {
+        self.fixups.push((self.insns.len(), to.id()));
+        self.raw(code, dst, src, 0, 0);
+    }
+    /// Unconditional jump.
+    fn ja(&mut self, to: Label) {
+        self.fixups.push((self.insns.len(), to.id()));
+        self.raw(0x05, 0, 0, 0, 0);
+    }
     /// `dst = map fd` (two-slot `ld_imm64` with `BPF_PSEUDO_MAP_FD`).
     fn ld_map_fd(&mut self, dst: u8, fd: i32) {
         self.raw(0x18, dst, 1, 0, fd);
@@ -193,6 +236,7 @@ const JEQ: u8 = 0x15;
 const JNE: u8 = 0x55;
 const JGT: u8 = 0x25;
 const JLE: u8 = 0xb5;
+const JNE_X: u8 = 0x5d;
 
 /// Assemble the hook program for `hook` (`ConnectUnix` or `SendmsgUnix`).
 /// One straight-line listing, kept in one piece so it reads like the program.
@@ -209,6 +253,11 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     //     processed 2860 insns (limit 1000000) max_states_per_insn 2 total_states 262
     a.mov_imm(R7, 0);
     a.mov_imm(R8, 0);
+    // A task outside the run's cgroup acting on a socket of the run: the
+    // supervisor, connecting for the command after resolving the path itself.
+    a.call(GET_CURRENT_CGROUP_ID);
+    a.ld_imm64(R1, maps.run_cgroup);
+    a.jmp_reg(JNE_X, R0, R1, Label::Allow);
     // Zero the whole frame: the event, the trie key and its slack are read later.
     // Not for the verifier (a privileged loader may read uninitialized stack; it
     // accepted the program without this), but for the verdict and the log: the
@@ -241,29 +290,35 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.jmp_imm(JNE, R0, 0, Label::Deny);
     a.ldx_b(R1, FP, KEY_PATH);
     a.jmp_imm(JEQ, R1, 0, Label::Allow); // abstract: Landlock scoping judges it
-    a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Deny); // relative
-                                                      // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
-    for i in 0..(UNIX_PATH_MAX as i16 - 1) {
-        let at = KEY_PATH + i;
-        a.ldx_b(R1, FP, at);
-        a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Next(i as usize));
-        a.ldx_b(R1, FP, at + 1);
-        a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
-        a.ldx_b(R1, FP, at + 2);
-        a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
-        a.jmp_imm(JEQ, R1, 0, Label::Deny);
-        a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
-        a.ldx_b(R1, FP, at + 3);
-        a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
-        a.jmp_imm(JEQ, R1, 0, Label::Deny);
-        a.label(Label::Next(i as usize));
+    if maps.mode == UnixMode::Supervised {
+        // Every pathname named by a task of the run: the supervisor performs
+        // the legitimate ones from outside the cgroup (allowed above).
+        a.ja(Label::Deny);
+    } else {
+        a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Deny); // relative
+                                                          // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
+        for i in 0..(UNIX_PATH_MAX as i16 - 1) {
+            let at = KEY_PATH + i;
+            a.ldx_b(R1, FP, at);
+            a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Next(i as usize));
+            a.ldx_b(R1, FP, at + 1);
+            a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
+            a.ldx_b(R1, FP, at + 2);
+            a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
+            a.jmp_imm(JEQ, R1, 0, Label::Deny);
+            a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
+            a.ldx_b(R1, FP, at + 3);
+            a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
+            a.jmp_imm(JEQ, R1, 0, Label::Deny);
+            a.label(Label::Next(i as usize));
+        }
+        // Under an allowed directory?
+        a.ld_map_fd(R1, maps.unix_prefixes);
+        a.mov_reg(R2, FP);
+        a.add_imm(R2, i32::from(KEY));
+        a.call(MAP_LOOKUP_ELEM);
+        a.jmp_imm(JEQ, R0, 0, Label::Deny);
     }
-    // Under an allowed directory?
-    a.ld_map_fd(R1, maps.unix_prefixes);
-    a.mov_reg(R2, FP);
-    a.add_imm(R2, i32::from(KEY));
-    a.call(MAP_LOOKUP_ELEM);
-    a.jmp_imm(JEQ, R0, 0, Label::Deny);
     a.label(Label::Allow);
     a.mov_imm(R0, 1);
     a.exit();
@@ -355,6 +410,8 @@ mod tests {
                 unix_prefixes: 3,
                 denials: 4,
                 counters: 5,
+                run_cgroup: 1 << 40,
+                mode: UnixMode::Prefixes,
             },
         );
         for (i, insn) in p.iter().enumerate() {

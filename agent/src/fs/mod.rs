@@ -26,11 +26,12 @@
 //! on [`FsSandbox::ruleset_fd`] (see [`crate::sys`]).
 //!
 //! Not covered by Landlock (known limits, enforced elsewhere or not at all):
-//! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`) are checked only
-//! by the kernel's DAC — with every capability dropped the command can change
-//! them only on files its own uid owns (for a root caller: every root-owned
-//! file; set-id bits are refused by [`crate::seccomp`]); hard links that already exist outside
-//! a denied dir are readable through their other name.
+//! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`, `removexattr`)
+//! — the seccomp supervisor ([`crate::supervise`]) performs them for the
+//! command only beneath [`FsSandbox::writable_roots`] (set-id bits stay
+//! refused by [`crate::seccomp`]); inode flags (`FS_IOC_SETFLAGS`, `chattr`)
+//! are not covered; hard links that already exist outside a denied dir are
+//! readable through their other name.
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
@@ -87,6 +88,10 @@ pub struct FsSandbox {
     ruleset: OwnedFd,
     /// What was granted, for `policy show` and debugging.
     grants: Vec<(PathBuf, Grant)>,
+    /// The writable roots that exist, canonical (for the seccomp supervisor).
+    writable: Vec<PathBuf>,
+    /// The denied-read paths, canonical.
+    denied: Vec<PathBuf>,
 }
 
 /// The kind of rule a path received.
@@ -154,12 +159,14 @@ impl FsSandbox {
 
         let mut plan = Plan::default();
         plan.grant_except(Path::new("/"), Grant::Read, &denied)?;
+        let mut writable_roots = Vec::new();
         for w in &writable {
             // A writable path that does not exist grants nothing (like a bind
             // of nothing); one that does is split around denied paths beneath it.
             let Ok(canon) = w.canonicalize() else {
                 continue;
             };
+            writable_roots.push(canon.clone());
             if canon == run_tmp || denied.iter().any(|d| canon.starts_with(d)) {
                 // Explicitly writable beneath a denied path (the run's own tmp
                 // beneath `<state>/runs`): the more specific grant wins.
@@ -201,6 +208,8 @@ impl FsSandbox {
         Ok(Self {
             ruleset: fd.ok_or(FsError::NoFd)?,
             grants,
+            writable: writable_roots,
+            denied: denied.into_iter().collect(),
         })
     }
 
@@ -214,6 +223,19 @@ impl FsSandbox {
     #[must_use]
     pub fn grants(&self) -> &[(PathBuf, Grant)] {
         &self.grants
+    }
+
+    /// The writable roots that exist (canonical): where the seccomp
+    /// supervisor performs metadata changes for the command.
+    #[must_use]
+    pub fn writable_roots(&self) -> &[PathBuf] {
+        &self.writable
+    }
+
+    /// The denied-read paths (canonical): nothing beneath them is writable.
+    #[must_use]
+    pub fn denied(&self) -> &[PathBuf] {
+        &self.denied
     }
 
     /// Give up the ruleset descriptor (moved into the child's plan).

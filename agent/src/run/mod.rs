@@ -13,10 +13,13 @@
 //! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]);
 //! 8. the child's environment, built explicitly;
 //! 9. spawn with the child-side confinement ([`crate::sys`]) as `pre_exec`
-//!    (it joins the cgroup first, so no instruction runs outside), then
-//!    supervise: forward SIGINT/SIGTERM/SIGHUP, wait;
+//!    (it joins the cgroup first, so no instruction runs outside), receive
+//!    the supervised filter's listener and start the seccomp supervisor
+//!    ([`crate::supervise`]), then supervise: forward SIGINT/SIGTERM/SIGHUP,
+//!    wait;
 //! 10. teardown, in reverse, on every path: the cgroup killed and removed,
-//!     the hooks drained and unpinned, the proxy stopped, the kernel audit
+//!     the seccomp supervisor stopped (after the cgroup: until then a
+//!     descendant may still call), the hooks drained and unpinned, the proxy stopped, the kernel audit
 //!     read to its end, the run dir removed.
 //!
 //! Each layer's handle also tears itself down in `Drop` (like [`RunDir`]):
@@ -448,6 +451,19 @@ async fn run(
     prepare_writable(policy, dir.tmp());
     let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
     let filters = crate::seccomp::filters()?;
+    // The supervised filter's listener travels from the child to lockrun
+    // through this socketpair (SCM_RIGHTS), after the child loaded it.
+    let (listener_rx, listener_tx) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| RunError::Child {
+        what: "socketpair for the seccomp listener",
+        source: e.into(),
+    })?;
+    let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
 
     // 4. the run's cgroup; the child joins it through `cgroup.procs` before exec.
     //    Dropped (killed and removed) on every path after this.
@@ -484,7 +500,15 @@ async fn run(
         None
     } else {
         let unix_allowed = [policy.worktree.clone(), dir.tmp().to_path_buf()];
-        let mut h = crate::bpf::NetworkHooks::attach(&cgroup, dir.id(), &allowed, &unix_allowed)?;
+        // Supervised: the seccomp supervisor resolves and performs the
+        // command's pathname connects; the hooks refuse any it names itself.
+        let mut h = crate::bpf::NetworkHooks::attach_with(
+            &cgroup,
+            dir.id(),
+            &allowed,
+            &unix_allowed,
+            crate::bpf::unix::UnixMode::Supervised,
+        )?;
         h.spawn_audit_reader(audit.clone())?;
         Some(h)
     };
@@ -501,13 +525,23 @@ async fn run(
         }
     };
 
-    let (plan, report) =
-        crate::sys::ChildPlan::new(cgroup_procs, fs.into_fd(), filters).map_err(|source| {
-            RunError::Child {
-                what: "report pipe",
-                source,
-            }
-        })?;
+    let (plan, report) = crate::sys::ChildPlan::new(
+        cgroup_procs,
+        fs.into_fd(),
+        filters,
+        Some((crate::seccomp::notify_filter(), listener_tx)),
+    )
+    .map_err(|source| RunError::Child {
+        what: "report pipe",
+        source,
+    })?;
+    let supervise = crate::supervise::Config {
+        writable: supervise_roots.0,
+        denied: supervise_roots.1,
+        unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
+        cgroup_id: cgroup.id(),
+        audit: audit.clone(),
+    };
 
     // 8. environment
     let env = child_env(std::env::vars_os(), policy, dir.tmp(), &proxy_env);
@@ -523,8 +557,16 @@ async fn run(
     }
 
     // 9. spawn and supervise
-    let started =
-        spawn_and_wait(argv, env, plan, report, &mut signals, kernel_audit.as_ref()).await?;
+    let (started, supervisor) = spawn_and_wait(
+        argv,
+        env,
+        plan,
+        report,
+        (listener_rx, supervise),
+        &mut signals,
+        kernel_audit.as_ref(),
+    )
+    .await?;
 
     // 10. teardown, in reverse: what is left of the run is killed, the hooks
     //     drained and unpinned, the proxy stopped, the kernel audit read to
@@ -532,6 +574,9 @@ async fn run(
     let mut teardown_errors = Vec::new();
     if let Err(e) = cgroup.remove() {
         teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
+    }
+    if let Some(s) = supervisor {
+        s.finish();
     }
     if let Some(h) = hooks.take() {
         if let Err(e) = h.finish(audit) {
@@ -573,9 +618,11 @@ async fn spawn_and_wait(
     env: Vec<(OsString, OsString)>,
     plan: crate::sys::ChildPlan,
     report: crate::sys::Report,
+    supervise: (std::os::fd::OwnedFd, crate::supervise::Config),
     signals: &mut Signals,
     kernel_audit: Option<&crate::audit::kernel::KernelAudit>,
-) -> Result<Started, RunError> {
+) -> Result<(Started, Option<crate::supervise::Supervisor>), RunError> {
+    use std::os::fd::AsFd as _;
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).env_clear().envs(env);
     crate::sys::install(&mut cmd, plan);
@@ -588,12 +635,30 @@ async fn spawn_and_wait(
             if let Some(step) = report.failed_step() {
                 return Err(RunError::Confine { step, source: e });
             }
-            return Ok(match e.raw_os_error() {
+            let started = match e.raw_os_error() {
                 Some(libc::ENOENT | libc::ENOTDIR) => Started::NotFound(e),
                 _ => Started::NotExecutable(e),
+            };
+            return Ok((started, None));
+        }
+    };
+    // The child sent the listener before exec; without it, its notified
+    // syscalls would fail (ENOSYS): refuse the run rather than limp.
+    let (listener_rx, config) = supervise;
+    let supervisor = match crate::sys::notify::recv_fd(listener_rx.as_fd())
+        .and_then(|l| crate::supervise::Supervisor::start(l, config))
+    {
+        Ok(s) => s,
+        Err(source) => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(RunError::Child {
+                what: "receiving the seccomp listener and starting the supervisor",
+                source,
             });
         }
     };
+    drop(listener_rx);
     let pid = child.id();
     if let (Some(k), Some(pid)) = (kernel_audit, pid) {
         k.watch(pid);
@@ -602,7 +667,9 @@ async fn spawn_and_wait(
     loop {
         tokio::select! {
             status = child.wait() => {
-                return status.map(Started::Exited).map_err(RunError::Wait);
+                return status
+                    .map(|s| (Started::Exited(s), Some(supervisor)))
+                    .map_err(RunError::Wait);
             }
             sig = signals.recv() => {
                 if let Some(pid) = pid {

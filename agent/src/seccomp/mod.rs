@@ -25,6 +25,13 @@
 //!    mode bits** (`S_ISUID`/`S_ISGID`) in `chmod`, `fchmod`, `fchmodat(2)`,
 //!    `open`, `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
 //!    worktree would widen someone's privileges after the run.
+//!
+//! A third filter, [`notify_filter`], hands syscalls to lockrun's supervisor
+//! (`SECCOMP_RET_USER_NOTIF`, Linux 5.0; see [`crate::supervise`]): the
+//! metadata calls Landlock does not cover, and `connect`/`sendto` whose
+//! address length is not that of an inet address. Seccomp gives the highest
+//! precedence to `ERRNO` over `USER_NOTIF`, so whatever the deny list refuses
+//! (set-id modes) stays refused without reaching the supervisor.
 
 use std::collections::BTreeMap;
 
@@ -112,7 +119,7 @@ const MODE_ARGS: &[(i64, u8)] = &[
     (libc::SYS_mknod, 1),
     (libc::SYS_fchmod, 1),
     (libc::SYS_fchmodat, 2),
-    (libc::SYS_fchmodat2, 2),
+    (SYS_FCHMODAT2, 2),
     (libc::SYS_openat, 3),
     (libc::SYS_mknodat, 2),
 ];
@@ -135,6 +142,9 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     clone3.insert(libc::SYS_clone3, vec![]);
     // openat2's mode is in a struct too; ENOSYS makes callers fall back to openat.
     clone3.insert(libc::SYS_openat2, vec![]);
+    // file_setattr (6.17) sets inode flags by path; ENOSYS makes callers fall
+    // back to the FS_IOC_FSSETXATTR ioctl, which the supervisor judges.
+    clone3.insert(SYS_FILE_SETATTR, vec![]);
     let clone3 = SeccompFilter::new(
         clone3,
         SeccompAction::Allow,
@@ -203,8 +213,224 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     ])
 }
 
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0x3e | 0x8000_0000 | 0x4000_0000;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xb7 | 0x8000_0000 | 0x4000_0000;
+
+/// `fchmodat2` (Linux 6.6; one number on every arch, and missing from the
+/// libc crate's aarch64 glibc module).
+pub const SYS_FCHMODAT2: i64 = 452;
+
+/// `setxattrat` and `removexattrat` (Linux 6.13; one number on every arch).
+pub const SYS_SETXATTRAT: i64 = 463;
+pub const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// The metadata syscalls the supervisor performs for the command: Landlock
+/// (ABI 7) does not check them, and a capability-less root still owns every
+/// root-owned file.
+pub const NOTIFY_METADATA: &[i64] = &[
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    SYS_FCHMODAT2,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chown,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_lchown,
+    libc::SYS_fchown,
+    libc::SYS_fchownat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utime,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utimes,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_futimesat,
+    libc::SYS_utimensat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    SYS_SETXATTRAT,
+    SYS_REMOVEXATTRAT,
+];
+
+/// `file_setattr` (Linux 6.17; one number on every arch).
+pub const SYS_FILE_SETATTR: i64 = 469;
+
+/// `ioctl` commands that change an inode's attributes with only ownership
+/// (or write access) to show — Landlock's `ioctl_dev` covers device files
+/// only. The supervisor performs the first group beneath a writable root and
+/// refuses everything else.
+pub const NOTIFY_IOCTLS: &[u32] = &[
+    0x4008_6602, // FS_IOC_SETFLAGS (chattr)
+    0x4004_6602, // FS_IOC32_SETFLAGS
+    0x401c_5820, // FS_IOC_FSSETXATTR (xflags, project id, extent size)
+    0x4008_7602, // FS_IOC_SETVERSION
+    0x4004_7602, // FS_IOC32_SETVERSION
+    0x4008_6604, // EXT4_IOC_SETVERSION
+    0x4004_6604, // EXT4_IOC32_SETVERSION
+    0x4080_6685, // FS_IOC_ENABLE_VERITY: the file becomes immutable for good
+    0x800c_6613, // FS_IOC_SET_ENCRYPTION_POLICY (on an empty directory)
+];
+
+/// `sizeof(struct sockaddr_in)`, `sizeof(struct sockaddr_in6)`.
+pub const INET_ADDRLENS: [u32; 2] = [16, 28];
+
+const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+const RET_KILL_PROCESS: u32 = 0x8000_0000;
+const LD_W_ABS: u16 = 0x20;
+const JEQ_K: u16 = 0x15;
+const RET_K: u16 = 0x06;
+/// `offsetof(struct seccomp_data, args[i])`, low and high 32-bit halves (LE).
+const fn arg_lo(i: u32) -> u32 {
+    16 + 8 * i
+}
+const fn arg_hi(i: u32) -> u32 {
+    20 + 8 * i
+}
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter { code, jt, jf, k }
+}
+
+/// The supervised filter (classic BPF, written out: seccompiler 0.5 has no
+/// `USER_NOTIF` action). Decides on registers only:
+/// - the metadata calls of [`NOTIFY_METADATA`] → notify;
+/// - `ioctl` with a command of [`NOTIFY_IOCTLS`] → notify;
+/// - `connect(fd, addr, addrlen)` → notify unless `addrlen` is 16 or 28
+///   (TCP/UDP to an inet address keeps its speed; a unix address of exactly
+///   that length is refused by the unix hooks, see [`crate::bpf::unix`]);
+/// - `sendto(fd, buf, len, flags, addr, addrlen)` → notify when `addr` is not
+///   NULL and `addrlen` is not 16 or 28;
+/// - everything else → allow (the other filters still apply).
+#[must_use]
+pub fn notify_filter() -> BpfProgram {
+    let mut p = vec![
+        insn(LD_W_ABS, 0, 0, 4), // arch
+        insn(JEQ_K, 1, 0, AUDIT_ARCH),
+        insn(RET_K, 0, 0, RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, 0), // nr
+    ];
+    for nr in NOTIFY_METADATA {
+        p.push(insn(JEQ_K, 0, 1, u32::try_from(*nr).unwrap_or(u32::MAX)));
+        p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    }
+    // ioctl: the command is args[1] (an unsigned int).
+    let n = NOTIFY_IOCTLS.len();
+    // Not ioctl: skip the load, the n tests and both returns.
+    p.push(insn(JEQ_K, 0, (n + 3) as u8, libc::SYS_ioctl as u32));
+    p.push(insn(LD_W_ABS, 0, 0, arg_lo(1)));
+    for (i, cmd) in NOTIFY_IOCTLS.iter().enumerate() {
+        p.push(insn(JEQ_K, (n - i) as u8, 0, *cmd));
+    }
+    p.push(insn(RET_K, 0, 0, RET_ALLOW));
+    p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    // connect: addrlen is args[2].
+    p.extend([
+        insn(JEQ_K, 0, 5, libc::SYS_connect as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(2)),
+        insn(JEQ_K, 2, 0, INET_ADDRLENS[0]),
+        insn(JEQ_K, 1, 0, INET_ADDRLENS[1]),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+        insn(RET_K, 0, 0, RET_ALLOW),
+    ]);
+    // sendto: addr is args[4], addrlen args[5].
+    p.extend([
+        insn(JEQ_K, 0, 9, libc::SYS_sendto as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(4)),
+        insn(JEQ_K, 0, 2, 0),
+        insn(LD_W_ABS, 0, 0, arg_hi(4)),
+        insn(JEQ_K, 4, 0, 0), // addr == NULL
+        insn(LD_W_ABS, 0, 0, arg_lo(5)),
+        insn(JEQ_K, 2, 0, INET_ADDRLENS[0]),
+        insn(JEQ_K, 1, 0, INET_ADDRLENS[1]),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+        insn(RET_K, 0, 0, RET_ALLOW),
+    ]);
+    p.push(insn(RET_K, 0, 0, RET_ALLOW));
+    p
+}
+
 #[cfg(test)]
 mod tests {
+    /// Run the classic-BPF filter on a `seccomp_data` (the three opcodes it uses).
+    fn run(p: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
+        let mut data = Vec::new();
+        data.extend_from_slice(&u32::try_from(nr).unwrap_or(u32::MAX).to_le_bytes());
+        data.extend_from_slice(&super::AUDIT_ARCH.to_le_bytes());
+        data.extend_from_slice(&0u64.to_le_bytes());
+        for a in args {
+            data.extend_from_slice(&a.to_le_bytes());
+        }
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let f = &p[pc];
+            match f.code {
+                super::LD_W_ABS => {
+                    let k = f.k as usize;
+                    acc = u32::from_le_bytes([data[k], data[k + 1], data[k + 2], data[k + 3]]);
+                    pc += 1;
+                }
+                super::JEQ_K => {
+                    pc += 1 + usize::from(if acc == f.k { f.jt } else { f.jf });
+                }
+                super::RET_K => return f.k,
+                c => panic!("opcode {c:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn notify_filter_decides_on_registers() {
+        use super::{RET_ALLOW as A, RET_USER_NOTIF as N};
+        let p = super::notify_filter();
+        let c = libc::SYS_connect;
+        assert_eq!(run(&p, c, [3, 0x1000, 16, 0, 0, 0]), A, "sockaddr_in");
+        assert_eq!(run(&p, c, [3, 0x1000, 28, 0, 0, 0]), A, "sockaddr_in6");
+        assert_eq!(run(&p, c, [3, 0x1000, 110, 0, 0, 0]), N, "sockaddr_un");
+        assert_eq!(run(&p, c, [3, 0x1000, 128, 0, 0, 0]), N, "sockaddr_storage");
+        let s = libc::SYS_sendto;
+        assert_eq!(run(&p, s, [3, 1, 1, 0, 0, 0]), A, "no address");
+        assert_eq!(run(&p, s, [3, 1, 1, 0, 0, 110]), A, "NULL address");
+        assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1_0000_0000, 110]), N, "high half");
+        assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1000, 16]), A);
+        assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1000, 20]), N);
+        for nr in super::NOTIFY_METADATA {
+            assert_eq!(run(&p, *nr, [0; 6]), N, "nr {nr}");
+        }
+        for cmd in super::NOTIFY_IOCTLS {
+            assert_eq!(
+                run(&p, libc::SYS_ioctl, [0, u64::from(*cmd), 0, 0, 0, 0]),
+                N
+            );
+        }
+        assert_eq!(run(&p, libc::SYS_ioctl, [0, libc::TCGETS, 0, 0, 0, 0]), A);
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_openat,
+            libc::SYS_sendmsg,
+            libc::SYS_bind,
+        ] {
+            assert_eq!(run(&p, nr, [0, 0, 16, 0, 0, 110]), A, "nr {nr}");
+        }
+    }
+
+    #[test]
+    fn notify_filter_jumps_stay_inside() {
+        let p = super::notify_filter();
+        for (i, f) in p.iter().enumerate() {
+            if f.code == super::JEQ_K {
+                assert!(i + 1 + usize::from(f.jt.max(f.jf)) < p.len(), "insn {i}");
+            }
+        }
+        assert_eq!(p.last().map(|f| f.code), Some(super::RET_K));
+    }
+
     #[test]
     fn filters_compile_for_this_arch() {
         let f = super::filters().unwrap_or_else(|e| panic!("{e}"));

@@ -26,7 +26,11 @@
 //!    `CAP_SYS_ADMIN` is gone;
 //! 8. **Landlock** `landlock_restrict_self` (see [`crate::fs`]);
 //! 9. **seccomp** filters (see [`crate::seccomp`]), last, so no step above is
-//!    subject to the deny list; `execve` itself is allowed.
+//!    subject to the deny list; `execve` itself is allowed;
+//! 10. the **supervised filter** ([`crate::seccomp::notify_filter`]) with a
+//!     new listener, whose fd is sent to lockrun over a socketpair
+//!     (`SCM_RIGHTS`) and closed here: the supervisor ([`crate::supervise`])
+//!     answers the notified syscalls from outside the sandbox.
 //!
 //! A failing step writes its number into the report pipe and returns the
 //! errno; the parent turns that into exit 125 naming the step.
@@ -34,6 +38,8 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+
+pub mod notify;
 
 /// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
 const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
@@ -51,13 +57,14 @@ pub enum Step {
     NoNewPrivs,
     Landlock,
     Seccomp,
+    Notify,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, Cgroup, CloseRange, Landlock, NoNewPrivs, Seccomp,
-            Securebits,
+            Ambient, BoundingSet, Capset, Cgroup, CloseRange, Landlock, NoNewPrivs, Notify,
+            Seccomp, Securebits,
         };
         [
             Cgroup,
@@ -69,6 +76,7 @@ impl Step {
             NoNewPrivs,
             Landlock,
             Seccomp,
+            Notify,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -87,6 +95,7 @@ impl Step {
             Step::NoNewPrivs => "setting no_new_privs (prctl PR_SET_NO_NEW_PRIVS)",
             Step::Landlock => "applying the Landlock ruleset (landlock_restrict_self)",
             Step::Seccomp => "loading the seccomp filter (seccomp SECCOMP_SET_MODE_FILTER)",
+            Step::Notify => "loading the supervised seccomp filter (seccomp SECCOMP_FILTER_FLAG_NEW_LISTENER) and handing its listener to lockrun (sendmsg SCM_RIGHTS)",
         }
     }
 }
@@ -97,6 +106,9 @@ pub struct ChildPlan {
     landlock: OwnedFd,
     /// Loaded in order; each is a complete filter.
     seccomp: Vec<seccompiler::BpfProgram>,
+    /// The supervised filter and the child's end of the socketpair its
+    /// listener travels through.
+    notify: Option<(seccompiler::BpfProgram, OwnedFd)>,
     last_cap: u32,
     /// Whether lockrun holds `CAP_SETPCAP` (root): only then can securebits
     /// and the bounding set be changed. An unprivileged caller has nothing
@@ -134,6 +146,7 @@ impl ChildPlan {
         cgroup_procs: Option<OwnedFd>,
         landlock: OwnedFd,
         seccomp: Vec<seccompiler::BpfProgram>,
+        notify: Option<(seccompiler::BpfProgram, OwnedFd)>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -143,6 +156,7 @@ impl ChildPlan {
                 cgroup_procs,
                 landlock,
                 seccomp,
+                notify,
                 last_cap,
                 setpcap,
                 report: w,
@@ -275,7 +289,31 @@ impl ChildPlan {
                 return Err(self.fail(Step::Seccomp));
             }
         }
-        Ok(())
+        // 10. the supervised filter; its listener goes to lockrun.
+        self.hand_over_listener()
+    }
+
+    /// Step 10: load the supervised filter, send its listener to lockrun and
+    /// close it here. Post-fork: no allocation.
+    fn hand_over_listener(&self) -> io::Result<()> {
+        let Some((prog, sock)) = &self.notify else {
+            return Ok(());
+        };
+        let listener = notify::load_listener(prog);
+        if listener < 0 {
+            return Err(self.fail(Step::Notify));
+        }
+        let sent = notify::send_fd(sock.as_raw_fd(), listener as i32);
+        // SAFETY: closing the listener fd this function just got; the
+        // process keeps no other reference to it.
+        unsafe {
+            libc::close(listener as i32);
+        }
+        if sent {
+            Ok(())
+        } else {
+            Err(self.fail(Step::Notify))
+        }
     }
 }
 

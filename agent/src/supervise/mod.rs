@@ -1,0 +1,349 @@
+//! The seccomp supervisor: lockrun, outside the sandbox, answers the syscalls
+//! the supervised filter ([`crate::seccomp::notify_filter`]) hands over
+//! (seccomp user notification, Linux 5.0). It closes two gaps the kernel
+//! layers leave on this kernel (Landlock ABI 7, no BPF LSM):
+//!
+//! - **metadata of files outside** ([`meta`]): `chmod`, `chown`, `utimes`,
+//!   `setxattr`, `removexattr` and their variants, and the inode-attribute
+//!   `ioctl`s (`chattr`), are not Landlock rights, and a capability-less
+//!   uid 0 owns every root-owned file;
+//! - **unix sockets through symlinks** ([`unix`]): the cgroup unix hooks see
+//!   the path before the kernel resolves it.
+//!
+//! # Never continue on user memory
+//! A notified task's memory can change between the supervisor's read and the
+//! kernel's own. So the supervisor either decides on **registers and kernel
+//! state** only and lets the call continue (a `connect` on a socket whose
+//! family is not `AF_UNIX`), or reads the arguments **once** and **performs
+//! the operation itself** on what it read and resolved, answering with its
+//! result. The one continue that follows a memory read — a unix address that
+//! is not a pathname — is backed by the kernel: in supervised mode the unix
+//! hooks refuse every pathname a task of the run names itself
+//! ([`crate::bpf::unix`]), so swapping one in after the read gains nothing.
+//!
+//! # Acting with the command's privileges
+//! The operation runs on a supervisor thread whose **effective capabilities
+//! are dropped** ([`crate::sys::notify::EffectiveCapsDropped`]; the command
+//! runs with lockrun's uid and groups and no capability), through
+//! `/proc/self/fd/N` of the object the supervisor opened. So the kernel's
+//! own checks still refuse what it would refuse the command (another
+//! owner's file, `chown` to another uid, `trusted.*` xattrs); set-id modes
+//! never get here (the deny filter's `EPERM` takes precedence over
+//! `USER_NOTIF`).
+//!
+//! # Liveness
+//! One thread receives (poll on the listener and a stop pipe). Metadata
+//! calls are answered inline (no blocking I/O on the command's behalf);
+//! `connect`/`sendto` can block on the peer, so each runs on its own
+//! short-lived thread. `SECCOMP_IOCTL_NOTIF_ID_VALID` is checked after every
+//! read of the task's memory and descriptors, before acting: a recycled tid
+//! cannot lend its memory to a decision. If lockrun dies the listener closes
+//! and the kernel fails notified syscalls with `ENOSYS`: closed.
+//!
+//! # Known limits (each refuses, none lets through)
+//! - A unix address of length 16 or 28 (a 13- or 25-byte path with its NUL,
+//!   or 14/26 without) is not notified — the length is all the filter can
+//!   see, and it keeps inet connects un-notified — so the unix hooks refuse it.
+//! - `sendmsg`/`sendmmsg` with a pathname `msg_name` are refused by the
+//!   hooks: the address is user memory behind a pointer in a struct, and
+//!   performing the call (iovecs, `SCM_RIGHTS`) would be a second kernel.
+//!   Connected sockets and `sendto` work.
+//! - Paths through `/proc` magic links (`/proc/self/cwd/…`) get `ELOOP`;
+//!   `/proc/self/fd/N` itself is understood.
+//! - Peers see lockrun's pid in `SO_PEERCRED` for connects done here.
+//! - fs-verity and fscrypt policy ioctls are refused everywhere.
+#![forbid(unsafe_code)]
+// Syscall registers are u64 words the kernel reads as int/u32/pointers: the
+// casts between them are the ABI, checked where a range matters.
+#![allow(clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
+pub mod meta;
+pub mod resolve;
+pub mod unix;
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
+use crate::audit::AuditLog;
+use crate::sys::notify::{self, Notif};
+use resolve::{Errno, Roots};
+
+/// What the supervisor is told about the run.
+pub struct Config {
+    /// Writable roots (worktree, run tmp, `fs.writable`), canonical.
+    pub writable: Vec<PathBuf>,
+    /// Denied-read paths (nothing beneath them is writable), canonical.
+    pub denied: Vec<PathBuf>,
+    /// Where the command's pathname sockets may be: the worktree and run tmp.
+    pub unix: Vec<PathBuf>,
+    /// The run cgroup's id, for audit events.
+    pub cgroup_id: u64,
+    pub audit: Arc<AuditLog>,
+}
+
+/// State shared by the receiving thread and the socket threads.
+pub struct Shared {
+    listener: OwnedFd,
+    root: OwnedFd,
+    fs_roots: Roots,
+    unix_roots: Roots,
+    cgroup_id: u64,
+    audit: Arc<AuditLog>,
+}
+
+/// How a notification is answered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The syscall returns this value.
+    Value(i64),
+    /// The syscall fails with this errno.
+    Errno(Errno),
+    /// The kernel runs the syscall (decided on registers/kernel state).
+    Continue,
+    /// Another thread will answer.
+    Deferred,
+    /// The task is gone (its notification is no longer valid).
+    Gone,
+}
+
+impl Shared {
+    fn respond(&self, id: u64, reply: &Reply) {
+        let r = match *reply {
+            Reply::Value(v) => notify::notif_send(self.listener.as_fd(), id, v, 0, false),
+            Reply::Errno(e) => notify::notif_send(self.listener.as_fd(), id, 0, e, false),
+            Reply::Continue => notify::notif_send(self.listener.as_fd(), id, 0, 0, true),
+            Reply::Deferred | Reply::Gone => Ok(()),
+        };
+        // ENOENT: the task died meanwhile; nothing to answer.
+        let _ = r;
+    }
+}
+
+/// The notifying task, and what the supervisor may take from it.
+pub struct Task<'a> {
+    s: &'a Shared,
+    n: Notif,
+    pidfd: OwnedFd,
+}
+
+impl<'a> Task<'a> {
+    fn new(s: &'a Shared, n: Notif) -> Result<Self, Reply> {
+        let pidfd = notify::pidfd_open(n.pid).map_err(|_| Reply::Gone)?;
+        Ok(Self { s, n, pidfd })
+    }
+
+    /// Whether the task is still waiting on this notification: call after
+    /// every read of its memory or descriptors, before acting on them.
+    #[must_use]
+    pub fn valid(&self) -> bool {
+        notify::notif_id_valid(self.s.listener.as_fd(), self.n.id)
+    }
+
+    /// `len` bytes at `addr` in the task's memory (`EFAULT` otherwise).
+    pub fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        if addr == 0 {
+            return Err(libc::EFAULT);
+        }
+        let mut buf = vec![0u8; len];
+        let n = nix::sys::uio::process_vm_readv(
+            nix::unistd::Pid::from_raw(self.n.pid.cast_signed()),
+            &mut [std::io::IoSliceMut::new(&mut buf)],
+            &[nix::sys::uio::RemoteIoVec {
+                base: addr as usize,
+                len,
+            }],
+        )
+        .map_err(|_| libc::EFAULT)?;
+        if n != len {
+            return Err(libc::EFAULT);
+        }
+        Ok(buf)
+    }
+
+    /// A NUL-terminated string of at most `max` bytes with its NUL
+    /// (`Err(None)`: longer), read page by page so that a string ending
+    /// just before an unmapped page is still read.
+    pub fn read_cstr(&self, addr: u64, max: usize) -> Result<Vec<u8>, Option<Errno>> {
+        const PAGE: u64 = 4096;
+        if addr == 0 {
+            return Err(Some(libc::EFAULT));
+        }
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() < max {
+            let chunk = ((PAGE - at % PAGE) as usize).min(max - out.len());
+            let part = self.read(at, chunk).map_err(Some)?;
+            if let Some(i) = part.iter().position(|b| *b == 0) {
+                out.extend_from_slice(&part[..i]);
+                return Ok(out);
+            }
+            out.extend_from_slice(&part);
+            at += chunk as u64;
+        }
+        Err(None)
+    }
+
+    /// A duplicate of the task's descriptor `fd` (`EBADF` if it has none).
+    pub fn getfd(&self, fd: i32) -> Result<OwnedFd, Errno> {
+        notify::pidfd_getfd(self.pidfd.as_fd(), fd).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBADF) | None => libc::EBADF,
+            Some(e) => e,
+        })
+    }
+
+    /// The task's working directory.
+    pub fn cwd(&self) -> Result<OwnedFd, Errno> {
+        let p = std::ffi::CString::new(format!("proc/{}/cwd", self.n.pid)).unwrap_or_default();
+        notify::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|_| libc::ESRCH)
+    }
+
+    #[must_use]
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.s.root.as_fd()
+    }
+
+    #[must_use]
+    pub fn args(&self) -> [u64; 6] {
+        self.n.args
+    }
+
+    #[must_use]
+    pub fn nr(&self) -> i64 {
+        i64::from(self.n.nr)
+    }
+
+    #[must_use]
+    pub fn tid(&self) -> u32 {
+        self.n.pid
+    }
+
+    /// The task's command name, for the audit log.
+    #[must_use]
+    pub fn comm(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/comm", self.n.pid))
+            .map(|s| s.trim_end().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The task's thread-group id, for the audit log.
+    #[must_use]
+    pub fn tgid(&self) -> u32 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.n.pid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Tgid:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(self.n.pid)
+    }
+}
+
+/// The running supervisor; stops (and joins its receiving thread) when
+/// finished or dropped.
+pub struct Supervisor {
+    stop: Option<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Supervisor {
+    /// Start answering notifications from `listener`.
+    pub fn start(listener: OwnedFd, config: Config) -> std::io::Result<Self> {
+        let root: OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open("/")?
+            .into();
+        let fs_roots = Roots::open(root.as_fd(), &config.writable, &config.denied);
+        let unix_roots = Roots::open(root.as_fd(), &config.unix, &config.denied);
+        let shared = Arc::new(Shared {
+            listener,
+            root,
+            fs_roots,
+            unix_roots,
+            cgroup_id: config.cgroup_id,
+            audit: config.audit,
+        });
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let thread = std::thread::Builder::new()
+            .name("lockrun-supervise".into())
+            .spawn(move || receive(&shared, &r))?;
+        Ok(Self {
+            stop: Some(w),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stop receiving; notifications still pending then fail with `ENOSYS`.
+    pub fn finish(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
+    loop {
+        let mut fds = [
+            PollFd::new(s.listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
+        match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return;
+        }
+        let r = fds[0].revents().unwrap_or(PollFlags::empty());
+        if r.contains(PollFlags::POLLIN) {
+            match notify::notif_recv(s.listener.as_fd()) {
+                Ok(n) => handle(s, n),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => {}
+                Err(_) => return,
+            }
+        } else if r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
+            // Every task using the filter is gone.
+            return;
+        }
+    }
+}
+
+fn handle(s: &Arc<Shared>, n: Notif) {
+    let nr = i64::from(n.nr);
+    let reply = match Task::new(s, n) {
+        Err(r) => r,
+        Ok(task) => {
+            if nr == libc::SYS_connect {
+                unix::connect(&task, s)
+            } else if nr == libc::SYS_sendto {
+                unix::sendto(&task, s)
+            } else if nr == libc::SYS_ioctl || crate::seccomp::NOTIFY_METADATA.contains(&nr) {
+                meta::handle(&task, &s.fs_roots)
+            } else {
+                Reply::Errno(libc::ENOSYS)
+            }
+        }
+    };
+    s.respond(n.id, &reply);
+}

@@ -1,0 +1,470 @@
+//! Raw syscalls of seccomp user notification (Linux 5.0; `WAIT_KILLABLE_RECV`
+//! 5.19, `PIDFD_THREAD` 6.9) and of the operations the supervisor performs
+//! on the command's behalf. Safe wrappers; each `unsafe` block has a
+//! `// SAFETY:` comment. Policy lives in [`crate::supervise`], not here.
+//!
+//! Two halves:
+//! - **child side** (`load_listener`, `send_fd`): called from
+//!   [`super::ChildPlan::apply`] after fork, so allocation-free and
+//!   async-signal-safe;
+//! - **supervisor side**: receiving and answering notifications, taking the
+//!   command's descriptors (`pidfd_getfd`), and the metadata/socket calls,
+//!   issued by a thread whose effective capabilities are dropped
+//!   ([`EffectiveCapsDropped`]) so the kernel's own permission checks see the
+//!   command's privileges, not lockrun's.
+
+// Kernel ABI words (flags, fds, lengths) change width and sign here; each
+// cast is the encoding the syscall expects.
+#![allow(clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER` (Linux 5.0).
+const FLAG_NEW_LISTENER: libc::c_ulong = 1 << 3;
+/// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19): once the supervisor
+/// has received a notification, only a fatal signal interrupts the waiting
+/// task. Without it a signal (Go's preemption `SIGURG`, a timer) would
+/// restart a syscall the supervisor already performed — a second `connect`
+/// would then fail with `EISCONN`.
+const FLAG_WAIT_KILLABLE_RECV: libc::c_ulong = 1 << 5;
+/// `PIDFD_THREAD` (Linux 6.9): a pidfd for a thread, not only a leader.
+const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+
+/// Child side: load `prog` as a filter with a new notification listener;
+/// the listener's fd (close-on-exec), or -1 with errno set.
+pub(super) fn load_listener(prog: &[seccompiler::sock_filter]) -> libc::c_long {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr().cast_mut().cast(),
+    };
+    // SAFETY: fprog points at the plan's filter, alive and unchanged for the
+    // call; the kernel copies it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            FLAG_NEW_LISTENER | FLAG_WAIT_KILLABLE_RECV,
+            &raw const fprog,
+        )
+    }
+}
+
+/// Child side: send `fd` over the connected unix socket `sock` with
+/// `SCM_RIGHTS`. Allocation-free: the control buffer is on the stack.
+pub(super) fn send_fd(sock: RawFd, fd: RawFd) -> bool {
+    // CMSG_SPACE(sizeof(int)) is 24 on LP64; 32 bytes, 8-aligned, is enough.
+    let mut control = [0u64; 4];
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
+    // SAFETY: msg_control points at a live, large-enough, aligned buffer, so
+    // CMSG_FIRSTHDR returns a pointer into it (non-null), and CMSG_DATA too.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+        if cmsg.is_null() {
+            return false;
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        libc::sendmsg(sock, &raw const msg, libc::MSG_NOSIGNAL) == 1
+    }
+}
+
+/// Parent side: receive one descriptor sent with `send_fd`, without waiting
+/// (the child sent it before exec, so it is there once spawn returned).
+pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let mut control = [0u64; 4];
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in msg refers to live stack buffers of the
+    // stated sizes.
+    let n = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &raw mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG
+    // macros stay within it and check for null.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "no descriptor in the message",
+            ));
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+        // The kernel installed this fd for us: we own it now.
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// One notification: who asked, and the syscall with its register arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Notif {
+    pub id: u64,
+    /// The thread id (in lockrun's pid namespace).
+    pub pid: u32,
+    pub nr: i32,
+    pub arch: u32,
+    pub args: [u64; 6],
+}
+
+/// `SECCOMP_IOCTL_NOTIF_RECV`: blocks until a notification is pending.
+pub fn notif_recv(listener: BorrowedFd<'_>) -> io::Result<Notif> {
+    // SAFETY: plain data; the kernel demands a zeroed struct.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: n is a live, correctly sized seccomp_notif for the ioctl.
+    let r = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_RECV,
+            &raw mut n,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Notif {
+        id: n.id,
+        pid: n.pid,
+        nr: n.data.nr,
+        arch: n.data.arch,
+        args: n.data.args,
+    })
+}
+
+/// `SECCOMP_IOCTL_NOTIF_SEND`: the syscall returns `val` (`error == 0`) or
+/// fails with `error` (a positive errno); or, with `cont`, the kernel runs it.
+pub fn notif_send(
+    listener: BorrowedFd<'_>,
+    id: u64,
+    val: i64,
+    error: i32,
+    cont: bool,
+) -> io::Result<()> {
+    let resp = libc::seccomp_notif_resp {
+        id,
+        val,
+        error: -error,
+        flags: if cont {
+            libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32
+        } else {
+            0
+        },
+    };
+    // SAFETY: resp is a live, correctly sized seccomp_notif_resp.
+    let r = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SEND,
+            &raw const resp,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `SECCOMP_IOCTL_NOTIF_ID_VALID`: whether the notifying task is still
+/// waiting — so a pid read from the notification still names it.
+#[must_use]
+pub fn notif_id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
+    // SAFETY: id is a live u64 for the ioctl to read.
+    unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+            &raw const id,
+        ) == 0
+    }
+}
+
+fn fd_result(r: libc::c_long) -> io::Result<OwnedFd> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        // SAFETY: the syscall returned a new descriptor that nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+    }
+}
+
+fn unit_result(r: libc::c_long) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `pidfd_open(tid, PIDFD_THREAD)` (Linux 6.9), falling back to a plain
+/// pidfd (valid when `tid` leads its thread group) on older kernels.
+pub fn pidfd_open(tid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, PIDFD_THREAD) };
+    if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        // SAFETY: integer arguments only.
+        return fd_result(unsafe { libc::syscall(libc::SYS_pidfd_open, tid, 0u32) });
+    }
+    fd_result(r)
+}
+
+/// `pidfd_getfd` (Linux 5.6): a duplicate of the task's `fd` (same open file).
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: integer arguments only.
+    fd_result(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0u32) })
+}
+
+/// `openat2` (Linux 5.6) with `how.flags = flags`, `how.resolve = resolve`.
+pub fn openat2(dir: BorrowedFd<'_>, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
+    // open_how is #[non_exhaustive] in libc: build it as the kernel's layout.
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve,
+    };
+    // SAFETY: path is NUL-terminated and how is a live open_how of the size passed.
+    fd_result(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &raw const how,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })
+}
+
+/// `getsockopt(SOL_SOCKET, opt)` for an int option (`SO_DOMAIN`, `SO_TYPE`).
+pub fn sockopt_int(sock: BorrowedFd<'_>, opt: i32) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len are live and sized for an int option.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&raw mut v).cast(),
+            &raw mut len,
+        )
+    };
+    unit_result(r.into()).map(|()| v)
+}
+
+fn sockaddr_un(path: &CStr) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: plain data; zeroed is an empty address.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.to_bytes_with_nul();
+    if bytes.len() > a.sun_path.len() {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    for (d, s) in a.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // offsetof(sun_path) + strlen + NUL
+    Ok((a, (2 + bytes.len()) as libc::socklen_t))
+}
+
+/// `connect(sock, {AF_UNIX, path})`.
+pub fn connect_unix(sock: BorrowedFd<'_>, path: &CStr) -> io::Result<()> {
+    let (a, len) = sockaddr_un(path)?;
+    // SAFETY: a is a live sockaddr_un and len is within it.
+    unit_result(unsafe { libc::connect(sock.as_raw_fd(), (&raw const a).cast(), len) }.into())
+}
+
+/// `sendto(sock, data, flags, {AF_UNIX, path})`; the bytes sent.
+pub fn sendto_unix(
+    sock: BorrowedFd<'_>,
+    data: &[u8],
+    flags: i32,
+    path: &CStr,
+) -> io::Result<usize> {
+    let (a, len) = sockaddr_un(path)?;
+    // SAFETY: data and a are live for the call, lengths are theirs.
+    let n = unsafe {
+        libc::sendto(
+            sock.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            flags,
+            (&raw const a).cast(),
+            len,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `fchmodat(AT_FDCWD, path, mode, 0)`.
+pub fn chmod(path: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: path is NUL-terminated.
+    unit_result(unsafe { libc::fchmodat(libc::AT_FDCWD, path.as_ptr(), mode, 0) }.into())
+}
+
+/// `fchownat(AT_FDCWD, path, uid, gid, 0)`; `u32::MAX` leaves one unchanged.
+pub fn chown(path: &CStr, uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: path is NUL-terminated.
+    unit_result(unsafe { libc::fchownat(libc::AT_FDCWD, path.as_ptr(), uid, gid, 0) }.into())
+}
+
+/// `utimensat(AT_FDCWD, path, times, 0)` (`UTIME_NOW`/`UTIME_OMIT` as given).
+pub fn utimens(path: &CStr, times: &[libc::timespec; 2]) -> io::Result<()> {
+    // SAFETY: path is NUL-terminated and times is a live array of two.
+    unit_result(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) }.into())
+}
+
+/// `setxattr(path, name, value, flags)`.
+pub fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+    // SAFETY: path and name are NUL-terminated; value is live for its length.
+    unit_result(
+        unsafe {
+            libc::setxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+            )
+        }
+        .into(),
+    )
+}
+
+/// `ioctl(fd, cmd, arg)` with `arg` pointing at a buffer of ours.
+pub fn ioctl_buf(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
+    // SAFETY: arg is a live buffer at least as large as the command's
+    // argument (the caller sized it from the command); the kernel reads or
+    // writes within it.
+    unit_result(
+        unsafe { libc::ioctl(fd.as_raw_fd(), libc::Ioctl::from(cmd), arg.as_mut_ptr()) }.into(),
+    )
+}
+
+/// `removexattr(path, name)`.
+pub fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
+    // SAFETY: path and name are NUL-terminated.
+    unit_result(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }.into())
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_V3: u32 = 0x2008_0522;
+
+fn capget() -> io::Result<[CapData; 2]> {
+    let mut h = CapHeader {
+        version: CAP_V3,
+        pid: 0,
+    };
+    let mut d = [CapData::default(); 2];
+    // SAFETY: header and a v3 pair of data structs, live for the call.
+    unit_result(unsafe { libc::syscall(libc::SYS_capget, &raw mut h, d.as_mut_ptr()) })?;
+    Ok(d)
+}
+
+fn capset(d: &[CapData; 2]) -> io::Result<()> {
+    let mut h = CapHeader {
+        version: CAP_V3,
+        pid: 0,
+    };
+    // SAFETY: header and a v3 pair of data structs, live for the call.
+    // The raw syscall (not libcap/glibc) changes only the calling thread.
+    unit_result(unsafe { libc::syscall(libc::SYS_capset, &raw mut h, d.as_ptr()) })
+}
+
+/// While alive, the calling **thread** has no effective capability (its
+/// permitted set is kept, so they come back on drop). Credentials are
+/// per-thread in Linux and this uses the raw syscall, so other threads of
+/// lockrun are untouched. The command runs with lockrun's uid and groups and
+/// no capability: under this guard the kernel's DAC checks (owner for
+/// chmod/chown/utimes, `CAP_CHOWN`, `CAP_FOWNER`, `CAP_SYS_ADMIN` for
+/// `trusted.*` xattrs, write permission on a socket) judge as they would for
+/// the command.
+pub struct EffectiveCapsDropped {
+    saved: [CapData; 2],
+    /// Not `Send`: the credentials belong to this thread.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl EffectiveCapsDropped {
+    pub fn new() -> io::Result<Self> {
+        let saved = capget()?;
+        let mut d = saved;
+        for x in &mut d {
+            x.effective = 0;
+        }
+        capset(&d)?;
+        Ok(Self {
+            saved,
+            _thread: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for EffectiveCapsDropped {
+    fn drop(&mut self) {
+        // Raising effective caps back within the kept permitted set cannot
+        // fail; if it did, this thread stays unprivileged (fails closed).
+        let _ = capset(&self.saved);
+    }
+}
+
+/// Drop this thread's effective capabilities for good (threads that only
+/// act for the command).
+pub fn drop_thread_caps_for_good() -> io::Result<()> {
+    capset(&[CapData::default(); 2])
+}
