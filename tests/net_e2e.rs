@@ -403,14 +403,20 @@ fn unix_sockets_outside_the_run_are_unreachable() {
     let nothing = |l: &std::os::unix::net::UnixListener| matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
     assert!(nothing(&docker), "docker.sock accepted a connection");
     assert!(nothing(&abs), "the abstract socket accepted a connection");
-    // The abstract refusal is Landlock's, not a hook's: no kernel_network event for it.
+    // The pathname refusals are the seccomp supervisor's (it resolves the
+    // path as the kernel would, then refuses); the abstract refusal is
+    // Landlock's, not a hook's: no kernel_network event for it.
     o.assert_events(&[
         (
-            "connect_unix",
+            "seccomp_connect_unix",
             &format!("unix:{}", docker_path.display()),
             "unix_stream",
         ),
-        ("connect_unix", "unix:../outside/docker.sock", "unix_stream"),
+        (
+            "seccomp_connect_unix",
+            "unix:../outside/docker.sock",
+            "unix_stream",
+        ),
     ]);
     // Controls of the judge: outside, both are reached.
     assert_eq!(

@@ -533,7 +533,11 @@ mod tests {
 
     #[test]
     fn decodes_register_arguments() {
-        let t = decode(crate::seccomp::SYS_FCHMODAT2, [3, 0x1000, 0o755, 0x100, 0, 0]).unwrap();
+        let t = decode(
+            crate::seccomp::SYS_FCHMODAT2,
+            [3, 0x1000, 0o755, 0x100, 0, 0],
+        )
+        .unwrap();
         assert_eq!(
             t,
             (
