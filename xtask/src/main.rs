@@ -9,6 +9,7 @@
 //! - `run`: build, then run `target/<profile>/lockrun` with the given args.
 
 mod bench;
+mod bench_proxy;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -131,12 +132,18 @@ fn real_main() -> Result<ExitCode> {
         Cmd::Bench { reps } => {
             build(&root, true)?;
             ensure_bpffs()?;
+            let lockrun = root.join("target/release/lockrun");
             let opts = bench::Options {
-                lockrun: root.join("target/release/lockrun"),
+                lockrun: lockrun.clone(),
                 workspace: root.clone(),
                 reps,
             };
-            bench::run(&opts)?;
+            let mut report = bench::run(&opts)?;
+            let proxy = bench_proxy::run(&lockrun, &root)?;
+            println!("{proxy}");
+            report.push('\n');
+            report.push_str(&proxy);
+            std::fs::write(root.join("target/bench/report.md"), &report)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run { release, args } => {
