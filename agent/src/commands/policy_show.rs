@@ -55,6 +55,8 @@ pub struct View<'a> {
     /// Where the run's temp dir will be.
     pub run_tmp: String,
     pub landlock_abi: u8,
+    /// The seccomp filters, described: verdict and calls.
+    pub seccomp: Vec<(&'static str, String)>,
     /// The Landlock rules on this machine (with `--rules`): path and rights.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rules: Option<Vec<(String, String)>>,
@@ -122,6 +124,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: policy.runs_dir().join("<run-id>/tmp").display().to_string(),
             landlock_abi: policy.run.landlock_abi,
+            seccomp: crate::seccomp::describe(),
             rules: None,
         }
     }
@@ -206,6 +209,10 @@ impl<'a> View<'a> {
                 "resolve {name} -> {} (instead of DNS; still guarded)",
                 ips.join(", ")
             );
+        }
+        let _ = writeln!(s, "\n[seccomp]  (no_new_privs; every capability dropped)");
+        for (verdict, calls) in &self.seccomp {
+            let _ = writeln!(s, "{verdict}: {calls}");
         }
         let r = &p.run;
         let _ = writeln!(s, "\n[run]");

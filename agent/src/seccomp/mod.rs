@@ -55,42 +55,42 @@ pub enum SeccompError {
     Compile(#[source] seccompiler::BackendError),
 }
 
-/// Syscalls refused whatever their arguments.
-const DENY_ALWAYS: &[i64] = &[
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
-    libc::SYS_bpf,
-    libc::SYS_perf_event_open,
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_move_mount,
-    libc::SYS_open_tree,
-    libc::SYS_fsopen,
-    libc::SYS_fsmount,
-    libc::SYS_fsconfig,
-    libc::SYS_fspick,
-    libc::SYS_mount_setattr,
-    libc::SYS_setns,
-    libc::SYS_unshare,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
-    libc::SYS_delete_module,
-    libc::SYS_kexec_load,
-    libc::SYS_kexec_file_load,
-    libc::SYS_reboot,
-    libc::SYS_swapon,
-    libc::SYS_swapoff,
-    libc::SYS_userfaultfd,
-    libc::SYS_io_uring_setup,
-    libc::SYS_io_uring_enter,
-    libc::SYS_io_uring_register,
-    libc::SYS_open_by_handle_at,
-    libc::SYS_name_to_handle_at,
+/// Syscalls refused whatever their arguments, with the names `policy show` prints.
+const DENY_ALWAYS: &[(i64, &str)] = &[
+    (libc::SYS_ptrace, "ptrace"),
+    (libc::SYS_process_vm_readv, "process_vm_readv"),
+    (libc::SYS_process_vm_writev, "process_vm_writev"),
+    (libc::SYS_bpf, "bpf"),
+    (libc::SYS_perf_event_open, "perf_event_open"),
+    (libc::SYS_mount, "mount"),
+    (libc::SYS_umount2, "umount2"),
+    (libc::SYS_pivot_root, "pivot_root"),
+    (libc::SYS_move_mount, "move_mount"),
+    (libc::SYS_open_tree, "open_tree"),
+    (libc::SYS_fsopen, "fsopen"),
+    (libc::SYS_fsmount, "fsmount"),
+    (libc::SYS_fsconfig, "fsconfig"),
+    (libc::SYS_fspick, "fspick"),
+    (libc::SYS_mount_setattr, "mount_setattr"),
+    (libc::SYS_setns, "setns"),
+    (libc::SYS_unshare, "unshare"),
+    (libc::SYS_keyctl, "keyctl"),
+    (libc::SYS_add_key, "add_key"),
+    (libc::SYS_request_key, "request_key"),
+    (libc::SYS_init_module, "init_module"),
+    (libc::SYS_finit_module, "finit_module"),
+    (libc::SYS_delete_module, "delete_module"),
+    (libc::SYS_kexec_load, "kexec_load"),
+    (libc::SYS_kexec_file_load, "kexec_file_load"),
+    (libc::SYS_reboot, "reboot"),
+    (libc::SYS_swapon, "swapon"),
+    (libc::SYS_swapoff, "swapoff"),
+    (libc::SYS_userfaultfd, "userfaultfd"),
+    (libc::SYS_io_uring_setup, "io_uring_setup"),
+    (libc::SYS_io_uring_enter, "io_uring_enter"),
+    (libc::SYS_io_uring_register, "io_uring_register"),
+    (libc::SYS_open_by_handle_at, "open_by_handle_at"),
+    (libc::SYS_name_to_handle_at, "name_to_handle_at"),
 ];
 
 /// Every `CLONE_NEW*` flag `clone` accepts (`CLONE_NEWTIME` shares its bit
@@ -153,7 +153,7 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     )?;
 
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for nr in DENY_ALWAYS {
+    for (nr, _) in DENY_ALWAYS {
         rules.insert(*nr, vec![]);
     }
     let mut clone = Vec::new();
@@ -225,6 +225,39 @@ pub const SYS_FCHMODAT2: i64 = 452;
 /// `setxattrat` and `removexattrat` (Linux 6.13; one number on every arch).
 pub const SYS_SETXATTRAT: i64 = 463;
 pub const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// What the filters do, for people (`lockrun policy show`): each line a
+/// verdict and the calls it applies to. Built from the same tables as the
+/// filters where the calls are listed one by one.
+#[must_use]
+pub fn describe() -> Vec<(&'static str, String)> {
+    let names: Vec<&str> = DENY_ALWAYS.iter().map(|(_, n)| *n).collect();
+    vec![
+        ("EPERM", names.join(", ")),
+        ("EPERM", "clone with any CLONE_NEW* flag".to_owned()),
+        (
+            "EPERM",
+            "socket, socketpair: any family but AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK with NETLINK_ROUTE".to_owned(),
+        ),
+        ("EPERM", "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned()),
+        (
+            "EPERM",
+            "set-id mode bits (S_ISUID, S_ISGID) in chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat".to_owned(),
+        ),
+        (
+            "ENOSYS",
+            "clone3, openat2, file_setattr (arguments in a struct; callers fall back to clone, openat, the ioctl)".to_owned(),
+        ),
+        (
+            "supervised",
+            format!(
+                "{} metadata calls (chmod, chown, utime(s), utimensat, set/remove xattr families), the inode-attribute ioctls, \
+                 and connect/sendto of unix pathname addresses: lockrun performs them, only beneath the run's writable roots",
+                NOTIFY_METADATA.len()
+            ),
+        ),
+    ]
+}
 
 /// The metadata syscalls the supervisor performs for the command: Landlock
 /// (ABI 7) does not check them, and a capability-less root still owns every
