@@ -281,3 +281,64 @@ fn an_extends_cycle_is_refused() {
     );
     assert!(!marker.exists());
 }
+
+#[test]
+fn an_agent_preset_reads_neither_other_agents_nor_the_users_own_harness_state() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kernel test may not skip under CI=true"
+        );
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"skipped: an_agent_preset_reads_neither_other_agents_nor_the_users_own_harness_state: needs root\n",
+        );
+        return;
+    }
+    let s = Scratch::new("agents");
+    let (state, home) = (s.0.join("state"), s.0.join("home"));
+    std::fs::create_dir_all(state.join("agents/codex")).unwrap();
+    std::fs::write(state.join("agents/codex/auth.json"), "codex-token").unwrap();
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::fs::write(home.join(".claude/.credentials.json"), "user-token").unwrap();
+    let script = "cat \"$0\" 2>&1; echo \"rc=$?\"; cat \"$1\" 2>&1; echo \"rc=$?\"; echo mine > \"$CLAUDE_CONFIG_DIR/mine\"; echo \"rc=$?\"";
+    let out = lockrun(
+        &s,
+        &[
+            "--policy",
+            "claude-code",
+            "--worktree",
+            s.0.join("wt").to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+            state.join("agents/codex/auth.json").to_str().unwrap(),
+            home.join(".claude/.credentials.json").to_str().unwrap(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    // Refused inside (EACCES from Landlock), and nothing of either secret came out.
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].contains("Permission denied") && lines[1] == "rc=1",
+        "{text}"
+    );
+    assert!(
+        lines[2].contains("Permission denied") && lines[3] == "rc=1",
+        "{text}"
+    );
+    assert!(
+        !text.contains("codex-token") && !text.contains("user-token"),
+        "{text}"
+    );
+    // Control: the agent's own dir under the state dir is writable (seen from outside).
+    assert_eq!(lines[4], "rc=0", "{text}");
+    assert_eq!(
+        std::fs::read_to_string(state.join("agents/claude-code/mine")).unwrap(),
+        "mine\n"
+    );
+}

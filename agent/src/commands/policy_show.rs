@@ -113,8 +113,8 @@ impl<'a> View<'a> {
                 .map(|p| p.display().to_string()),
         );
         deny_read.push(format!(
-            "{} (other runs; the run's own {{tmp}} stays readable)",
-            policy.runs_dir().display()
+            "{} (other runs and other agents; the run's own {{tmp}} and writable dirs beneath it stay open)",
+            policy.run.state_dir.display()
         ));
         deny_read.sort();
         deny_read.dedup();

@@ -136,8 +136,9 @@ pub fn kernel_abi() -> Result<i32, FsError> {
 }
 
 impl FsSandbox {
-    /// Build the ruleset for `policy`, with `run_tmp` writable and every other
-    /// run under `runs_dir` unreadable.
+    /// Build the ruleset for `policy`, with `run_tmp` writable and the rest of
+    /// the state dir (other runs under `runs_dir`, other agents' dirs)
+    /// unreadable; writable paths beneath it (a preset's agent dir) stay open.
     pub fn prepare(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Result<Self, FsError> {
         let have = kernel_abi()?;
         if have < i32::from(policy.run.landlock_abi) {
@@ -150,6 +151,7 @@ impl FsSandbox {
         let mut denied: Vec<PathBuf> = Policy::secret_floor(&policy.home);
         denied.extend(policy.fs.deny_read.iter().map(|p| p.resolve(run_tmp)));
         denied.push(runs_dir.to_path_buf());
+        denied.push(policy.run.state_dir.clone());
         // Raw disks would hand out every file's bytes, whatever the deny list.
         block_devices(Path::new("/dev"), 0, &mut denied);
         let denied = canonical_set(&denied);
