@@ -170,6 +170,7 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
             argv: vec![
                 peers.join("bin/nono").display().to_string(),
                 "run".into(),
+                "--block-net".into(),
                 "--allow".into(),
                 wt.clone(),
                 "--".into(),
