@@ -331,26 +331,26 @@ pub fn run(o: &Options) -> Result<String> {
             &worktree,
             o.reps.min(15),
         );
-        match (start, git) {
-            (Ok((s, _)), Ok((g, _))) => {
-                if r.name == "bare" {
-                    bare = (ms(s), ms(g));
-                }
-                let _ = writeln!(
-                    md,
-                    "| {} | {:.2} | {:+.2} | {:.1} | {:.2}× |",
-                    r.name,
-                    ms(s),
-                    ms(s) - bare.0,
-                    ms(g),
-                    ms(g) / bare.1
-                );
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                notes.push(format!("{}: failed: {e}", r.name));
-                let _ = writeln!(md, "| {} | failed | | | |", r.name);
+        if r.name == "bare" {
+            if let (Ok((st, _)), Ok((g, _))) = (&start, &git) {
+                bare = (ms(*st), ms(*g));
             }
         }
+        let start_cells = match &start {
+            Ok((st, _)) => format!("{:.2} | {:+.2}", ms(*st), ms(*st) - bare.0),
+            Err(e) => {
+                notes.push(format!("{}: `true` failed: {e}", r.name));
+                "failed | ".to_owned()
+            }
+        };
+        let git_cells = match &git {
+            Ok((g, _)) => format!("{:.1} | {:.2}×", ms(*g), ms(*g) / bare.1),
+            Err(e) => {
+                notes.push(format!("{}: `git status` failed: {e}", r.name));
+                "failed | ".to_owned()
+            }
+        };
+        let _ = writeln!(md, "| {} | {start_cells} | {git_cells} |", r.name);
     }
 
     // Connect latency to the allowed endpoint, inside the run's cgroup vs outside.
