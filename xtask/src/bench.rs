@@ -194,14 +194,14 @@ fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
         .output()?;
     let d = t.elapsed();
     if !out.status.success() {
-        bail!(
-            "{}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        // The tool's own complaint when it names one (git: `fatal: …`), else its last line.
+        let why = err
+            .lines()
+            .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+            .or_else(|| err.lines().last())
+            .unwrap_or("");
+        bail!("{}: {}", out.status, why.trim());
     }
     Ok(d)
 }
