@@ -343,8 +343,7 @@ impl NetworkHooks {
         // here), which programs without CO-RE relocations never need, and its
         // load probes kernel features. The programs are loaded below with
         // raw `BPF_PROG_LOAD`s, without BTF (no func/line info).
-        let (maps, programs) = load_object(object)?;
-        let mut maps = maps;
+        let (mut maps, programs) = load_object(object)?;
 
         // Maps: pin, fill, and keep raw fds for the hand-assembled unix hooks.
         let mut take = |name: &'static str| -> Result<MapData, BpfError> {
@@ -367,11 +366,11 @@ impl NetworkHooks {
             mode: unix_mode,
         };
         // Assemble now, while the fds are borrowed from live maps.
-        let unix_insns: [UnixProgram; 2] = [
+        let unix_insns: [Program; 2] = [
             ("connect_unix", Hook::ConnectUnix, raw::ATTACH_UNIX_CONNECT),
             ("sendmsg_unix", Hook::SendmsgUnix, raw::ATTACH_UNIX_SENDMSG),
         ]
-        .map(|(name, hook, at)| UnixProgram {
+        .map(|(name, hook, at)| Program {
             name,
             prog_type: raw::PROG_TYPE_CGROUP_SOCK_ADDR,
             attach_type: at,
@@ -510,7 +509,8 @@ impl Drop for NetworkHooks {
     }
 }
 
-/// A program ready for `BPF_PROG_LOAD`: relocated, with its attach type.
+/// A program ready for `BPF_PROG_LOAD`, with its attach type: one of the
+/// object's (relocated) or a hand-assembled unix hook ([`unix::program`]).
 struct Program {
     name: &'static str,
     prog_type: u32,
@@ -518,9 +518,6 @@ struct Program {
     insns: Vec<u64>,
     license: std::ffi::CString,
 }
-
-/// The hand-assembled unix hooks are [`Program`]s too.
-type UnixProgram = Program;
 
 /// The object's programs: section name, program type, attach type.
 const OBJECT_PROGRAMS: [(&str, u32, u32); 5] = [
