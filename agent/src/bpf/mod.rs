@@ -521,11 +521,31 @@ struct Program {
 
 /// The object's programs: section name, program type, attach type.
 const OBJECT_PROGRAMS: [(&str, u32, u32); 5] = [
-    ("connect4", raw::PROG_TYPE_CGROUP_SOCK_ADDR, raw::ATTACH_INET4_CONNECT),
-    ("connect6", raw::PROG_TYPE_CGROUP_SOCK_ADDR, raw::ATTACH_INET6_CONNECT),
-    ("sendmsg4", raw::PROG_TYPE_CGROUP_SOCK_ADDR, raw::ATTACH_UDP4_SENDMSG),
-    ("sendmsg6", raw::PROG_TYPE_CGROUP_SOCK_ADDR, raw::ATTACH_UDP6_SENDMSG),
-    ("sock_create", raw::PROG_TYPE_CGROUP_SOCK, raw::ATTACH_INET_SOCK_CREATE),
+    (
+        "connect4",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_INET4_CONNECT,
+    ),
+    (
+        "connect6",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_INET6_CONNECT,
+    ),
+    (
+        "sendmsg4",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_UDP4_SENDMSG,
+    ),
+    (
+        "sendmsg6",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_UDP6_SENDMSG,
+    ),
+    (
+        "sock_create",
+        raw::PROG_TYPE_CGROUP_SOCK,
+        raw::ATTACH_INET_SOCK_CREATE,
+    ),
 ];
 
 /// Parse the embedded object, create its maps (`BPF_MAP_CREATE`) and
@@ -538,7 +558,12 @@ fn load_object(
     let mut obj = aya_obj::Object::parse(object).map_err(BpfError::Parse)?;
     let mut maps = std::collections::HashMap::new();
     let mut objs = Vec::new();
-    for name in [MAP_ALLOWED_ENDPOINTS, MAP_UNIX_PREFIXES, MAP_DENIALS, MAP_COUNTERS] {
+    for name in [
+        MAP_ALLOWED_ENDPOINTS,
+        MAP_UNIX_PREFIXES,
+        MAP_DENIALS,
+        MAP_COUNTERS,
+    ] {
         let mut m = obj.maps.remove(name).ok_or(BpfError::Missing(name))?;
         if m.map_type() == RINGBUF {
             // As aya's loader does: a ring buffer has no value size, and its
@@ -577,7 +602,12 @@ fn load_object(
             name,
             prog_type,
             attach_type,
-            insns: function.instructions.iter().map(encode_insn).collect(),
+            insns: function
+                .instructions
+                .iter()
+                .copied()
+                .map(encode_insn)
+                .collect(),
             license: obj.license.clone(),
         });
     }
@@ -586,7 +616,7 @@ fn load_object(
 
 /// One instruction in the kernel's `struct bpf_insn` layout (little endian:
 /// opcode, dst/src registers, offset, immediate).
-fn encode_insn(i: &aya_obj::generated::bpf_insn) -> u64 {
+fn encode_insn(i: aya_obj::generated::bpf_insn) -> u64 {
     let regs = (i.dst_reg() & 0xf) | ((i.src_reg() & 0xf) << 4);
     u64::from(i.code)
         | (u64::from(regs) << 8)
@@ -604,18 +634,20 @@ fn attach_all(
     let mut fds = Vec::new();
     for p in programs {
         let name = p.name;
-        let prog = raw::prog_load(p.prog_type, &p.insns, p.attach_type, name, &p.license)
-            .map_err(|(source, log)| BpfError::RawLoad {
+        let prog = raw::prog_load(p.prog_type, &p.insns, p.attach_type, name, &p.license).map_err(
+            |(source, log)| BpfError::RawLoad {
                 program: name,
                 source,
                 log,
-            })?;
-        let link = raw::link_create(prog.as_fd(), cgroup.dir_fd(), p.attach_type).map_err(
-            |source| BpfError::RawAttach {
-                program: name,
-                source,
             },
         )?;
+        let link =
+            raw::link_create(prog.as_fd(), cgroup.dir_fd(), p.attach_type).map_err(|source| {
+                BpfError::RawAttach {
+                    program: name,
+                    source,
+                }
+            })?;
         let path = dir.join(name);
         raw::obj_pin(link.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
         fds.push(prog);

@@ -78,16 +78,14 @@ pub fn prog_load(
     // (measured: ~16 ms vs a few ms for the unix programs). Only a refusal
     // is loaded again, with the log, to say why.
     let ty = (prog_type, expected_attach_type);
-    match prog_load_with(ty, insns, name, license, None) {
-        Ok(fd) => Ok(fd),
-        Err(_) => {
-            let mut log = vec![0u8; 1 << 20];
-            prog_load_with(ty, insns, name, license, Some(&mut log)).map_err(|err| {
-                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                (err, String::from_utf8_lossy(&log[..end]).into_owned())
-            })
-        }
+    if let Ok(fd) = prog_load_with(ty, insns, name, license, None) {
+        return Ok(fd);
     }
+    let mut log = vec![0u8; 1 << 20];
+    prog_load_with(ty, insns, name, license, Some(&mut log)).map_err(|err| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        (err, String::from_utf8_lossy(&log[..end]).into_owned())
+    })
 }
 
 fn prog_load_with(

@@ -62,8 +62,8 @@ pub enum Step {
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify,
-            Seccomp, Securebits,
+            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, Seccomp,
+            Securebits,
         };
         [
             CloseRange,
@@ -318,7 +318,7 @@ impl Report {
     /// Parent side, once the plan's write end is closed: `None` when the
     /// child exec'd (end of file), else the failed step (`None` for the exec
     /// itself) and its errno.
-    fn read_failure(&self) -> Option<(Option<Step>, io::Error)> {
+    fn read_failure(self) -> Option<(Option<Step>, io::Error)> {
         let mut b = [0u8; 5];
         let mut got = 0;
         while got < b.len() {

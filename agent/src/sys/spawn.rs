@@ -16,6 +16,14 @@
 //! the step (0 for the exec itself) and the errno; end-of-file means the
 //! exec succeeded.
 
+// Kernel ABI words (pids, fds, flags) change width and sign here; each cast
+// is the encoding the syscall expects (a pid or fd is never negative).
+#![allow(
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_possible_truncation
+)]
+
 use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -78,7 +86,12 @@ impl CArgs {
             .into_iter()
             .map(CString::new)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))?;
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "nul byte found in provided data",
+                )
+            })?;
         let mut ptrs: Vec<_> = strings.iter().map(|s| s.as_ptr()).collect();
         ptrs.push(std::ptr::null());
         Ok(Self {
@@ -97,7 +110,8 @@ pub fn spawn(
     plan: ChildPlan,
     report: Report,
 ) -> Result<Child, SpawnError> {
-    let args = CArgs::new(argv.iter().map(|a| a.as_bytes().to_vec())).map_err(SpawnError::Exec)?;
+    let c_argv =
+        CArgs::new(argv.iter().map(|a| a.as_bytes().to_vec())).map_err(SpawnError::Exec)?;
     let envp = CArgs::new(env.iter().map(|(k, v)| {
         let mut b = k.as_bytes().to_vec();
         b.push(b'=');
@@ -105,7 +119,7 @@ pub fn spawn(
         b
     }))
     .map_err(SpawnError::Exec)?;
-    let Some(&program) = args.ptrs.first().filter(|p| !p.is_null()) else {
+    let Some(&program) = c_argv.ptrs.first().filter(|p| !p.is_null()) else {
         return Err(SpawnError::Exec(io::Error::from_raw_os_error(libc::ENOENT)));
     };
 
@@ -130,7 +144,7 @@ pub fn spawn(
     };
     if ret == 0 {
         // Child.
-        child(&plan, program, args.ptrs.as_ptr(), envp.ptrs.as_ptr());
+        child(&plan, program, c_argv.ptrs.as_ptr(), envp.ptrs.as_ptr());
     }
     if ret < 0 {
         return Err(SpawnError::Clone(io::Error::last_os_error()));
@@ -231,7 +245,8 @@ impl Child {
             let mut guard = self.pidfd.readable().await?;
             let mut status: libc::c_int = 0;
             // SAFETY: waitpid on our own child with a live status word.
-            let r = unsafe { libc::waitpid(self.pid as libc::pid_t, &raw mut status, libc::WNOHANG) };
+            let r =
+                unsafe { libc::waitpid(self.pid as libc::pid_t, &raw mut status, libc::WNOHANG) };
             if r > 0 {
                 return Ok(ExitStatus::from_raw(status));
             }
