@@ -29,8 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use aya::maps::{HashMap, LpmTrie, Map, MapData, PerCpuArray, RingBuf};
-use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr};
-use aya::Ebpf;
 use lockrun_common::{
     Denial, Endpoint, Hook, UnixPrefixKey, AF_INET6, AF_UNIX, COUNTER_LOST, MAP_ALLOWED_ENDPOINTS,
     MAP_COUNTERS, MAP_DENIALS, MAP_UNIX_PREFIXES, MAX_ALLOWED_ENDPOINTS, UNIX_PATH_MAX,
@@ -69,32 +67,28 @@ pub enum BpfError {
         #[source]
         source: io::Error,
     },
-    #[error(
-        "BPF object load failed (BPF_PROG_LOAD/BPF_MAP_CREATE; is lockrun root with BPF enabled?)"
-    )]
-    Load(#[source] aya::EbpfError),
+    #[error("the embedded eBPF object cannot be parsed")]
+    Parse(#[source] aya_obj::ParseError),
+    #[error("relocating the eBPF object's map references and calls failed")]
+    Relocate(#[source] aya_obj::relocation::EbpfRelocationError),
+    #[error("BPF_MAP_CREATE of {map} failed (is lockrun root with BPF enabled?)")]
+    MapCreate {
+        map: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
     #[error("the eBPF object has no {0}: it does not match this lockrun")]
     Missing(&'static str),
-    #[error("BPF_PROG_LOAD of {program} failed")]
-    Program {
-        program: &'static str,
-        #[source]
-        source: aya::programs::ProgramError,
-    },
+    #[error("the eBPF object has a map lockrun does not create: {0}")]
+    UnknownMap(String),
     #[error("BPF_PROG_LOAD of {program} failed: {source}; verifier log:\n{log}")]
     RawLoad {
         program: &'static str,
         source: io::Error,
         log: String,
     },
-    #[error("bpf_link_create({program}) on the run cgroup failed")]
-    Attach {
-        program: &'static str,
-        #[source]
-        source: aya::programs::ProgramError,
-    },
     #[error(
-        "bpf_link_create({program}) on the run cgroup failed (cgroup unix hooks need kernel 6.7)"
+        "bpf_link_create({program}) on the run cgroup failed (the cgroup unix hooks need kernel 6.7)"
     )]
     RawAttach {
         program: &'static str,
@@ -277,8 +271,7 @@ pub struct NetworkHooks {
     counters: PerCpuArray<MapData, u64>,
     reader: Option<tokio::task::JoinHandle<()>>,
     // Kept so the programs stay loaded until the links are pinned.
-    _ebpf: Ebpf,
-    _unix_progs: Vec<OwnedFd>,
+    _progs: Vec<OwnedFd>,
     finished: bool,
 }
 
@@ -289,20 +282,6 @@ impl std::fmt::Debug for NetworkHooks {
             .field("dir", &self.dir)
             .field("cgroup_id", &self.cgroup_id)
             .finish_non_exhaustive()
-    }
-}
-
-const INET_HOOKS: [(&str, Hook); 4] = [
-    ("connect4", Hook::Connect4),
-    ("connect6", Hook::Connect6),
-    ("sendmsg4", Hook::Sendmsg4),
-    ("sendmsg6", Hook::Sendmsg6),
-];
-
-fn map_data(map: Map) -> Option<MapData> {
-    match map {
-        Map::HashMap(d) | Map::RingBuf(d) | Map::PerCpuArray(d) | Map::LpmTrie(d) => Some(d),
-        _ => None,
     }
 }
 
@@ -359,24 +338,21 @@ impl NetworkHooks {
         let guard = PinGuard(pin_dir(run_id));
         let dir = guard.0.clone();
 
-        // The programs use no CO-RE relocations, so no kernel BTF is handed
-        // over; the verifier log is off (aya's default logs, which slows the
-        // verifier). aya 0.14's loader still parses /sys/kernel/btf/vmlinux
-        // in its constructor (~18 ms here): see the README's start-up figures.
-        let mut ebpf = aya::EbpfLoader::new()
-            .btf(None)
-            .verifier_log_level(aya::VerifierLogLevel::DISABLE)
-            .load(object)
-            .map_err(BpfError::Load)?;
+        // The object is parsed and its maps created here, without aya's
+        // `EbpfLoader`: its constructor parses /sys/kernel/btf/vmlinux (~18 ms
+        // here), which programs without CO-RE relocations never need, and its
+        // load probes kernel features. The programs are loaded below with
+        // raw `BPF_PROG_LOAD`s, without BTF (no func/line info).
+        let (mut maps, programs) = load_object(object)?;
 
         // Maps: pin, fill, and keep raw fds for the hand-assembled unix hooks.
         let mut take = |name: &'static str| -> Result<MapData, BpfError> {
-            let map = ebpf.take_map(name).ok_or(BpfError::Missing(name))?;
+            let map = maps.remove(name).ok_or(BpfError::Missing(name))?;
             map.pin(dir.join(name)).map_err(|e| BpfError::Pin {
                 path: dir.join(name),
                 source: io::Error::other(e),
             })?;
-            map_data(map).ok_or(BpfError::Missing(name))
+            Ok(map)
         };
         let allowed_map = take(MAP_ALLOWED_ENDPOINTS)?;
         let prefixes_map = take(MAP_UNIX_PREFIXES)?;
@@ -390,11 +366,17 @@ impl NetworkHooks {
             mode: unix_mode,
         };
         // Assemble now, while the fds are borrowed from live maps.
-        let unix_insns: [UnixProgram; 2] = [
+        let unix_insns: [Program; 2] = [
             ("connect_unix", Hook::ConnectUnix, raw::ATTACH_UNIX_CONNECT),
             ("sendmsg_unix", Hook::SendmsgUnix, raw::ATTACH_UNIX_SENDMSG),
         ]
-        .map(|(name, hook, at)| (name, unix::program(hook, &unix_maps), at));
+        .map(|(name, hook, at)| Program {
+            name,
+            prog_type: raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+            attach_type: at,
+            insns: unix::program(hook, &unix_maps),
+            license: c"GPL".into(),
+        });
 
         let map_err = |map, call| move |source| BpfError::Map { map, call, source };
         let mut endpoints: HashMap<MapData, Endpoint, u8> =
@@ -418,8 +400,8 @@ impl NetworkHooks {
         }
 
         // Unix hooks first: they must load before the maps' fds are handed on.
-        let unix_progs = attach_unix(&unix_insns, cgroup, &dir)?;
-        attach_aya(&mut ebpf, cgroup, &dir)?;
+        let mut progs = attach_all(&unix_insns, cgroup, &dir)?;
+        progs.extend(attach_all(&programs, cgroup, &dir)?);
 
         let ring =
             RingBuf::try_from(Map::RingBuf(denials_map)).map_err(map_err(MAP_DENIALS, "open"))?;
@@ -433,8 +415,7 @@ impl NetworkHooks {
             ring: Arc::new(Mutex::new(ring)),
             counters,
             reader: None,
-            _ebpf: ebpf,
-            _unix_progs: unix_progs,
+            _progs: progs,
             finished: false,
         })
     }
@@ -528,25 +509,140 @@ impl Drop for NetworkHooks {
     }
 }
 
-type UnixProgram = (&'static str, Vec<u64>, u32);
+/// A program ready for `BPF_PROG_LOAD`, with its attach type: one of the
+/// object's (relocated) or a hand-assembled unix hook ([`unix::program`]).
+struct Program {
+    name: &'static str,
+    prog_type: u32,
+    attach_type: u32,
+    insns: Vec<u64>,
+    license: std::ffi::CString,
+}
 
-/// Load the assembled unix hooks, attach them to the cgroup and pin their links.
-fn attach_unix(
-    programs: &[UnixProgram],
+/// The object's programs: section name, program type, attach type.
+const OBJECT_PROGRAMS: [(&str, u32, u32); 5] = [
+    (
+        "connect4",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_INET4_CONNECT,
+    ),
+    (
+        "connect6",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_INET6_CONNECT,
+    ),
+    (
+        "sendmsg4",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_UDP4_SENDMSG,
+    ),
+    (
+        "sendmsg6",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_UDP6_SENDMSG,
+    ),
+    (
+        "sock_create",
+        raw::PROG_TYPE_CGROUP_SOCK,
+        raw::ATTACH_INET_SOCK_CREATE,
+    ),
+];
+
+/// Parse the embedded object, create its maps (`BPF_MAP_CREATE`) and
+/// relocate the programs' map references and calls: the maps by name, and
+/// the programs of [`OBJECT_PROGRAMS`] ready to load.
+fn load_object(
+    object: &[u8],
+) -> Result<(std::collections::HashMap<String, MapData>, Vec<Program>), BpfError> {
+    const RINGBUF: u32 = 27; // BPF_MAP_TYPE_RINGBUF
+    let mut obj = aya_obj::Object::parse(object).map_err(BpfError::Parse)?;
+    let mut maps = std::collections::HashMap::new();
+    let mut objs = Vec::new();
+    for name in [
+        MAP_ALLOWED_ENDPOINTS,
+        MAP_UNIX_PREFIXES,
+        MAP_DENIALS,
+        MAP_COUNTERS,
+    ] {
+        let mut m = obj.maps.remove(name).ok_or(BpfError::Missing(name))?;
+        if m.map_type() == RINGBUF {
+            // As aya's loader does: a ring buffer has no value size, and its
+            // size (a power-of-two multiple of the page size) is set by the
+            // eBPF side's `DENIALS_RING_BYTES`.
+            m.set_value_size(0);
+        }
+        let data = MapData::create(m.clone(), name, None)
+            .map_err(|source| BpfError::MapCreate { map: name, source })?;
+        objs.push((name, m));
+        maps.insert(name.to_owned(), data);
+    }
+    if let Some(extra) = obj.maps.keys().next() {
+        // Global data (.data/.rodata/.bss) or a map this lockrun does not know.
+        return Err(BpfError::UnknownMap(extra.clone()));
+    }
+    let text_sections = obj.functions.keys().map(|(section, _)| *section).collect();
+    obj.relocate_maps(
+        objs.iter().map(|(name, m)| {
+            let fd = maps[*name].fd().as_fd().as_raw_fd();
+            (*name, fd, m)
+        }),
+        &text_sections,
+    )
+    .map_err(BpfError::Relocate)?;
+    obj.relocate_calls(&text_sections)
+        .map_err(BpfError::Relocate)?;
+    let mut programs = Vec::new();
+    for (name, prog_type, attach_type) in OBJECT_PROGRAMS {
+        let prog = obj.programs.get(name).ok_or(BpfError::Missing(name))?;
+        let function = obj
+            .functions
+            .get(&prog.function_key())
+            .ok_or(BpfError::Missing(name))?;
+        programs.push(Program {
+            name,
+            prog_type,
+            attach_type,
+            insns: function
+                .instructions
+                .iter()
+                .copied()
+                .map(encode_insn)
+                .collect(),
+            license: obj.license.clone(),
+        });
+    }
+    Ok((maps, programs))
+}
+
+/// One instruction in the kernel's `struct bpf_insn` layout (little endian:
+/// opcode, dst/src registers, offset, immediate).
+fn encode_insn(i: aya_obj::generated::bpf_insn) -> u64 {
+    let regs = (i.dst_reg() & 0xf) | ((i.src_reg() & 0xf) << 4);
+    u64::from(i.code)
+        | (u64::from(regs) << 8)
+        | (u64::from(i.off.cast_unsigned()) << 16)
+        | (u64::from(i.imm.cast_unsigned()) << 32)
+}
+
+/// Load programs, attach them to the cgroup (no flags: one program per
+/// attach type) and pin their links; the program fds.
+fn attach_all(
+    programs: &[Program],
     cgroup: &RunCgroup,
     dir: &Path,
 ) -> Result<Vec<OwnedFd>, BpfError> {
-    let mut unix_progs = Vec::new();
-    for (name, insns, attach_type) in programs {
-        let prog = raw::prog_load(insns, *attach_type, name).map_err(|(source, log)| {
-            BpfError::RawLoad {
+    let mut fds = Vec::new();
+    for p in programs {
+        let name = p.name;
+        let prog = raw::prog_load(p.prog_type, &p.insns, p.attach_type, name, &p.license).map_err(
+            |(source, log)| BpfError::RawLoad {
                 program: name,
                 source,
                 log,
-            }
-        })?;
+            },
+        )?;
         let link =
-            raw::link_create(prog.as_fd(), cgroup.dir_fd(), *attach_type).map_err(|source| {
+            raw::link_create(prog.as_fd(), cgroup.dir_fd(), p.attach_type).map_err(|source| {
                 BpfError::RawAttach {
                     program: name,
                     source,
@@ -554,78 +650,9 @@ fn attach_unix(
             })?;
         let path = dir.join(name);
         raw::obj_pin(link.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
-        unix_progs.push(prog);
+        fds.push(prog);
     }
-    Ok(unix_progs)
-}
-
-/// Load the object's programs, attach them to the cgroup (`Single`) and pin their links.
-fn attach_aya(ebpf: &mut Ebpf, cgroup: &RunCgroup, dir: &Path) -> Result<(), BpfError> {
-    for (name, _) in INET_HOOKS {
-        let prog: &mut CgroupSockAddr = ebpf
-            .program_mut(name)
-            .ok_or(BpfError::Missing(name))?
-            .try_into()
-            .map_err(|source| BpfError::Program {
-                program: name,
-                source,
-            })?;
-        prog.load().map_err(|source| BpfError::Program {
-            program: name,
-            source,
-        })?;
-        let err = |source| BpfError::Attach {
-            program: name,
-            source,
-        };
-        let id = prog
-            .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
-            .map_err(err)?;
-        pin_link(name, prog.take_link(id).map_err(err)?, dir)?;
-    }
-    {
-        const NAME: &str = "sock_create";
-        let prog: &mut CgroupSock = ebpf
-            .program_mut(NAME)
-            .ok_or(BpfError::Missing(NAME))?
-            .try_into()
-            .map_err(|source| BpfError::Program {
-                program: NAME,
-                source,
-            })?;
-        prog.load().map_err(|source| BpfError::Program {
-            program: NAME,
-            source,
-        })?;
-        let err = |source| BpfError::Attach {
-            program: NAME,
-            source,
-        };
-        let id = prog
-            .attach(cgroup.dir_fd(), CgroupAttachMode::Single)
-            .map_err(err)?;
-        pin_link(NAME, prog.take_link(id).map_err(err)?, dir)?;
-    }
-
-    Ok(())
-}
-
-/// Pin an aya link as `<dir>/<name>`: the pin then holds the attachment,
-/// and dropping our fd does not detach it.
-fn pin_link<L>(name: &'static str, link: L, dir: &Path) -> Result<(), BpfError>
-where
-    L: TryInto<aya::programs::links::FdLink, Error = aya::programs::links::LinkError>,
-{
-    let fd_link = link.try_into().map_err(|e| BpfError::Attach {
-        program: name,
-        source: aya::programs::ProgramError::IOError(io::Error::other(e)),
-    })?;
-    let path = dir.join(name);
-    fd_link.pin(&path).map_err(|e| BpfError::Pin {
-        path: path.clone(),
-        source: io::Error::other(e),
-    })?;
-    Ok(())
+    Ok(fds)
 }
 
 /// Removes a half-built pin dir when `attach` fails.

@@ -1,6 +1,9 @@
-//! The raw `bpf(2)` calls aya 0.14 does not offer: loading a program with the
-//! unix socket attach types (`BPF_CGROUP_UNIX_CONNECT`/`_SENDMSG`, kernel 6.7)
-//! and creating its cgroup link. The only `unsafe` of [`crate::bpf`].
+//! The raw `bpf(2)` calls lockrun loads its programs with: `BPF_PROG_LOAD`
+//! with an explicit expected attach type (aya 0.14 knows neither the unix
+//! socket attach types `BPF_CGROUP_UNIX_CONNECT`/`_SENDMSG`, kernel 6.7, nor
+//! a way to load without its `EbpfLoader`, whose constructor parses the
+//! kernel's BTF), `BPF_LINK_CREATE` on a cgroup and `BPF_OBJ_PIN`. The only
+//! `unsafe` of [`crate::bpf`].
 #![allow(unsafe_code)]
 // bpf_attr carries fds as u32; a valid fd is never negative.
 #![allow(clippy::cast_sign_loss)]
@@ -9,8 +12,20 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-/// `BPF_PROG_TYPE_CGROUP_SOCK_ADDR`.
+/// `BPF_PROG_TYPE_CGROUP_SOCK` (4.10).
+pub const PROG_TYPE_CGROUP_SOCK: u32 = 9;
+/// `BPF_PROG_TYPE_CGROUP_SOCK_ADDR` (4.17).
 pub const PROG_TYPE_CGROUP_SOCK_ADDR: u32 = 18;
+/// `BPF_CGROUP_INET_SOCK_CREATE`.
+pub const ATTACH_INET_SOCK_CREATE: u32 = 2;
+/// `BPF_CGROUP_INET4_CONNECT`.
+pub const ATTACH_INET4_CONNECT: u32 = 10;
+/// `BPF_CGROUP_INET6_CONNECT`.
+pub const ATTACH_INET6_CONNECT: u32 = 11;
+/// `BPF_CGROUP_UDP4_SENDMSG`.
+pub const ATTACH_UDP4_SENDMSG: u32 = 14;
+/// `BPF_CGROUP_UDP6_SENDMSG`.
+pub const ATTACH_UDP6_SENDMSG: u32 = 15;
 /// `BPF_CGROUP_UNIX_CONNECT` (6.7).
 pub const ATTACH_UNIX_CONNECT: u32 = 49;
 /// `BPF_CGROUP_UNIX_SENDMSG` (6.7).
@@ -50,35 +65,36 @@ struct LinkCreateAttr {
     _tail: [u64; 8],
 }
 
-/// Load a `cgroup_sock_addr` program with an explicit expected attach type.
-/// On failure returns the error and the verifier log.
+/// Load a program of `prog_type` with an explicit expected attach type,
+/// under `license`. On failure returns the error and the verifier log.
 pub fn prog_load(
+    prog_type: u32,
     insns: &[u64],
     expected_attach_type: u32,
     name: &str,
+    license: &std::ffi::CStr,
 ) -> Result<OwnedFd, (io::Error, String)> {
     // Without a log first: the verifier runs markedly slower while logging
     // (measured: ~16 ms vs a few ms for the unix programs). Only a refusal
     // is loaded again, with the log, to say why.
-    match prog_load_with(insns, expected_attach_type, name, None) {
-        Ok(fd) => Ok(fd),
-        Err(_) => {
-            let mut log = vec![0u8; 1 << 20];
-            prog_load_with(insns, expected_attach_type, name, Some(&mut log)).map_err(|err| {
-                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                (err, String::from_utf8_lossy(&log[..end]).into_owned())
-            })
-        }
+    let ty = (prog_type, expected_attach_type);
+    if let Ok(fd) = prog_load_with(ty, insns, name, license, None) {
+        return Ok(fd);
     }
+    let mut log = vec![0u8; 1 << 20];
+    prog_load_with(ty, insns, name, license, Some(&mut log)).map_err(|err| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        (err, String::from_utf8_lossy(&log[..end]).into_owned())
+    })
 }
 
 fn prog_load_with(
+    (prog_type, expected_attach_type): (u32, u32),
     insns: &[u64],
-    expected_attach_type: u32,
     name: &str,
+    license: &std::ffi::CStr,
     log: Option<&mut [u8]>,
 ) -> io::Result<OwnedFd> {
-    let license = CString::from(c"GPL");
     let mut prog_name = [0u8; 16];
     for (d, s) in prog_name.iter_mut().zip(name.bytes().take(15)) {
         *d = s;
@@ -88,7 +104,7 @@ fn prog_load_with(
         None => (0, 0, 0),
     };
     let mut attr = ProgLoadAttr {
-        prog_type: PROG_TYPE_CGROUP_SOCK_ADDR,
+        prog_type,
         insn_cnt: u32::try_from(insns.len()).unwrap_or(u32::MAX),
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,

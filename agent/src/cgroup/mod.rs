@@ -1,12 +1,13 @@
 //! The run's cgroup v2: `<cgroup2>/lockrun/<run-id>`.
 //!
 //! The eBPF network hooks ([`crate::bpf`]) attach to this cgroup, so every
-//! process of the run must be in it from its first instruction: the parent
-//! opens the cgroup's `cgroup.procs` ([`RunCgroup::procs_fd`]) and the child
-//! writes `"0"` into it ([`join`]) before it execs — there is no window in
-//! which the command runs outside.
+//! process of the run must be in it from its first instruction: the command
+//! is forked straight into it (`clone3` with `CLONE_INTO_CGROUP` on
+//! [`RunCgroup::dir_fd`], see [`crate::sys::spawn`]) — there is no window in
+//! which it runs outside, and no migration through `cgroup.procs` (which
+//! would wait for an RCU grace period).
 //!
-//! Kernel: cgroup v2 (4.5); `cgroup.kill` (5.14) for teardown. The cgroup2
+//! Kernel: cgroup v2 (4.5); `CLONE_INTO_CGROUP` (5.7); `cgroup.kill` (5.14) for teardown. The cgroup2
 //! mount is found in `/proc/self/mountinfo`: `/sys/fs/cgroup` on pure v2 hosts,
 //! `/sys/fs/cgroup/unified` on hybrid ones.
 //!
@@ -16,7 +17,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -137,7 +138,7 @@ pub fn check_run_id(run_id: &str) -> Result<(), CgroupError> {
     }
 }
 
-/// The run's own cgroup. The command joins it before its first instruction.
+/// The run's own cgroup. The command is born in it.
 ///
 /// Dropping it without [`RunCgroup::remove`] kills and removes it too (best
 /// effort), so an early error leaves nothing behind.
@@ -212,25 +213,15 @@ impl RunCgroup {
         self.id
     }
 
-    /// The cgroup directory, opened: what the eBPF programs attach to.
+    /// The cgroup directory, opened: what the eBPF programs attach to and
+    /// what `clone3` forks the command into.
     #[must_use]
     pub fn dir_fd(&self) -> BorrowedFd<'_> {
         self.dir.as_fd()
     }
 
-    /// `cgroup.procs`, opened for writing (close-on-exec). The child writes
-    /// `"0"` into it with [`join`] before exec.
-    pub fn procs_fd(&self) -> Result<OwnedFd, CgroupError> {
-        let path = self.path.join("cgroup.procs");
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map(OwnedFd::from)
-            .map_err(|source| CgroupError::Open { path, source })
-    }
-
     /// Put a process (by pid) into the cgroup. For tests and for processes
-    /// the parent starts itself; the run's child uses [`join`].
+    /// the parent starts itself; the run's child is forked into it.
     pub fn add_pid(&self, pid: u32) -> Result<(), CgroupError> {
         let path = self.path.join("cgroup.procs");
         write_file(&path, pid.to_string().as_bytes())
@@ -255,18 +246,6 @@ impl Drop for RunCgroup {
                 tracing::warn!("cleaning up {}: {e}", self.path.display());
             }
         }
-    }
-}
-
-/// Child side, between fork and exec: move the calling process into the run
-/// cgroup through the `cgroup.procs` fd the parent opened. Async-signal-safe
-/// (one `write(2)`).
-pub fn join(procs: &OwnedFd) -> nix::Result<()> {
-    let n = nix::unistd::write(procs, b"0")?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(nix::errno::Errno::EIO)
     }
 }
 

@@ -465,10 +465,9 @@ async fn run(
     })?;
     let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
 
-    // 4. the run's cgroup; the child joins it through `cgroup.procs` before exec.
+    // 4. the run's cgroup; the child is born in it (clone3 CLONE_INTO_CGROUP).
     //    Dropped (killed and removed) on every path after this.
     let cgroup = crate::cgroup::RunCgroup::create(dir.id())?;
-    let cgroup_procs = Some(cgroup.procs_fd()?);
 
     // 5. the proxy, when the policy allows any host; its endpoint is the one
     //    way out the hooks allow, beside the policy's loopback endpoints.
@@ -526,7 +525,6 @@ async fn run(
     };
 
     let (plan, report) = crate::sys::ChildPlan::new(
-        cgroup_procs,
         fs.into_fd(),
         filters,
         Some((crate::seccomp::notify_filter(), listener_tx)),
@@ -559,7 +557,8 @@ async fn run(
     // 9. spawn and supervise
     let (started, supervisor) = spawn_and_wait(
         argv,
-        env,
+        &env,
+        cgroup.dir_fd(),
         plan,
         report,
         (listener_rx, supervise),
@@ -613,28 +612,29 @@ async fn run(
     Ok(code)
 }
 
+#[allow(clippy::too_many_arguments)] // the pieces of one spawn, prepared by `run`
 async fn spawn_and_wait(
     argv: &[OsString],
-    env: Vec<(OsString, OsString)>,
+    env: &[(OsString, OsString)],
+    cgroup: std::os::fd::BorrowedFd<'_>,
     plan: crate::sys::ChildPlan,
     report: crate::sys::Report,
     supervise: (std::os::fd::OwnedFd, crate::supervise::Config),
     signals: &mut Signals,
     kernel_audit: Option<&crate::audit::kernel::KernelAudit>,
 ) -> Result<(Started, Option<crate::supervise::Supervisor>), RunError> {
+    use crate::sys::spawn::SpawnError;
     use std::os::fd::AsFd as _;
-    let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..]).env_clear().envs(env);
-    crate::sys::install(&mut cmd, plan);
-    let spawned = cmd.spawn();
-    // Drop the plan (and the report pipe's write end) before reading it.
-    drop(cmd);
-    let mut child = match spawned {
+    let child = match crate::sys::spawn::spawn(argv, env, cgroup, plan, report) {
         Ok(c) => c,
-        Err(e) => {
-            if let Some(step) = report.failed_step() {
-                return Err(RunError::Confine { step, source: e });
-            }
+        Err(SpawnError::Clone(source)) => {
+            return Err(RunError::Child {
+                what: "clone3 into the run's cgroup",
+                source,
+            })
+        }
+        Err(SpawnError::Confine(step, source)) => return Err(RunError::Confine { step, source }),
+        Err(SpawnError::Exec(e)) => {
             let started = match e.raw_os_error() {
                 Some(libc::ENOENT | libc::ENOTDIR) => Started::NotFound(e),
                 _ => Started::NotExecutable(e),
@@ -650,8 +650,7 @@ async fn spawn_and_wait(
     {
         Ok(s) => s,
         Err(source) => {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+            child.kill().await;
             return Err(RunError::Child {
                 what: "receiving the seccomp listener and starting the supervisor",
                 source,
@@ -660,7 +659,7 @@ async fn spawn_and_wait(
     };
     drop(listener_rx);
     let pid = child.id();
-    if let (Some(k), Some(pid)) = (kernel_audit, pid) {
+    if let Some(k) = kernel_audit {
         k.watch(pid);
     }
     // 9. supervise
@@ -671,14 +670,7 @@ async fn spawn_and_wait(
                     .map(|s| (Started::Exited(s), Some(supervisor)))
                     .map_err(RunError::Wait);
             }
-            sig = signals.recv() => {
-                if let Some(pid) = pid {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid.cast_signed()),
-                        sig,
-                    );
-                }
-            }
+            sig = signals.recv() => child.signal(sig as libc::c_int),
         }
     }
 }

@@ -1,45 +1,45 @@
 //! The few raw syscalls lockrun needs. The only module allowed `unsafe`; each
 //! block carries a `// SAFETY:` comment.
 //!
-//! [`ChildPlan::apply`] is the child-side confinement, run after fork and
-//! before exec (`pre_exec`). It is async-signal-safe: it allocates nothing,
+//! [`ChildPlan::apply`] is the child-side confinement, run after the fork
+//! and before exec ([`spawn`]). It is async-signal-safe: it allocates nothing,
 //! takes no lock and only issues syscalls on values the parent prepared.
-//! The order, and why:
+//! The child is born inside the run's cgroup (`clone3` with
+//! `CLONE_INTO_CGROUP`, see [`spawn`]), so the network hooks hold from its
+//! first instruction. The order, and why:
 //!
-//! 1. **join the run's cgroup** (write `"0"` into its open `cgroup.procs`),
-//!    first, so the network hooks hold from the child's first own syscall,
-//!    and while cgroupfs is still writable (Landlock would refuse it later);
-//! 2. **mark every fd ≥ 3 close-on-exec** (`close_range(CLOSE_RANGE_CLOEXEC)`,
+//! 1. **mark every fd ≥ 3 close-on-exec** (`close_range(CLOSE_RANGE_CLOEXEC)`,
 //!    Linux 5.11): nothing the caller leaked survives the exec; the ruleset
 //!    and report fds are still usable until then;
-//! 3. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
+//! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
-//! 4. **drop the bounding set** (`PR_CAPBSET_DROP` for every cap up to
-//!    `cap_last_cap`) — also needs `CAP_SETPCAP`; steps 3 and 4 are skipped
+//! 3. **drop the bounding set** (`PR_CAPBSET_DROP` for every cap up to
+//!    `cap_last_cap`) — also needs `CAP_SETPCAP`; steps 2 and 3 are skipped
 //!    when lockrun does not hold it (an unprivileged caller: nothing to drop
 //!    that exec could use, given `no_new_privs`);
-//! 5. **clear the ambient set**;
-//! 6. **capset** effective, permitted and inheritable to zero — last of the
+//! 4. **clear the ambient set**;
+//! 5. **capset** effective, permitted and inheritable to zero — last of the
 //!    capability steps, since it removes `CAP_SETPCAP`;
-//! 7. **`no_new_privs`** (Linux 3.5) — required by Landlock and seccomp once
+//! 6. **`no_new_privs`** (Linux 3.5) — required by Landlock and seccomp once
 //!    `CAP_SYS_ADMIN` is gone;
-//! 8. **Landlock** `landlock_restrict_self` (see [`crate::fs`]);
-//! 9. **seccomp** filters (see [`crate::seccomp`]), last, so no step above is
+//! 7. **Landlock** `landlock_restrict_self` (see [`crate::fs`]);
+//! 8. **seccomp** filters (see [`crate::seccomp`]), last, so no step above is
 //!    subject to the deny list; `execve` itself is allowed;
-//! 10. the **supervised filter** ([`crate::seccomp::notify_filter`]) with a
-//!     new listener, whose fd is sent to lockrun over a socketpair
-//!     (`SCM_RIGHTS`) and closed here: the supervisor ([`crate::supervise`])
-//!     answers the notified syscalls from outside the sandbox.
+//! 9. the **supervised filter** ([`crate::seccomp::notify_filter`]) with a
+//!    new listener, whose fd is sent to lockrun over a socketpair
+//!    (`SCM_RIGHTS`) and closed here: the supervisor ([`crate::supervise`])
+//!    answers the notified syscalls from outside the sandbox.
 //!
-//! A failing step writes its number into the report pipe and returns the
-//! errno; the parent turns that into exit 125 naming the step.
+//! A failing step writes its number and the errno into the report pipe; the
+//! parent turns that into exit 125 naming the step.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 pub mod notify;
+pub mod spawn;
 
 /// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
 const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
@@ -48,8 +48,7 @@ const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Step {
-    Cgroup = 1,
-    CloseRange,
+    CloseRange = 1,
     Securebits,
     BoundingSet,
     Ambient,
@@ -63,11 +62,10 @@ pub enum Step {
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, Cgroup, CloseRange, Landlock, NoNewPrivs, Notify,
-            Seccomp, Securebits,
+            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, Seccomp,
+            Securebits,
         };
         [
-            Cgroup,
             CloseRange,
             Securebits,
             BoundingSet,
@@ -86,7 +84,6 @@ impl Step {
     #[must_use]
     pub fn describe(self) -> &'static str {
         match self {
-            Step::Cgroup => "joining the run's cgroup (write cgroup.procs)",
             Step::CloseRange => "marking inherited descriptors close-on-exec (close_range)",
             Step::Securebits => "locking securebits (prctl PR_SET_SECUREBITS)",
             Step::BoundingSet => "dropping the capability bounding set (prctl PR_CAPBSET_DROP)",
@@ -102,7 +99,6 @@ impl Step {
 
 /// Everything the child applies, prepared by the parent.
 pub struct ChildPlan {
-    cgroup_procs: Option<OwnedFd>,
     landlock: OwnedFd,
     /// Loaded in order; each is a complete filter.
     seccomp: Vec<seccompiler::BpfProgram>,
@@ -143,7 +139,6 @@ pub fn last_cap() -> io::Result<u32> {
 impl ChildPlan {
     /// Prepare the plan and the parent's end of its report pipe.
     pub fn new(
-        cgroup_procs: Option<OwnedFd>,
         landlock: OwnedFd,
         seccomp: Vec<seccompiler::BpfProgram>,
         notify: Option<(seccompiler::BpfProgram, OwnedFd)>,
@@ -153,7 +148,6 @@ impl ChildPlan {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         Ok((
             Self {
-                cgroup_procs,
                 landlock,
                 seccomp,
                 notify,
@@ -167,27 +161,30 @@ impl ChildPlan {
 
     fn fail(&self, step: Step) -> io::Error {
         let err = io::Error::last_os_error();
-        let b = [step as u8];
-        // SAFETY: writes one byte from a live stack buffer to an fd we own;
-        // write(2) is async-signal-safe. A failed report only loses the step name.
-        unsafe {
-            libc::write(self.report.as_raw_fd(), b.as_ptr().cast(), 1);
-        }
+        self.report_failure(step as u8, &err);
         err
+    }
+
+    /// Child side, after a failed exec: report the errno (step 0).
+    fn fail_exec(&self) {
+        self.report_failure(0, &io::Error::last_os_error());
+    }
+
+    fn report_failure(&self, step: u8, err: &io::Error) {
+        let e = err.raw_os_error().unwrap_or(libc::EINVAL).to_ne_bytes();
+        let b = [step, e[0], e[1], e[2], e[3]];
+        // SAFETY: writes five bytes from a live stack buffer to an fd we own
+        // (atomic: below PIPE_BUF); write(2) is async-signal-safe. A failed
+        // report only loses the reason.
+        unsafe {
+            libc::write(self.report.as_raw_fd(), b.as_ptr().cast(), b.len());
+        }
     }
 
     /// Apply the confinement to the calling (child) process. Post-fork,
     /// pre-exec: no allocation, no locks.
     pub fn apply(&self) -> io::Result<()> {
-        // 1. cgroup
-        if let Some(fd) = &self.cgroup_procs {
-            // SAFETY: writes one byte from a static buffer to an fd we own.
-            let n = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };
-            if n != 1 {
-                return Err(self.fail(Step::Cgroup));
-            }
-        }
-        // 2. close_range(3, ~0, CLOSE_RANGE_CLOEXEC)
+        // 1. close_range(3, ~0, CLOSE_RANGE_CLOEXEC)
         // SAFETY: plain syscall with integer arguments.
         if unsafe {
             libc::syscall(
@@ -201,7 +198,7 @@ impl ChildPlan {
             return Err(self.fail(Step::CloseRange));
         }
         if self.setpcap {
-            // 3. securebits
+            // 2. securebits
             let bits: libc::c_ulong = (libc::SECBIT_NOROOT
                 | libc::SECBIT_NOROOT_LOCKED
                 | libc::SECBIT_NO_SETUID_FIXUP
@@ -214,7 +211,7 @@ impl ChildPlan {
             if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } != 0 {
                 return Err(self.fail(Step::Securebits));
             }
-            // 4. bounding set
+            // 3. bounding set
             for cap in 0..=self.last_cap {
                 // SAFETY: prctl with integer arguments.
                 if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) }
@@ -224,7 +221,7 @@ impl ChildPlan {
                 }
             }
         }
-        // 5. ambient
+        // 4. ambient
         // SAFETY: prctl with integer arguments.
         if unsafe {
             libc::prctl(
@@ -238,7 +235,7 @@ impl ChildPlan {
         {
             return Err(self.fail(Step::Ambient));
         }
-        // 6. capset all-zero
+        // 5. capset all-zero
         let mut header = CapHeader {
             version: LINUX_CAPABILITY_VERSION_3,
             pid: 0,
@@ -249,12 +246,12 @@ impl ChildPlan {
         if unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) } != 0 {
             return Err(self.fail(Step::Capset));
         }
-        // 7. no_new_privs
+        // 6. no_new_privs
         // SAFETY: prctl with integer arguments.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
             return Err(self.fail(Step::NoNewPrivs));
         }
-        // 8. Landlock
+        // 7. Landlock
         // LOG_NEW_EXEC_ON: Landlock (ABI 7) logs denials after execve to
         // kernel audit, where crate::audit::kernel collects them; without
         // it, nothing the command does is logged.
@@ -269,7 +266,7 @@ impl ChildPlan {
         {
             return Err(self.fail(Step::Landlock));
         }
-        // 9. seccomp
+        // 8. seccomp
         for prog in &self.seccomp {
             let fprog = libc::sock_fprog {
                 len: prog.len() as libc::c_ushort,
@@ -289,11 +286,11 @@ impl ChildPlan {
                 return Err(self.fail(Step::Seccomp));
             }
         }
-        // 10. the supervised filter; its listener goes to lockrun.
+        // 9. the supervised filter; its listener goes to lockrun.
         self.hand_over_listener()
     }
 
-    /// Step 10: load the supervised filter, send its listener to lockrun and
+    /// Step 9: load the supervised filter, send its listener to lockrun and
     /// close it here. Post-fork: no allocation.
     fn hand_over_listener(&self) -> io::Result<()> {
         let Some((prog, sock)) = &self.notify else {
@@ -318,15 +315,27 @@ impl ChildPlan {
 }
 
 impl Report {
-    /// After a failed spawn: which confinement step failed, if one did (the
-    /// alternative being the exec itself). Call once the child is gone and
-    /// the plan (holding the write end) is dropped.
-    #[must_use]
-    pub fn failed_step(self) -> Option<Step> {
-        let mut b = [0u8; 1];
-        match nix::unistd::read(self.0.as_raw_fd(), &mut b) {
-            Ok(1) => Step::from_u8(b[0]),
-            _ => None,
+    /// Parent side, once the plan's write end is closed: `None` when the
+    /// child exec'd (end of file), else the failed step (`None` for the exec
+    /// itself) and its errno.
+    fn read_failure(self) -> Option<(Option<Step>, io::Error)> {
+        let mut b = [0u8; 5];
+        let mut got = 0;
+        while got < b.len() {
+            match nix::unistd::read(self.0.as_raw_fd(), &mut b[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Some((None, e.into())),
+            }
+        }
+        match got {
+            0 => None,
+            5 => Some((
+                Step::from_u8(b[0]),
+                io::Error::from_raw_os_error(i32::from_ne_bytes([b[1], b[2], b[3], b[4]])),
+            )),
+            _ => Some((None, io::Error::from_raw_os_error(libc::EIO))),
         }
     }
 }
@@ -366,14 +375,5 @@ pub fn landlock_abi_version() -> Result<i32, nix::errno::Errno> {
         Err(nix::errno::Errno::last())
     } else {
         Ok(v as i32)
-    }
-}
-
-/// Install `plan` as the `pre_exec` hook of `cmd`.
-pub fn install(cmd: &mut tokio::process::Command, plan: ChildPlan) {
-    // SAFETY: `ChildPlan::apply` is async-signal-safe (no allocation, no
-    // locks, syscalls on prepared values only), as pre_exec demands.
-    unsafe {
-        cmd.pre_exec(move || plan.apply());
     }
 }
