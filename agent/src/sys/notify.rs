@@ -389,25 +389,12 @@ pub fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
     unit_result(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }.into())
 }
 
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-const CAP_V3: u32 = 0x2008_0522;
+// The capset(2) structs are the parent module's (`super::CapHeader`, `super::CapData`).
+use super::{CapData, CapHeader};
 
 fn capget() -> io::Result<[CapData; 2]> {
     let mut h = CapHeader {
-        version: CAP_V3,
+        version: super::LINUX_CAPABILITY_VERSION_3,
         pid: 0,
     };
     let mut d = [CapData::default(); 2];
@@ -418,7 +405,7 @@ fn capget() -> io::Result<[CapData; 2]> {
 
 fn capset(d: &[CapData; 2]) -> io::Result<()> {
     let mut h = CapHeader {
-        version: CAP_V3,
+        version: super::LINUX_CAPABILITY_VERSION_3,
         pid: 0,
     };
     // SAFETY: header and a v3 pair of data structs, live for the call.
