@@ -287,7 +287,7 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
     attempts.push(Attempt {
         what: format!("write {}", outside_file.display()),
         outside: present(exists),
-        held: !exists && r != "ok",
+        held: !exists && refused(&r),
         inside: r,
         control: false,
     });
@@ -296,7 +296,7 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
     attempts.push(Attempt {
         what: format!("TCP to an outside listener {}", tcp_out.local_addr()?),
         outside: format!("listener accepted {got} connections/bytes"),
-        held: got == 0 && r != "ok",
+        held: got == 0 && refused(&r),
         inside: r,
         control: false,
     });
@@ -306,7 +306,7 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
     attempts.push(Attempt {
         what: format!("UDP to {}", udp_out.local_addr()?),
         outside: format!("socket received {got} bytes"),
-        held: got == 0 && r != "ok",
+        held: got == 0 && refused(&r),
         inside: r,
         control: false,
     });
@@ -319,7 +319,7 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
         } else {
             "listener accepted nothing".into()
         },
-        held: !got && r != "ok",
+        held: !got && refused(&r),
         inside: r,
         control: false,
     });
@@ -333,13 +333,20 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
         } else {
             "it died".into()
         },
-        held: alive && r != "ok",
+        held: alive && refused(&r),
         inside: r,
         control: false,
     });
     let _ = victim.kill();
     let _ = victim.wait();
     Ok(attempts)
+}
+
+/// An escape holds only if the probe really ran and the kernel refused it:
+/// it reported an errno. A probe that never ran (lockrun could not set up,
+/// the probe was not found) proves nothing.
+fn refused(report: &str) -> bool {
+    report.starts_with("errno=")
 }
 
 fn present(b: bool) -> String {
