@@ -8,6 +8,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
+#[path = "support/python.rs"]
+mod python;
+use python::python3;
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -59,7 +62,7 @@ impl TestHost {
                 "netns",
                 "exec",
                 &ns,
-                "python3",
+                python3(),
                 "-m",
                 "http.server",
                 "80",

@@ -4,6 +4,9 @@
 //! a control beside it must succeed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_wrap)]
 
+#[path = "support/python.rs"]
+mod python;
+use python::python3;
 #[path = "support/fs.rs"]
 mod support;
 
@@ -247,7 +250,7 @@ fn metadata_of_outside_files_cannot_change() {
 }
 
 fn xattr_absent(p: &std::path::Path) -> bool {
-    let out = Command::new("python3")
+    let out = Command::new(python3())
         .args([
             "-c",
             "import os,sys; print('user.pwned' in os.listxattr(sys.argv[1]))",
@@ -733,7 +736,7 @@ fn typing_into_the_callers_terminal_is_refused() {
     let pty = include_str!("support/pty.py");
     let tiocsti = support::probe_argv(&[&["tiocsti"], &["write", "/dev/tty"]]);
     // Control: outside, TIOCSTI on the controlling tty works (the byte is echoed).
-    let out = Command::new("python3")
+    let out = Command::new(python3())
         .args(["-c", pty])
         .args(&tiocsti)
         .output()
@@ -758,7 +761,7 @@ fn typing_into_the_callers_terminal_is_refused() {
         "--".to_owned(),
     ];
     argv.extend(tiocsti);
-    let out = Command::new("python3")
+    let out = Command::new(python3())
         .args(["-c", pty])
         .args(&argv)
         .output()

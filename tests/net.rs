@@ -9,6 +9,9 @@
 //! test no cgroup, pin or link may remain.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/python.rs"]
+mod python;
+use python::{python3, python3_command};
 #[path = "net_support.rs"]
 mod support;
 
@@ -498,7 +501,7 @@ fn symlink_in_worktree_to_outside_socket() {
             .arg("--state-dir")
             .arg(w.base.join("state"))
             .arg("--")
-            .arg("python3")
+            .arg(python3())
             .arg(support::tests_dir().join("net_probe.py"))
             .arg("unix_stream")
             .arg(path)
@@ -675,7 +678,7 @@ fn hooks_outlive_a_sigkilled_loader() {
     let sink = TcpSink::bind("127.0.0.1");
     let port = sink.port().to_string();
     let probe_in_cgroup = || {
-        let mut child = std::process::Command::new("python3")
+        let mut child = python3_command()
             .arg(support::tests_dir().join("net_probe.py"))
             .args(["tcp", "127.0.0.1", &port])
             .stdin(std::process::Stdio::piped())

@@ -14,6 +14,9 @@
     clippy::too_many_lines // a test reads top to bottom: setup, attempt, judge
 )]
 
+#[path = "support/python.rs"]
+mod python;
+use python::python3;
 #[path = "net_support.rs"]
 mod net_support;
 #[path = "support/net_e2e.rs"]
@@ -535,7 +538,7 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
         w.cmd(
             &[],
             &[
-                "python3",
+                python3(),
                 "-c",
                 LOOP,
                 &p(sink.port()),

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 #![allow(dead_code, clippy::missing_panics_doc, clippy::struct_field_names)]
 
+use crate::python::python3_command;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -114,7 +115,7 @@ impl Run {
     }
 
     pub fn probe_env(&self, args: &[&str], nested: bool) -> String {
-        let mut cmd = Command::new("python3");
+        let mut cmd = python3_command();
         cmd.arg(tests_dir().join("net_probe.py")).args(args);
         if nested {
             cmd.env("PROBE_NESTED", "1");
@@ -124,7 +125,7 @@ impl Run {
 
     /// The same probe, run outside any run cgroup (for controls of the control).
     pub fn probe_outside(args: &[&str]) -> String {
-        let mut child = Command::new("python3")
+        let mut child = python3_command()
             .arg(tests_dir().join("net_probe.py"))
             .args(args)
             .stdin(Stdio::piped())

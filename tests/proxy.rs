@@ -23,6 +23,9 @@
     clippy::struct_field_names
 )]
 
+#[path = "support/python.rs"]
+mod python;
+use python::python3;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -269,7 +272,7 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
     );
 
     // python3 urllib from the proxy environment.
-    let mut c = client("python3");
+    let mut c = client(python3());
     c.args(["-c", "import urllib.request;print(urllib.request.urlopen('http://web.test/hello.txt').read().decode(),end='')"]);
     with_proxy_env(&mut c, &p);
     let out = run(c).await;
@@ -854,7 +857,7 @@ async fn idle_tunnel_memory() {
         n + 1024
     );
     let child = Command::new("ip")
-        .args(["netns", "exec", &th.ns, "python3", "-c", &script])
+        .args(["netns", "exec", &th.ns, python3(), "-c", &script])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -940,7 +943,7 @@ http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
 "#;
     let log = std::fs::File::create(th.access_log()).unwrap();
     let child = Command::new("ip")
-        .args(["netns", "exec", &th.ns, "python3", "-c", script])
+        .args(["netns", "exec", &th.ns, python3(), "-c", script])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

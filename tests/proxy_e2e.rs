@@ -20,6 +20,8 @@
     clippy::manual_assert
 )]
 
+#[path = "support/python.rs"]
+mod python;
 #[path = "support/proxy.rs"]
 mod support;
 

@@ -7,6 +7,9 @@
 //! must succeed the same way inside the worktree and the run's TMPDIR.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/python.rs"]
+mod python;
+use python::python3;
 #[path = "support/fs.rs"]
 mod support;
 
@@ -38,7 +41,7 @@ fn can_run(test: &str) -> bool {
 
 /// Run the probe inside; its result lines. Asserts lockrun exited 0.
 fn probe<'a, O: AsRef<[&'a str]>>(w: &World, extra: &[&str], ops: &[O]) -> Vec<String> {
-    let mut argv = vec!["python3".to_owned(), PROBE.to_owned()];
+    let mut argv = vec![python3().to_owned(), PROBE.to_owned()];
     for (i, op) in ops.iter().enumerate() {
         if i > 0 {
             argv.push(";".to_owned());
@@ -82,7 +85,7 @@ struct Meta {
 }
 
 fn xattrs(p: &Path) -> Vec<String> {
-    let out = Command::new("python3")
+    let out = Command::new(python3())
         .args([
             "-c",
             "import os,sys; print('\\n'.join(sorted(os.listxattr(sys.argv[1], follow_symlinks=False))))",
@@ -99,7 +102,7 @@ fn xattrs(p: &Path) -> Vec<String> {
 
 /// The inode flags (`lsattr`), read from outside.
 fn inode_flags(p: &Path) -> u32 {
-    let out = Command::new("python3")
+    let out = Command::new(python3())
         .args([
             "-c",
             "import fcntl,os,struct,sys; fd=os.open(sys.argv[1], os.O_RDONLY); \
@@ -124,7 +127,7 @@ fn snapshot(p: &Path) -> Meta {
 }
 
 fn set_xattr(p: &Path, name: &str) {
-    let st = Command::new("python3")
+    let st = Command::new(python3())
         .args([
             "-c",
             "import os,sys; os.setxattr(sys.argv[1], sys.argv[2], b'1')",
@@ -207,7 +210,7 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     ops.push(vec!["chattr_nodump".to_owned(), s(&f).to_owned()]);
     ops.push(vec!["chattr_nodump".to_owned(), s(&link).to_owned()]);
     let mut cmd = w.cmd(&["--audit-log", s(&audit)], &{
-        let mut argv = vec!["python3".to_owned(), PROBE.to_owned()];
+        let mut argv = vec![python3().to_owned(), PROBE.to_owned()];
         for (i, o) in ops.iter().enumerate() {
             if i > 0 {
                 argv.push(";".to_owned());
@@ -587,7 +590,7 @@ print("ok" if not errs and st == 0 else "fail %r %r" % (errs, st))
 "#,
         out = s(&out_f)
     );
-    let out = w.run(&[], &["python3", "-c", &script]);
+    let out = w.run(&[], &[python3(), "-c", &script]);
     assert!(
         out.status.success(),
         "{}",

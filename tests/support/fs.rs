@@ -3,6 +3,7 @@
 //! probe that reports the errno it got.
 #![allow(dead_code, clippy::unwrap_used, clippy::unused_self)]
 
+use crate::python::python3;
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -114,7 +115,7 @@ impl Drop for World {
 }
 
 pub fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
-    let mut v = vec!["python3".to_owned(), "-c".to_owned(), PROBE.to_owned()];
+    let mut v = vec![python3().to_owned(), "-c".to_owned(), PROBE.to_owned()];
     for (i, op) in ops.iter().enumerate() {
         if i > 0 {
             v.push(";".to_owned());

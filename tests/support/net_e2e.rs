@@ -5,6 +5,7 @@
 //! run's cgroup, pins and run dir, which must all be gone afterwards.
 #![allow(dead_code, clippy::missing_panics_doc)]
 
+use crate::python::python3;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -256,7 +257,7 @@ pub fn records(path: &Path) -> Vec<Record> {
 }
 
 pub fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
-    let mut v = vec!["python3".to_owned(), "-c".to_owned(), PROBE.to_owned()];
+    let mut v = vec![python3().to_owned(), "-c".to_owned(), PROBE.to_owned()];
     for (i, op) in ops.iter().enumerate() {
         if i > 0 {
             v.push(";".to_owned());

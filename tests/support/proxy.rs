@@ -14,6 +14,7 @@
     clippy::manual_assert
 )]
 
+use crate::python::python3;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -182,7 +183,7 @@ impl TestHost {
                 "netns",
                 "exec",
                 &self.ns,
-                "python3",
+                python3(),
                 "-u",
                 "-m",
                 "http.server",
@@ -208,7 +209,7 @@ impl TestHost {
             "import socket,sys\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('0.0.0.0',{port}))\ns.listen(64)\nf=open(sys.argv[1],'a',buffering=1)\nwhile True:\n  c,a=s.accept()\n  f.write('accept %s:%d\\n' % a)\n  c.close()\n"
         );
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "python3", "-c", &script])
+            .args(["netns", "exec", &self.ns, python3(), "-c", &script])
             .arg(self.accept_log())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -235,7 +236,7 @@ impl TestHost {
     pub fn serve_until_eof(&mut self) {
         let script = "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('0.0.0.0',9000))\ns.listen(8)\nwhile True:\n  c,_=s.accept()\n  d=b''\n  while True:\n    b=c.recv(4096)\n    if not b: break\n    d+=b\n  if d: c.sendall(b'got %d bytes: ' % len(d) + d)\n  c.close()\n";
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "python3", "-c", script])
+            .args(["netns", "exec", &self.ns, python3(), "-c", script])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -94,6 +94,8 @@ fn real_main() -> Result<ExitCode> {
             // catches a weakened sandbox; release builds never have it.
             c.args([
                 "test",
+                // Every test binary runs, so one red run names every failure.
+                "--no-fail-fast",
                 "--workspace",
                 "--features",
                 "lockrun/weaken-for-tests",
