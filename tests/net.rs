@@ -692,6 +692,11 @@ fn hooks_outlive_a_sigkilled_loader() {
             .to_owned()
     };
     // The loader is dead; its pinned links still hold, and gc can find the run.
+    let cg_id = lockrun::cgroup::run_cgroup_id(&run_id).unwrap();
+    assert!(
+        lockrun::bpf::registered_runs().unwrap().contains(&cg_id),
+        "the killed run stays registered in the shared maps: its hooks judge by it"
+    );
     assert!(lockrun::bpf::pin_dir(&run_id).join("connect4").exists());
     assert!(lockrun::bpf::pinned_runs().contains(&run_id));
     assert!(lockrun::cgroup::runs().unwrap().contains(&run_id));
@@ -703,6 +708,9 @@ fn hooks_outlive_a_sigkilled_loader() {
     assert!(sink.received().is_some());
     assert!(lockrun::cgroup::reap(&run_id).unwrap());
     assert!(!cg_path.exists());
+    // gc's last step: the reaped run leaves the shared maps and frees its ring slot.
+    lockrun::bpf::forget_runs(&[cg_id]).unwrap();
+    assert!(!lockrun::bpf::registered_runs().unwrap().contains(&cg_id));
     assert!(!lockrun::bpf::pin_dir(&run_id).exists());
     assert!(!lockrun::bpf::unpin(&run_id).unwrap());
     assert!(!lockrun::cgroup::reap(&run_id).unwrap());

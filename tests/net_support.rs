@@ -52,6 +52,7 @@ pub struct Run {
     pub audit: Arc<AuditLog>,
     pub audit_path: PathBuf,
     pub cg_path: PathBuf,
+    pub cg_id: u64,
     pub pin_dir: PathBuf,
 }
 
@@ -75,12 +76,15 @@ impl Run {
             }
             Err(e) => panic!("attach: {e}\n{:?}", std::error::Error::source(&e)),
         };
+        // The control for `assert_clean`: a live run is registered.
+        assert!(lockrun::bpf::registered_runs().unwrap().contains(&cg.id()));
         let audit_path = std::env::temp_dir().join(format!("{run_id}.audit.jsonl"));
         let _ = std::fs::remove_file(&audit_path);
         let audit = Arc::new(AuditLog::open(Some(&audit_path)).unwrap());
         Some(Self {
             test: test.to_owned(),
             cg_path: cg.path().to_path_buf(),
+            cg_id: cg.id(),
             pin_dir: hooks.pin_dir().to_path_buf(),
             run_id,
             cg: Some(cg),
@@ -177,6 +181,12 @@ impl Run {
             !self.pin_dir.exists(),
             "pins {} remain",
             self.pin_dir.display()
+        );
+        assert!(
+            !lockrun::bpf::registered_runs()
+                .unwrap()
+                .contains(&self.cg_id),
+            "the run is still registered in the shared hook maps"
         );
     }
 }

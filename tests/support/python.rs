@@ -21,7 +21,11 @@ pub fn python3() -> &'static str {
             .expect("python3 must be on PATH for the tests");
         assert!(out.status.success(), "python3 -c failed: {out:?}");
         let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        assert!(path.is_absolute(), "sys.executable is not a path: {path:?}");
+        assert!(
+            path.is_absolute(),
+            "sys.executable is not a path: {}",
+            path.display()
+        );
         path.display().to_string()
     })
 }

@@ -304,7 +304,9 @@ fn fuzz(root: &Path, seconds: u64) -> Result<()> {
                 .current_dir(root.join("fuzz"))
                 .env_remove("RUSTUP_TOOLCHAIN")
                 .stdout(Stdio::null()),
-            &format!("fuzzing {t} (a finding is in fuzz/artifacts/{t}/)"),
+            &format!(
+                "fuzzing {t} (the build failed, or a finding is in fuzz/artifacts/{t}/: see above)"
+            ),
         )?;
     }
     eprintln!("xtask: fuzzing: no findings");

@@ -2,8 +2,10 @@
 //! with an explicit expected attach type (aya 0.14 knows neither the unix
 //! socket attach types `BPF_CGROUP_UNIX_CONNECT`/`_SENDMSG`, kernel 6.7, nor
 //! a way to load without its `EbpfLoader`, whose constructor parses the
-//! kernel's BTF), `BPF_LINK_CREATE` on a cgroup and `BPF_OBJ_PIN`. The only
-//! `unsafe` of [`crate::bpf`].
+//! kernel's BTF), `BPF_LINK_CREATE` on a cgroup, `BPF_OBJ_PIN`/`BPF_OBJ_GET`,
+//! and `BPF_MAP_CREATE` with an inner-map template plus the element calls on
+//! raw keys (aya 0.14 creates maps-of-maps only from BTF definitions). The
+//! only `unsafe` of [`crate::bpf`].
 #![allow(unsafe_code)]
 // bpf_attr carries fds as u32; a valid fd is never negative.
 #![allow(clippy::cast_sign_loss)]
@@ -31,7 +33,149 @@ pub const ATTACH_UNIX_CONNECT: u32 = 49;
 /// `BPF_CGROUP_UNIX_SENDMSG` (6.7).
 pub const ATTACH_UNIX_SENDMSG: u32 = 50;
 
+/// `BPF_MAP_TYPE_LPM_TRIE`.
+pub const MAP_TYPE_LPM_TRIE: u32 = 11;
+/// `BPF_MAP_TYPE_HASH`.
+pub const MAP_TYPE_HASH: u32 = 1;
+/// `BPF_MAP_TYPE_ARRAY_OF_MAPS`.
+pub const MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
+/// `BPF_MAP_TYPE_RINGBUF`.
+pub const MAP_TYPE_RINGBUF: u32 = 27;
+/// `BPF_F_NO_PREALLOC`.
+pub const F_NO_PREALLOC: u32 = 1;
+
+const BPF_MAP_CREATE: libc::c_int = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_OBJ_GET: libc::c_int = 7;
+
+/// `bpf_attr` for `BPF_MAP_CREATE` (4.15 layout up to `map_name`; zeroed tail).
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+    // u32s: a u64 here would leave 4 bytes of padding (garbage) where the
+    // kernel reads `map_ifindex`.
+    _tail: [u32; 16],
+}
+
+/// What [`map_create`] creates.
+pub struct MapSpec<'a> {
+    pub name: &'a str,
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub flags: u32,
+    /// For a map of maps: a map like the ones it will hold.
+    pub inner: Option<BorrowedFd<'a>>,
+}
+
+/// `BPF_MAP_CREATE`.
+pub fn map_create(spec: &MapSpec<'_>) -> io::Result<OwnedFd> {
+    let mut map_name = [0u8; 16];
+    for (d, s) in map_name.iter_mut().zip(spec.name.bytes().take(15)) {
+        *d = s;
+    }
+    let mut attr = MapCreateAttr {
+        map_type: spec.map_type,
+        key_size: spec.key_size,
+        value_size: spec.value_size,
+        max_entries: spec.max_entries,
+        map_flags: spec.flags,
+        inner_map_fd: spec.inner.map_or(0, |f| f.as_raw_fd() as u32),
+        map_name,
+        ..MapCreateAttr::default()
+    };
+    // SAFETY: attr is a zero-tailed bpf_attr for MAP_CREATE; the inner fd, if
+    // any, is borrowed for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_CREATE,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<MapCreateAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return of BPF_MAP_CREATE is a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+}
+
+/// `bpf_attr` for the element calls.
+#[repr(C)]
+#[derive(Default)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+    _tail: [u64; 4],
+}
+
+fn elem_call(cmd: libc::c_int, attr: &mut ElemAttr) -> io::Result<()> {
+    // SAFETY: attr is a zero-tailed bpf_attr whose key/value pointers the
+    // callers point at buffers of the map's key and value sizes, alive for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_mut(attr),
+            std::mem::size_of::<ElemAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `BPF_MAP_UPDATE_ELEM` of a map with 4-byte keys and 4-byte values (an
+/// array of maps: the value is the inner map's fd).
+pub fn map_update_u32_u32(map: BorrowedFd<'_>, key: u32, value: u32) -> io::Result<()> {
+    let mut attr = ElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: std::ptr::from_ref(&key) as u64,
+        value: std::ptr::from_ref(&value) as u64,
+        ..ElemAttr::default()
+    };
+    elem_call(BPF_MAP_UPDATE_ELEM, &mut attr)
+}
+
+/// `BPF_OBJ_GET`: open a pinned bpf object.
+pub fn obj_get(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut attr = ObjPinAttr {
+        pathname: c.as_ptr() as u64,
+        ..ObjPinAttr::default()
+    };
+    // SAFETY: attr points at a NUL-terminated path that outlives the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<ObjPinAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return of BPF_OBJ_GET is a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+}
 const BPF_LINK_CREATE: libc::c_int = 28;
 
 /// `bpf_attr` for `BPF_PROG_LOAD`, the fields up to `expected_attach_type`

@@ -1,7 +1,8 @@
 //! The `cgroup/connect_unix` and `cgroup/sendmsg_unix` hooks (kernel 6.7),
 //! assembled here because aya 0.14 can neither parse nor load programs of
-//! those attach types. They share the object's maps (`UNIX_PREFIXES`,
-//! `DENIALS`, `COUNTERS`) by fd.
+//! those attach types. Built per run: they take the run's own maps
+//! (`UNIX_PREFIXES`, its `DENIALS` ring buffer) and the shared `COUNTERS`
+//! (the run's entry, by its cgroup id) by fd.
 //!
 //! # What they decide
 //! A pathname destination passes only when all hold:
@@ -96,7 +97,7 @@ const EVENT: i16 = -176; // Denial, 176 bytes
 const KEY: i16 = -296; // UnixPrefixKey: prefix_len u32, then 108 path bytes, then 8 zero bytes of slack
 const KEY_PATH: i16 = KEY + 4;
 const KERN: i16 = -336; // copy of bpf_sock_addr_kern, 40 bytes
-const SLOT: i16 = -344; // u32 key for COUNTERS
+const SLOT: i16 = -344; // u64 key for COUNTERS: the run's cgroup id
 
 const KERN_UADDR: i16 = 8;
 const KERN_UADDRLEN: i16 = 32;
@@ -324,16 +325,13 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.exit();
 
     a.label(Label::Deny);
-    // COUNTERS[hook] += 1
-    a.st_w(FP, SLOT, hook_id);
-    a.ld_map_fd(R1, maps.counters);
-    a.mov_reg(R2, FP);
-    a.add_imm(R2, i32::from(SLOT));
-    a.call(MAP_LOOKUP_ELEM);
-    a.jmp_imm(JEQ, R0, 0, Label::SkipCount);
-    a.ldx_dw(R1, R0, 0);
-    a.add_imm(R1, 1);
-    a.stx_dw(R0, R1, 0);
+    // COUNTERS[run cgroup].slots[hook] += 1
+    count(
+        &mut a,
+        maps,
+        i16::try_from(hook_id * 8).unwrap_or(0),
+        Label::SkipCount,
+    );
     a.label(Label::SkipCount);
     // The Denial record.
     a.call(GET_CURRENT_CGROUP_ID);
@@ -367,20 +365,27 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.call(RINGBUF_OUTPUT);
     a.jmp_imm(JEQ, R0, 0, Label::Done);
     // Ring buffer full: never silent.
-    a.st_w(FP, SLOT, COUNTER_LOST as i32);
-    a.ld_map_fd(R1, maps.counters);
-    a.mov_reg(R2, FP);
-    a.add_imm(R2, i32::from(SLOT));
-    a.call(MAP_LOOKUP_ELEM);
-    a.jmp_imm(JEQ, R0, 0, Label::SkipLost);
-    a.ldx_dw(R1, R0, 0);
-    a.add_imm(R1, 1);
-    a.stx_dw(R0, R1, 0);
+    count(&mut a, maps, (COUNTER_LOST * 8) as i16, Label::SkipLost);
     a.label(Label::SkipLost);
     a.label(Label::Done);
     a.mov_imm(R0, 0);
     a.exit();
     a.finish()
+}
+
+/// `COUNTERS[run cgroup].slots[at / 8] += 1` (this CPU's copy), or on to
+/// `skip` when the run has no entry.
+fn count(a: &mut Asm, maps: &UnixMaps, at: i16, skip: Label) {
+    a.ld_imm64(R1, maps.run_cgroup);
+    a.stx_dw(FP, R1, SLOT);
+    a.ld_map_fd(R1, maps.counters);
+    a.mov_reg(R2, FP);
+    a.add_imm(R2, i32::from(SLOT));
+    a.call(MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, skip);
+    a.ldx_dw(R1, R0, at);
+    a.add_imm(R1, 1);
+    a.stx_dw(R0, R1, at);
 }
 
 #[cfg(test)]

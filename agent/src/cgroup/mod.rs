@@ -249,6 +249,39 @@ impl Drop for RunCgroup {
     }
 }
 
+/// The cgroup id of a run's cgroup, if it exists.
+#[must_use]
+pub fn run_cgroup_id(run_id: &str) -> Option<u64> {
+    check_run_id(run_id).ok()?;
+    let path = cgroup2_mount().ok()?.join(PARENT).join(run_id);
+    fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// The cgroup ids (directory inode numbers) of every run cgroup that exists
+/// now under `<cgroup2>/lockrun/`.
+pub fn live_run_cgroup_ids() -> Result<Vec<u64>, CgroupError> {
+    let parent = cgroup2_mount()?.join(PARENT);
+    let entries = match fs::read_dir(&parent) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(CgroupError::Read {
+                path: parent,
+                source,
+            })
+        }
+    };
+    let mut ids = Vec::new();
+    for e in entries.flatten() {
+        if let Ok(m) = e.metadata() {
+            if m.is_dir() {
+                ids.push(m.ino());
+            }
+        }
+    }
+    Ok(ids)
+}
+
 /// gc: kill and remove a stale run's cgroup. `Ok(false)` when there was none.
 pub fn reap(run_id: &str) -> Result<bool, CgroupError> {
     check_run_id(run_id)?;

@@ -27,6 +27,7 @@ pub fn main(args: &GcArgs) -> i32 {
     let runs = policy.runs_dir();
     match crate::run::gc(&runs, grace) {
         Ok(r) => {
+            crate::run::forget_gone_runs();
             for p in &r.reaped {
                 println!("reaped {}", p.display());
             }

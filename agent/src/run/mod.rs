@@ -269,6 +269,7 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
         Err(e) => return Err(e),
     };
     let now = SystemTime::now();
+    let mut reaped_cgroups = Vec::new();
     for entry in entries {
         let entry = entry?;
         let path = entry.path();
@@ -296,6 +297,7 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
         }
         // The run's processes first (its cgroup), then its hooks, then its files.
         if let Some(id) = path.file_name().and_then(|n| n.to_str()) {
+            let cgroup_id = crate::cgroup::run_cgroup_id(id);
             if let Err(e) = crate::cgroup::reap(id) {
                 eprintln!(
                     "lockrun: warning: gc: the cgroup of run {id}: {}",
@@ -310,11 +312,24 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
                 );
                 continue;
             }
+            reaped_cgroups.extend(cgroup_id);
         }
         remove_tree(&path);
         report.reaped.push(path);
     }
+    // Their entries in the kernel's shared maps, exactly those.
+    if let Err(e) = crate::bpf::forget_runs(&reaped_cgroups) {
+        eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
+    }
     Ok(report)
+}
+
+/// `lockrun gc`: also forget registered runs whose cgroup is gone by other
+/// means (see [`crate::bpf::forget_gone_runs`]).
+pub fn forget_gone_runs() {
+    if let Err(e) = crate::bpf::forget_gone_runs() {
+        eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
+    }
 }
 
 /// Writable paths beneath the state dir (e.g. a preset's

@@ -2,15 +2,27 @@
 //! `lockrun::bpf`. Every map's key and value layout is documented here; both
 //! sides compile these same `#[repr(C)]` definitions.
 //!
-//! # Maps (names as they appear in the object and under
-//! `/sys/fs/bpf/lockrun/<run-id>/`)
+//! # Maps
+//!
+//! The five object programs (`connect4/6`, `sendmsg4/6`, `sock_create`) are
+//! verified **once** per lockrun build and pinned under
+//! `/sys/fs/bpf/lockrun-programs/<object-hash>/` with the object's maps;
+//! every run attaches those same programs to its own cgroup, and they find the
+//! run's state by the cgroup id of the task (`bpf_get_current_cgroup_id`).
+//! The hand-assembled unix hooks are built per run.
 //!
 //! | map | kind | key | value | written by |
 //! |---|---|---|---|---|
-//! | [`MAP_ALLOWED_ENDPOINTS`] | `BPF_MAP_TYPE_HASH`, [`MAX_ALLOWED_ENDPOINTS`] entries | [`Endpoint`] | `u8` (1 = allowed) | loader, before the command starts |
-//! | [`MAP_DENIALS`] | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records | kernel, one per refusal |
-//! | [`MAP_UNIX_PREFIXES`] | `BPF_MAP_TYPE_LPM_TRIE`, [`MAX_UNIX_PREFIXES`] entries, `BPF_F_NO_PREALLOC` | [`UnixPrefixKey`] | `u8` (1 = allowed) | loader: the directories (with trailing `/`) whose pathname sockets the run may reach |
-//! | [`MAP_COUNTERS`] | `BPF_MAP_TYPE_PERCPU_ARRAY`, [`COUNTER_SLOTS`] slots | `u32` slot: a [`Hook`] value, or [`COUNTER_LOST`] | `u64` per CPU | kernel; the loader sums the CPUs |
+//! | [`MAP_ALLOWED_ENDPOINTS`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_ALLOWED_ENDPOINTS_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`RunEndpoint`] | `u8` (1 = allowed) | loader, before the command starts; removed at teardown |
+//! | [`MAP_COUNTERS`] (object, shared) | `BPF_MAP_TYPE_PERCPU_HASH`, [`MAX_RUNS`] entries | `u64` cgroup id | [`RunCounters`] per CPU | kernel; the loader creates the run's entry and sums the CPUs |
+//! | [`MAP_RUN_SLOT`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_RUNS`] entries | `u64` cgroup id | `u32` slot in [`MAP_RINGS`] | loader |
+//! | [`MAP_RINGS`] (object, shared) | `BPF_MAP_TYPE_ARRAY_OF_MAPS`, [`MAX_RING_SLOTS`] | `u32` slot | a ring buffer, kept from run to run | loader, the first time a slot is used |
+//! | `SLOT_OWNERS` (shared, loader only) | `BPF_MAP_TYPE_HASH` | `u32` slot | `u64` cgroup id of the run holding it | loader: claimed with `BPF_NOEXIST`, released at teardown |
+//! | `ring-<slot>` (pinned with the programs) | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records | kernel, one per refusal |
+//! | `UNIX_PREFIXES` (per run, created by the loader) | `BPF_MAP_TYPE_LPM_TRIE`, [`MAX_UNIX_PREFIXES`] entries, `BPF_F_NO_PREALLOC` | [`UnixPrefixKey`] | `u8` (1 = allowed) | loader: the directories (with trailing `/`) whose pathname sockets the run may reach |
+//!
+//! A task whose cgroup has no entry is refused everything and its refusal is
+//! not recorded (there is no run to record it for): fail closed.
 //!
 //! An IPv4-mapped IPv6 destination (`::ffff:a.b.c.d`) is always keyed as the
 //! IPv4 address it carries, on both sides.
@@ -23,25 +35,49 @@ pub const AF_INET: u16 = 2;
 /// `AF_INET6`.
 pub const AF_INET6: u16 = 10;
 
-/// Name of the allow map in the object.
+/// Name of the allow map in the object (shared by every run, keyed by cgroup).
 pub const MAP_ALLOWED_ENDPOINTS: &str = "ALLOWED_ENDPOINTS";
-/// Name of the refusal ring buffer in the object.
-pub const MAP_DENIALS: &str = "DENIALS";
-/// Name of the unix socket directory allow-trie in the object.
-pub const MAP_UNIX_PREFIXES: &str = "UNIX_PREFIXES";
-/// Capacity of [`MAP_UNIX_PREFIXES`].
+/// Name of the map from a run's cgroup id to its slot in [`MAP_RINGS`].
+pub const MAP_RUN_SLOT: &str = "RUN_SLOT";
+/// Name of the array of ring buffers, one per slot.
+pub const MAP_RINGS: &str = "RINGS";
+/// Ring-buffer slots: runs at the same time, each with its own ring.
+pub const MAX_RING_SLOTS: u32 = 1024;
+/// Capacity of a run's unix socket directory allow-trie.
 pub const MAX_UNIX_PREFIXES: u32 = 64;
-/// Name of the per-CPU counter array in the object.
+/// Name of the per-CPU counter map in the object (shared, keyed by cgroup).
 pub const MAP_COUNTERS: &str = "COUNTERS";
 
-/// Capacity of [`MAP_ALLOWED_ENDPOINTS`].
+/// Endpoints one run may be allowed.
 pub const MAX_ALLOWED_ENDPOINTS: u32 = 256;
-/// Size of the [`MAP_DENIALS`] ring buffer (a power of two, a multiple of the page size).
+/// Capacity of [`MAP_ALLOWED_ENDPOINTS`], over all concurrent runs.
+pub const MAX_ALLOWED_ENDPOINTS_ALL_RUNS: u32 = 65536;
+/// Concurrent runs the shared maps hold.
+pub const MAX_RUNS: u32 = 8192;
+/// Size of a run's ring buffer (a power of two, a multiple of the page size).
 pub const DENIALS_RING_BYTES: u32 = 256 * 1024;
-/// Slots in [`MAP_COUNTERS`].
+/// Slots in [`RunCounters`].
 pub const COUNTER_SLOTS: u32 = 8;
-/// The [`MAP_COUNTERS`] slot counting refusals whose event did not fit the ring buffer.
+/// The [`RunCounters`] slot counting refusals whose event did not fit the ring buffer.
 pub const COUNTER_LOST: u32 = 7;
+
+/// Key of [`MAP_ALLOWED_ENDPOINTS`]: one destination one run may reach.
+/// 32 bytes: the run's cgroup id, the [`Endpoint`], 4 zero bytes (explicit,
+/// so no padding byte can differ between the two sides).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunEndpoint {
+    pub cgroup_id: u64,
+    pub endpoint: Endpoint,
+    pub _pad: u32,
+}
+
+/// Value of [`MAP_COUNTERS`]: refusals per [`Hook`] slot, and [`COUNTER_LOST`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounters {
+    pub slots: [u64; COUNTER_SLOTS as usize],
+}
 
 /// Bytes of a unix socket path carried in a [`Denial`] (`sizeof(sun_path)`).
 pub const UNIX_PATH_MAX: usize = 108;
@@ -104,7 +140,7 @@ pub const fn is_v4_mapped(a: &[u8; 16]) -> bool {
         && a[11] == 0xff
 }
 
-/// Which hook refused. Also the [`MAP_COUNTERS`] slot of its refusals.
+/// Which hook refused. Also the [`RunCounters`] slot of its refusals.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hook {
@@ -159,7 +195,7 @@ impl Hook {
     }
 }
 
-/// One refusal, as written to [`MAP_DENIALS`].
+/// One refusal, as written to the run's ring buffer (`DENIALS`).
 ///
 /// Layout (176 bytes, offsets in [`denial_offset`]): `cgroup_id: u64`, `pid: u32` (thread id), `tgid: u32`
 /// (process id), `hook: u32` ([`Hook`]), `sock_type: u32` (`SOCK_STREAM`, …),
@@ -208,10 +244,12 @@ const _: () = {
     assert!(core::mem::offset_of!(Denial, family) == denial_offset::FAMILY as usize);
     assert!(core::mem::offset_of!(Denial, sock_type) == denial_offset::SOCK_TYPE as usize);
     assert!(core::mem::size_of::<Endpoint>() == 20);
+    assert!(core::mem::size_of::<RunEndpoint>() == 32);
+    assert!(core::mem::size_of::<RunCounters>() == 8 * COUNTER_SLOTS as usize);
     assert!(core::mem::size_of::<UnixPrefixKey>() == 4 + UNIX_PATH_MAX);
 };
 
-/// Key of [`MAP_UNIX_PREFIXES`] (`BPF_MAP_TYPE_LPM_TRIE` layout): `prefix_len: u32`
+/// Key of a run's `UNIX_PREFIXES` (`BPF_MAP_TYPE_LPM_TRIE` layout): `prefix_len: u32`
 /// in **bits**, then the path bytes. An allowed directory is stored with its
 /// trailing `/`, so `/work/wt` does not admit `/work/wt-other`.
 #[repr(C, packed)]
@@ -232,4 +270,10 @@ mod user {
     // SAFETY: packed integers and bytes, every bit pattern valid.
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::UnixPrefixKey {}
+    // SAFETY: integers and an Endpoint, explicit padding field, size checked at compile time.
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::RunEndpoint {}
+    // SAFETY: an array of u64.
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::RunCounters {}
 }

@@ -1,6 +1,8 @@
 //! lockrun's kernel side: cgroup `sock_addr` hooks that let a run reach only
 //! the endpoints in `ALLOWED_ENDPOINTS` (see `lockrun-common` for every map's
-//! layout). Attached to the run's cgroup v2 by `lockrun::bpf`.
+//! layout). Verified once per lockrun build, pinned, and attached to each
+//! run's cgroup v2 by `lockrun::bpf`; a program finds its run by the cgroup id
+//! of the calling task, and refuses everything to a task of no known run.
 //!
 //! | hook | kernel | fires on |
 //! |---|---|---|
@@ -16,42 +18,66 @@
 //! refused when it is created.
 //!
 //! A program returning 0 makes the syscall fail with `EPERM`; 1 lets it pass.
-//! Every refusal writes a `Denial` to the `DENIALS` ring buffer and bumps its
-//! hook's slot in `COUNTERS`; a full ring buffer bumps `COUNTER_LOST` instead,
-//! so no refusal goes uncounted.
+//! Every refusal writes a `Denial` to the run's ring buffer (`RUN_SLOT`, `RINGS`)
+//! and bumps its hook's slot in the run's `COUNTERS` entry; a full ring buffer
+//! bumps `COUNTER_LOST` instead, so no refusal of a run goes uncounted.
 #![no_std]
 #![no_main]
 
+use core::cell::UnsafeCell;
+use core::ffi::c_void;
+
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    bindings::{bpf_map_def, bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_F_NO_PREALLOC},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_map_lookup_elem, bpf_ringbuf_output,
+    },
     macros::{cgroup_sock, cgroup_sock_addr, map},
-    maps::{HashMap, LpmTrie, PerCpuArray, RingBuf},
+    maps::{HashMap, PerCpuHashMap},
     programs::{SockAddrContext, SockContext},
 };
 use lockrun_common::{
-    Denial, Endpoint, Hook, AF_INET, AF_INET6, COUNTER_LOST, COUNTER_SLOTS, DENIALS_RING_BYTES,
-    MAX_ALLOWED_ENDPOINTS, MAX_UNIX_PREFIXES, UNIX_PATH_MAX,
+    Denial, Endpoint, Hook, RunCounters, RunEndpoint, AF_INET, AF_INET6, COUNTER_LOST,
+    MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
 };
 
 const ALLOW: i32 = 1;
 const DENY: i32 = 0;
 
 #[map]
-static ALLOWED_ENDPOINTS: HashMap<Endpoint, u8> =
-    HashMap::with_max_entries(MAX_ALLOWED_ENDPOINTS, 0);
+static ALLOWED_ENDPOINTS: HashMap<RunEndpoint, u8> =
+    HashMap::with_max_entries(MAX_ALLOWED_ENDPOINTS_ALL_RUNS, BPF_F_NO_PREALLOC);
 
 #[map]
-static DENIALS: RingBuf = RingBuf::with_byte_size(DENIALS_RING_BYTES, 0);
+static COUNTERS: PerCpuHashMap<u64, RunCounters> = PerCpuHashMap::with_max_entries(MAX_RUNS, 0);
 
-/// Read by the unix hooks, which the loader assembles itself (aya 0.14 cannot
-/// load `cgroup/connect_unix` programs); declared here so the object stays the
-/// one contract for every map.
+/// The run's ring-buffer slot in `RINGS`, by the run's cgroup id.
 #[map]
-static UNIX_PREFIXES: LpmTrie<[u8; UNIX_PATH_MAX], u8> =
-    LpmTrie::with_max_entries(MAX_UNIX_PREFIXES, 0);
+static RUN_SLOT: HashMap<u64, u32> = HashMap::with_max_entries(MAX_RUNS, 0);
 
-#[map]
-static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+/// A legacy map definition aya-ebpf has no type for: `BPF_MAP_TYPE_ARRAY_OF_MAPS`
+/// from a slot to a ring buffer. The rings stay in their slots from run to
+/// run (a map-of-maps update waits for an RCU grace period, milliseconds);
+/// a run claims a free slot instead.
+#[repr(transparent)]
+struct MapOfRings(UnsafeCell<bpf_map_def>);
+
+// SAFETY: the definition is only read by the loader; the program passes its
+// address to helpers and never touches the fields.
+unsafe impl Sync for MapOfRings {}
+
+#[unsafe(link_section = "maps")]
+#[unsafe(export_name = "RINGS")]
+static RINGS: MapOfRings = MapOfRings(UnsafeCell::new(bpf_map_def {
+    type_: BPF_MAP_TYPE_ARRAY_OF_MAPS,
+    key_size: 4,
+    value_size: 4,
+    max_entries: MAX_RING_SLOTS,
+    map_flags: 0,
+    id: 0,
+    pinning: 0,
+}));
 
 #[cgroup_sock_addr(connect4)]
 pub fn connect4(ctx: SockAddrContext) -> i32 {
@@ -132,8 +158,14 @@ fn judge_v6(ctx: &SockAddrContext, hook: Hook) -> i32 {
 
 #[inline(always)]
 fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -> i32 {
+    let key = RunEndpoint {
+        // SAFETY: helper without arguments.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        endpoint: *ep,
+        _pad: 0,
+    };
     // SAFETY: a read-only lookup; the value is not dereferenced.
-    if unsafe { ALLOWED_ENDPOINTS.get(ep) }.is_some() {
+    if unsafe { ALLOWED_ENDPOINTS.get(&key) }.is_some() {
         return ALLOW;
     }
     // SAFETY: plain context loads.
@@ -151,24 +183,36 @@ fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -
 }
 
 #[inline(always)]
-fn bump(slot: u32) {
-    if let Some(p) = COUNTERS.get_ptr_mut(slot) {
-        // SAFETY: per-CPU slot, this program is the only writer on this CPU while it runs.
-        unsafe { *p += 1 };
+fn bump(cgroup_id: u64, slot: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(&cgroup_id) {
+        // SAFETY: the run's per-CPU entry; this program is the only writer on
+        // this CPU while it runs. `slot` < COUNTER_SLOTS (a Hook or COUNTER_LOST).
+        unsafe { (*p).slots[(slot & 7) as usize] += 1 };
     }
 }
 
 #[inline(always)]
 fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, addr: [u8; 16]) {
-    bump(hook as u32);
-    let Some(mut entry) = DENIALS.reserve::<Denial>(0) else {
-        bump(COUNTER_LOST);
+    // SAFETY: helper without arguments.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    bump(cgroup_id, hook as u32);
+    // SAFETY: a read-only lookup; the slot is copied out.
+    let Some(slot) = (unsafe { RUN_SLOT.get(&cgroup_id) }).copied() else {
+        bump(cgroup_id, COUNTER_LOST);
         return;
     };
+    // SAFETY: the outer map's address and a key on the stack; the result is
+    // the slot's ring buffer (a map pointer, only passed to a helper) or null.
+    let ring = unsafe {
+        bpf_map_lookup_elem(RINGS.0.get().cast(), core::ptr::from_ref(&slot).cast())
+    };
+    if ring.is_null() {
+        bump(cgroup_id, COUNTER_LOST);
+        return;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
-    entry.write(Denial {
-        // SAFETY: helper without arguments.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+    let mut denial = Denial {
+        cgroup_id,
         pid: pid_tgid as u32,
         tgid: (pid_tgid >> 32) as u32,
         hook: hook as u32,
@@ -180,8 +224,20 @@ fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, add
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         path: [0; UNIX_PATH_MAX],
         _pad: [0; 4],
-    });
-    entry.submit(0);
+    };
+    // SAFETY: `ring` is a ring buffer map from RINGS; the record is on
+    // the stack and its size is the size passed.
+    let written = unsafe {
+        bpf_ringbuf_output(
+            ring,
+            core::ptr::from_mut(&mut denial).cast::<c_void>(),
+            core::mem::size_of::<Denial>() as u64,
+            0,
+        )
+    };
+    if written != 0 {
+        bump(cgroup_id, COUNTER_LOST);
+    }
 }
 
 #[cfg(not(test))]
