@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::socket::{
     bind, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
@@ -342,7 +342,10 @@ pub struct KernelAudit {
     child: Arc<AtomicU32>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Closed by the reader thread when it returns.
+    done: std::sync::mpsc::Receiver<()>,
     marker: String,
+    marker_sent: bool,
 }
 
 impl KernelAudit {
@@ -370,11 +373,15 @@ impl KernelAudit {
         let child = Arc::new(AtomicU32::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let marker = format!("lockrun-audit-sync-{run_id}");
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
         let thread = {
             let (child, stop, marker) = (child.clone(), stop.clone(), marker.clone());
             std::thread::Builder::new()
                 .name("lockrun-kaudit".into())
-                .spawn(move || read_loop(&fd, &log, &child, &stop, &marker))
+                .spawn(move || {
+                    read_loop(&fd, &log, &child, &stop, &marker);
+                    drop(done_tx);
+                })
                 .map_err(|e| KernelAuditError::Syscall {
                     call: "clone (audit reader thread)",
                     source: nix::Error::from_raw(e.raw_os_error().unwrap_or(0)),
@@ -384,7 +391,9 @@ impl KernelAudit {
             child,
             stop,
             thread: Some(thread),
+            done,
             marker,
+            marker_sent: false,
         })
     }
 
@@ -393,9 +402,14 @@ impl KernelAudit {
         self.child.store(child_pid, Ordering::SeqCst);
     }
 
-    /// Wait until every record the kernel queued before now has been read
-    /// (bounded), then stop.
-    pub fn finish(mut self) {
+    /// Mark the end of the run in the kernel's audit stream: the reader stops
+    /// once it reads the mark, so every record queued before it is read.
+    /// Call once no task of the run is left; [`finish`](Self::finish) waits.
+    pub fn send_marker(&mut self) {
+        if self.marker_sent {
+            return;
+        }
+        self.marker_sent = true;
         // NUL-terminated: the kernel drops the last byte of a user message otherwise.
         let mut text = self.marker.clone().into_bytes();
         text.push(0);
@@ -411,11 +425,15 @@ impl KernelAudit {
         if sent.is_err() {
             self.stop.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// Wait until every record the kernel queued before the marker has been
+    /// read (bounded: 2 s), then stop.
+    pub fn finish(mut self) {
+        self.send_marker();
         if let Some(t) = self.thread.take() {
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            // Disconnected when the reader returns; a timeout stops it.
+            let _ = self.done.recv_timeout(Duration::from_secs(2));
             self.stop.store(true, Ordering::SeqCst);
             let _ = t.join();
         }
