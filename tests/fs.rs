@@ -893,6 +893,51 @@ fn raw_block_devices_are_unreadable() {
 }
 
 #[test]
+fn the_console_and_other_root_devices_are_unreadable() {
+    let w = World::new("devices");
+    // Root's device nodes beyond what a shell or a build uses: the console's
+    // screen (vcs) and keyboard (tty1), the kernel log. Those present here.
+    let present: Vec<&str> = ["/dev/vcs", "/dev/vcs1", "/dev/tty1", "/dev/kmsg"]
+        .into_iter()
+        .filter(|p| std::path::Path::new(p).exists())
+        .collect();
+    if present.is_empty() {
+        assert!(support::may_skip(), "no console device under CI=true");
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"skipped: the_console_and_other_root_devices_are_unreadable: no vcs, tty1 or kmsg here\n",
+        );
+        return;
+    }
+    let ops: Vec<[&str; 2]> = present.iter().map(|p| ["open_read", *p]).collect();
+    let ops: Vec<&[&str]> = ops.iter().map(|o| &o[..]).collect();
+    // Control: each opens outside (we are root), so a refusal inside is Landlock's.
+    assert_eq!(
+        w.probe_outside(&ops),
+        vec!["ok"; present.len()],
+        "{present:?}"
+    );
+    assert_eq!(
+        w.probe(&[], &ops),
+        vec!["errno=EACCES"; present.len()],
+        "{present:?}"
+    );
+    // Controls inside: /dev lists, and what a shell uses reads.
+    let r = w.probe(
+        &[],
+        &[
+            &["listdir", "/dev"],
+            &["read", "/dev/urandom"],
+            &["read", "/dev/null"],
+            &["open_read", "/dev/tty"],
+        ],
+    );
+    assert_eq!(r[..3], ["ok", "ok", "ok"], "{r:?}");
+    // /dev/tty: ENXIO without a controlling terminal, never EACCES.
+    assert_ne!(r[3], "errno=EACCES", "{r:?}");
+}
+
+#[test]
 fn set_id_bits_cannot_be_set_even_in_the_worktree() {
     use std::os::unix::fs::MetadataExt;
     let w = World::new("setid");

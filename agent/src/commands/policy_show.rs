@@ -88,6 +88,9 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
                 }
                 crate::fs::Grant::Device => "read, write, ioctl (device)",
                 crate::fs::Grant::Tty => "read, write, ioctl (terminal)",
+                crate::fs::Grant::List => {
+                    "list only (the names; nothing beneath is readable unless listed here)"
+                }
             };
             (p, rights.to_owned())
         })
@@ -115,6 +118,10 @@ impl<'a> View<'a> {
         deny_read.push(format!(
             "{} (other runs and other agents; the run's own {{tmp}} and writable dirs beneath it stay open)",
             policy.run.state_dir.display()
+        ));
+        deny_read.push(format!(
+            "/dev, but listable, and readable: {} (a run is uid 0, and uid 0 owns the console, raw disks and the rest of /dev)",
+            crate::fs::DEV_READABLE.join(", ")
         ));
         deny_read.sort();
         deny_read.dedup();

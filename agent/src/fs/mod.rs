@@ -101,6 +101,8 @@ pub enum Grant {
     ReadWrite,
     Device,
     Tty,
+    /// List a directory (and the directories beneath), read nothing in it: `/dev`.
+    List,
 }
 
 fn read_rights() -> BitFlags<AccessFs> {
@@ -119,8 +121,35 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
         // granting ioctl_dev there only keeps isatty() probes (TCGETS →
         // ENOTTY) from being logged as refusals.
         Grant::Device | Grant::Tty => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
+        Grant::List => AccessFs::ReadDir.into(),
     }
 }
+
+/// What of `/dev` a run may read (besides the devices it may also write).
+///
+/// A run is uid 0 without capabilities, and uid 0 owns root's device nodes:
+/// reading everywhere would hand it the console's screen and keystrokes
+/// (`/dev/vcs*`, `/dev/tty[0-9]*`, `/dev/ttyS*`), raw disks (every file's
+/// bytes, whatever the deny list), and more. So `/dev` is listable, and
+/// readable only here — the set a build or a shell uses, as bubblewrap's
+/// `--dev` provides. Refused elsewhere in `/dev`: EACCES.
+pub const DEV_READABLE: [&str; 15] = [
+    "null",
+    "zero",
+    "full",
+    "random",
+    "urandom",
+    "tty",
+    "ptmx",
+    "pts",
+    "shm",
+    "mqueue",
+    "hugepages",
+    "fd",
+    "stdin",
+    "stdout",
+    "stderr",
+];
 
 /// The kernel's Landlock ABI version, or why there is none.
 pub fn kernel_abi() -> Result<i32, FsError> {
@@ -152,8 +181,6 @@ impl FsSandbox {
         denied.extend(policy.fs.deny_read.iter().map(|p| p.resolve(run_tmp)));
         denied.push(runs_dir.to_path_buf());
         denied.push(policy.run.state_dir.clone());
-        // Raw disks would hand out every file's bytes, whatever the deny list.
-        block_devices(Path::new("/dev"), 0, &mut denied);
         let denied = canonical_set(&denied);
 
         let mut writable = vec![policy.worktree.clone(), run_tmp.to_path_buf()];
@@ -353,6 +380,19 @@ impl Plan {
         if denied.contains(root) {
             return Ok(());
         }
+        if grant == Grant::Read && root == Path::new("/dev") {
+            // Listable, and readable only where DEV_READABLE says.
+            self.push(root, Grant::List)?;
+            for name in DEV_READABLE {
+                let dev = root.join(name);
+                match self.grant_except(&dev, grant, denied) {
+                    Err(FsError::Open { source, .. })
+                        if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) => {}
+                    r => r?,
+                }
+            }
+            return Ok(());
+        }
         let Some(inner) = denied.iter().find(|d| d.starts_with(root) && *d != root) else {
             self.push(root, grant)?;
             return Ok(());
@@ -385,22 +425,6 @@ impl Plan {
             }
         }
         Ok(())
-    }
-}
-
-/// Block devices beneath `dir` (not following symlinks), a few levels deep.
-fn block_devices(dir: &Path, depth: u8, out: &mut Vec<PathBuf>) {
-    use std::os::unix::fs::FileTypeExt;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let Ok(ft) = e.file_type() else { continue };
-        if ft.is_block_device() {
-            out.push(e.path());
-        } else if ft.is_dir() && depth < 3 {
-            block_devices(&e.path(), depth + 1, out);
-        }
     }
 }
 
