@@ -450,6 +450,7 @@ fn moving_out_of_the_run_cgroup_and_bpf_are_refused() {
     let sib = Sibling(root.join(format!("lockrun-test-{}", std::process::id())));
     std::fs::create_dir(&sib.0).unwrap();
     let parent = root.join(lockrun::cgroup::PARENT);
+    let build = lockrun::cgroup::build_parent().unwrap();
     let target = |cg: &Path| cg.join("cgroup.procs").display().to_string();
     let Some(o) = w.probe(
         &[],
@@ -457,6 +458,7 @@ fn moving_out_of_the_run_cgroup_and_bpf_are_refused() {
             &["cgroup_move", &target(&sib.0)],
             &["cgroup_move", &target(&root)],
             &["cgroup_move", &target(&parent)],
+            &["cgroup_move", &target(&build)],
             &["cgroup"],
             &["bpf"],
         ],
@@ -464,15 +466,22 @@ fn moving_out_of_the_run_cgroup_and_bpf_are_refused() {
         return;
     };
     // Each cgroup.procs is outside the worktree: Landlock refuses the open for writing.
-    for (what, line) in ["sibling", "root", "parent"].iter().zip(&o.lines) {
+    for (what, line) in ["sibling", "root", "parent", "build's parent"]
+        .iter()
+        .zip(&o.lines)
+    {
         assert_eq!(line, "errno 13 EACCES", "moving into the {what} cgroup");
     }
     // Still in the run's cgroup after the attempts, as seen from inside.
     assert_eq!(
-        o.lines[3],
-        format!("/{}/{} {}", lockrun::cgroup::PARENT, o.run_id, o.cgroup_id)
+        o.lines[4],
+        format!(
+            "{} {}",
+            lockrun::cgroup::relative_path(&o.run_id),
+            o.cgroup_id
+        )
     );
-    assert_eperm("bpf()", &o.lines[4]);
+    assert_eperm("bpf()", &o.lines[5]);
     assert_eq!(procs(&sib.0), "", "a process reached the sibling cgroup");
     o.assert_events(&[]);
     // Control of the judge: from outside, a process can be moved into the sibling.
@@ -624,14 +633,18 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
             && e.tgid == pid),
         "{events:#?}"
     );
-    // What the dead lockrun left: the command in its cgroup, the pins, the run dir.
+    // What the dead lockrun left: the command in its cgroup, its registration, the run dir.
     let cg = support::run_cgroup(&run_id);
     assert!(
         procs(&cg).lines().any(|l| l == pid.to_string()),
         "{}",
         procs(&cg)
     );
-    assert!(lockrun::bpf::pin_dir(&run_id).join("connect4").exists());
+    let cg_id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg).unwrap());
+    assert!(
+        lockrun::bpf::registered_runs().unwrap().contains(&cg_id),
+        "the killed run stays registered: the hooks judge by it"
+    );
     assert!(w.state.join("runs").join(&run_id).exists());
 
     // gc reaps it: processes, cgroup, pins, run dir.
@@ -652,6 +665,10 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
     };
     wait_for("the command's process to be gone", gone);
     assert_run_gone(&w.state, &run_id);
+    assert!(
+        !lockrun::bpf::registered_runs().unwrap().contains(&cg_id),
+        "gc forgot the run in the shared maps"
+    );
     let n = rounds().len();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(rounds().len(), n, "the loop still runs");

@@ -53,7 +53,6 @@ pub struct Run {
     pub audit_path: PathBuf,
     pub cg_path: PathBuf,
     pub cg_id: u64,
-    pub pin_dir: PathBuf,
 }
 
 impl Run {
@@ -85,7 +84,6 @@ impl Run {
             test: test.to_owned(),
             cg_path: cg.path().to_path_buf(),
             cg_id: cg.id(),
-            pin_dir: hooks.pin_dir().to_path_buf(),
             run_id,
             cg: Some(cg),
             hooks: Some(hooks),
@@ -176,11 +174,6 @@ impl Run {
             !self.cg_path.exists(),
             "cgroup {} remains",
             self.cg_path.display()
-        );
-        assert!(
-            !self.pin_dir.exists(),
-            "pins {} remain",
-            self.pin_dir.display()
         );
         assert!(
             !lockrun::bpf::registered_runs()

@@ -129,7 +129,7 @@ impl World {
         let run_id = self.run_id();
         assert_eq!(
             cg_path,
-            format!("/{}/{run_id}", lockrun::cgroup::PARENT),
+            lockrun::cgroup::relative_path(&run_id),
             "the command ran in the run's own cgroup"
         );
         let o = Outcome {
@@ -278,18 +278,13 @@ pub fn probe_outside(ops: &[&[&str]]) -> Vec<String> {
 }
 
 pub fn run_cgroup(run_id: &str) -> PathBuf {
-    lockrun::cgroup::cgroup2_mount()
-        .unwrap()
-        .join(lockrun::cgroup::PARENT)
-        .join(run_id)
+    lockrun::cgroup::build_parent().unwrap().join(run_id)
 }
 
-/// Nothing of the run is left: its cgroup, its pins, its run dir.
+/// Nothing of the run is left: its cgroup, its run dir.
 pub fn assert_run_gone(state: &Path, run_id: &str) {
     let cg = run_cgroup(run_id);
     assert!(!cg.exists(), "cgroup {} remains", cg.display());
-    let pins = lockrun::bpf::pin_dir(run_id);
-    assert!(!pins.exists(), "pins {} remain", pins.display());
     let dir = state.join("runs").join(run_id);
     assert!(!dir.exists(), "run dir {} remains", dir.display());
 }

@@ -1,5 +1,6 @@
 //! The kernel network policy: the run's only ways out, held by cgroup eBPF
-//! hooks on the run's cgroup v2 and pinned in bpffs so they outlive lockrun.
+//! hooks that every run's cgroup v2 is born under, pinned in bpffs so they
+//! outlive lockrun.
 //!
 //! | hook | kernel | what it allows |
 //! |---|---|---|
@@ -9,32 +10,36 @@
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
-//! [`Event::KernelNetwork`] (the run's `DENIALS` ring buffer) and a count (its
+//! [`Event::KernelNetwork`] (the run's ring buffer) and a count (its
 //! `COUNTERS` entry).
 //!
-//! # Verified once, attached per run
-//! Verifying the five object programs cost ~5 ms per run (~1 ms each on this
-//! kernel), a third of lockrun's start-up. They are now loaded once per
-//! lockrun build and pinned, with the object's maps, under
-//! `/sys/fs/bpf/lockrun-programs/<object-hash>/` ([`SHARED_ROOT`]); each run
-//! attaches those same programs to its own cgroup, and they find the run's
-//! allow list, counters and ring buffer by the cgroup id of the calling task.
-//! A task of no registered run is refused everything (fail closed). The two
-//! unix hooks are still assembled and verified per run (~0.3 ms each).
+//! # Verified and attached once per build
+//! Verifying the programs cost ~6 ms per run (~1 ms each on this kernel) and
+//! attaching and pinning them ~1 ms more. They are now loaded once per
+//! lockrun build and pinned, with the shared maps, under
+//! `/sys/fs/bpf/lockrun-programs/<object-hash>/` ([`SHARED_ROOT`]), and
+//! attached once, by links pinned there as `link-<program>`, to the build's
+//! parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`
+//! ([`crate::cgroup::build_parent`]). Every run's cgroup is made inside it, so
+//! a run's processes are judged from their first instruction. The programs
+//! find the run's allow list, unix prefixes, counters and ring buffer by the
+//! cgroup id of the calling task (`RUNS`); a task of no registered run is
+//! refused every inet destination (fail closed). Each run checks that every
+//! link is live and on the parent (`BPF_OBJ_GET_INFO_BY_FD`) and re-attaches
+//! one that is not.
 //!
 //! Ring buffers are reached through a map of maps, and every update of one
 //! waits for an RCU grace period (4–8 ms measured here). So the rings stay:
 //! `ring-<slot>` is created the first time a slot is used and kept in `RINGS`;
 //! a run claims a free slot (`SLOT_OWNERS`, `BPF_NOEXIST`), discards what a
-//! killed predecessor left in its ring, and points `RUN_SLOT[cgroup]` at it.
+//! killed predecessor left in its ring, and points `RUNS[cgroup]` at it.
 //!
-//! A run's links are pinned under `/sys/fs/bpf/lockrun/<run-id>/`; a lockrun
-//! killed with SIGKILL leaves its processes confined (links pinned, entries in
-//! the shared maps) until `lockrun gc` ([`unpin`], [`forget_gone_runs`])
-//! removes both.
+//! A lockrun killed with SIGKILL leaves its processes confined (the
+//! attachment is the build's, the registration stays) until `lockrun gc`
+//! reaps the cgroup and forgets the run ([`forget_runs`]).
 //!
-//! Pinned link files: `connect4`, `connect6`, `sendmsg4`, `sendmsg6`,
-//! `sock_create`, `connect_unix`, `sendmsg_unix`.
+//! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
+//! builds made; [`unpin`] still removes them.
 
 mod raw;
 pub mod unix;
@@ -49,9 +54,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use aya::maps::{HashMap, LpmTrie, Map, MapData, PerCpuHashMap, PerCpuValues, RingBuf};
 use lockrun_common::{
-    Denial, Endpoint, Hook, RunCounters, RunEndpoint, UnixPrefixKey, AF_INET6, AF_UNIX,
-    COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_RINGS, MAP_RUN_SLOT,
-    MAX_ALLOWED_ENDPOINTS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES, UNIX_PATH_MAX,
+    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, UnixPrefixKey, AF_INET6, AF_UNIX,
+    COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_RINGS, MAP_RUNS,
+    MAX_ALLOWED_ENDPOINTS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES, MAX_UNIX_PREFIXES_ALL_RUNS,
+    UNIX_PATH_MAX,
 };
 
 use crate::audit::{AuditLog, Destination, Event, KernelNetEvent};
@@ -153,6 +159,8 @@ pub enum BpfError {
         #[source]
         source: io::Error,
     },
+    #[error("the run's cgroup {cgroup} is not in the build's parent cgroup {parent}, where the hooks are attached")]
+    NotUnderParent { cgroup: PathBuf, parent: PathBuf },
     #[error("more than {MAX_ALLOWED_ENDPOINTS} allowed endpoints")]
     TooManyEndpoints,
     #[error("the ring buffer's fd cannot be watched (epoll_ctl)")]
@@ -249,10 +257,11 @@ pub fn endpoint_key(addr: &SocketAddr) -> Endpoint {
     }
 }
 
-/// The LPM keys admitting sockets under `dir`: the path as given and its
-/// canonical form, each with a trailing `/`. Paths too long to prefix a socket
-/// path are left out (nothing under them can be a socket address).
-fn prefix_keys(dir: &Path) -> Vec<UnixPrefixKey> {
+/// The LPM keys admitting the run in `cgroup_id` to sockets under `dir`: the
+/// path as given and its canonical form, each with a trailing `/`, after the
+/// cgroup id (matched whole). Paths too long to prefix a socket path are left
+/// out (nothing under them can be a socket address).
+fn prefix_keys(cgroup_id: u64, dir: &Path) -> Vec<UnixPrefixKey> {
     let mut forms = vec![dir.to_path_buf()];
     if let Ok(c) = dir.canonicalize() {
         if c != dir {
@@ -278,7 +287,8 @@ fn prefix_keys(dir: &Path) -> Vec<UnixPrefixKey> {
             let mut path = [0u8; UNIX_PATH_MAX];
             path[..bytes.len()].copy_from_slice(&bytes);
             Some(UnixPrefixKey {
-                prefix_len: (bytes.len() * 8) as u32,
+                prefix_len: ((8 + bytes.len()) * 8) as u32,
+                cgroup_id,
                 path,
             })
         })
@@ -303,43 +313,45 @@ impl Counters {
 
 type Ring = Arc<Mutex<RingBuf<MapData>>>;
 
-/// The attached, pinned hooks of one run. Dropping it without [`finish`]
-/// unregisters the run and unpins its links (an early error leaves nothing
-/// behind); a `SIGKILL`ed lockrun leaves both, and the hooks hold.
+/// One run's place in the shared hooks: registered in the shared maps, with
+/// a ring slot whose records are its refusals. Dropping it without
+/// [`finish`] unregisters the run (an early error leaves nothing behind); a
+/// `SIGKILL`ed lockrun leaves the registration, and the hooks keep judging
+/// the run's processes until `gc` reaps them and forgets it.
 ///
 /// [`finish`]: NetworkHooks::finish
 pub struct NetworkHooks {
     run_id: String,
-    dir: PathBuf,
     cgroup_id: u64,
     ring: Ring,
     /// The run's slot in `RINGS` (held in `SLOT_OWNERS`).
     slot: u32,
     shared: Shared,
-    /// The keys this run added to the shared allow map.
+    /// The keys this run added to the shared allow map and prefix trie.
     endpoints: Vec<RunEndpoint>,
+    prefixes: Vec<aya::maps::lpm_trie::Key<PrefixData>>,
+    registered: bool,
     reader: Option<tokio::task::JoinHandle<()>>,
-    /// The run's unix programs, held (never read) while their links are made.
-    #[allow(dead_code)]
-    unix_progs: Vec<OwnedFd>,
     finished: bool,
 }
+
+/// The data of a `UNIX_PREFIXES` key: the cgroup id, then the path bytes.
+type PrefixData = [u8; 8 + UNIX_PATH_MAX];
 
 impl std::fmt::Debug for NetworkHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NetworkHooks")
             .field("run_id", &self.run_id)
-            .field("dir", &self.dir)
             .field("cgroup_id", &self.cgroup_id)
+            .field("slot", &self.slot)
             .finish_non_exhaustive()
     }
 }
 
 impl NetworkHooks {
-    /// Attach every hook to `cgroup`, allow exactly `allowed` (the proxy
-    /// endpoint and `network.local`) and pathname unix sockets under
-    /// `unix_allowed` (the worktree and the run's temp dir), and pin the links
-    /// under [`pin_dir`]`(run_id)`.
+    /// Make `cgroup` a run: allow exactly `allowed` (the proxy endpoint and
+    /// `network.local`) and pathname unix sockets under `unix_allowed` (the
+    /// worktree and the run's temp dir), judged by text.
     pub fn attach(
         cgroup: &RunCgroup,
         run_id: &str,
@@ -358,6 +370,11 @@ impl NetworkHooks {
     /// [`attach`](Self::attach), choosing how the unix hooks judge pathname
     /// destinations ([`unix::UnixMode`]; a run with the seccomp supervisor
     /// uses `Supervised`).
+    ///
+    /// The hooks are the build's, attached once to the build's parent cgroup
+    /// ([`crate::cgroup::build_parent`]); they are checked to be attached
+    /// there (re-attached if not), and `cgroup` must be its child. The run is
+    /// registered before this returns, and no task of the run exists yet.
     pub fn attach_with(
         cgroup: &RunCgroup,
         run_id: &str,
@@ -371,134 +388,63 @@ impl NetworkHooks {
             return Err(BpfError::TooManyEndpoints);
         }
         ensure_bpffs()?;
-        let root = Path::new(BPFFS).join("lockrun");
-        for d in [&root, &pin_dir(run_id)] {
-            match fs::create_dir(d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && *d == root => {}
-                Err(source) => {
-                    return Err(BpfError::Mkdir {
-                        path: d.clone(),
-                        source,
-                    })
-                }
-            }
-        }
-        // Until the hooks exist, a guard removes the pin dir on any error.
-        let guard = PinGuard(pin_dir(run_id));
-
         let mut shared = Shared::open_or_load(object)?;
+        let parent = crate::cgroup::build_parent()?;
+        if cgroup.path().parent() != Some(parent.as_path()) {
+            return Err(BpfError::NotUnderParent {
+                cgroup: cgroup.path().to_path_buf(),
+                parent,
+            });
+        }
+        shared.ensure_attached(&parent)?;
         let (slot, ring_fd) = shared.claim_slot(cgroup.id())?;
-        let prefixes_fd = raw::map_create(&raw::MapSpec {
-            name: "UNIX_PREFIXES",
-            map_type: raw::MAP_TYPE_LPM_TRIE,
-            key_size: std::mem::size_of::<UnixPrefixKey>() as u32,
-            value_size: 1,
-            max_entries: MAX_UNIX_PREFIXES,
-            flags: raw::F_NO_PREALLOC,
-            inner: None,
-        })
-        .map_err(|source| BpfError::RawMapCreate {
-            map: "UNIX_PREFIXES",
-            source,
-        })?;
         let map_err = |map, call| move |source| BpfError::Map { map, call, source };
-        let ring = MapData::from_fd(ring_fd)
+        let ring = match MapData::from_fd(ring_fd)
             .and_then(|d| RingBuf::try_from(Map::RingBuf(d)))
-            .map_err(map_err("DENIALS", "open"));
-        let ring = match ring {
+            .map_err(map_err("DENIALS", "open"))
+        {
             Ok(r) => r,
             Err(e) => {
                 shared.release_slot(slot);
                 return Err(e);
             }
         };
-
         let mut hooks = Self {
             run_id: run_id.to_owned(),
-            dir: guard.0.clone(),
             cgroup_id: cgroup.id(),
             ring: Arc::new(Mutex::new(ring)),
             slot,
             shared,
             endpoints: Vec::new(),
+            prefixes: Vec::new(),
+            registered: false,
             reader: None,
-            unix_progs: Vec::new(),
             finished: false,
         };
-        // From here on, dropping `hooks` unregisters the run and unpins.
-        std::mem::forget(guard);
+        // From here on, dropping `hooks` unregisters the run and frees the slot.
         // What a killed run that held the slot left in the ring is not ours.
         drain(&hooks.ring, None, hooks.cgroup_id);
-        hooks.register(allowed)?;
-
-        let prefixes_raw = prefixes_fd.as_raw_fd();
-        let mut prefixes: LpmTrie<MapData, [u8; UNIX_PATH_MAX], u8> = MapData::from_fd(prefixes_fd)
-            .and_then(|d| LpmTrie::try_from(Map::LpmTrie(d)))
-            .map_err(map_err("UNIX_PREFIXES", "open"))?;
-        for d in unix_allowed {
-            for k in prefix_keys(d) {
-                let key = aya::maps::lpm_trie::Key::new(k.prefix_len, k.path);
-                prefixes
-                    .insert(&key, 1, 0)
-                    .map_err(map_err("UNIX_PREFIXES", "BPF_MAP_UPDATE_ELEM"))?;
-            }
-        }
-        hooks.unix_progs = hooks.attach_unix(prefixes_raw, unix_mode, cgroup)?;
-        for (name, attach_type, prog) in &hooks.shared.progs {
-            attach_one(prog.as_fd(), name, *attach_type, cgroup, &hooks.dir)?;
-        }
+        hooks.register(allowed, unix_allowed, unix_mode)?;
         Ok(hooks)
     }
 
-    /// Assemble, load and attach the run's two unix hooks; they name the
-    /// run's prefix trie (`prefixes`, open while this runs), its ring and the
-    /// shared counters by fd.
-    fn attach_unix(
-        &self,
-        prefixes: i32,
-        mode: unix::UnixMode,
-        cgroup: &RunCgroup,
-    ) -> Result<Vec<OwnedFd>, BpfError> {
-        let unix_maps = {
-            let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-            unix::UnixMaps {
-                unix_prefixes: prefixes,
-                denials: ring.as_fd().as_raw_fd(),
-                counters: self.shared.counters_fd.as_raw_fd(),
-                run_cgroup: cgroup.id(),
-                mode,
+    /// Enter the run in the shared maps: a zeroed counter entry, its allowed
+    /// endpoints and unix prefixes, and last its `RUNS` entry (slot and unix
+    /// mode), which makes it a run for the unix hooks.
+    fn register(
+        &mut self,
+        allowed: &[SocketAddr],
+        unix_allowed: &[PathBuf],
+        unix_mode: unix::UnixMode,
+    ) -> Result<(), BpfError> {
+        let cg = self.cgroup_id;
+        let reg = |map: &'static str| {
+            move |e: aya::maps::MapError| BpfError::Register {
+                map,
+                call: "BPF_MAP_UPDATE_ELEM",
+                source: io::Error::other(e),
             }
         };
-        let mut progs = Vec::new();
-        for (name, hook, attach_type) in [
-            ("connect_unix", Hook::ConnectUnix, raw::ATTACH_UNIX_CONNECT),
-            ("sendmsg_unix", Hook::SendmsgUnix, raw::ATTACH_UNIX_SENDMSG),
-        ] {
-            let insns = unix::program(hook, &unix_maps);
-            let prog = raw::prog_load(
-                raw::PROG_TYPE_CGROUP_SOCK_ADDR,
-                &insns,
-                attach_type,
-                name,
-                c"GPL",
-            )
-            .map_err(|(source, log)| BpfError::RawLoad {
-                program: name,
-                source,
-                log,
-            })?;
-            attach_one(prog.as_fd(), name, attach_type, cgroup, &self.dir)?;
-            progs.push(prog);
-        }
-        Ok(progs)
-    }
-
-    /// Enter the run in the shared maps: a zeroed counter entry, its ring
-    /// buffer, its allowed endpoints. The hooks are not attached yet, so no
-    /// task of the run can act before all of it is there.
-    fn register(&mut self, allowed: &[SocketAddr]) -> Result<(), BpfError> {
-        let cg = self.cgroup_id;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| BpfError::Register {
             map: MAP_COUNTERS,
             call: "nr_cpus",
@@ -514,75 +460,82 @@ impl NetworkHooks {
         self.shared
             .counters
             .insert(cg, zero, 0)
-            .map_err(|e| BpfError::Register {
-                map: MAP_COUNTERS,
-                call: "BPF_MAP_UPDATE_ELEM",
-                source: io::Error::other(e),
-            })?;
-        self.shared
-            .run_slot
-            .insert(cg, self.slot, 0)
-            .map_err(|e| BpfError::Register {
-                map: MAP_RUN_SLOT,
-                call: "BPF_MAP_UPDATE_ELEM",
-                source: io::Error::other(e),
-            })?;
+            .map_err(reg(MAP_COUNTERS))?;
         for a in allowed {
             let key = RunEndpoint {
                 cgroup_id: cg,
                 endpoint: endpoint_key(a),
                 _pad: 0,
             };
+            self.endpoints.push(key);
             self.shared
                 .endpoints
                 .insert(key, 1, 0)
-                .map_err(|e| BpfError::Register {
-                    map: MAP_ALLOWED_ENDPOINTS,
-                    call: "BPF_MAP_UPDATE_ELEM",
-                    source: io::Error::other(e),
-                })?;
-            self.endpoints.push(key);
+                .map_err(reg(MAP_ALLOWED_ENDPOINTS))?;
         }
+        let mut keys: Vec<UnixPrefixKey> = unix_allowed
+            .iter()
+            .flat_map(|d| prefix_keys(cg, d))
+            .collect();
+        keys.truncate(MAX_UNIX_PREFIXES as usize);
+        for k in keys {
+            let mut data = [0u8; 8 + UNIX_PATH_MAX];
+            data[..8].copy_from_slice(&k.cgroup_id.to_ne_bytes());
+            data[8..].copy_from_slice(&k.path);
+            let key = aya::maps::lpm_trie::Key::new(k.prefix_len, data);
+            self.prefixes.push(key);
+            self.shared
+                .prefixes
+                .insert(&key, 1, 0)
+                .map_err(reg(UNIX_PREFIXES))?;
+        }
+        self.registered = true;
+        self.shared
+            .runs
+            .insert(
+                cg,
+                RunConfig {
+                    slot: self.slot,
+                    unix_mode: unix_mode.raw(),
+                },
+                0,
+            )
+            .map_err(reg(MAP_RUNS))?;
         Ok(())
     }
 
     /// Remove the run from the shared maps (what is already gone is fine:
-    /// `gc` may have been first). Call once no task of the run is left.
+    /// `gc` may have been first) and free its ring slot. Call once no task of
+    /// the run is left.
     fn unregister(&mut self) -> Result<(), BpfError> {
-        let mut first = None;
-        for key in std::mem::take(&mut self.endpoints) {
-            if let Err(e) = self.shared.endpoints.remove(&key) {
-                if !is_not_found(&e) {
-                    first.get_or_insert((MAP_ALLOWED_ENDPOINTS, io::Error::other(e)));
+        let mut first: Option<(&'static str, aya::maps::MapError)> = None;
+        let mut note = |map, r: Result<(), aya::maps::MapError>| {
+            if let Err(e) = r {
+                if !is_not_found(&e) && first.is_none() {
+                    first = Some((map, e));
                 }
             }
+        };
+        if std::mem::take(&mut self.registered) {
+            note(MAP_RUNS, self.shared.runs.remove(&self.cgroup_id));
         }
-        if let Err(e) = self.shared.run_slot.remove(&self.cgroup_id) {
-            if !is_not_found(&e) {
-                first.get_or_insert((MAP_RUN_SLOT, io::Error::other(e)));
-            }
+        for key in std::mem::take(&mut self.endpoints) {
+            note(MAP_ALLOWED_ENDPOINTS, self.shared.endpoints.remove(&key));
         }
-        if let Err(e) = self.shared.counters.remove(&self.cgroup_id) {
-            if !is_not_found(&e) {
-                first.get_or_insert((MAP_COUNTERS, io::Error::other(e)));
-            }
+        for key in std::mem::take(&mut self.prefixes) {
+            note(UNIX_PREFIXES, self.shared.prefixes.remove(&key));
         }
+        note(MAP_COUNTERS, self.shared.counters.remove(&self.cgroup_id));
         // Last: the slot is free for another run once nothing of ours points at it.
         self.shared.release_slot(self.slot);
         match first {
             None => Ok(()),
-            Some((map, source)) => Err(BpfError::Register {
+            Some((map, e)) => Err(BpfError::Register {
                 map,
                 call: "BPF_MAP_DELETE_ELEM",
-                source,
+                source: io::Error::other(e),
             }),
         }
-    }
-
-    /// The pin directory.
-    #[must_use]
-    pub fn pin_dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Start the audit reader on the current tokio runtime: every refusal the
@@ -637,8 +590,7 @@ impl NetworkHooks {
 
     /// Teardown: stop the reader, drain the last events, read the counters
     /// (lost events are recorded as [`Event::KernelEventsLost`]), remove the
-    /// run from the shared maps, unpin and detach. Call after the run's
-    /// cgroup is empty.
+    /// run from the shared maps. Call after the run's cgroup is empty.
     pub fn finish(mut self, audit: &AuditLog) -> Result<Counters, BpfError> {
         self.finished = true;
         if let Some(r) = self.reader.take() {
@@ -651,9 +603,7 @@ impl NetworkHooks {
                 audit.record(Event::KernelEventsLost { count: c.lost });
             }
         }
-        let unregistered = self.unregister();
-        unpin(&self.run_id)?;
-        unregistered?;
+        self.unregister()?;
         counters
     }
 }
@@ -667,9 +617,6 @@ impl Drop for NetworkHooks {
             if let Err(e) = self.unregister() {
                 tracing::warn!("unregistering run {}: {e}", self.run_id);
             }
-            if let Err(e) = unpin(&self.run_id) {
-                tracing::warn!("unpinning {}: {e}", self.dir.display());
-            }
         }
     }
 }
@@ -679,18 +626,18 @@ fn is_not_found(e: &aya::maps::MapError) -> bool {
         || matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
 }
 
-/// The verified object programs and the maps they share, pinned once per
-/// lockrun build under [`SHARED_ROOT`]`/<object-hash>/`.
+/// The verified programs and the maps they share, pinned once per lockrun
+/// build under [`SHARED_ROOT`]`/<object-hash>/`, with the links that attach
+/// them to the build's parent cgroup (`link-<program>`).
 struct Shared {
     endpoints: HashMap<MapData, RunEndpoint, u8>,
     counters: PerCpuHashMap<MapData, u64, RunCounters>,
-    /// The same map as `counters`, for the hand-assembled unix hooks.
-    counters_fd: OwnedFd,
-    run_slot: HashMap<MapData, u64, u32>,
+    runs: HashMap<MapData, u64, RunConfig>,
+    prefixes: LpmTrie<MapData, PrefixData, u8>,
     slot_owners: HashMap<MapData, u32, u64>,
     rings: OwnedFd,
     dir: PathBuf,
-    /// (name, attach type, program) for each of [`OBJECT_PROGRAMS`].
+    /// (name, attach type, program) for each of [`PROGRAMS`].
     progs: Vec<(&'static str, u32, OwnedFd)>,
 }
 
@@ -704,10 +651,17 @@ fn object_hash(object: &[u8]) -> String {
     format!("{h:016x}")
 }
 
+/// This build's name: its programs' pin directory under [`SHARED_ROOT`] and
+/// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
+#[must_use]
+pub fn build_id() -> String {
+    OBJECT.map_or_else(|| "none".to_owned(), object_hash)
+}
+
 /// Where this build's programs are pinned.
 #[must_use]
-pub fn shared_dir() -> Option<PathBuf> {
-    OBJECT.map(|o| Path::new(BPFFS).join(SHARED_ROOT).join(object_hash(o)))
+pub fn shared_dir() -> PathBuf {
+    Path::new(BPFFS).join(SHARED_ROOT).join(build_id())
 }
 
 impl Shared {
@@ -772,26 +726,73 @@ impl Shared {
             .map_err(io::Error::other)?;
         let counters = PerCpuHashMap::try_from(Map::PerCpuHashMap(map(MAP_COUNTERS)?))
             .map_err(io::Error::other)?;
-        let counters_fd = raw::obj_get(&dir.join(MAP_COUNTERS))?;
-        let run_slot =
-            HashMap::try_from(Map::HashMap(map(MAP_RUN_SLOT)?)).map_err(io::Error::other)?;
+        let runs = HashMap::try_from(Map::HashMap(map(MAP_RUNS)?)).map_err(io::Error::other)?;
+        let prefixes =
+            LpmTrie::try_from(Map::LpmTrie(map(UNIX_PREFIXES)?)).map_err(io::Error::other)?;
         let slot_owners =
             HashMap::try_from(Map::HashMap(map(SLOT_OWNERS)?)).map_err(io::Error::other)?;
         let rings = raw::obj_get(&dir.join(MAP_RINGS))?;
         let mut progs = Vec::new();
-        for (name, _, attach_type) in OBJECT_PROGRAMS {
+        for (name, _, attach_type) in PROGRAMS {
             progs.push((name, attach_type, raw::obj_get(&dir.join(name))?));
         }
         Ok(Self {
             endpoints,
             counters,
-            counters_fd,
-            run_slot,
+            runs,
+            prefixes,
             slot_owners,
             rings,
             dir: dir.to_path_buf(),
             progs,
         })
+    }
+
+    /// Every program attached to `parent` by a live link pinned as
+    /// `link-<program>`; a missing or defunct one (its cgroup was removed
+    /// and made again) is attached now. Concurrent runs may both attach: the
+    /// loser's pin fails and its link, dropped, detaches again.
+    fn ensure_attached(&self, parent: &Path) -> Result<(), BpfError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let cg = fs::File::open(parent).map_err(|source| BpfError::Mkdir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+        let parent_id = cg
+            .metadata()
+            .map_err(|source| BpfError::Mkdir {
+                path: parent.to_path_buf(),
+                source,
+            })?
+            .ino();
+        for (name, attach_type, prog) in &self.progs {
+            let pin = self.dir.join(format!("link-{name}"));
+            for _ in 0..3 {
+                match raw::obj_get(&pin).and_then(|l| raw::cgroup_link_target(l.as_fd())) {
+                    Ok((id, at)) if id == parent_id && at == *attach_type => break,
+                    Ok(_) => {
+                        // Defunct (its cgroup is gone) or not ours: replace it.
+                        let _ = fs::remove_file(&pin);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(source) => return Err(BpfError::OpenShared { path: pin, source }),
+                }
+                let link =
+                    raw::link_create(prog.as_fd(), cg.as_fd(), *attach_type).map_err(|source| {
+                        BpfError::RawAttach {
+                            program: name,
+                            source,
+                        }
+                    })?;
+                match raw::obj_pin(link.as_fd(), &pin) {
+                    Ok(()) => break,
+                    // Another run pinned one first: ours detaches when dropped; check theirs.
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(source) => return Err(BpfError::Pin { path: pin, source }),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Claim a free ring slot for the run in `cgroup_id` and open its ring
@@ -860,31 +861,10 @@ impl Shared {
     }
 }
 
-/// Remove `<hash>-loading-<pid>` directories whose loader is gone (killed
-/// while loading the programs; a finished load renames its directory).
-fn remove_abandoned_loads() {
-    let root = Path::new(BPFFS).join(SHARED_ROOT);
-    let Ok(entries) = fs::read_dir(&root) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.rsplit_once("-loading-"))
-            .and_then(|(_, pid)| pid.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
-        if !alive {
-            let _ = fs::remove_dir_all(e.path());
-        }
-    }
-}
-
 /// The loader-only map of which run holds which ring slot.
 const SLOT_OWNERS: &str = "SLOT_OWNERS";
+/// The loader-created trie of the runs' unix socket directories.
+const UNIX_PREFIXES: &str = "UNIX_PREFIXES";
 
 fn new_ring() -> Result<OwnedFd, BpfError> {
     raw::map_create(&raw::MapSpec {
@@ -904,9 +884,7 @@ fn new_ring() -> Result<OwnedFd, BpfError> {
 
 /// This build's shared maps, if any run has loaded them.
 fn open_shared() -> Result<Option<Shared>, BpfError> {
-    let Some(dir) = shared_dir() else {
-        return Ok(None);
-    };
+    let dir = shared_dir();
     match Shared::open(&dir) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -914,10 +892,10 @@ fn open_shared() -> Result<Option<Shared>, BpfError> {
     }
 }
 
-/// The cgroup ids of the runs registered in the shared maps (`RUN_SLOT`).
+/// The cgroup ids of the runs registered in the shared maps (`RUNS`).
 pub fn registered_runs() -> Result<Vec<u64>, BpfError> {
     Ok(open_shared()?
-        .map(|s| s.run_slot.keys().filter_map(Result::ok).collect())
+        .map(|s| s.runs.keys().filter_map(Result::ok).collect())
         .unwrap_or_default())
 }
 
@@ -952,7 +930,7 @@ pub fn forget_gone_runs() -> Result<usize, BpfError> {
         .filter_map(Result::ok)
         .map(|(_, cg)| cg)
         .collect();
-    gone.extend(shared.run_slot.keys().filter_map(Result::ok));
+    gone.extend(shared.runs.keys().filter_map(Result::ok));
     gone.extend(shared.counters.keys().filter_map(Result::ok));
     gone.extend(
         shared
@@ -960,6 +938,13 @@ pub fn forget_gone_runs() -> Result<usize, BpfError> {
             .keys()
             .filter_map(Result::ok)
             .map(|k| k.cgroup_id),
+    );
+    gone.extend(
+        shared
+            .prefixes
+            .keys()
+            .filter_map(Result::ok)
+            .map(|k| prefix_cgroup(&k)),
     );
     let live = crate::cgroup::live_run_cgroup_ids()?;
     gone.sort_unstable();
@@ -969,14 +954,23 @@ pub fn forget_gone_runs() -> Result<usize, BpfError> {
     Ok(gone.len())
 }
 
+fn prefix_cgroup(k: &aya::maps::lpm_trie::Key<PrefixData>) -> u64 {
+    let d = k.data();
+    u64::from_ne_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
 fn forget(shared: &mut Shared, gone: &[u64]) {
     let endpoints: Vec<RunEndpoint> = shared.endpoints.keys().filter_map(Result::ok).collect();
+    let prefixes: Vec<_> = shared.prefixes.keys().filter_map(Result::ok).collect();
     let owners: Vec<(u32, u64)> = shared.slot_owners.iter().filter_map(Result::ok).collect();
     for cg in gone {
-        let _ = shared.run_slot.remove(cg);
+        let _ = shared.runs.remove(cg);
         let _ = shared.counters.remove(cg);
         for k in endpoints.iter().filter(|k| k.cgroup_id == *cg) {
             let _ = shared.endpoints.remove(k);
+        }
+        for k in prefixes.iter().filter(|k| prefix_cgroup(k) == *cg) {
+            let _ = shared.prefixes.remove(k);
         }
     }
     for (slot, cg) in owners {
@@ -986,8 +980,32 @@ fn forget(shared: &mut Shared, gone: &[u64]) {
     }
 }
 
-/// The object's programs: section name, program type, attach type.
-const OBJECT_PROGRAMS: [(&str, u32, u32); 5] = [
+/// Remove `<hash>-loading-<pid>` directories whose loader is gone (killed
+/// while loading the programs; a finished load renames its directory).
+fn remove_abandoned_loads() {
+    let root = Path::new(BPFFS).join(SHARED_ROOT);
+    let Ok(entries) = fs::read_dir(&root) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.rsplit_once("-loading-"))
+            .and_then(|(_, pid)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        if !alive {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The programs: name (the object's section, or a hand-assembled unix hook),
+/// program type, attach type.
+const PROGRAMS: [(&str, u32, u32); 7] = [
     (
         "connect4",
         raw::PROG_TYPE_CGROUP_SOCK_ADDR,
@@ -1013,17 +1031,33 @@ const OBJECT_PROGRAMS: [(&str, u32, u32); 5] = [
         raw::PROG_TYPE_CGROUP_SOCK,
         raw::ATTACH_INET_SOCK_CREATE,
     ),
+    (
+        "connect_unix",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_UNIX_CONNECT,
+    ),
+    (
+        "sendmsg_unix",
+        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
+        raw::ATTACH_UNIX_SENDMSG,
+    ),
 ];
 
 /// Parse the embedded object, create its maps (`RINGS` with a ring buffer as
-/// its inner-map template) and the loader's `SLOT_OWNERS`, relocate and load
-/// the programs of [`OBJECT_PROGRAMS`], and pin programs and maps into `dir`.
+/// its inner-map template) and the loader's `SLOT_OWNERS` and
+/// `UNIX_PREFIXES`, relocate and load the object's programs, assemble and
+/// load the unix hooks, and pin programs and maps into `dir`.
 ///
 /// Without aya's `EbpfLoader`: its constructor parses /sys/kernel/btf/vmlinux
 /// (~18 ms here), which programs without CO-RE relocations never need. The
 /// programs load with raw `BPF_PROG_LOAD`s, without BTF (no func/line info).
+#[allow(clippy::too_many_lines)] // one load, in order
 fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
     let mut obj = aya_obj::Object::parse(object).map_err(BpfError::Parse)?;
+    let pin = |fd: BorrowedFd<'_>, name: &str| {
+        let path = dir.join(name);
+        raw::obj_pin(fd, &path).map_err(|source| BpfError::Pin { path, source })
+    };
     let ring_template = new_ring()?;
     let owners = raw::map_create(&raw::MapSpec {
         name: SLOT_OWNERS,
@@ -1038,10 +1072,23 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         map: SLOT_OWNERS,
         source,
     })?;
-    let path = dir.join(SLOT_OWNERS);
-    raw::obj_pin(owners.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
+    pin(owners.as_fd(), SLOT_OWNERS)?;
+    let prefixes = raw::map_create(&raw::MapSpec {
+        name: UNIX_PREFIXES,
+        map_type: raw::MAP_TYPE_LPM_TRIE,
+        key_size: std::mem::size_of::<UnixPrefixKey>() as u32,
+        value_size: 1,
+        max_entries: MAX_UNIX_PREFIXES_ALL_RUNS,
+        flags: raw::F_NO_PREALLOC,
+        inner: None,
+    })
+    .map_err(|source| BpfError::RawMapCreate {
+        map: UNIX_PREFIXES,
+        source,
+    })?;
+    pin(prefixes.as_fd(), UNIX_PREFIXES)?;
     let mut fds: Vec<(&'static str, OwnedFd, aya_obj::Map)> = Vec::new();
-    for name in [MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_RUN_SLOT, MAP_RINGS] {
+    for name in [MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_RUNS, MAP_RINGS] {
         let m = obj.maps.remove(name).ok_or(BpfError::Missing(name))?;
         let fd = if name == MAP_RINGS {
             raw::map_create(&raw::MapSpec {
@@ -1062,8 +1109,7 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
                 .try_clone_to_owned()
                 .map_err(|source| BpfError::RawMapCreate { map: name, source })?
         };
-        let path = dir.join(name);
-        raw::obj_pin(fd.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
+        pin(fd.as_fd(), name)?;
         fds.push((name, fd, m));
     }
     if let Some(extra) = obj.maps.keys().next() {
@@ -1079,27 +1125,43 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
     .map_err(BpfError::Relocate)?;
     obj.relocate_calls(&text_sections)
         .map_err(BpfError::Relocate)?;
-    for (name, prog_type, attach_type) in OBJECT_PROGRAMS {
-        let prog = obj.programs.get(name).ok_or(BpfError::Missing(name))?;
-        let function = obj
-            .functions
-            .get(&prog.function_key())
-            .ok_or(BpfError::Missing(name))?;
-        let insns: Vec<u64> = function
-            .instructions
-            .iter()
-            .copied()
-            .map(encode_insn)
-            .collect();
-        let fd = raw::prog_load(prog_type, &insns, attach_type, name, &obj.license).map_err(
+    let fd_of = |name: &str| {
+        fds.iter()
+            .find(|(n, _, _)| *n == name)
+            .map_or(-1, |(_, fd, _)| fd.as_raw_fd())
+    };
+    let unix_maps = unix::UnixMaps {
+        runs: fd_of(MAP_RUNS),
+        unix_prefixes: prefixes.as_raw_fd(),
+        rings: fd_of(MAP_RINGS),
+        counters: fd_of(MAP_COUNTERS),
+    };
+    for (name, prog_type, attach_type) in PROGRAMS {
+        let insns: Vec<u64> = match name {
+            "connect_unix" => unix::program(Hook::ConnectUnix, &unix_maps),
+            "sendmsg_unix" => unix::program(Hook::SendmsgUnix, &unix_maps),
+            _ => {
+                let prog = obj.programs.get(name).ok_or(BpfError::Missing(name))?;
+                let function = obj
+                    .functions
+                    .get(&prog.function_key())
+                    .ok_or(BpfError::Missing(name))?;
+                function
+                    .instructions
+                    .iter()
+                    .copied()
+                    .map(encode_insn)
+                    .collect()
+            }
+        };
+        let fd = raw::prog_load(prog_type, &insns, attach_type, name, c"GPL").map_err(
             |(source, log)| BpfError::RawLoad {
                 program: name,
                 source,
                 log,
             },
         )?;
-        let path = dir.join(name);
-        raw::obj_pin(fd.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
+        pin(fd.as_fd(), name)?;
     }
     Ok(())
 }
@@ -1114,26 +1176,7 @@ fn encode_insn(i: aya_obj::generated::bpf_insn) -> u64 {
         | (u64::from(i.imm.cast_unsigned()) << 32)
 }
 
-/// Attach a loaded program to the cgroup (no flags: one program per attach
-/// type) and pin its link as `dir/name`.
-fn attach_one(
-    prog: BorrowedFd<'_>,
-    name: &'static str,
-    attach_type: u32,
-    cgroup: &RunCgroup,
-    dir: &Path,
-) -> Result<(), BpfError> {
-    let link = raw::link_create(prog, cgroup.dir_fd(), attach_type).map_err(|source| {
-        BpfError::RawAttach {
-            program: name,
-            source,
-        }
-    })?;
-    let path = dir.join(name);
-    raw::obj_pin(link.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })
-}
-
-/// Removes a half-built pin dir when `attach` fails.
+/// Removes a half-built pin dir (a load that failed).
 struct PinGuard(PathBuf);
 
 impl Drop for PinGuard {
@@ -1270,11 +1313,12 @@ mod tests {
 
     #[test]
     fn prefixes_end_with_a_slash() {
-        let k = prefix_keys(Path::new("/nonexistent/wt/"));
+        let k = prefix_keys(7, Path::new("/nonexistent/wt/"));
         assert_eq!(k.len(), 1);
-        let n = (k[0].prefix_len / 8) as usize;
-        assert_eq!(&k[0].path[..n], b"/nonexistent/wt/");
-        assert!(prefix_keys(Path::new("relative")).is_empty());
+        let n = (k[0].prefix_len / 8) as usize - 8;
+        let path = k[0].path;
+        assert_eq!(&path[..n], b"/nonexistent/wt/");
+        assert!(prefix_keys(7, Path::new("relative")).is_empty());
     }
 
     #[test]

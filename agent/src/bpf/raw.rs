@@ -48,6 +48,7 @@ const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_OBJ_GET: libc::c_int = 7;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 
 /// `bpf_attr` for `BPF_MAP_CREATE` (4.15 layout up to `map_name`; zeroed tail).
 #[repr(C)]
@@ -150,6 +151,54 @@ pub fn map_update_u32_u32(map: BorrowedFd<'_>, key: u32, value: u32) -> io::Resu
         ..ElemAttr::default()
     };
     elem_call(BPF_MAP_UPDATE_ELEM, &mut attr)
+}
+
+/// `bpf_attr` for `BPF_OBJ_GET_INFO_BY_FD`.
+#[repr(C)]
+#[derive(Default)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+    _tail: [u64; 4],
+}
+
+/// `struct bpf_link_info`, as far as a cgroup link's fields (5.8 layout).
+#[repr(C)]
+#[derive(Default)]
+struct LinkInfo {
+    ty: u32,
+    id: u32,
+    prog_id: u32,
+    _pad: u32,
+    cgroup_id: u64,
+    attach_type: u32,
+    _tail: [u32; 9],
+}
+
+/// A cgroup link's target: (cgroup id, attach type). The cgroup id is 0 once
+/// the cgroup is gone (the link is defunct).
+pub fn cgroup_link_target(link: BorrowedFd<'_>) -> io::Result<(u64, u32)> {
+    let mut info = LinkInfo::default();
+    let mut attr = InfoAttr {
+        bpf_fd: link.as_raw_fd() as u32,
+        info_len: std::mem::size_of::<LinkInfo>() as u32,
+        info: std::ptr::from_mut(&mut info) as u64,
+        ..InfoAttr::default()
+    };
+    // SAFETY: attr points at `info`, whose size is passed; both outlive the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<InfoAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((info.cgroup_id, info.attach_type))
 }
 
 /// `BPF_OBJ_GET`: open a pinned bpf object.

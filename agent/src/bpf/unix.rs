@@ -1,38 +1,35 @@
 //! The `cgroup/connect_unix` and `cgroup/sendmsg_unix` hooks (kernel 6.7),
 //! assembled here because aya 0.14 can neither parse nor load programs of
-//! those attach types. Built per run: they take the run's own maps
-//! (`UNIX_PREFIXES`, its `DENIALS` ring buffer) and the shared `COUNTERS`
-//! (the run's entry, by its cgroup id) by fd.
+//! those attach types. Like the object's programs they are verified once per
+//! build and attached to the build's parent cgroup; they reach the shared
+//! maps (`RUNS`, `UNIX_PREFIXES`, `COUNTERS`, `RINGS`) by fd.
 //!
-//! # What they decide
-//! A pathname destination passes only when all hold:
-//! 1. it is absolute (a relative path resolves against a cwd the hook cannot see);
-//! 2. no component is `.` or `..` (`/wt/../../run/docker.sock` is refused);
-//! 3. it lies under a directory of `UNIX_PREFIXES` (stored with a trailing `/`,
-//!    an LPM-trie match on the raw bytes).
+//! # Whose connect
+//! The hook runs for every unix socket created in a run's cgroup, whoever
+//! uses it. The calling task's cgroup id is looked up in `RUNS`:
+//! - **not a run** (no entry): lockrun's seccomp supervisor, connecting for
+//!   the command from outside after resolving the path itself (see
+//!   [`crate::supervise`]), passes. A run's tasks cannot leave their cgroup
+//!   (Landlock denies writes to cgroupfs), and a run is in `RUNS` from
+//!   before its first task until after its cgroup is removed.
+//! - **a run**: judged by its [`RunConfig::unix_mode`](lockrun_common::RunConfig).
 //!
-//! Abstract (`sun_path[0] == 0`) destinations pass: Landlock's
-//! `Scope::AbstractUnixSocket` already confines them to the run's own domain.
-//!
-//! # What they cannot decide (the hook runs before the kernel resolves the path)
-//! A **symlink** (or bind mount) inside an allowed directory that points at an
-//! outside socket passes the textual check ([`UnixMode::Prefixes`]).
-//!
-//! # Supervised mode ([`UnixMode::Supervised`], what `lockrun run` uses)
-//! The seccomp supervisor ([`crate::supervise`]) resolves every pathname
-//! `connect`/`sendto` of the command itself and performs the allowed ones
-//! from lockrun, outside the run's cgroup, through `/proc/self/fd/N`. The
-//! hooks then only need to:
-//! 1. let through what a task **outside the run cgroup** does on a socket of
-//!    the run (`bpf_get_current_cgroup_id() != run cgroup`: that is the
-//!    supervisor — the sandboxed tasks cannot leave the cgroup, Landlock
-//!    denies writes to cgroupfs);
-//! 2. refuse **every pathname** destination a task inside the cgroup names
-//!    itself: those are the connects the filter did not notify (address
-//!    length 16 or 28), `sendmsg`/`sendmmsg` with a `msg_name` (user memory
-//!    the supervisor cannot read race-free, so never notified), and any
-//!    address swapped in after the supervisor let a non-pathname address
-//!    continue. Abstract and unnamed addresses pass as before.
+//! # What they decide for a run's task
+//! Abstract (`sun_path[0] == 0`) and unnamed destinations pass: Landlock's
+//! `Scope::AbstractUnixSocket` already confines abstract ones to the run's own
+//! domain. A pathname destination:
+//! - supervised mode (what `lockrun run` uses): refused — every legitimate
+//!   pathname connect is performed by the supervisor, so one a task names
+//!   itself is a connect the filter did not notify (address length 16 or 28),
+//!   a `sendmsg`/`sendmmsg` with a `msg_name` (user memory the supervisor
+//!   cannot read race-free), or an address swapped in after the supervisor
+//!   let a non-pathname address continue;
+//! - prefix mode (library callers): passes only when it is absolute, has no
+//!   `.` or `..` component (`/wt/../../run/docker.sock` is refused) and lies
+//!   under one of the run's directories in `UNIX_PREFIXES` (an LPM-trie match
+//!   on the run's cgroup id and the raw bytes). The hook runs before the
+//!   kernel resolves the path, so a **symlink** inside an allowed directory
+//!   that points at an outside socket passes the textual check.
 //!
 //! # Layout the program relies on
 //! `struct bpf_sock_addr_kern` (include/linux/filter.h, 6.7+): `sk` @0, `uaddr` @8,
@@ -50,26 +47,37 @@
     clippy::cast_lossless
 )]
 
-use lockrun_common::{denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_PATH_MAX};
+use lockrun_common::{
+    denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_MODE_PREFIXES, UNIX_MODE_SUPERVISED,
+    UNIX_PATH_MAX,
+};
 
-/// The maps the unix hooks use, as raw fds valid while the program loads,
-/// and how the program decides.
+/// The shared maps the unix hooks use, as raw fds valid while the program loads.
 pub struct UnixMaps {
+    pub runs: i32,
     pub unix_prefixes: i32,
-    pub denials: i32,
+    pub rings: i32,
     pub counters: i32,
-    /// The run cgroup's id: tasks elsewhere (the supervisor) pass.
-    pub run_cgroup: u64,
-    pub mode: UnixMode,
 }
 
-/// How pathname destinations named by tasks of the run are judged.
+/// How pathname destinations named by tasks of a run are judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnixMode {
-    /// By text: absolute, no `.`/`..`, under `UNIX_PREFIXES` (symlinks pass).
+    /// By text: absolute, no `.`/`..`, under the run's `UNIX_PREFIXES` (symlinks pass).
     Prefixes,
     /// All refused: the seccomp supervisor connects for the command.
     Supervised,
+}
+
+impl UnixMode {
+    /// The value in [`RunConfig::unix_mode`](lockrun_common::RunConfig).
+    #[must_use]
+    pub fn raw(self) -> u32 {
+        match self {
+            UnixMode::Prefixes => UNIX_MODE_PREFIXES,
+            UnixMode::Supervised => UNIX_MODE_SUPERVISED,
+        }
+    }
 }
 
 // Registers.
@@ -92,12 +100,17 @@ const PROBE_READ_KERNEL: i32 = 113;
 const RINGBUF_OUTPUT: i32 = 130;
 
 // Stack layout (offsets from the frame pointer).
-const STACK: i16 = 344;
+const STACK: i16 = 360;
 const EVENT: i16 = -176; // Denial, 176 bytes
-const KEY: i16 = -296; // UnixPrefixKey: prefix_len u32, then 108 path bytes, then 8 zero bytes of slack
-const KEY_PATH: i16 = KEY + 4;
-const KERN: i16 = -336; // copy of bpf_sock_addr_kern, 40 bytes
-const SLOT: i16 = -344; // u64 key for COUNTERS: the run's cgroup id
+                         // UnixPrefixKey: prefix_len u32, the cgroup id (two u32 stores: the stack
+                         // is accessed aligned), 108 path bytes, then 8 zero bytes of slack.
+const KEY: i16 = -304;
+const KEY_CGROUP: i16 = KEY + 4;
+const KEY_PATH: i16 = KEY + 12;
+const KERN: i16 = -344; // copy of bpf_sock_addr_kern, 40 bytes
+const CGROUP: i16 = -352; // u64: the calling task's cgroup id (key of RUNS, COUNTERS)
+const SLOT: i16 = -360; // u32: the run's ring slot (key of RINGS)
+const MODE: i16 = -356; // u32: the run's unix mode
 
 const KERN_UADDR: i16 = 8;
 const KERN_UADDRLEN: i16 = 32;
@@ -114,6 +127,7 @@ enum Label {
     SkipPath,
     Done,
     SkipLost,
+    Lost,
 }
 
 impl Label {
@@ -125,6 +139,7 @@ impl Label {
             Label::SkipPath => 3,
             Label::Done => 4,
             Label::SkipLost => 5,
+            Label::Lost => 6,
             Label::Next(i) => 16 + i,
         }
     }
@@ -188,21 +203,6 @@ impl Asm {
     fn st_dw(&mut self, dst: u8, off: i16, imm: i32) {
         self.raw(0x7a, dst, 0, off, imm);
     }
-    /// `dst = imm64` (two-slot `ld_imm64`).
-    fn ld_imm64(&mut self, dst: u8, imm: u64) {
-        self.raw(0x18, dst, 0, 0, imm as u32 as i32);
-        self.raw(0, 0, 0, 0, (imm >> 32) as u32 as i32);
-    }
-    /// Conditional jump on `dst OP src` (code: 0x5d jne).
-    fn jmp_reg(&mut self, code: u8, dst: u8, src: u8, to: Label) {
-        self.fixups.push((self.insns.len(), to.id()));
-        self.raw(code, dst, src, 0, 0);
-    }
-    /// Unconditional jump.
-    fn ja(&mut self, to: Label) {
-        self.fixups.push((self.insns.len(), to.id()));
-        self.raw(0x05, 0, 0, 0, 0);
-    }
     /// `dst = map fd` (two-slot `ld_imm64` with `BPF_PSEUDO_MAP_FD`).
     fn ld_map_fd(&mut self, dst: u8, fd: i32) {
         self.raw(0x18, dst, 1, 0, fd);
@@ -237,7 +237,6 @@ const JEQ: u8 = 0x15;
 const JNE: u8 = 0x55;
 const JGT: u8 = 0x25;
 const JLE: u8 = 0xb5;
-const JNE_X: u8 = 0x5d;
 
 /// Assemble the hook program for `hook` (`ConnectUnix` or `SendmsgUnix`).
 /// One straight-line listing, kept in one piece so it reads like the program.
@@ -254,11 +253,6 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     //     processed 2860 insns (limit 1000000) max_states_per_insn 2 total_states 262
     a.mov_imm(R7, 0);
     a.mov_imm(R8, 0);
-    // A task outside the run's cgroup acting on a socket of the run: the
-    // supervisor, connecting for the command after resolving the path itself.
-    a.call(GET_CURRENT_CGROUP_ID);
-    a.ld_imm64(R1, maps.run_cgroup);
-    a.jmp_reg(JNE_X, R0, R1, Label::Allow);
     // Zero the whole frame: the event, the trie key and its slack are read later.
     // Not for the verifier (a privileged loader may read uninitialized stack; it
     // accepted the program without this), but for the verdict and the log: the
@@ -267,6 +261,23 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     for k in 1..=(STACK / 8) {
         a.st_dw(FP, -8 * k, 0);
     }
+    // Whose connect: a task of a run (RUNS has its cgroup), or a task outside
+    // acting on a socket of a run — the supervisor, connecting for the
+    // command after resolving the path itself.
+    a.call(GET_CURRENT_CGROUP_ID);
+    a.stx_dw(FP, R0, CGROUP);
+    a.stx_w(FP, R0, KEY_CGROUP);
+    a.rsh_imm(R0, 32);
+    a.stx_w(FP, R0, KEY_CGROUP + 4);
+    a.ld_map_fd(R1, maps.runs);
+    a.mov_reg(R2, FP);
+    a.add_imm(R2, i32::from(CGROUP));
+    a.call(MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, Label::Allow);
+    a.ldx_w(R1, R0, 0); // RunConfig.slot
+    a.stx_w(FP, R1, SLOT);
+    a.ldx_w(R1, R0, 4); // RunConfig.unix_mode
+    a.stx_w(FP, R1, MODE);
     // Copy the kernel context (struct bpf_sock_addr_kern).
     a.mov_reg(R1, FP);
     a.add_imm(R1, i32::from(KERN));
@@ -282,7 +293,8 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.jmp_imm(JGT, R8, 2 + UNIX_PATH_MAX as i32, Label::Deny);
     a.sub_imm(R8, 2); // bytes of sun_path: 1..=108
     a.add_imm(R7, 2); // &sun_path
-    a.st_w(FP, KEY, (UNIX_PATH_MAX * 8) as i32);
+                      // The trie key's length: the cgroup id and the whole path field.
+    a.st_w(FP, KEY, ((8 + UNIX_PATH_MAX) * 8) as i32);
     a.mov_reg(R1, FP);
     a.add_imm(R1, i32::from(KEY_PATH));
     a.mov_reg(R2, R8);
@@ -291,35 +303,33 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.jmp_imm(JNE, R0, 0, Label::Deny);
     a.ldx_b(R1, FP, KEY_PATH);
     a.jmp_imm(JEQ, R1, 0, Label::Allow); // abstract: Landlock scoping judges it
-    if maps.mode == UnixMode::Supervised {
-        // Every pathname named by a task of the run: the supervisor performs
-        // the legitimate ones from outside the cgroup (allowed above).
-        a.ja(Label::Deny);
-    } else {
-        a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Deny); // relative
-                                                          // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
-        for i in 0..(UNIX_PATH_MAX as i16 - 1) {
-            let at = KEY_PATH + i;
-            a.ldx_b(R1, FP, at);
-            a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Next(i as usize));
-            a.ldx_b(R1, FP, at + 1);
-            a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
-            a.ldx_b(R1, FP, at + 2);
-            a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
-            a.jmp_imm(JEQ, R1, 0, Label::Deny);
-            a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
-            a.ldx_b(R1, FP, at + 3);
-            a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
-            a.jmp_imm(JEQ, R1, 0, Label::Deny);
-            a.label(Label::Next(i as usize));
-        }
-        // Under an allowed directory?
-        a.ld_map_fd(R1, maps.unix_prefixes);
-        a.mov_reg(R2, FP);
-        a.add_imm(R2, i32::from(KEY));
-        a.call(MAP_LOOKUP_ELEM);
-        a.jmp_imm(JEQ, R0, 0, Label::Deny);
+                                         // Supervised: every pathname named by a task of the run is refused; the
+                                         // supervisor performs the legitimate ones from outside (allowed above).
+    a.ldx_w(R2, FP, MODE);
+    a.jmp_imm(JNE, R2, UNIX_MODE_PREFIXES as i32, Label::Deny);
+    a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Deny); // relative
+                                                      // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
+    for i in 0..(UNIX_PATH_MAX as i16 - 1) {
+        let at = KEY_PATH + i;
+        a.ldx_b(R1, FP, at);
+        a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Next(i as usize));
+        a.ldx_b(R1, FP, at + 1);
+        a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
+        a.ldx_b(R1, FP, at + 2);
+        a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
+        a.jmp_imm(JEQ, R1, 0, Label::Deny);
+        a.jmp_imm(JNE, R1, i32::from(b'.'), Label::Next(i as usize));
+        a.ldx_b(R1, FP, at + 3);
+        a.jmp_imm(JEQ, R1, i32::from(b'/'), Label::Deny);
+        a.jmp_imm(JEQ, R1, 0, Label::Deny);
+        a.label(Label::Next(i as usize));
     }
+    // Under one of the run's directories?
+    a.ld_map_fd(R1, maps.unix_prefixes);
+    a.mov_reg(R2, FP);
+    a.add_imm(R2, i32::from(KEY));
+    a.call(MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, Label::Deny);
     a.label(Label::Allow);
     a.mov_imm(R0, 1);
     a.exit();
@@ -334,7 +344,7 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     );
     a.label(Label::SkipCount);
     // The Denial record.
-    a.call(GET_CURRENT_CGROUP_ID);
+    a.ldx_dw(R0, FP, CGROUP);
     a.stx_dw(FP, R0, EVENT + off::CGROUP_ID);
     a.call(GET_CURRENT_PID_TGID);
     a.stx_w(FP, R0, EVENT + off::PID);
@@ -357,14 +367,21 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.mov_reg(R3, R7);
     a.call(PROBE_READ_KERNEL);
     a.label(Label::SkipPath);
-    a.ld_map_fd(R1, maps.denials);
+    // The run's ring: RINGS[slot].
+    a.ld_map_fd(R1, maps.rings);
+    a.mov_reg(R2, FP);
+    a.add_imm(R2, i32::from(SLOT));
+    a.call(MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, Label::Lost);
+    a.mov_reg(R1, R0);
     a.mov_reg(R2, FP);
     a.add_imm(R2, i32::from(EVENT));
     a.mov_imm(R3, i32::from(off::SIZE));
     a.mov_imm(R4, 0);
     a.call(RINGBUF_OUTPUT);
     a.jmp_imm(JEQ, R0, 0, Label::Done);
-    // Ring buffer full: never silent.
+    // No ring, or the ring is full: never silent.
+    a.label(Label::Lost);
     count(&mut a, maps, (COUNTER_LOST * 8) as i16, Label::SkipLost);
     a.label(Label::SkipLost);
     a.label(Label::Done);
@@ -373,14 +390,12 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.finish()
 }
 
-/// `COUNTERS[run cgroup].slots[at / 8] += 1` (this CPU's copy), or on to
+/// `COUNTERS[cgroup].slots[at / 8] += 1` (this CPU's copy), or on to
 /// `skip` when the run has no entry.
 fn count(a: &mut Asm, maps: &UnixMaps, at: i16, skip: Label) {
-    a.ld_imm64(R1, maps.run_cgroup);
-    a.stx_dw(FP, R1, SLOT);
     a.ld_map_fd(R1, maps.counters);
     a.mov_reg(R2, FP);
-    a.add_imm(R2, i32::from(SLOT));
+    a.add_imm(R2, i32::from(CGROUP));
     a.call(MAP_LOOKUP_ELEM);
     a.jmp_imm(JEQ, R0, 0, skip);
     a.ldx_dw(R1, R0, at);
@@ -412,11 +427,10 @@ mod tests {
         let p = program(
             Hook::ConnectUnix,
             &UnixMaps {
-                unix_prefixes: 3,
-                denials: 4,
-                counters: 5,
-                run_cgroup: 1 << 40,
-                mode: UnixMode::Prefixes,
+                runs: 3,
+                unix_prefixes: 4,
+                rings: 5,
+                counters: 6,
             },
         );
         for (i, insn) in p.iter().enumerate() {

@@ -1,7 +1,9 @@
-//! The run's cgroup v2: `<cgroup2>/lockrun/<run-id>`.
+//! The run's cgroup v2: `<cgroup2>/lockrun/build-<build-id>/<run-id>`.
 //!
-//! The eBPF network hooks ([`crate::bpf`]) attach to this cgroup, so every
-//! process of the run must be in it from its first instruction: the command
+//! The eBPF network hooks ([`crate::bpf`]) are attached once per lockrun
+//! build to the parent, `build-<build-id>` ([`build_parent`]), and judge every
+//! run cgroup inside it; every process of the run must be in its cgroup from
+//! its first instruction: the command
 //! is forked straight into it (`clone3` with `CLONE_INTO_CGROUP` on
 //! [`RunCgroup::dir_fd`], see [`crate::sys::spawn`]) — there is no window in
 //! which it runs outside, and no migration through `cgroup.procs` (which
@@ -22,8 +24,59 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The directory under the cgroup2 root that holds every run's cgroup.
+/// The directory under the cgroup2 root that holds every build's parent
+/// (and, from earlier builds, runs directly).
 pub const PARENT: &str = "lockrun";
+
+/// The prefix of a build's parent cgroup under [`PARENT`].
+pub const BUILD_PREFIX: &str = "build-";
+
+/// This build's parent cgroup, `<cgroup2>/lockrun/build-<build-id>`, where
+/// the hooks are attached and every run's cgroup is made.
+pub fn build_parent() -> Result<PathBuf, CgroupError> {
+    Ok(cgroup2_mount()?
+        .join(PARENT)
+        .join(format!("{BUILD_PREFIX}{}", crate::bpf::build_id())))
+}
+
+/// A run's cgroup as `/proc/<pid>/cgroup` shows it: `/lockrun/build-<id>/<run-id>`.
+#[must_use]
+pub fn relative_path(run_id: &str) -> String {
+    format!(
+        "/{PARENT}/{BUILD_PREFIX}{}/{run_id}",
+        crate::bpf::build_id()
+    )
+}
+
+/// The directories that may hold run cgroups: every build's parent, and
+/// `lockrun/` itself (runs of builds before the parents).
+fn run_parents() -> Result<Vec<PathBuf>, CgroupError> {
+    let top = cgroup2_mount()?.join(PARENT);
+    let mut parents = vec![top.clone()];
+    if let Ok(entries) = fs::read_dir(&top) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with(BUILD_PREFIX)
+                && e.file_type().is_ok_and(|t| t.is_dir())
+            {
+                parents.push(e.path());
+            }
+        }
+    }
+    Ok(parents)
+}
+
+/// Where a run's cgroup is, in any build's parent, if it exists.
+pub fn find_run(run_id: &str) -> Result<Option<PathBuf>, CgroupError> {
+    check_run_id(run_id)?;
+    if run_id.starts_with(BUILD_PREFIX) {
+        return Ok(None);
+    }
+    Ok(run_parents()?
+        .into_iter()
+        .map(|p| p.join(run_id))
+        .find(|p| p.is_dir()))
+}
 
 /// How long teardown waits for a killed cgroup to empty.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -151,23 +204,32 @@ pub struct RunCgroup {
 }
 
 impl RunCgroup {
-    /// Create `<cgroup2>/lockrun/<run_id>`.
+    /// Create `<cgroup2>/lockrun/build-<build-id>/<run_id>` ([`build_parent`]).
     pub fn create(run_id: &str) -> Result<Self, CgroupError> {
-        Self::create_under(&cgroup2_mount()?, run_id)
+        Self::create_in(&build_parent()?, run_id)
     }
 
-    /// Create `<root>/lockrun/<run_id>` under a given cgroup2 root.
-    pub fn create_under(root: &Path, run_id: &str) -> Result<Self, CgroupError> {
+    /// TEST BUILDS ONLY (`weaken-for-tests`): a run cgroup outside the
+    /// build's parent, `<cgroup2>/lockrun/<run_id>`, where no hook judges it —
+    /// what `lockrun doctor`'s canary must catch.
+    #[cfg(feature = "weaken-for-tests")]
+    pub fn create_outside_the_hooks(run_id: &str) -> Result<Self, CgroupError> {
+        Self::create_in(&cgroup2_mount()?.join(PARENT), run_id)
+    }
+
+    fn create_in(parent: &Path, run_id: &str) -> Result<Self, CgroupError> {
         check_run_id(run_id)?;
-        let parent = root.join(PARENT);
-        match fs::create_dir(&parent) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(CgroupError::Mkdir {
-                    path: parent,
-                    source,
-                })
+        let parent = parent.to_path_buf();
+        for dir in [parent.parent().unwrap_or(&parent), &parent] {
+            match fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(CgroupError::Mkdir {
+                        path: dir.to_path_buf(),
+                        source,
+                    })
+                }
             }
         }
         let path = parent.join(run_id);
@@ -252,30 +314,26 @@ impl Drop for RunCgroup {
 /// The cgroup id of a run's cgroup, if it exists.
 #[must_use]
 pub fn run_cgroup_id(run_id: &str) -> Option<u64> {
-    check_run_id(run_id).ok()?;
-    let path = cgroup2_mount().ok()?.join(PARENT).join(run_id);
+    let path = find_run(run_id).ok()??;
     fs::metadata(path).ok().map(|m| m.ino())
 }
 
 /// The cgroup ids (directory inode numbers) of every run cgroup that exists
-/// now under `<cgroup2>/lockrun/`.
+/// now, in any build's parent.
 pub fn live_run_cgroup_ids() -> Result<Vec<u64>, CgroupError> {
-    let parent = cgroup2_mount()?.join(PARENT);
-    let entries = match fs::read_dir(&parent) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(CgroupError::Read {
-                path: parent,
-                source,
-            })
-        }
-    };
     let mut ids = Vec::new();
-    for e in entries.flatten() {
-        if let Ok(m) = e.metadata() {
-            if m.is_dir() {
-                ids.push(m.ino());
+    for parent in run_parents()? {
+        let Ok(entries) = fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(BUILD_PREFIX) {
+                continue;
+            }
+            if let Ok(m) = e.metadata() {
+                if m.is_dir() {
+                    ids.push(m.ino());
+                }
             }
         }
     }
@@ -284,18 +342,22 @@ pub fn live_run_cgroup_ids() -> Result<Vec<u64>, CgroupError> {
 
 /// gc: kill and remove a stale run's cgroup. `Ok(false)` when there was none.
 pub fn reap(run_id: &str) -> Result<bool, CgroupError> {
-    check_run_id(run_id)?;
-    let path = cgroup2_mount()?.join(PARENT).join(run_id);
-    if !path.exists() {
+    let Some(path) = find_run(run_id)? else {
         return Ok(false);
-    }
+    };
     kill_and_remove(&path)?;
     Ok(true)
 }
 
-/// gc: the run ids that have a cgroup under `<cgroup2>/lockrun/`.
+/// gc: the run ids that have a cgroup, in any build's parent.
 pub fn runs() -> Result<Vec<String>, CgroupError> {
-    Ok(crate::bpf::list_dir(&cgroup2_mount()?.join(PARENT)))
+    let mut ids: Vec<String> = run_parents()?
+        .iter()
+        .flat_map(|p| crate::bpf::list_dir(p))
+        .filter(|id| !id.starts_with(BUILD_PREFIX))
+        .collect();
+    ids.sort();
+    Ok(ids)
 }
 
 fn write_file(path: &Path, data: &[u8]) -> Result<(), CgroupError> {

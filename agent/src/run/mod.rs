@@ -8,7 +8,8 @@
 //! 3. the Landlock ruleset ([`crate::fs`]) and seccomp filters ([`crate::seccomp`]);
 //! 4. the run's cgroup ([`crate::cgroup`]) → its open `cgroup.procs` fd;
 //! 5. the proxy ([`crate::proxy`]), when any host is allowed → its endpoint and `*_PROXY`;
-//! 6. the eBPF hooks ([`crate::bpf`]) on that cgroup, pinned, allowing only the
+//! 6. the eBPF hooks ([`crate::bpf`]): the build's, attached once to the
+//!    cgroup's parent; the run registered in their maps, allowing only the
 //!    proxy endpoint and the policy's loopback endpoints;
 //! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]);
 //! 8. the child's environment, built explicitly;
@@ -19,7 +20,7 @@
 //!    wait;
 //! 10. teardown, in reverse, on every path: the cgroup killed and removed,
 //!     the seccomp supervisor stopped (after the cgroup: until then a
-//!     descendant may still call), the hooks drained and unpinned, the proxy stopped, the kernel audit
+//!     descendant may still call), the hooks drained and the run unregistered, the proxy stopped, the kernel audit
 //!     read to its end, the run dir removed.
 //!
 //! Each layer's handle also tears itself down in `Drop` (like [`RunDir`]):
@@ -27,7 +28,7 @@
 //! path — a `?` during setup, the command's exit, or lockrun being signalled
 //! (signals are caught from before step 1 and forwarded to the command, so
 //! lockrun always reaches its teardown unless killed with `SIGKILL`; then the
-//! pinned hooks keep the processes confined and `gc` reaps).
+//! build's hooks keep judging the registered run and `gc` reaps).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -307,7 +308,7 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
             }
             if let Err(e) = crate::bpf::unpin(id) {
                 eprintln!(
-                    "lockrun: warning: gc: the pinned hooks of run {id}: {}",
+                    "lockrun: warning: gc: the per-run pins of run {id} (earlier builds): {}",
                     chain(&e)
                 );
                 continue;
@@ -501,7 +502,19 @@ async fn run(
 
     // 4. the run's cgroup; the child is born in it (clone3 CLONE_INTO_CGROUP).
     //    Dropped (killed and removed) on every path after this.
-    let cgroup = crate::cgroup::RunCgroup::create(dir.id()).map_err(|e| settle(e.into()))?;
+    #[cfg(feature = "weaken-for-tests")]
+    let weaken_hooks = std::env::var_os("LOCKRUN_TEST_WEAKEN").is_some_and(|v| v == "hooks");
+    #[cfg(not(feature = "weaken-for-tests"))]
+    let weaken_hooks = false;
+    #[cfg(feature = "weaken-for-tests")]
+    let cgroup = if weaken_hooks {
+        crate::cgroup::RunCgroup::create_outside_the_hooks(dir.id())
+    } else {
+        crate::cgroup::RunCgroup::create(dir.id())
+    };
+    #[cfg(not(feature = "weaken-for-tests"))]
+    let cgroup = crate::cgroup::RunCgroup::create(dir.id());
+    let cgroup = cgroup.map_err(|e| settle(e.into()))?;
 
     // 5. the proxy, when the policy allows any host; its endpoint is the one
     //    way out the hooks allow, beside the policy's loopback endpoints.
@@ -528,12 +541,11 @@ async fn run(
         .map(|(k, v)| (k.into(), v.into()))
         .collect();
 
-    // 6. the kernel network hooks on the cgroup, pinned; their refusals stream
+    // 6. the kernel network hooks: the run registered in the build's hooks,
+    //    which judge its cgroup from its parent; their refusals stream
     //    into the audit log while the run goes on.
-    let mut hooks = if cfg!(feature = "weaken-for-tests")
-        && std::env::var_os("LOCKRUN_TEST_WEAKEN").is_some_and(|v| v == "hooks")
-    {
-        eprintln!("lockrun: TEST BUILD: network hooks deliberately not attached (LOCKRUN_TEST_WEAKEN=hooks)");
+    let mut hooks = if weaken_hooks {
+        eprintln!("lockrun: TEST BUILD: the run's cgroup is deliberately outside the network hooks (LOCKRUN_TEST_WEAKEN=hooks)");
         None
     } else {
         let unix_allowed = [policy.worktree.clone(), dir.tmp().to_path_buf()];
@@ -618,7 +630,7 @@ async fn run(
     .await?;
 
     // 10. teardown, in reverse: what is left of the run is killed, the hooks
-    //     drained and unpinned, the proxy stopped, the kernel audit read to
+    //     drained and the run unregistered, the proxy stopped, the kernel audit read to
     //     its end; the run dir goes last (when `dir` drops).
     let mut teardown_errors = Vec::new();
     if let Err(e) = cgroup.remove() {
@@ -635,7 +647,10 @@ async fn run(
     }
     if let Some(h) = hooks.take() {
         if let Err(e) = h.finish(audit) {
-            teardown_errors.push(format!("unpinning the hooks: {}", chain(&e)));
+            teardown_errors.push(format!(
+                "unregistering the run from the hooks: {}",
+                chain(&e)
+            ));
         }
     }
     if let Some(p) = proxy {

@@ -4,25 +4,29 @@
 //!
 //! # Maps
 //!
-//! The five object programs (`connect4/6`, `sendmsg4/6`, `sock_create`) are
-//! verified **once** per lockrun build and pinned under
-//! `/sys/fs/bpf/lockrun-programs/<object-hash>/` with the object's maps;
-//! every run attaches those same programs to its own cgroup, and they find the
-//! run's state by the cgroup id of the task (`bpf_get_current_cgroup_id`).
-//! The hand-assembled unix hooks are built per run.
+//! The seven programs (the object's `connect4/6`, `sendmsg4/6`, `sock_create`
+//! and the loader's hand-assembled `connect_unix`, `sendmsg_unix`) are
+//! verified **once** per lockrun build, pinned under
+//! `/sys/fs/bpf/lockrun-programs/<object-hash>/` with the shared maps, and
+//! attached once to the build's parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`,
+//! under which every run's cgroup is created. They find the run's state by
+//! the cgroup id of the task (`bpf_get_current_cgroup_id`).
 //!
 //! | map | kind | key | value | written by |
 //! |---|---|---|---|---|
 //! | [`MAP_ALLOWED_ENDPOINTS`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_ALLOWED_ENDPOINTS_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`RunEndpoint`] | `u8` (1 = allowed) | loader, before the command starts; removed at teardown |
 //! | [`MAP_COUNTERS`] (object, shared) | `BPF_MAP_TYPE_PERCPU_HASH`, [`MAX_RUNS`] entries | `u64` cgroup id | [`RunCounters`] per CPU | kernel; the loader creates the run's entry and sums the CPUs |
-//! | [`MAP_RUN_SLOT`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_RUNS`] entries | `u64` cgroup id | `u32` slot in [`MAP_RINGS`] | loader |
+//! | [`MAP_RUNS`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_RUNS`] entries | `u64` cgroup id | [`RunConfig`]: the run's slot in [`MAP_RINGS`] and how its unix hooks judge | loader; present exactly while the run may have tasks |
 //! | [`MAP_RINGS`] (object, shared) | `BPF_MAP_TYPE_ARRAY_OF_MAPS`, [`MAX_RING_SLOTS`] | `u32` slot | a ring buffer, kept from run to run | loader, the first time a slot is used |
 //! | `SLOT_OWNERS` (shared, loader only) | `BPF_MAP_TYPE_HASH` | `u32` slot | `u64` cgroup id of the run holding it | loader: claimed with `BPF_NOEXIST`, released at teardown |
 //! | `ring-<slot>` (pinned with the programs) | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records | kernel, one per refusal |
-//! | `UNIX_PREFIXES` (per run, created by the loader) | `BPF_MAP_TYPE_LPM_TRIE`, [`MAX_UNIX_PREFIXES`] entries, `BPF_F_NO_PREALLOC` | [`UnixPrefixKey`] | `u8` (1 = allowed) | loader: the directories (with trailing `/`) whose pathname sockets the run may reach |
+//! | `UNIX_PREFIXES` (shared, created by the loader) | `BPF_MAP_TYPE_LPM_TRIE`, [`MAX_UNIX_PREFIXES_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`UnixPrefixKey`] | `u8` (1 = allowed) | loader: per run, the directories (with trailing `/`) whose pathname sockets it may reach |
 //!
-//! A task whose cgroup has no entry is refused everything and its refusal is
-//! not recorded (there is no run to record it for): fail closed.
+//! A task whose cgroup has no entry is refused every inet destination and
+//! its refusal is not recorded (there is no run to record it for): fail
+//! closed. The unix hooks let such a task through: they also run for the
+//! run's sockets used by lockrun's seccomp supervisor, which connects for the
+//! command from outside (see `lockrun::bpf::unix`).
 //!
 //! An IPv4-mapped IPv6 destination (`::ffff:a.b.c.d`) is always keyed as the
 //! IPv4 address it carries, on both sides.
@@ -37,14 +41,16 @@ pub const AF_INET6: u16 = 10;
 
 /// Name of the allow map in the object (shared by every run, keyed by cgroup).
 pub const MAP_ALLOWED_ENDPOINTS: &str = "ALLOWED_ENDPOINTS";
-/// Name of the map from a run's cgroup id to its slot in [`MAP_RINGS`].
-pub const MAP_RUN_SLOT: &str = "RUN_SLOT";
+/// Name of the map from a run's cgroup id to its [`RunConfig`].
+pub const MAP_RUNS: &str = "RUNS";
 /// Name of the array of ring buffers, one per slot.
 pub const MAP_RINGS: &str = "RINGS";
 /// Ring-buffer slots: runs at the same time, each with its own ring.
 pub const MAX_RING_SLOTS: u32 = 1024;
-/// Capacity of a run's unix socket directory allow-trie.
+/// Unix socket directories one run may be allowed (as given and canonical).
 pub const MAX_UNIX_PREFIXES: u32 = 64;
+/// Capacity of the shared unix prefix trie, over all concurrent runs.
+pub const MAX_UNIX_PREFIXES_ALL_RUNS: u32 = 65536;
 /// Name of the per-CPU counter map in the object (shared, keyed by cgroup).
 pub const MAP_COUNTERS: &str = "COUNTERS";
 
@@ -71,6 +77,24 @@ pub struct RunEndpoint {
     pub endpoint: Endpoint,
     pub _pad: u32,
 }
+
+/// Value of [`MAP_RUNS`]: where the run's refusals go and how its unix
+/// hooks judge pathname destinations its tasks name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunConfig {
+    /// The run's slot in [`MAP_RINGS`].
+    pub slot: u32,
+    /// [`UNIX_MODE_PREFIXES`] or [`UNIX_MODE_SUPERVISED`].
+    pub unix_mode: u32,
+}
+
+/// Unix hooks judge a pathname by text: absolute, no `.`/`..`, under the
+/// run's prefixes.
+pub const UNIX_MODE_PREFIXES: u32 = 0;
+/// Unix hooks refuse every pathname a task of the run names itself (the
+/// seccomp supervisor connects for it).
+pub const UNIX_MODE_SUPERVISED: u32 = 1;
 
 /// Value of [`MAP_COUNTERS`]: refusals per [`Hook`] slot, and [`COUNTER_LOST`].
 #[repr(C)]
@@ -246,16 +270,19 @@ const _: () = {
     assert!(core::mem::size_of::<Endpoint>() == 20);
     assert!(core::mem::size_of::<RunEndpoint>() == 32);
     assert!(core::mem::size_of::<RunCounters>() == 8 * COUNTER_SLOTS as usize);
-    assert!(core::mem::size_of::<UnixPrefixKey>() == 4 + UNIX_PATH_MAX);
+    assert!(core::mem::size_of::<UnixPrefixKey>() == 4 + 8 + UNIX_PATH_MAX);
+    assert!(core::mem::size_of::<RunConfig>() == 8);
 };
 
-/// Key of a run's `UNIX_PREFIXES` (`BPF_MAP_TYPE_LPM_TRIE` layout): `prefix_len: u32`
-/// in **bits**, then the path bytes. An allowed directory is stored with its
-/// trailing `/`, so `/work/wt` does not admit `/work/wt-other`.
+/// Key of `UNIX_PREFIXES` (`BPF_MAP_TYPE_LPM_TRIE` layout): `prefix_len: u32`
+/// in **bits**, then the data: the run's cgroup id (8 bytes, native order,
+/// always matched whole) and the path bytes. An allowed directory is stored
+/// with its trailing `/`, so `/work/wt` does not admit `/work/wt-other`.
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug)]
 pub struct UnixPrefixKey {
     pub prefix_len: u32,
+    pub cgroup_id: u64,
     pub path: [u8; UNIX_PATH_MAX],
 }
 
@@ -276,4 +303,7 @@ mod user {
     // SAFETY: an array of u64.
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::RunCounters {}
+    // SAFETY: two u32, no padding.
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::RunConfig {}
 }

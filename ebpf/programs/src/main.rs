@@ -1,8 +1,9 @@
 //! lockrun's kernel side: cgroup `sock_addr` hooks that let a run reach only
 //! the endpoints in `ALLOWED_ENDPOINTS` (see `lockrun-common` for every map's
-//! layout). Verified once per lockrun build, pinned, and attached to each
-//! run's cgroup v2 by `lockrun::bpf`; a program finds its run by the cgroup id
-//! of the calling task, and refuses everything to a task of no known run.
+//! layout). Verified once per lockrun build, pinned, and attached once to the
+//! build's parent cgroup, under which every run's cgroup v2 is created, by
+//! `lockrun::bpf`; a program finds its run by the cgroup id of the calling
+//! task, and refuses everything to a task of no known run.
 //!
 //! | hook | kernel | fires on |
 //! |---|---|---|
@@ -18,7 +19,7 @@
 //! refused when it is created.
 //!
 //! A program returning 0 makes the syscall fail with `EPERM`; 1 lets it pass.
-//! Every refusal writes a `Denial` to the run's ring buffer (`RUN_SLOT`, `RINGS`)
+//! Every refusal writes a `Denial` to the run's ring buffer (`RUNS`, `RINGS`)
 //! and bumps its hook's slot in the run's `COUNTERS` entry; a full ring buffer
 //! bumps `COUNTER_LOST` instead, so no refusal of a run goes uncounted.
 #![no_std]
@@ -38,7 +39,7 @@ use aya_ebpf::{
     programs::{SockAddrContext, SockContext},
 };
 use lockrun_common::{
-    Denial, Endpoint, Hook, RunCounters, RunEndpoint, AF_INET, AF_INET6, COUNTER_LOST,
+    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, AF_INET, AF_INET6, COUNTER_LOST,
     MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
 };
 
@@ -52,9 +53,9 @@ static ALLOWED_ENDPOINTS: HashMap<RunEndpoint, u8> =
 #[map]
 static COUNTERS: PerCpuHashMap<u64, RunCounters> = PerCpuHashMap::with_max_entries(MAX_RUNS, 0);
 
-/// The run's ring-buffer slot in `RINGS`, by the run's cgroup id.
+/// The run's configuration (its ring-buffer slot in `RINGS`), by the run's cgroup id.
 #[map]
-static RUN_SLOT: HashMap<u64, u32> = HashMap::with_max_entries(MAX_RUNS, 0);
+static RUNS: HashMap<u64, RunConfig> = HashMap::with_max_entries(MAX_RUNS, 0);
 
 /// A legacy map definition aya-ebpf has no type for: `BPF_MAP_TYPE_ARRAY_OF_MAPS`
 /// from a slot to a ring buffer. The rings stay in their slots from run to
@@ -197,7 +198,7 @@ fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, add
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     bump(cgroup_id, hook as u32);
     // SAFETY: a read-only lookup; the slot is copied out.
-    let Some(slot) = (unsafe { RUN_SLOT.get(&cgroup_id) }).copied() else {
+    let Some(slot) = (unsafe { RUNS.get(&cgroup_id) }).map(|c| c.slot) else {
         bump(cgroup_id, COUNTER_LOST);
         return;
     };
