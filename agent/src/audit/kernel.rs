@@ -351,16 +351,13 @@ pub struct KernelAudit {
 impl KernelAudit {
     /// Subscribe to the kernel's audit records, turning audit on if it is off.
     /// A notice in `log` says what was done.
+    ///
+    /// Whether audit is on is asked by the reader thread, not here: the
+    /// kernel sends that reply from a kernel thread it creates for it (~1 ms,
+    /// and it held up the run's cgroup creation beside it). Audit is normally
+    /// on already (lockrun leaves it on); the records are buffered in the
+    /// socket meanwhile.
     pub fn start(log: Arc<AuditLog>, run_id: &str) -> Result<Self, KernelAuditError> {
-        let st = status()?;
-        if st.enabled == 0 {
-            enable()?;
-            log.record(Event::Notice {
-                layer: Layer::Filesystem,
-                message: "kernel audit was off; lockrun turned it on (audit_enabled=1) so that Landlock reports its denials"
-                    .into(),
-            });
-        }
         let fd = nl_socket(AUDIT_NLGRP_READLOG)?;
         setsockopt(
             &fd,
@@ -379,6 +376,7 @@ impl KernelAudit {
             std::thread::Builder::new()
                 .name("lockrun-kaudit".into())
                 .spawn(move || {
+                    ensure_enabled(&log);
                     read_loop(&fd, &log, &child, &stop, &marker);
                     drop(done_tx);
                 })
@@ -437,6 +435,33 @@ impl KernelAudit {
             self.stop.store(true, Ordering::SeqCst);
             let _ = t.join();
         }
+    }
+}
+
+/// Turn kernel audit on if it is off, and say so in `log` (as a notice: the
+/// run goes on either way, its filesystem refusals are what is at stake).
+fn ensure_enabled(log: &AuditLog) {
+    let notice = |message: String| {
+        log.record(Event::Notice {
+            layer: Layer::Filesystem,
+            message,
+        });
+    };
+    match status() {
+        Ok(st) if st.enabled != 0 => {}
+        Ok(_) => match enable() {
+            Ok(()) => notice(
+                "kernel audit was off; lockrun turned it on (audit_enabled=1) so that Landlock \
+                 reports its denials (any in the run's first milliseconds may be missing)"
+                    .into(),
+            ),
+            Err(e) => notice(format!(
+                "kernel audit is off and could not be turned on: {e}; filesystem refusals are not collected"
+            )),
+        },
+        Err(e) => notice(format!(
+            "whether kernel audit is on could not be read: {e}; filesystem refusals may be missing"
+        )),
     }
 }
 

@@ -179,8 +179,19 @@ pub fn pin_dir(run_id: &str) -> PathBuf {
     Path::new(BPFFS).join("lockrun").join(run_id)
 }
 
-/// Mount bpffs at [`BPFFS`] unless one is mounted there.
+/// Mount bpffs at [`BPFFS`] unless one is mounted there (checked once per
+/// process).
 pub fn ensure_bpffs() -> Result<(), BpfError> {
+    static MOUNTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if MOUNTED.get().is_some() {
+        return Ok(());
+    }
+    ensure_bpffs_now()?;
+    MOUNTED.get_or_init(|| ());
+    Ok(())
+}
+
+fn ensure_bpffs_now() -> Result<(), BpfError> {
     let info = fs::read_to_string("/proc/self/mountinfo").map_err(BpfError::MountInfo)?;
     let mounted = info.lines().any(|l| {
         let Some((left, right)) = l.split_once(" - ") else {
@@ -641,21 +652,48 @@ struct Shared {
     progs: Vec<(&'static str, u32, OwnedFd)>,
 }
 
-/// A stable name for one build's object: FNV-1a 64 of its bytes.
-fn object_hash(object: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in object {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
+/// The embedded object's FNV-1a 64 (computed by build.rs).
+#[cfg(not(lockrun_ebpf_missing))]
+const OBJECT_HASH: &str = env!("LOCKRUN_EBPF_HASH");
+#[cfg(lockrun_ebpf_missing)]
+const OBJECT_HASH: &str = "none";
+
+/// Bumped whenever the maps the loader makes, or what it pins, change
+/// without the object or the unix programs changing.
+const LAYOUT_VERSION: u32 = 1;
 
 /// This build's name: its programs' pin directory under [`SHARED_ROOT`] and
 /// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
+/// Everything a run would reuse from an earlier run of the same build goes
+/// into it: the object, the hand-assembled unix programs (with stand-in map
+/// fds) and [`LAYOUT_VERSION`], so a lockrun that changed any of them never
+/// attaches another build's programs.
 #[must_use]
-pub fn build_id() -> String {
-    OBJECT.map_or_else(|| "none".to_owned(), object_hash)
+pub fn build_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        eat(OBJECT_HASH.as_bytes());
+        eat(&LAYOUT_VERSION.to_le_bytes());
+        let stand_in = unix::UnixMaps {
+            runs: 1,
+            unix_prefixes: 2,
+            rings: 3,
+            counters: 4,
+        };
+        for hook in [Hook::ConnectUnix, Hook::SendmsgUnix] {
+            for insn in unix::program(hook, &stand_in) {
+                eat(&insn.to_le_bytes());
+            }
+        }
+        format!("{h:016x}")
+    })
 }
 
 /// Where this build's programs are pinned.
@@ -670,8 +708,8 @@ impl Shared {
     /// directory; the first rename wins and the others use its programs.
     fn open_or_load(object: &[u8]) -> Result<Self, BpfError> {
         let root = Path::new(BPFFS).join(SHARED_ROOT);
-        let hash = object_hash(object);
-        let dir = root.join(&hash);
+        let hash = build_id();
+        let dir = root.join(hash);
         match Self::open(&dir) {
             Ok(s) => return Ok(s),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -699,7 +737,7 @@ impl Shared {
             Some(root_fd.as_raw_fd()),
             tmp_name,
             Some(root_fd.as_raw_fd()),
-            hash.as_str(),
+            hash,
             nix::fcntl::RenameFlags::RENAME_NOREPLACE,
         ) {
             Ok(()) => std::mem::forget(guard),

@@ -134,10 +134,17 @@ pub enum CgroupError {
     },
 }
 
-/// Where cgroup2 is mounted, from `/proc/self/mountinfo`.
+/// Where cgroup2 is mounted, from `/proc/self/mountinfo` (read once per
+/// process: the kernel formats every mount for each read, and a run asks
+/// several times).
 pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(p) = FOUND.get() {
+        return Ok(p.clone());
+    }
     let info = fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
-    parse_cgroup2_mount(&info).ok_or(CgroupError::NoCgroup2)
+    let p = parse_cgroup2_mount(&info).ok_or(CgroupError::NoCgroup2)?;
+    Ok(FOUND.get_or_init(|| p).clone())
 }
 
 /// The first cgroup2 mount point in a mountinfo text (fields: see proc(5)).

@@ -306,6 +306,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn strictly_beneath_is_by_component() {
+        let b = |p: &str, d: &str| strictly_beneath(Path::new(p), Path::new(d));
+        assert!(b("/root/.ssh", "/root"));
+        assert!(b("/root/.ssh", "/"));
+        assert!(b("/a/b/c", "/a/b/"));
+        assert!(!b("/root", "/root"));
+        assert!(!b("/rootkit/x", "/root"));
+        assert!(!b("/root", "/root/.ssh"));
+        assert!(!b("/", "/"));
+    }
+
+    #[test]
     fn missing_denied_paths_resolve_through_their_existing_ancestor() {
         let dir = std::env::temp_dir().join(format!("lockrun-fs-unit-{}", std::process::id()));
         let real = dir.join("real");
@@ -393,7 +405,7 @@ impl Plan {
             }
             return Ok(());
         }
-        let Some(inner) = denied.iter().find(|d| d.starts_with(root) && *d != root) else {
+        let Some(inner) = denied.iter().find(|d| strictly_beneath(d, root)) else {
             self.push(root, grant)?;
             return Ok(());
         };
@@ -426,6 +438,16 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// Whether `path` lies strictly beneath `dir`, by bytes (both absolute and
+/// canonical, as the walk's paths are): `Path::starts_with` parses both into
+/// components, and the walk asks this for every entry and every denied path.
+fn strictly_beneath(path: &Path, dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let (p, d) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    let d = d.strip_suffix(b"/").unwrap_or(d);
+    p.len() > d.len() + 1 && p.starts_with(d) && p[d.len()] == b'/'
 }
 
 /// The ptys on the caller's stdin, stdout and stderr (`/dev/pts/N`).
