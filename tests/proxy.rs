@@ -712,6 +712,51 @@ async fn half_close_is_forwarded_while_the_reply_comes_back() {
     assert_eq!(String::from_utf8_lossy(&reply), "got 5 bytes: hello");
 }
 
+/// The tunnel moves bytes with splice(2) through a pipe that exists only
+/// while bytes flow: 2 MiB that cannot be mistaken (a counter pattern) go up,
+/// come back behind the test host's prefix, byte for byte, across many
+/// pipe-sized bursts, with the half-close in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_transfer_crosses_the_tunnel_intact_both_ways() {
+    let test = "a_large_transfer_crosses_the_tunnel_intact_both_ways";
+    if !can_netns(test) {
+        return;
+    }
+    let mut th = TestHost::new(RANGE);
+    th.serve_until_eof();
+    let ip = [th.ns_ip];
+    let p = Proxy::start(
+        policy(
+            &["eof.test:9000"],
+            &[("eof.test", &ip)],
+            Some((&["eof.test"], th.net)),
+        ),
+        |_| {},
+    )
+    .await;
+    let data: Vec<u8> = (0..2 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let mut s = connect(&p, "eof.test:9000").await;
+    let (mut rd, mut wr) = s.split();
+    let send = async {
+        wr.write_all(&data).await.unwrap();
+        wr.shutdown().await.unwrap();
+    };
+    let mut reply = Vec::new();
+    let recv = async {
+        tokio::time::timeout(Duration::from_secs(60), rd.read_to_end(&mut reply))
+            .await
+            .unwrap()
+            .unwrap();
+    };
+    tokio::join!(send, recv);
+    let prefix = format!("got {} bytes: ", data.len());
+    assert_eq!(reply.len(), prefix.len() + data.len());
+    assert_eq!(&reply[..prefix.len()], prefix.as_bytes());
+    assert!(reply[prefix.len()..] == data[..], "the bytes differ");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_tunnel_lives_past_eleven_seconds() {
     let test = "idle_tunnel_lives_past_eleven_seconds";
