@@ -745,7 +745,7 @@ async fn a_large_transfer_crosses_the_tunnel_intact_both_ways() {
     };
     let mut reply = Vec::new();
     let recv = async {
-        tokio::time::timeout(Duration::from_secs(60), rd.read_to_end(&mut reply))
+        tokio::time::timeout(Duration::from_mins(1), rd.read_to_end(&mut reply))
             .await
             .unwrap()
             .unwrap();
