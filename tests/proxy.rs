@@ -683,12 +683,9 @@ async fn over_max_connections_answers_503() {
     assert_eq!(status, 403);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn half_close_is_forwarded_while_the_reply_comes_back() {
-    let test = "half_close_is_forwarded_while_the_reply_comes_back";
-    if !can_netns(test) {
-        return;
-    }
+/// A test host that answers `got N bytes: <bytes>` once the client has
+/// closed its side (port 9000, name `eof.test`), and a proxy allowing it.
+async fn eof_host_behind_the_proxy() -> (TestHost, Proxy) {
     let mut th = TestHost::new(RANGE);
     th.serve_until_eof();
     let ip = [th.ns_ip];
@@ -701,6 +698,16 @@ async fn half_close_is_forwarded_while_the_reply_comes_back() {
         |_| {},
     )
     .await;
+    (th, p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_is_forwarded_while_the_reply_comes_back() {
+    let test = "half_close_is_forwarded_while_the_reply_comes_back";
+    if !can_netns(test) {
+        return;
+    }
+    let (_th, p) = eof_host_behind_the_proxy().await;
     let mut s = connect(&p, "eof.test:9000").await;
     s.write_all(b"hello").await.unwrap();
     s.shutdown().await.unwrap();
@@ -722,18 +729,7 @@ async fn a_large_transfer_crosses_the_tunnel_intact_both_ways() {
     if !can_netns(test) {
         return;
     }
-    let mut th = TestHost::new(RANGE);
-    th.serve_until_eof();
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["eof.test:9000"],
-            &[("eof.test", &ip)],
-            Some((&["eof.test"], th.net)),
-        ),
-        |_| {},
-    )
-    .await;
+    let (_th, p) = eof_host_behind_the_proxy().await;
     let data: Vec<u8> = (0..2 * 1024 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
