@@ -392,6 +392,23 @@ fn populated(cg: &Path) -> Result<bool, CgroupError> {
         .any(|l| l.split_whitespace().eq(["populated", "1"])))
 }
 
+/// Waits that start short (a cgroup usually empties within microseconds of
+/// the kill, and every run's teardown waits here) and grow to 5 ms.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self(Duration::from_micros(100))
+    }
+}
+
+impl Backoff {
+    fn sleep(&mut self) {
+        std::thread::sleep(self.0);
+        self.0 = (self.0 * 2).min(Duration::from_millis(5));
+    }
+}
+
 fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
     if !cg.exists() {
         return Ok(());
@@ -407,21 +424,23 @@ fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
     if populated(cg)? {
         write_file(&cg.join("cgroup.kill"), b"1")?;
         let start = Instant::now();
+        let mut pause = Backoff::default();
         while populated(cg)? {
             if start.elapsed() > DRAIN_TIMEOUT {
                 return Err(CgroupError::StillPopulated(cg.to_path_buf(), DRAIN_TIMEOUT));
             }
-            std::thread::sleep(Duration::from_millis(5));
+            pause.sleep();
         }
     }
     // A just-emptied cgroup can briefly refuse rmdir with EBUSY.
     let start = Instant::now();
+    let mut pause = Backoff::default();
     loop {
         match fs::remove_dir(cg) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < DRAIN_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(5));
+                pause.sleep();
             }
             Err(source) => {
                 return Err(CgroupError::Rmdir {
