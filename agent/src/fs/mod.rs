@@ -342,6 +342,25 @@ impl Plan {
     /// Returns false (and queues nothing) for a symlink: a rule on a symlink
     /// that pointed into a denied dir would grant that dir.
     fn push(&mut self, path: &Path, grant: Grant) -> Result<bool, FsError> {
+        self.push_known(path, grant, None)
+    }
+
+    /// [`push`](Self::push), with the type a directory listing already gave
+    /// (no `fstat` then: the walk pushes ~80 entries per run). Should the
+    /// entry have been swapped since the listing: to a symlink, the rule is
+    /// on the link's own inode (opened `O_NOFOLLOW`), which no access walks
+    /// through; from a file to a directory, it gets the file rights only; to
+    /// a directory from a symlink or file's stale type "directory" on a
+    /// non-directory, the kernel refuses the rule and the run.
+    fn push_known(
+        &mut self,
+        path: &Path,
+        grant: Grant,
+        known: Option<std::fs::FileType>,
+    ) -> Result<bool, FsError> {
+        if known.is_some_and(|t| t.is_symlink()) {
+            return Ok(false);
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -350,19 +369,23 @@ impl Plan {
                 path: path.to_path_buf(),
                 source,
             })?;
-        let ft = file
-            .metadata()
-            .map_err(|source| FsError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?
-            .file_type();
-        if ft.is_symlink() {
-            return Ok(false);
-        }
+        let is_dir = if let Some(t) = known {
+            t.is_dir()
+        } else {
+            let ft = file
+                .metadata()
+                .map_err(|source| FsError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                })?
+                .file_type();
+            if ft.is_symlink() {
+                return Ok(false);
+            }
+            ft.is_dir()
+        };
         let fd = OwnedFd::from(file);
-        self.rules
-            .push((path.to_path_buf(), fd, grant, ft.is_dir()));
+        self.rules.push((path.to_path_buf(), fd, grant, is_dir));
         Ok(true)
     }
 
@@ -389,6 +412,18 @@ impl Plan {
         grant: Grant,
         denied: &BTreeSet<PathBuf>,
     ) -> Result<(), FsError> {
+        self.grant_except_known(root, grant, denied, None)
+    }
+
+    /// [`grant_except`](Self::grant_except), with `root`'s type from its
+    /// parent's listing when known.
+    fn grant_except_known(
+        &mut self,
+        root: &Path,
+        grant: Grant,
+        denied: &BTreeSet<PathBuf>,
+        known: Option<std::fs::FileType>,
+    ) -> Result<(), FsError> {
         if denied.contains(root) {
             return Ok(());
         }
@@ -406,7 +441,7 @@ impl Plan {
             return Ok(());
         }
         let Some(inner) = denied.iter().find(|d| strictly_beneath(d, root)) else {
-            self.push(root, grant)?;
+            self.push_known(root, grant, known)?;
             return Ok(());
         };
         let inner = inner.clone();
@@ -429,7 +464,7 @@ impl Plan {
                 source,
             })?;
             let child = root.join(entry.file_name());
-            match self.grant_except(&child, grant, denied) {
+            match self.grant_except_known(&child, grant, denied, entry.file_type().ok()) {
                 // Vanished between listing and opening: nothing to grant.
                 Err(FsError::Open { source, .. })
                     if source.raw_os_error() == Some(libc::ENOENT) => {}
