@@ -18,15 +18,17 @@
 //! attaching and pinning them ~1 ms more. They are now loaded once per
 //! lockrun build and pinned, with the shared maps, under
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` ([`SHARED_ROOT`]), and
-//! attached once, by links pinned there as `link-<program>`, to the build's
+//! attached once, by links pinned there as `link-<program>-<parent id>`, to the build's
 //! parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`
 //! ([`crate::cgroup::build_parent`]). Every run's cgroup is made inside it, so
 //! a run's processes are judged from their first instruction. The programs
 //! find the run's allow list, unix prefixes, counters and ring buffer by the
 //! cgroup id of the calling task (`RUNS`); a task of no registered run is
 //! refused every inet destination (fail closed). Each run checks that every
-//! link is live and on the parent (`BPF_OBJ_GET_INFO_BY_FD`) and re-attaches
-//! one that is not.
+//! link is live and on the parent (`BPF_OBJ_GET_INFO_BY_FD`) and attaches
+//! one that is not; links are pinned per parent incarnation
+//! (`link-<program>-<parent cgroup id>`), so no run ever removes a pin that
+//! another run's attachment depends on.
 //!
 //! Ring buffers are reached through a map of maps, and every update of one
 //! waits for an RCU grace period (4–8 ms measured here). So the rings stay:
@@ -161,6 +163,11 @@ pub enum BpfError {
     },
     #[error("the run's cgroup {cgroup} is not in the build's parent cgroup {parent}, where the hooks are attached")]
     NotUnderParent { cgroup: PathBuf, parent: PathBuf },
+    #[error("the {program} hook is not attached to {parent} and could not be attached")]
+    NotAttached {
+        program: &'static str,
+        parent: PathBuf,
+    },
     #[error("more than {MAX_ALLOWED_ENDPOINTS} allowed endpoints")]
     TooManyEndpoints,
     #[error("the ring buffer's fd cannot be watched (epoll_ctl)")]
@@ -639,7 +646,7 @@ fn is_not_found(e: &aya::maps::MapError) -> bool {
 
 /// The verified programs and the maps they share, pinned once per lockrun
 /// build under [`SHARED_ROOT`]`/<object-hash>/`, with the links that attach
-/// them to the build's parent cgroup (`link-<program>`).
+/// them to the build's parent cgroup (`link-<program>-<parent cgroup id>`).
 struct Shared {
     endpoints: HashMap<MapData, RunEndpoint, u8>,
     counters: PerCpuHashMap<MapData, u64, RunCounters>,
@@ -648,8 +655,6 @@ struct Shared {
     slot_owners: HashMap<MapData, u32, u64>,
     rings: OwnedFd,
     dir: PathBuf,
-    /// (name, attach type, program) for each of [`PROGRAMS`].
-    progs: Vec<(&'static str, u32, OwnedFd)>,
 }
 
 /// The embedded object's FNV-1a 64 (computed by build.rs).
@@ -660,7 +665,7 @@ const OBJECT_HASH: &str = "none";
 
 /// Bumped whenever the maps the loader makes, or what it pins, change
 /// without the object or the unix programs changing.
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 
 /// This build's name: its programs' pin directory under [`SHARED_ROOT`] and
 /// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
@@ -770,9 +775,10 @@ impl Shared {
         let slot_owners =
             HashMap::try_from(Map::HashMap(map(SLOT_OWNERS)?)).map_err(io::Error::other)?;
         let rings = raw::obj_get(&dir.join(MAP_RINGS))?;
-        let mut progs = Vec::new();
-        for (name, _, attach_type) in PROGRAMS {
-            progs.push((name, attach_type, raw::obj_get(&dir.join(name))?));
+        // The programs themselves: a pinned set is whole (renamed into place
+        // complete); they are opened only to attach (ensure_attached).
+        if !dir.join(PROGRAMS[PROGRAMS.len() - 1].0).exists() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "programs missing"));
         }
         Ok(Self {
             endpoints,
@@ -782,14 +788,16 @@ impl Shared {
             slot_owners,
             rings,
             dir: dir.to_path_buf(),
-            progs,
         })
     }
 
     /// Every program attached to `parent` by a live link pinned as
-    /// `link-<program>`; a missing or defunct one (its cgroup was removed
-    /// and made again) is attached now. Concurrent runs may both attach: the
-    /// loser's pin fails and its link, dropped, detaches again.
+    /// `link-<program>-<parent's cgroup id>`, or attached now. A pin is only
+    /// ever made for the parent it names, and never removed while that
+    /// parent exists, so a run cannot detach another's link. Two runs
+    /// attaching at once: the second pin fails (`EEXIST`), its link detaches
+    /// when dropped, and the first is checked. Pins for an earlier parent at
+    /// that path (removed and made again) judge nothing here and are removed.
     fn ensure_attached(&self, parent: &Path) -> Result<(), BpfError> {
         use std::os::unix::fs::MetadataExt as _;
         let cg = fs::File::open(parent).map_err(|source| BpfError::Mkdir {
@@ -803,30 +811,50 @@ impl Shared {
                 source,
             })?
             .ino();
-        for (name, attach_type, prog) in &self.progs {
-            let pin = self.dir.join(format!("link-{name}"));
-            for _ in 0..3 {
-                match raw::obj_get(&pin).and_then(|l| raw::cgroup_link_target(l.as_fd())) {
-                    Ok((id, at)) if id == parent_id && at == *attach_type => break,
-                    Ok(_) => {
-                        // Defunct (its cgroup is gone) or not ours: replace it.
-                        let _ = fs::remove_file(&pin);
+        let mut attached_now = false;
+        for (name, _, attach_type) in PROGRAMS {
+            let pin = self.dir.join(format!("link-{name}-{parent_id}"));
+            let live = || {
+                matches!(
+                    raw::obj_get(&pin).and_then(|l| raw::cgroup_link_target(l.as_fd())),
+                    Ok((id, at)) if id == parent_id && at == attach_type
+                )
+            };
+            if live() {
+                continue;
+            }
+            let prog =
+                raw::obj_get(&self.dir.join(name)).map_err(|source| BpfError::OpenShared {
+                    path: self.dir.join(name),
+                    source,
+                })?;
+            let link =
+                raw::link_create(prog.as_fd(), cg.as_fd(), attach_type).map_err(|source| {
+                    BpfError::RawAttach {
+                        program: name,
+                        source,
                     }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(source) => return Err(BpfError::OpenShared { path: pin, source }),
-                }
-                let link =
-                    raw::link_create(prog.as_fd(), cg.as_fd(), *attach_type).map_err(|source| {
-                        BpfError::RawAttach {
-                            program: name,
-                            source,
-                        }
-                    })?;
-                match raw::obj_pin(link.as_fd(), &pin) {
-                    Ok(()) => break,
-                    // Another run pinned one first: ours detaches when dropped; check theirs.
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                    Err(source) => return Err(BpfError::Pin { path: pin, source }),
+                })?;
+            match raw::obj_pin(link.as_fd(), &pin) {
+                Ok(()) => attached_now = true,
+                // Another run pinned one for this parent first: checked below.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(source) => return Err(BpfError::Pin { path: pin, source }),
+            }
+            drop(link);
+            if !live() {
+                return Err(BpfError::NotAttached {
+                    program: name,
+                    parent: parent.to_path_buf(),
+                });
+            }
+        }
+        if attached_now {
+            let mine = format!("-{parent_id}");
+            for e in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with("link-") && !n.ends_with(&mine) {
+                    let _ = fs::remove_file(e.path());
                 }
             }
         }
