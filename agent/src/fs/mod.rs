@@ -279,13 +279,21 @@ impl FsSandbox {
 /// deepest existing ancestor, so that its real parent is still split and
 /// creating it later does not expose it.
 fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
+    // The secret floor is ~20 paths under the same home, most of them absent:
+    // each directory is resolved once (realpath is a readlink per component).
+    let mut resolved: std::collections::HashMap<PathBuf, Option<PathBuf>> =
+        std::collections::HashMap::new();
     let mut out = BTreeSet::new();
     for p in paths {
         out.insert(p.clone());
         let mut base = p.as_path();
         let mut rest = Vec::new();
         loop {
-            if let Ok(c) = base.canonicalize() {
+            let c = resolved
+                .entry(base.to_path_buf())
+                .or_insert_with(|| base.canonicalize().ok())
+                .clone();
+            if let Some(c) = c {
                 out.insert(rest.iter().rev().fold(c, |acc, n| acc.join(n)));
                 break;
             }
