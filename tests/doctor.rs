@@ -5,13 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
+#[path = "support/skip.rs"]
+mod skip;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 
-fn may_skip() -> bool {
-    std::env::var("CI").as_deref() != Ok("true")
-}
+use skip::skip;
 
 fn doctor(weaken: Option<&str>) -> (i32, String) {
     let mut c = Command::new(BIN);
@@ -37,15 +37,7 @@ fn line<'a>(text: &'a str, needle: &str) -> &'a str {
 #[test]
 fn doctor_holds_here_and_its_canary_really_ran() {
     if !nix::unistd::geteuid().is_root() {
-        assert!(may_skip(), "kernel test may not skip under CI=true");
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            concat!(
-                "skipped: doctor_holds_here_and_its_canary_really_ran: needs root",
-                "\n"
-            )
-            .as_bytes(),
-        );
+        skip("doctor_holds_here_and_its_canary_really_ran", "needs root");
         return;
     }
     let (code, text) = doctor(None);
@@ -92,15 +84,7 @@ fn doctor_holds_here_and_its_canary_really_ran() {
 #[test]
 fn doctor_catches_a_sandbox_without_its_hooks() {
     if !nix::unistd::geteuid().is_root() {
-        assert!(may_skip(), "kernel test may not skip under CI=true");
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            concat!(
-                "skipped: doctor_catches_a_sandbox_without_its_hooks: needs root",
-                "\n"
-            )
-            .as_bytes(),
-        );
+        skip("doctor_catches_a_sandbox_without_its_hooks", "needs root");
         return;
     }
     let (code, text) = doctor(Some("hooks"));
@@ -117,6 +101,8 @@ fn doctor_catches_a_sandbox_without_its_hooks() {
 #[cfg(not(feature = "weaken-for-tests"))]
 #[test]
 fn doctor_catches_a_sandbox_without_its_hooks() {
-    assert!(may_skip(), "under CI=true the suite must be built with --features weaken-for-tests (cargo xtask test does)");
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), concat!("skipped: doctor_catches_a_sandbox_without_its_hooks: built without the weaken-for-tests feature", "\n").as_bytes());
+    skip(
+        "doctor_catches_a_sandbox_without_its_hooks",
+        "built without the weaken-for-tests feature",
+    );
 }

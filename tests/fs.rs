@@ -6,6 +6,8 @@
 
 #[path = "support/python.rs"]
 mod python;
+#[path = "support/skip.rs"]
+mod skip;
 use python::python3;
 #[path = "support/fs.rs"]
 mod support;
@@ -575,13 +577,9 @@ fn io_uring_is_refused_because_it_creates_sockets_seccomp_never_sees() {
             disabled || outside == ["errno=ENOSYS"],
             "io_uring failed outside for an unexpected reason: {outside:?}"
         );
-        assert!(support::may_skip(), "io_uring unavailable under CI=true");
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            format!(
-                "skipped: io_uring decision: io_uring unavailable on this host ({outside:?})\n"
-            )
-            .as_bytes(),
+        support::skip(
+            "io_uring decision",
+            &format!("io_uring unavailable on this host ({outside:?})"),
         );
     }
     let r = w.probe(&[], &[&["io_uring_setup"], &["uring_socket", "packet"]]);
@@ -775,8 +773,10 @@ fn typing_into_the_callers_terminal_is_refused() {
 fn an_unprivileged_caller_is_refused_before_anything_runs() {
     let w = World::new("unpriv");
     if Command::new("setpriv").arg("--version").output().is_err() {
-        assert!(support::may_skip(), "setpriv missing under CI=true");
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), concat!("skipped: an_unprivileged_caller_is_refused_before_anything_runs: setpriv not installed", "\n").as_bytes());
+        support::skip(
+            "an_unprivileged_caller_is_refused_before_anything_runs",
+            "setpriv not installed",
+        );
         return;
     }
     // Everything owned by nobody: the filesystem would be no obstacle. The
@@ -821,14 +821,9 @@ fn an_unprivileged_caller_is_refused_before_anything_runs() {
 fn a_deny_list_that_cannot_be_built_refuses_the_run() {
     let w = World::new("unlistable");
     if Command::new("setpriv").arg("--version").output().is_err() {
-        assert!(support::may_skip(), "setpriv missing under CI=true");
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            concat!(
-                "skipped: a_deny_list_that_cannot_be_built_refuses_the_run: setpriv not installed",
-                "\n"
-            )
-            .as_bytes(),
+        support::skip(
+            "a_deny_list_that_cannot_be_built_refuses_the_run",
+            "setpriv not installed",
         );
         return;
     }
@@ -867,17 +862,9 @@ fn raw_block_devices_are_unreadable() {
         .find(|e| e.file_type().is_ok_and(|t| t.is_block_device()))
         .map(|e| e.path());
     let Some(dev) = dev else {
-        assert!(
-            support::may_skip(),
-            "no block device under /dev under CI=true"
-        );
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            concat!(
-                "skipped: raw_block_devices_are_unreadable: no block device under /dev",
-                "\n"
-            )
-            .as_bytes(),
+        support::skip(
+            "raw_block_devices_are_unreadable",
+            "no block device under /dev",
         );
         return;
     };
@@ -902,10 +889,9 @@ fn the_console_and_other_root_devices_are_unreadable() {
         .filter(|p| std::path::Path::new(p).exists())
         .collect();
     if present.is_empty() {
-        assert!(support::may_skip(), "no console device under CI=true");
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            b"skipped: the_console_and_other_root_devices_are_unreadable: no vcs, tty1 or kmsg here\n",
+        support::skip(
+            "the_console_and_other_root_devices_are_unreadable",
+            "no vcs, tty1 or kmsg here",
         );
         return;
     }

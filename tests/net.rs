@@ -11,6 +11,8 @@
 
 #[path = "support/python.rs"]
 mod python;
+#[path = "support/skip.rs"]
+mod skip;
 use python::{python3, python3_command};
 #[path = "net_support.rs"]
 mod support;
@@ -233,24 +235,6 @@ fn nested_setsid_grandchild_is_still_confined() {
     assert_event(&events, cg, "connect4", &other.addr.to_string());
 }
 
-/// Lets root open ICMP ping sockets for the test's duration (per network namespace).
-struct PingGroupRange(String);
-
-impl PingGroupRange {
-    const PATH: &'static str = "/proc/sys/net/ipv4/ping_group_range";
-    fn allow_root() -> Self {
-        let old = std::fs::read_to_string(Self::PATH).unwrap();
-        std::fs::write(Self::PATH, "0 0").unwrap();
-        Self(old)
-    }
-}
-
-impl Drop for PingGroupRange {
-    fn drop(&mut self) {
-        let _ = std::fs::write(Self::PATH, self.0.trim().replace('\t', " "));
-    }
-}
-
 /// Every ICMP packet on this host is seen here, from outside the run.
 fn icmp_seen(raw: &std::os::fd::OwnedFd, token: &[u8]) -> bool {
     let mut buf = [0u8; 2048];
@@ -274,7 +258,7 @@ fn icmp_ping_socket_is_refused() {
         support::skip(T, "needs root");
         return;
     }
-    let _range = PingGroupRange::allow_root();
+    let _range = support::PingGroupRange::allow_root();
     let raw = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
         nix::sys::socket::SockType::Raw,

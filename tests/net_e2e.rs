@@ -16,6 +16,8 @@
 
 #[path = "support/python.rs"]
 mod python;
+#[path = "support/skip.rs"]
+mod skip;
 use python::python3;
 #[path = "net_support.rs"]
 mod net_support;
@@ -247,26 +249,6 @@ fn tcp_fast_open_mptcp_and_io_uring_are_refused() {
     }
 }
 
-/// Lets root open ICMP ping sockets for the test's duration (per network
-/// namespace): without it the kernel refuses them with EACCES before the
-/// cgroup hook is asked, and the test would not prove the hook.
-struct PingGroupRange(String);
-
-impl PingGroupRange {
-    const PATH: &'static str = "/proc/sys/net/ipv4/ping_group_range";
-    fn allow_root() -> Self {
-        let old = std::fs::read_to_string(Self::PATH).unwrap();
-        std::fs::write(Self::PATH, "0 0").unwrap();
-        Self(old)
-    }
-}
-
-impl Drop for PingGroupRange {
-    fn drop(&mut self) {
-        let _ = std::fs::write(Self::PATH, self.0.trim().replace('\t', " "));
-    }
-}
-
 /// Whether any ICMP packet carrying `token` was seen on this host since the last call.
 fn icmp_seen(raw: &std::os::fd::OwnedFd, token: &str) -> bool {
     let mut buf = [0u8; 2048];
@@ -285,7 +267,7 @@ fn icmp_seen(raw: &std::os::fd::OwnedFd, token: &str) -> bool {
 fn icmp_raw_and_packet_sockets_are_refused() {
     const T: &str = "icmp_raw_and_packet_sockets_are_refused";
     let Some(w) = World::new(T) else { return };
-    let _range = PingGroupRange::allow_root();
+    let _range = net_support::PingGroupRange::allow_root();
     // The judge: every ICMP packet on this host, seen from outside.
     let raw = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,

@@ -25,6 +25,8 @@
 
 #[path = "support/python.rs"]
 mod python;
+#[path = "support/skip.rs"]
+mod skip;
 use python::python3;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -203,6 +205,24 @@ fn curl_code(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// The status curl got for `target` through the proxy at `proxy`: the
+/// response's (plain forwarding) or, with `tunnel`, the CONNECT's.
+async fn curl_status(proxy: &str, tunnel: bool, target: &str) -> String {
+    let mut c = client("curl");
+    c.arg("-s");
+    if tunnel {
+        c.arg("-p");
+    }
+    c.args(["-x", proxy, "-o", "/dev/null", "-w"]);
+    c.arg(if tunnel {
+        "%{http_connect}"
+    } else {
+        "%{http_code}"
+    });
+    c.arg(target);
+    curl_code(&run(c).await)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
     let test = "clients_reach_an_allowed_test_host_and_unlisted_names_get_403";
@@ -290,59 +310,24 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
     assert_eq!(before, 4, "{:?}", th.requests());
 
     // An unlisted name that resolves to the same host: 403, the host hears nothing.
-    let mut c = client("curl");
-    c.args([
-        "-s",
-        "-x",
-        &url,
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "http://unlisted.test/secret.txt",
-    ]);
-    assert_eq!(curl_code(&run(c).await), "403");
-    let mut c = client("curl");
-    c.args([
-        "-s",
-        "-p",
-        "-x",
-        &url,
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_connect}",
-        "http://unlisted.test/secret.txt",
-    ]);
-    assert_eq!(curl_code(&run(c).await), "403");
+    assert_eq!(
+        curl_status(&url, false, "http://unlisted.test/secret.txt").await,
+        "403"
+    );
+    assert_eq!(
+        curl_status(&url, true, "http://unlisted.test/secret.txt").await,
+        "403"
+    );
     // Allowed name, port not allowed.
-    let mut c = client("curl");
-    c.args([
-        "-s",
-        "-p",
-        "-x",
-        &url,
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_connect}",
-        "http://web.test:8080/secret.txt",
-    ]);
-    assert_eq!(curl_code(&run(c).await), "403");
+    assert_eq!(
+        curl_status(&url, true, "http://web.test:8080/secret.txt").await,
+        "403"
+    );
     // Allowed and granted, but it is this host's own address.
-    let mut c = client("curl");
-    c.args([
-        "-s",
-        "-p",
-        "-x",
-        &url,
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_connect}",
-        "http://hostside.test/",
-    ]);
-    assert_eq!(curl_code(&run(c).await), "403");
+    assert_eq!(
+        curl_status(&url, true, "http://hostside.test/").await,
+        "403"
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(th.requests().len(), before, "{:?}", th.requests());
     assert!(!th.requests().iter().any(|l| l.contains("secret")));
@@ -462,31 +447,16 @@ async fn without_the_secret_407_and_with_it_200() {
     let bare = format!("http://{}", p.addr());
     let wrong = format!("http://lockrun:wrong@{}", p.addr());
     for (proxy, want) in [(&bare, "407"), (&wrong, "407"), (&p.proxy.url(), "200")] {
-        let mut c = client("curl");
-        c.args([
-            "-s",
-            "-x",
-            proxy,
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "http://web.test/hello.txt",
-        ]);
-        assert_eq!(curl_code(&run(c).await), want, "plain via {proxy}");
-        let mut c = client("curl");
-        c.args([
-            "-s",
-            "-p",
-            "-x",
-            proxy,
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_connect}",
-            "http://web.test/hello.txt",
-        ]);
-        assert_eq!(curl_code(&run(c).await), want, "CONNECT via {proxy}");
+        assert_eq!(
+            curl_status(proxy, false, "http://web.test/hello.txt").await,
+            want,
+            "plain via {proxy}"
+        );
+        assert_eq!(
+            curl_status(proxy, true, "http://web.test/hello.txt").await,
+            want,
+            "CONNECT via {proxy}"
+        );
     }
     assert_eq!(
         th.requests().len(),

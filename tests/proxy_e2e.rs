@@ -22,6 +22,8 @@
 
 #[path = "support/python.rs"]
 mod python;
+#[path = "support/skip.rs"]
+mod skip;
 #[path = "support/proxy.rs"]
 mod support;
 

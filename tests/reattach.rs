@@ -8,6 +8,8 @@
 
 #[path = "support/python.rs"]
 mod python;
+#[path = "support/skip.rs"]
+mod skip;
 #[path = "net_support.rs"]
 mod support;
 

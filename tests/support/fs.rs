@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::unused_self)]
 
 use crate::python::python3;
+pub use crate::skip::skip;
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -150,9 +151,4 @@ pub fn meta(path: &Path) -> (u32, u32, u32, i64) {
 
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// Whether kernel tests may be skipped here (never under CI=true).
-pub fn may_skip() -> bool {
-    std::env::var("CI").map_or(true, |v| v != "true")
 }

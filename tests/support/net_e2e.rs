@@ -12,21 +12,10 @@ use std::process::{Command, Output};
 
 use lockrun::audit::{Event, KernelNetEvent, Record};
 
+pub use crate::skip::skip;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 pub const PROBE: &str = include_str!("net_e2e.py");
-
-/// Say a kernel test cannot run here; under `CI=true` that is a failure.
-pub fn skip(test: &str, reason: &str) {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "kernel test {test} may not skip under CI: {reason}"
-    );
-    // Straight to fd 2: the harness captures eprintln!, and a skip must be seen.
-    let _ = std::io::Write::write_all(
-        &mut std::io::stderr(),
-        format!("skipped: {test}: {reason}\n").as_bytes(),
-    );
-}
 
 static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
