@@ -889,13 +889,27 @@ async fn forward_inner(
     } else {
         b"Connection: close\r\n\r\n"
     });
+    // The body bytes already read go out with the head, in one segment: a
+    // small response then costs the client one wake-up, not two.
+    let early = match framing {
+        Framing::Length(n) => upstream
+            .buffer()
+            .len()
+            .min(usize::try_from(n).unwrap_or(usize::MAX)),
+        Framing::UntilClose => upstream.buffer().len(),
+        Framing::None | Framing::Chunked => 0,
+    };
+    out.extend_from_slice(&upstream.buffer()[..early]);
+    upstream.consume(early);
     client
         .write_all(&out)
         .await
         .map_err(|_| ForwardError::AfterResponse(status))?;
     let relayed = match framing {
         Framing::None => Ok(()),
-        Framing::Length(n) => copy_exact(&mut upstream, client, n, shared.idle).await,
+        Framing::Length(n) => {
+            copy_exact(&mut upstream, client, n - early as u64, shared.idle).await
+        }
         Framing::Chunked => relay_chunked(&mut upstream, client, shared.idle).await,
         Framing::UntilClose => copy_until_close(&mut upstream, client, shared.idle).await,
     };
