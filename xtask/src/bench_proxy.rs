@@ -8,13 +8,17 @@
 //! :80 (`/small`: 2 bytes, `/big`: 512 MiB, one thread per connection) and
 //! a listener on :81 that accepts and holds connections, for idle tunnels.
 //!
-//! Four paths to it, each measured the same way:
+//! Six paths to it, each measured the same way:
 //! - **direct**: the clients outside any sandbox, straight to the host;
 //! - **lockrun**: the clients *inside* `lockrun --policy bench.toml -- sh -c …`,
 //!   through the run's proxy, as a confined agent would go (the real path:
 //!   cgroup hooks, Landlock, seccomp, the proxy on the run's runtime);
 //! - **tinyproxy** (installed from the distribution if missing), on a
 //!   loopback port, no filtering;
+//! - **haproxy, plain TCP relay** (installed from the distribution if
+//!   missing), not a peer but a reference: TCP mode, a fixed backend, no
+//!   HTTP and no policy, so its figures are what the extra TCP connection
+//!   of any proxy costs on this machine;
 //! - **sandbox-runtime** (`srt`, installed with npm under
 //!   `target/peers`): the clients inside `srt -c …`, through its socat
 //!   bridge and its proxy, with the host's IP literal allow-listed (srt
@@ -101,7 +105,7 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
         "direct",
         Command::new("sh")
             .arg("-c")
-            .arg(script(&tool, HOST_IP, None, 3)),
+            .arg(script(&tool, HOST_IP, 80, None, 3)),
     )?;
     rows.push(direct);
 
@@ -110,7 +114,7 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
         "--",
         "sh",
         "-c",
-        &script(&tool, NAME, Some("$HTTP_PROXY"), 3),
+        &script(&tool, NAME, 80, Some("$HTTP_PROXY"), 3),
     ]);
     rows.push(measure("lockrun", &mut c)?);
     // The same proxy with the clients outside the run: what the proxy costs
@@ -120,7 +124,7 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
             "lockrun's proxy, clients outside",
             Command::new("sh")
                 .arg("-c")
-                .arg(script(&tool, NAME, Some(url), 3)),
+                .arg(script(&tool, NAME, 80, Some(url), 3)),
         )
     })?);
 
@@ -131,16 +135,29 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
                 "tinyproxy",
                 Command::new("sh")
                     .arg("-c")
-                    .arg(script(&tool, HOST_IP, Some(&px), 3)),
+                    .arg(script(&tool, HOST_IP, 80, Some(&px), 3)),
             )?);
         }
         Err(e) => notes.push(format!("tinyproxy not measured: {e:#}")),
     }
 
+    // Not a peer: what a mature relay costs here when it does nothing but
+    // relay (no HTTP, no policy, no CONNECT), i.e. the price of the second
+    // TCP connection every proxy adds.
+    match Haproxy::start(&dir) {
+        Ok(hp) => rows.push(measure(
+            "haproxy, plain TCP relay (reference)",
+            Command::new("sh")
+                .arg("-c")
+                .arg(script(&tool, "127.0.0.1", hp.addr.port(), None, 3)),
+        )?),
+        Err(e) => notes.push(format!("haproxy (reference) not measured: {e:#}")),
+    }
+
     match Srt::find_or_install(workspace) {
         Ok(srt) => {
             let mut c = srt.cmd(&dir)?;
-            c.arg(script(&tool, HOST_IP, Some("$HTTP_PROXY"), 2));
+            c.arg(script(&tool, HOST_IP, 80, Some("$HTTP_PROXY"), 2));
             match measure("sandbox-runtime (srt)", &mut c) {
                 Ok(r) => rows.push(r),
                 Err(e) => notes.push(format!(
@@ -182,7 +199,7 @@ struct Load {
 /// The shell script every path runs: the download `runs` times, then the
 /// load at c=1 and c=50. `proxy` is a shell word (it may name a variable
 /// set inside the sandbox).
-fn script(tool: &Path, target: &str, proxy: Option<&str>, runs: u32) -> String {
+fn script(tool: &Path, target: &str, port: u16, proxy: Option<&str>, runs: u32) -> String {
     let t = tool.display();
     let (curl_px, load_px) = match proxy {
         // --noproxy '': srt puts private ranges in no_proxy; go through the proxy anyway.
@@ -193,14 +210,14 @@ fn script(tool: &Path, target: &str, proxy: Option<&str>, runs: u32) -> String {
     for _ in 0..runs {
         let _ = writeln!(
             s,
-            "echo \"tput $(curl -s {curl_px} -o /dev/null -w '%{{speed_download}} %{{size_download}} %{{http_code}}' http://{target}/big)\""
+            "echo \"tput $(curl -s {curl_px} -o /dev/null -w '%{{speed_download}} %{{size_download}} %{{http_code}}' http://{target}:{port}/big)\""
         );
     }
     for c in [1, 50] {
         for _ in 0..LOAD_RUNS {
             let _ = writeln!(
                 s,
-                "echo \"c{c} $({t} load {target} 80 /small {c} {LOAD_SECS} {load_px})\""
+                "echo \"c{c} $({t} load {target} {port} /small {c} {LOAD_SECS} {load_px})\""
             );
         }
     }
@@ -331,6 +348,18 @@ fn report(
     s.push('\n');
     if let Some(l) = rows.iter().find(|r| r.name == "lockrun") {
         targets(&mut s, l, d, idle, idle_n);
+    }
+    if let Some(h) = rows.iter().find(|r| r.name.starts_with("haproxy")) {
+        let _ = writeln!(
+            s,
+            "The reference: haproxy relaying plain TCP to the upstream (no HTTP, no CONNECT, no \
+             policy, one thread per core) reaches {:.2}× direct throughput and {:.2}× / {:.2}× \
+             direct requests/s at c=1 / c=50 in this run: the price of the second TCP \
+             connection any proxy adds on this machine, before any proxy work.\n",
+            ratio(h.mibps, d.mibps),
+            ratio(h.c1.rps, d.c1.rps),
+            ratio(h.c50.rps, d.c50.rps),
+        );
     }
     let swing = |l: &Load| {
         if l.worst_rps > 0.0 {
@@ -636,6 +665,46 @@ impl Tinyproxy {
         let child = Reaped(child);
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         wait_port(addr, "tinyproxy")?;
+        Ok(Self {
+            addr,
+            _child: child,
+        })
+    }
+}
+
+/// haproxy in TCP mode in front of the upstream: the relay floor.
+struct Haproxy {
+    addr: SocketAddr,
+    _child: Reaped,
+}
+
+impl Haproxy {
+    fn start(dir: &Path) -> Result<Self> {
+        if !on_path("haproxy") {
+            apt_install(&["haproxy"])?;
+        }
+        let port = free_port()?;
+        let conf = dir.join("haproxy.cfg");
+        // Threads: one per CPU (haproxy's default); splice where it pays.
+        std::fs::write(
+            &conf,
+            format!(
+                "global\n    maxconn 4000\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
+                 timeout client 60s\n    timeout server 60s\n    option splice-auto\n\
+                 listen relay\n    bind 127.0.0.1:{port}\n    server upstream {HOST_IP}:80\n"
+            ),
+        )?;
+        let child = Command::new("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting haproxy")?;
+        let child = Reaped(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        wait_port(addr, "haproxy")?;
         Ok(Self {
             addr,
             _child: child,
