@@ -377,3 +377,73 @@ pub fn landlock_abi_version() -> Result<i32, nix::errno::Errno> {
         Ok(v as i32)
     }
 }
+
+/// What `realpath(3)` (and `Path::canonicalize`) returns, in three syscalls
+/// whatever the depth: open the path as `O_PATH` (following symlinks, as
+/// realpath does) and read back the name the kernel keeps for it in
+/// `/proc/self/fd`. realpath reads every component as a link: seven
+/// `readlink`s for a run's temp dir, and a run canonicalizes dozens of
+/// paths. Falls back to `canonicalize` where `/proc` cannot say (not
+/// mounted, or a name the kernel marks ` (deleted)`).
+pub fn real_path(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
+    use std::os::fd::FromRawFd as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let raw = nix::fcntl::open(
+        path,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: open(2) just returned this descriptor; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+        Ok(name) if name.is_absolute() && !name.as_os_str().as_bytes().ends_with(b" (deleted)") => {
+            Ok(name)
+        }
+        _ => path.canonicalize(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::real_path;
+
+    #[test]
+    fn real_path_agrees_with_canonicalize() {
+        let dir = std::env::temp_dir().join(format!("lockrun-real-path-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        std::os::unix::fs::symlink(dir.join("a"), dir.join("link")).unwrap();
+        std::os::unix::fs::symlink("a/b/../b", dir.join("rel")).unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling")).unwrap();
+        for p in [
+            dir.join("a/b"),
+            dir.join("link/b"),
+            dir.join("link/b/.."),
+            dir.join("rel"),
+            dir.join("a/./b/../b"),
+            std::path::PathBuf::from("/"),
+            std::path::PathBuf::from("."),
+        ] {
+            assert_eq!(
+                real_path(&p).unwrap(),
+                p.canonicalize().unwrap(),
+                "{}",
+                p.display()
+            );
+        }
+        for p in [
+            dir.join("dangling"),
+            dir.join("absent"),
+            dir.join("a/absent/b"),
+        ] {
+            assert_eq!(
+                real_path(&p).unwrap_err().raw_os_error(),
+                Some(libc::ENOENT),
+                "{}",
+                p.display()
+            );
+            assert!(p.canonicalize().is_err());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
