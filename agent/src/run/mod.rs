@@ -470,7 +470,7 @@ async fn run(
     prepare_writable(policy, dir.tmp());
     let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
     let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
-    let filters = crate::seccomp::filters()?;
+    let seccomp = crate::seccomp::combined()?;
     // The supervised filter's listener travels from the child to lockrun
     // through this socketpair (SCM_RIGHTS), after the child loaded it.
     let (listener_rx, listener_tx) = nix::sys::socket::socketpair(
@@ -554,15 +554,12 @@ async fn run(
         }
     };
 
-    let (plan, report) = crate::sys::ChildPlan::new(
-        fs.into_fd(),
-        filters,
-        Some((crate::seccomp::notify_filter(), listener_tx)),
-    )
-    .map_err(|source| RunError::Child {
-        what: "report pipe",
-        source,
-    })?;
+    let (plan, report) =
+        crate::sys::ChildPlan::new(fs.into_fd(), Vec::new(), Some((seccomp, listener_tx)))
+            .map_err(|source| RunError::Child {
+                what: "report pipe",
+                source,
+            })?;
     let supervise = crate::supervise::Config {
         writable: supervise_roots.0,
         denied: supervise_roots.1,
