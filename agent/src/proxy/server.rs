@@ -22,10 +22,18 @@ use super::ProxyConfig;
 use crate::audit::{AuditLog, Event, ProxyEvent};
 use crate::policy::{HostName, NetworkPolicy, Port};
 
-/// Each direction of a busy tunnel copies through one buffer of this size,
-/// borrowed only while bytes flow (an idle tunnel holds none). 64 KiB halves
-/// the proxy's CPU per byte against 8 KiB (measured by `cargo xtask bench`).
+/// The buffer of a tunnel direction that could get no splice pipe (see
+/// [`pump`]), borrowed only while bytes flow.
 pub const TUNNEL_BUF: usize = 64 * 1024;
+/// The splice pipe's size, what one splice moves at most: 1 MiB (the
+/// default `fs.pipe-max-size`) carried a 512 MiB download ~13% faster here
+/// than the default 64 KiB pipe, with 16 times fewer splices. The pages are
+/// the socket's own, moved, not copied.
+const SPLICE_PIPE: usize = 1024 * 1024;
+#[allow(clippy::cast_possible_wrap, clippy::cast_possible_truncation)]
+const SPLICE_PIPE_INT: libc::c_int = SPLICE_PIPE as libc::c_int;
+/// How long a tunnel direction keeps its splice pipe after its last burst.
+const PIPE_KEPT: Duration = Duration::from_secs(1);
 /// The read buffer of a connection's request and response heads.
 pub const HEAD_BUF: usize = 8 * 1024;
 /// Connections over the limit that still get a polite 503 at once.
@@ -571,17 +579,38 @@ pub async fn tunnel(a: TcpStream, b: TcpStream, idle: Duration) -> io::Result<()
 /// socket into a pipe and from the pipe into the other socket, so the bytes
 /// are never copied through lockrun (a 512 MiB download through a
 /// `read`/`write` loop spent most of its time in those two copies). The pipe
-/// exists only while bytes are flowing: an idle tunnel waits on readiness
-/// and holds no pipe and no buffer. Where no pipe can be had (out of
-/// descriptors), the burst is copied through a buffer instead.
+/// lives while bytes flow and for [`PIPE_KEPT`] after the last burst (a bulk
+/// transfer drains the socket thousands of times; a pipe per burst cost two
+/// descriptors and three syscalls each time); an idle tunnel holds no pipe
+/// and no buffer. Where no pipe can be had (out of descriptors), the burst
+/// is copied through a buffer instead.
 async fn pump(r: &TcpStream, w: &TcpStream, last: &AtomicU64, start: Instant) -> io::Result<()> {
     use nix::fcntl::{splice, SpliceFFlags};
     let flags = SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE;
+    let mut pipe: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> = None;
     loop {
-        r.readable().await?;
-        let Ok((pipe_r, pipe_w)) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
-        else {
+        if pipe.is_some() {
+            if tokio::time::timeout(PIPE_KEPT, r.readable()).await.is_err() {
+                // Quiet: give the pipe back, wait without it.
+                pipe = None;
+                r.readable().await?;
+            }
+        } else {
+            r.readable().await?;
+        }
+        if pipe.is_none() {
+            pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
+                .ok()
+                .map(|(pr, pw)| {
+                    // Larger steps, fewer splices; the pipe stays 64 KiB if refused.
+                    let _ = nix::fcntl::fcntl(
+                        std::os::fd::AsRawFd::as_raw_fd(&pw),
+                        nix::fcntl::FcntlArg::F_SETPIPE_SZ(SPLICE_PIPE_INT),
+                    );
+                    (pr, pw)
+                });
+        }
+        let Some((pipe_r, pipe_w)) = &pipe else {
             if copy_burst(r, w, last, start).await? {
                 return Ok(());
             }
@@ -589,7 +618,7 @@ async fn pump(r: &TcpStream, w: &TcpStream, last: &AtomicU64, start: Instant) ->
         };
         loop {
             let got = r.try_io(tokio::io::Interest::READABLE, || {
-                splice(r, None, &pipe_w, None, TUNNEL_BUF, flags).map_err(io::Error::from)
+                splice(r, None, pipe_w, None, SPLICE_PIPE, flags).map_err(io::Error::from)
             });
             let n = match got {
                 Ok(0) => {
@@ -597,7 +626,7 @@ async fn pump(r: &TcpStream, w: &TcpStream, last: &AtomicU64, start: Instant) ->
                     return Ok(());
                 }
                 Ok(n) => n,
-                // Drained: drop the pipe, wait for the next burst.
+                // Drained: wait for the next burst.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             };
@@ -605,7 +634,7 @@ async fn pump(r: &TcpStream, w: &TcpStream, last: &AtomicU64, start: Instant) ->
             while left > 0 {
                 w.writable().await?;
                 match w.try_io(tokio::io::Interest::WRITABLE, || {
-                    splice(&pipe_r, None, w, None, left, flags).map_err(io::Error::from)
+                    splice(pipe_r, None, w, None, left, flags).map_err(io::Error::from)
                 }) {
                     Ok(m) => left -= m,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -1101,6 +1130,45 @@ mod tests {
         ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
+    }
+
+    /// The pipes this process holds (`pipe:[…]` in /proc/self/fd).
+    fn pipes() -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy().starts_with("pipe:"))
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_direction_holds_its_pipe_only_while_busy() {
+        use tokio::io::AsyncWriteExt as _;
+        // client <-> (a | tunnel | b) <-> upstream
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (a, _) = l.accept().await.unwrap();
+        let b = TcpStream::connect(addr).await.unwrap();
+        let (mut upstream, _) = l.accept().await.unwrap();
+        let before = pipes();
+        let relay = tokio::spawn(tunnel(a, b, Duration::from_mins(1)));
+        client.write_all(&vec![7u8; 100_000]).await.unwrap();
+        let mut got = vec![0u8; 100_000];
+        upstream.read_exact(&mut got).await.unwrap();
+        assert!(got.iter().all(|&x| x == 7));
+        // The busy direction has its pipe (two descriptors); the other none.
+        assert_eq!(pipes(), before + 2);
+        tokio::time::sleep(PIPE_KEPT + Duration::from_millis(300)).await;
+        assert_eq!(pipes(), before, "an idle tunnel keeps no pipe");
+        // And the next burst still crosses.
+        client.write_all(b"again").await.unwrap();
+        let mut again = [0u8; 5];
+        upstream.read_exact(&mut again).await.unwrap();
+        assert_eq!(&again, b"again");
+        drop(client);
+        drop(upstream);
+        relay.await.unwrap().unwrap();
     }
 
     #[tokio::test]
