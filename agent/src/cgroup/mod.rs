@@ -150,13 +150,11 @@ pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
             nix::sys::statfs::statfs(*p)
                 .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
         });
-    let p = match usual {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let info =
-                fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
-            parse_cgroup2_mount(&info).ok_or(CgroupError::NoCgroup2)?
-        }
+    let p = if let Some(p) = usual {
+        PathBuf::from(p)
+    } else {
+        let info = fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
+        parse_cgroup2_mount(&info).ok_or(CgroupError::NoCgroup2)?
     };
     Ok(FOUND.get_or_init(|| p).clone())
 }
