@@ -90,13 +90,13 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(network: NetworkPolicy, tweak: impl FnOnce(&mut ProxyConfig)) -> Self {
+    fn start(network: NetworkPolicy, tweak: impl FnOnce(&mut ProxyConfig)) -> Self {
         let dir = Scratch::new("audit");
         let audit_path = dir.0.join("audit.jsonl");
         let audit = Arc::new(AuditLog::open(Some(&audit_path)).unwrap());
         let mut config = ProxyConfig::new(network, audit, Arc::new(NoResolver));
         tweak(&mut config);
-        let proxy = RunningProxy::start(config).await.unwrap();
+        let proxy = RunningProxy::start(config).unwrap();
         Self {
             proxy,
             audit_path,
@@ -245,8 +245,7 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
             Some((&["web.test", "hostside.test"], th.net)),
         ),
         |_| {},
-    )
-    .await;
+    );
     let url = p.proxy.url();
 
     // curl, plain HTTP forwarding (twice on one connection: keep-alive).
@@ -400,8 +399,7 @@ async fn git_clones_over_http_through_the_proxy() {
             Some((&["git.test"], th.net)),
         ),
         |_| {},
-    )
-    .await;
+    );
     let dest = Scratch::new("clone");
     let mut c = client("git");
     c.args(["clone", "-q", "http://git.test/repo.git"])
@@ -442,8 +440,7 @@ async fn without_the_secret_407_and_with_it_200() {
             Some((&["web.test"], th.net)),
         ),
         |_| {},
-    )
-    .await;
+    );
     let bare = format!("http://{}", p.addr());
     let wrong = format!("http://lockrun:wrong@{}", p.addr());
     for (proxy, want) in [(&bare, "407"), (&wrong, "407"), (&p.proxy.url(), "200")] {
@@ -533,7 +530,7 @@ async fn guard_refuses_local_metadata_host_and_mixed_answers() {
     let resolve: Vec<(&str, &[IpAddr])> =
         cases.iter().map(|(n, a, _)| (*n, a.as_slice())).collect();
     let all: Vec<&str> = cases.iter().map(|(n, _, _)| *n).collect();
-    let p = Proxy::start(policy(&allow, &resolve, Some((&all, granted))), |_| {}).await;
+    let p = Proxy::start(policy(&allow, &resolve, Some((&all, granted))), |_| {});
     for (n, _, why) in &cases {
         for req in [
             format!("CONNECT {n}:{port} HTTP/1.1\r\n{}\r\n", p.auth()),
@@ -582,8 +579,7 @@ async fn malformed_and_adversarial_requests_get_their_status() {
             None,
         ),
         |c| c.head_timeout = Duration::from_secs(1),
-    )
-    .await;
+    );
     let a = p.auth();
     let cases: Vec<(String, u16, &str)> = vec![
         (format!("CONNECT user@ok.test:443 HTTP/1.1\r\n{a}\r\n"), 400, "userinfo"),
@@ -631,8 +627,7 @@ async fn over_max_connections_answers_503() {
     let p = Proxy::start(policy(&[], &[], None), |c| {
         c.max_connections = 1;
         c.head_timeout = Duration::from_secs(5);
-    })
-    .await;
+    });
     let holder = TcpStream::connect(p.addr()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (status, answer) = raw(
@@ -655,7 +650,7 @@ async fn over_max_connections_answers_503() {
 
 /// A test host that answers `got N bytes: <bytes>` once the client has
 /// closed its side (port 9000, name `eof.test`), and a proxy allowing it.
-async fn eof_host_behind_the_proxy() -> (TestHost, Proxy) {
+fn eof_host_behind_the_proxy() -> (TestHost, Proxy) {
     let mut th = TestHost::new(RANGE);
     th.serve_until_eof();
     let ip = [th.ns_ip];
@@ -666,8 +661,7 @@ async fn eof_host_behind_the_proxy() -> (TestHost, Proxy) {
             Some((&["eof.test"], th.net)),
         ),
         |_| {},
-    )
-    .await;
+    );
     (th, p)
 }
 
@@ -677,7 +671,7 @@ async fn half_close_is_forwarded_while_the_reply_comes_back() {
     if !can_netns(test) {
         return;
     }
-    let (_th, p) = eof_host_behind_the_proxy().await;
+    let (_th, p) = eof_host_behind_the_proxy();
     let mut s = connect(&p, "eof.test:9000").await;
     s.write_all(b"hello").await.unwrap();
     s.shutdown().await.unwrap();
@@ -699,7 +693,7 @@ async fn a_large_transfer_crosses_the_tunnel_intact_both_ways() {
     if !can_netns(test) {
         return;
     }
-    let (_th, p) = eof_host_behind_the_proxy().await;
+    let (_th, p) = eof_host_behind_the_proxy();
     let data: Vec<u8> = (0..2 * 1024 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
@@ -739,8 +733,7 @@ async fn idle_tunnel_lives_past_eleven_seconds() {
             Some((&["web.test"], th.net)),
         ),
         |_| {},
-    )
-    .await;
+    );
     let mut s = connect(&p, "web.test:80").await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     s.write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n")
@@ -774,8 +767,7 @@ async fn a_short_idle_limit_is_enforced() {
         |c| {
             c.idle_tunnel = Duration::from_secs(2);
         },
-    )
-    .await;
+    );
     // Control: within the limit the tunnel works.
     let mut s = connect(&p, "web.test:80").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -800,7 +792,7 @@ async fn a_short_idle_limit_is_enforced() {
 
 #[tokio::test]
 async fn env_vars_carry_the_secret_and_no_bypass() {
-    let p = Proxy::start(policy(&[], &[], None), |_| {}).await;
+    let p = Proxy::start(policy(&[], &[], None), |_| {});
     let env: BTreeMap<String, String> = p.proxy.env_vars().into_iter().collect();
     let url = p.proxy.url();
     assert!(url.starts_with("http://lockrun:") && url.ends_with(&format!("@{}", p.addr())));
@@ -828,7 +820,7 @@ async fn env_vars_carry_the_secret_and_no_bypass() {
     let mut config = ProxyConfig::new(NetworkPolicy::default(), audit, Arc::new(NoResolver));
     config.listen = "0.0.0.0:0".parse().unwrap();
     assert!(matches!(
-        RunningProxy::start(config).await,
+        RunningProxy::start(config),
         Err(lockrun::proxy::ProxyError::NotLoopback(_))
     ));
 }
@@ -885,8 +877,7 @@ async fn idle_tunnel_memory() {
         |c| {
             c.max_connections = n + 16;
         },
-    )
-    .await;
+    );
     let rss = || {
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
         let pages: u64 = statm.split(' ').nth(1).unwrap().parse().unwrap();
@@ -969,8 +960,7 @@ http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
             Some((&["post.test"], th.net)),
         ),
         |_| {},
-    )
-    .await;
+    );
     let data = Scratch::new("post");
     let file = data.0.join("body");
     std::fs::write(&file, vec![b'x'; 300_000]).unwrap();
@@ -1046,8 +1036,7 @@ async fn upstream_refusal_is_502_and_silence_is_504() {
             Some((&["closed.test", "silent.test"], grant)),
         ),
         |c| c.connect_timeout = Duration::from_secs(1),
-    )
-    .await;
+    );
     let a = p.auth();
     let (status, answer) = raw(
         p.addr(),

@@ -508,7 +508,7 @@ async fn run(
             audit.clone(),
             std::sync::Arc::new(crate::proxy::SystemResolver),
         );
-        Some(crate::proxy::RunningProxy::start(config).await?)
+        Some(crate::proxy::RunningProxy::start(config)?)
     } else {
         None
     };
