@@ -206,25 +206,48 @@ fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
     Ok(d)
 }
 
-/// Median and 90th percentile of `reps` timed runs (after one warm-up).
-fn measure(
-    prefix: &[String],
+/// For each prefix (a sandbox), the median and 90th percentile of `reps`
+/// timed runs of `cmd` (after one warm-up), taken in rounds: one run of
+/// each sandbox per round, so that the machine's drift (other tenants,
+/// frequency) hits every sandbox alike instead of whichever came last. A
+/// sandbox whose run fails is dropped from later rounds with that error.
+fn measure_rounds(
+    prefixes: &[&[String]],
     cmd: &[&str],
     dir: &Path,
     reps: usize,
-) -> Result<(Duration, Duration)> {
-    let argv: Vec<String> = prefix
+) -> Vec<Result<(Duration, Duration)>> {
+    let argvs: Vec<Vec<String>> = prefixes
         .iter()
-        .cloned()
-        .chain(cmd.iter().map(ToString::to_string))
+        .map(|p| {
+            p.iter()
+                .cloned()
+                .chain(cmd.iter().map(ToString::to_string))
+                .collect()
+        })
         .collect();
-    time_once(&argv, dir)?;
-    let mut ts = Vec::with_capacity(reps);
+    let mut times: Vec<Result<Vec<Duration>>> = argvs
+        .iter()
+        .map(|a| time_once(a, dir).map(|_| Vec::with_capacity(reps)))
+        .collect();
     for _ in 0..reps {
-        ts.push(time_once(&argv, dir)?);
+        for (argv, t) in argvs.iter().zip(times.iter_mut()) {
+            if let Ok(ts) = t {
+                match time_once(argv, dir) {
+                    Ok(d) => ts.push(d),
+                    Err(e) => *t = Err(e),
+                }
+            }
+        }
     }
-    ts.sort();
-    Ok((ts[ts.len() / 2], ts[(ts.len() * 9 / 10).min(ts.len() - 1)]))
+    times
+        .into_iter()
+        .map(|t| {
+            let mut ts = t?;
+            ts.sort();
+            Ok((ts[ts.len() / 2], ts[(ts.len() * 9 / 10).min(ts.len() - 1)]))
+        })
+        .collect()
 }
 
 fn ms(d: Duration) -> f64 {
@@ -392,18 +415,19 @@ pub fn run(o: &Options) -> Result<String> {
     notes.extend(more);
 
     let mut md = String::new();
-    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
+    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round).\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
     let _ = writeln!(md, "| sandbox | start-up `true` (ms) | added vs bare (ms) | `git status`, 20k files (ms) | ratio vs bare |");
     let _ = writeln!(md, "|---|---|---|---|---|");
     let mut bare = (0.0, 0.0);
-    for r in &rs {
-        let start = measure(&r.argv, &["true"], &worktree, o.reps);
-        let git = measure(
-            &r.argv,
-            &["git", "status", "--porcelain"],
-            &worktree,
-            o.reps.min(15),
-        );
+    let prefixes: Vec<&[String]> = rs.iter().map(|r| r.argv.as_slice()).collect();
+    let starts = measure_rounds(&prefixes, &["true"], &worktree, o.reps);
+    let gits = measure_rounds(
+        &prefixes,
+        &["git", "status", "--porcelain"],
+        &worktree,
+        o.reps.min(15),
+    );
+    for ((r, start), git) in rs.iter().zip(starts).zip(gits) {
         if r.name == "bare" {
             if let (Ok((st, _)), Ok((g, _))) = (&start, &git) {
                 bare = (ms(*st), ms(*g));
