@@ -688,6 +688,54 @@ fn exit_statuses_follow_env_convention() {
     w.assert_no_run_dirs();
 }
 
+/// The command is found as `execvp` finds it, on the command's own `PATH`
+/// (lockrun writes the search out: its child shares lockrun's memory until
+/// the exec and may not touch `environ`).
+#[test]
+fn the_command_is_searched_on_its_own_path_as_execvp_does() {
+    let w = World::new("path");
+    let (first, second) = (w.root.join("bin1"), w.root.join("bin2"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    let script = |p: &std::path::Path, body: &str, mode: u32| {
+        std::fs::write(p, body).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    // In the first directory, not executable (EACCES: remembered, the
+    // search goes on); in the second, a script without `#!` (ENOEXEC: run
+    // by /bin/sh with its arguments).
+    script(&first.join("lr-tool"), "echo wrong\n", 0o644);
+    script(&second.join("lr-tool"), "echo \"tool ran: $*\"\n", 0o755);
+    script(&first.join("lr-only-here"), "echo never\n", 0o644);
+    script(&w.wt.join("lr-in-cwd"), "#!/bin/sh\necho from cwd\n", 0o755);
+    let path = format!("{}:{}:/usr/bin:/bin", first.display(), second.display());
+    let run = |path: &str, argv: &[&str]| {
+        let out = w.cmd(&[], argv).env("PATH", path).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&path, &["lr-tool", "a", "b c"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "tool ran: a b c\n");
+    // Only a non-executable match: EACCES, 126.
+    let (code, _, err) = run(&path, &["lr-only-here"]);
+    assert_eq!(code, Some(126), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    // No match at all: 127.
+    let (code, _, err) = run(&path, &["lr-nowhere"]);
+    assert_eq!(code, Some(127), "{err}");
+    // An empty entry is the current directory (the worktree here).
+    let (code, out, err) = run(&format!(":{path}"), &["lr-in-cwd"]);
+    assert_eq!((code, out.as_str()), (Some(0), "from cwd\n"), "{err}");
+    // Control: without the empty entry the same name is not found.
+    let (code, _, _) = run(&path, &["lr-in-cwd"]);
+    assert_eq!(code, Some(127));
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn gc_reaps_only_dead_and_old_runs() {
     let w = World::new("gc");

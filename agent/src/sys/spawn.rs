@@ -6,15 +6,25 @@
 //! migrates: a write into `cgroup.procs` would take the cgroup threadgroup
 //! rwsem for writing, which waits for an RCU grace period (~10 ms here).
 //!
+//! On `x86_64` the child shares lockrun's memory until its exec, as
+//! `posix_spawn` does (`CLONE_VM | CLONE_VFORK`, on a stack of its own):
+//! the fork copies no page tables and neither side takes a copy-on-write
+//! fault afterwards, and lockrun's thread waits in `clone3` until the
+//! command has exec'd or failed. Signals are blocked around it, and the
+//! child sets every handled signal back to its default before it unblocks
+//! them, so no handler of lockrun's ever runs on the child's stack. Other
+//! architectures fork as before.
+//!
 //! The child then does what `std::process::Command` did with the
 //! confinement as `pre_exec`: `SIGPIPE` back to its default (Rust ignores
-//! it), [`ChildPlan::apply`], `environ` set to the prepared environment,
-//! and `execvp` — the same PATH search (the command's own `PATH`, glibc's
-//! default when it has none; `EACCES` remembered, `ENOEXEC` run by
-//! `/bin/sh`). Everything that allocates happens in the parent. A failure
-//! travels through the plan's report pipe (close-on-exec) as five bytes:
-//! the step (0 for the exec itself) and the errno; end-of-file means the
-//! exec succeeded.
+//! it), [`ChildPlan::apply`], and glibc's `execvp` search written out on
+//! candidates the parent prepared from the command's own `PATH` (glibc's
+//! default `/bin:/usr/bin` when it has none; `EACCES` remembered, `ENOEXEC`
+//! run by `/bin/sh`), so that nothing of lockrun's memory — `environ`
+//! included — is written. Everything that allocates happens in the parent.
+//! A failure travels through the plan's report pipe (close-on-exec) as
+//! five bytes: the step (0 for the exec itself) and the errno; end-of-file
+//! means the exec succeeded.
 
 // Kernel ABI words (pids, fds, flags) change width and sign here; each cast
 // is the encoding the syscall expects (a pid or fd is never negative).
@@ -53,9 +63,12 @@ struct CloneArgs {
     cgroup: u64,
 }
 
-extern "C" {
-    static mut environ: *const *const libc::c_char;
-}
+const CLONE_VM: u64 = libc::CLONE_VM as u64;
+const CLONE_VFORK: u64 = libc::CLONE_VFORK as u64;
+/// The child's stack while it shares lockrun's memory (above a guard page).
+const CHILD_STACK: usize = 256 * 1024;
+/// glibc's search path when the command's environment has no `PATH`.
+const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
 
 /// Why the command did not start.
 #[derive(Debug)]
@@ -119,9 +132,15 @@ pub fn spawn(
         b
     }))
     .map_err(SpawnError::Exec)?;
-    let Some(&program) = c_argv.ptrs.first().filter(|p| !p.is_null()) else {
+    let Some(program) = argv.first().map(|a| a.as_bytes()) else {
         return Err(SpawnError::Exec(io::Error::from_raw_os_error(libc::ENOENT)));
     };
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k.as_bytes() == b"PATH")
+        .map(|(_, v)| v.as_bytes());
+    let exec = Exec::new(program, path, &c_argv).map_err(SpawnError::Exec)?;
 
     let mut pidfd: libc::c_int = -1;
     let mut cl = CloneArgs {
@@ -131,23 +150,18 @@ pub fn spawn(
         cgroup: cgroup.as_raw_fd() as u64,
         ..CloneArgs::default()
     };
-    // SAFETY: a fork (no CLONE_VM, no stack given: the child runs on a copy
-    // of this thread's stack, as after fork(2)); `cl` and `pidfd` are live
-    // for the call. The child branch below only issues async-signal-safe
-    // syscalls on values prepared here and never returns.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            std::ptr::addr_of_mut!(cl),
-            std::mem::size_of::<CloneArgs>(),
-        )
+    let job = ChildJob {
+        plan: &plan,
+        exec: &exec,
+        argv: c_argv.ptrs.as_ptr(),
+        envp: envp.ptrs.as_ptr(),
+        sigmask: empty_sigset(),
     };
-    if ret == 0 {
-        // Child.
-        child(&plan, program, c_argv.ptrs.as_ptr(), envp.ptrs.as_ptr());
-    }
+    let ret = clone_child(&mut cl, job);
     if ret < 0 {
-        return Err(SpawnError::Clone(io::Error::last_os_error()));
+        return Err(SpawnError::Clone(io::Error::from_raw_os_error(
+            (-ret) as i32,
+        )));
     }
     let pid = ret as u32;
     // SAFETY: CLONE_PIDFD stored a new fd we own into `pidfd`.
@@ -178,30 +192,256 @@ pub fn spawn(
     Ok(Child { pid, pidfd })
 }
 
-/// The child's side: never returns.
-fn child(
-    plan: &ChildPlan,
-    program: *const libc::c_char,
+/// The candidates of glibc's `execvp` search, prepared in the parent.
+struct Exec {
+    /// `program` itself when it has a `/`; else each `PATH` entry joined
+    /// with it (an empty entry: `program` alone, the current directory).
+    candidates: Vec<CString>,
+    /// `/bin/sh`, a slot for the candidate, then `argv[1..]`: the argument
+    /// vector for a candidate the kernel cannot exec (`ENOEXEC`).
+    sh_argv: Vec<*const libc::c_char>,
+}
+
+impl Exec {
+    fn new(program: &[u8], path: Option<&[u8]>, argv: &CArgs) -> io::Result<Self> {
+        let nul = || {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "nul byte found in provided data",
+            )
+        };
+        if program.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let candidates = if program.contains(&b'/') {
+            vec![CString::new(program).map_err(|_| nul())?]
+        } else {
+            path.unwrap_or(DEFAULT_PATH)
+                .split(|&b| b == b':')
+                .map(|dir| {
+                    let mut c = dir.to_vec();
+                    if !dir.is_empty() {
+                        c.push(b'/');
+                    }
+                    c.extend_from_slice(program);
+                    CString::new(c).map_err(|_| nul())
+                })
+                .collect::<io::Result<_>>()?
+        };
+        let mut sh_argv = vec![SH.as_ptr(), std::ptr::null()];
+        sh_argv.extend(argv.ptrs.iter().skip(1).copied());
+        if sh_argv.last().is_some_and(|p| !p.is_null()) {
+            sh_argv.push(std::ptr::null());
+        }
+        Ok(Self {
+            candidates,
+            sh_argv,
+        })
+    }
+}
+
+const SH: &std::ffi::CStr = c"/bin/sh";
+
+/// What the child needs, in the parent's memory (alive while the parent
+/// waits in `clone3`).
+struct ChildJob<'a> {
+    plan: &'a ChildPlan,
+    exec: &'a Exec,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
-) -> ! {
-    // SAFETY: signal(2) with a constant disposition; async-signal-safe.
+    /// The parent thread's signal mask before it blocked everything.
+    sigmask: libc::sigset_t,
+}
+
+fn empty_sigset() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initializes it.
     unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut s: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut s);
+        s
     }
-    if plan.apply().is_ok() {
-        // SAFETY: this process is single-threaded (a fresh fork) and owns its
-        // copy of `environ`; `envp`, `program` and `argv` are NUL-terminated
-        // arrays and strings the parent prepared, alive in this copy of its
-        // memory. execvp allocates nothing.
-        unsafe {
-            environ = envp;
-            libc::execvp(program, argv);
+}
+
+/// Start the child with `cl` and run `job` in it; the pid, or -errno.
+#[cfg(target_arch = "x86_64")]
+fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
+    // The child's stack, a guard page below it.
+    // SAFETY: an anonymous private mapping; the result is checked.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK + 4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return -libc::c_long::from(
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOMEM),
+        );
+    }
+    // SAFETY: the first page of the mapping just made.
+    unsafe {
+        libc::mprotect(map, 4096, libc::PROT_NONE);
+    }
+    cl.flags |= CLONE_VM | CLONE_VFORK;
+    cl.stack = map as u64 + 4096;
+    cl.stack_size = CHILD_STACK as u64;
+    // Block every signal for the child's start (it unblocks them after
+    // resetting handlers); restored here once the child has exec'd.
+    // SAFETY: sigset_t values on this stack; pthread_sigmask on this thread.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut job.sigmask);
+    }
+    let ret: libc::c_long;
+    // SAFETY: clone3 with CLONE_VM | CLONE_VFORK and a stack of its own:
+    // the child starts on that stack (16-byte aligned top: the mapping is
+    // page-aligned and CHILD_STACK a multiple of 16) and calls
+    // `child_entry(&job)`, which never returns; this thread sleeps in the
+    // syscall until the child has exec'd or exited, so `job`, `cl`, the
+    // stack and everything they point at outlive the child's use. r12 and
+    // r13 survive the syscall in both processes; rcx and r11 it clobbers.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r13",
+            "call r12",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") std::ptr::from_mut(cl),
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") child_entry as extern "C" fn(*const ChildJob<'_>) -> !,
+            in("r13") &raw const job,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+        libc::pthread_sigmask(
+            libc::SIG_SETMASK,
+            &raw const job.sigmask,
+            std::ptr::null_mut(),
+        );
+        libc::munmap(map, CHILD_STACK + 4096);
+    }
+    ret
+}
+
+/// Start the child with `cl` and run `job` in it; the pid, or -errno.
+#[cfg(not(target_arch = "x86_64"))]
+fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
+    // The child restores this mask after resetting handlers: the current one.
+    // SAFETY: reading this thread's mask into a live sigset_t.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &raw mut job.sigmask);
+    }
+    // SAFETY: a fork (no CLONE_VM, no stack given: the child runs on a copy
+    // of this thread's stack, as after fork(2)); `cl` is live for the call.
+    // The child branch only issues async-signal-safe syscalls on values
+    // prepared by the parent and never returns.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            std::ptr::from_mut(cl),
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if ret == 0 {
+        child_entry(&raw const job);
+    }
+    if ret < 0 {
+        -libc::c_long::from(
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
+        )
+    } else {
+        ret
+    }
+}
+
+/// The child's side: never returns. Async-signal-safe syscalls only, on
+/// what the parent prepared; writes nothing of the parent's but the
+/// `/bin/sh` argument slot of `job.exec`.
+extern "C" fn child_entry(job: *const ChildJob<'_>) -> ! {
+    // SAFETY: the parent passed a live ChildJob and waits until this
+    // process exec's or exits.
+    let job = unsafe { &*job };
+    // SAFETY: sigaction and sigprocmask with values on this stack. Every
+    // signal is blocked (by the parent); a handler of lockrun's must not
+    // run here, on this stack, in lockrun's memory: each caught signal
+    // goes back to its default before the mask is restored. SIGPIPE too
+    // (Rust ignores it; the command expects the default).
+    unsafe {
+        for sig in 1..=libc::SIGRTMAX() {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                continue;
+            }
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &raw mut old) != 0 {
+                continue;
+            }
+            let caught = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+            if caught || sig == libc::SIGPIPE {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &raw const dfl, std::ptr::null_mut());
+            }
         }
-        plan.fail_exec();
+        libc::sigprocmask(
+            libc::SIG_SETMASK,
+            &raw const job.sigmask,
+            std::ptr::null_mut(),
+        );
+    }
+    if job.plan.apply().is_ok() {
+        exec_search(job);
+        job.plan.fail_exec();
     }
     // SAFETY: _exit(2) is async-signal-safe and runs no destructors.
     unsafe { libc::_exit(127) }
+}
+
+/// glibc's `execvp` on the prepared candidates: returns only when none
+/// could be exec'd, with errno set (EACCES if any candidate gave it).
+fn exec_search(job: &ChildJob<'_>) {
+    let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let mut got_eacces = false;
+    for cand in &job.exec.candidates {
+        // SAFETY: NUL-terminated strings and arrays the parent prepared.
+        unsafe {
+            libc::execve(cand.as_ptr(), job.argv, job.envp);
+        }
+        if errno() == libc::ENOEXEC {
+            // A script without `#!`: glibc hands it to /bin/sh.
+            let sh_argv = job.exec.sh_argv.as_ptr().cast_mut();
+            // SAFETY: slot 1 of the parent's /bin/sh vector, which only this
+            // child reads, while the parent waits.
+            unsafe {
+                *sh_argv.add(1) = cand.as_ptr();
+                libc::execve(SH.as_ptr(), sh_argv, job.envp);
+            }
+        }
+        match errno() {
+            libc::EACCES => got_eacces = true,
+            libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
+            _ => return,
+        }
+    }
+    if got_eacces {
+        // SAFETY: errno is this thread's.
+        unsafe {
+            *libc::__errno_location() = libc::EACCES;
+        }
+    }
 }
 
 fn kill(pid: u32, sig: libc::c_int) {
