@@ -128,7 +128,7 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
         )
     })?);
 
-    match Tinyproxy::start(&dir) {
+    match Local::tinyproxy(&dir) {
         Ok(tp) => {
             let px = format!("http://{}", tp.addr);
             rows.push(measure(
@@ -144,7 +144,7 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
     // Not a peer: what a mature relay costs here when it does nothing but
     // relay (no HTTP, no policy, no CONNECT), i.e. the price of the second
     // TCP connection every proxy adds.
-    match Haproxy::start(&dir) {
+    match Local::haproxy(&dir) {
         Ok(hp) => rows.push(measure(
             "haproxy, plain TCP relay (reference)",
             Command::new("sh")
@@ -635,79 +635,63 @@ fn on_path(bin: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
 }
 
-struct Tinyproxy {
+/// A peer proxy or relay on a loopback port of its own, killed on drop.
+struct Local {
     addr: SocketAddr,
     _child: Reaped,
 }
 
-impl Tinyproxy {
-    fn start(dir: &Path) -> Result<Self> {
-        if !on_path("tinyproxy") {
-            apt_install(&["tinyproxy"])?;
+impl Local {
+    /// Install `bin` (package `bin`) if missing, write `config(port)` to
+    /// `dir/conf`, start `bin` with `args` then that file, wait for the port.
+    fn start(
+        dir: &Path,
+        bin: &str,
+        conf: &str,
+        args: &[&str],
+        config: impl FnOnce(u16) -> String,
+    ) -> Result<Self> {
+        if !on_path(bin) {
+            apt_install(&[bin])?;
         }
         let port = free_port()?;
-        let conf = dir.join("tinyproxy.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 1024\n\
-                 LogLevel Critical\nDisableViaHeader Yes\nConnectPort 80\n"
-            ),
-        )?;
-        let child = Command::new("tinyproxy")
-            .arg("-d")
-            .arg("-c")
+        let conf = dir.join(conf);
+        std::fs::write(&conf, config(port))?;
+        let child = Command::new(bin)
+            .args(args)
             .arg(&conf)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .context("starting tinyproxy")?;
+            .with_context(|| format!("starting {bin}"))?;
         let child = Reaped(child);
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        wait_port(addr, "tinyproxy")?;
+        wait_port(addr, bin)?;
         Ok(Self {
             addr,
             _child: child,
         })
     }
-}
 
-/// haproxy in TCP mode in front of the upstream: the relay floor.
-struct Haproxy {
-    addr: SocketAddr,
-    _child: Reaped,
-}
+    /// tinyproxy, no filtering.
+    fn tinyproxy(dir: &Path) -> Result<Self> {
+        Self::start(dir, "tinyproxy", "tinyproxy.conf", &["-d", "-c"], |port| {
+            format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 1024\n\
+                 LogLevel Critical\nDisableViaHeader Yes\nConnectPort 80\n"
+            )
+        })
+    }
 
-impl Haproxy {
-    fn start(dir: &Path) -> Result<Self> {
-        if !on_path("haproxy") {
-            apt_install(&["haproxy"])?;
-        }
-        let port = free_port()?;
-        let conf = dir.join("haproxy.cfg");
-        // Threads: one per CPU (haproxy's default); splice where it pays.
-        std::fs::write(
-            &conf,
+    /// haproxy in TCP mode in front of the upstream: the relay floor.
+    /// Threads: one per CPU (haproxy's default); splice where it pays.
+    fn haproxy(dir: &Path) -> Result<Self> {
+        Self::start(dir, "haproxy", "haproxy.cfg", &["-db", "-f"], |port| {
             format!(
                 "global\n    maxconn 4000\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
                  timeout client 60s\n    timeout server 60s\n    option splice-auto\n\
                  listen relay\n    bind 127.0.0.1:{port}\n    server upstream {HOST_IP}:80\n"
-            ),
-        )?;
-        let child = Command::new("haproxy")
-            .arg("-db")
-            .arg("-f")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting haproxy")?;
-        let child = Reaped(child);
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        wait_port(addr, "haproxy")?;
-        Ok(Self {
-            addr,
-            _child: child,
+            )
         })
     }
 }
