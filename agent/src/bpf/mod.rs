@@ -278,7 +278,7 @@ pub fn endpoint_key(addr: &SocketAddr) -> Endpoint {
 /// out (nothing under them can be a socket address).
 fn prefix_keys(cgroup_id: u64, dir: &Path) -> Vec<UnixPrefixKey> {
     let mut forms = vec![dir.to_path_buf()];
-    if let Ok(c) = crate::sys::real_path(dir) {
+    if let Ok(c) = dir.canonicalize() {
         if c != dir {
             forms.push(c);
         }

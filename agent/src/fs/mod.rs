@@ -192,7 +192,7 @@ impl FsSandbox {
         for w in &writable {
             // A writable path that does not exist grants nothing (like a bind
             // of nothing); one that does is split around denied paths beneath it.
-            let Ok(canon) = crate::sys::real_path(w) else {
+            let Ok(canon) = w.canonicalize() else {
                 continue;
             };
             writable_roots.push(canon.clone());
@@ -291,7 +291,7 @@ fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
         loop {
             let c = resolved
                 .entry(base.to_path_buf())
-                .or_insert_with(|| crate::sys::real_path(base).ok())
+                .or_insert_with(|| base.canonicalize().ok())
                 .clone();
             if let Some(c) = c {
                 out.insert(rest.iter().rev().fold(c, |acc, n| acc.join(n)));
@@ -400,7 +400,7 @@ impl Plan {
     /// Queue a rule for a fixed system path (a device), following symlinks
     /// (`/dev/ptmx` is often `pts/ptmx`); absent ones are skipped.
     fn push_if_exists(&mut self, path: &Path, grant: Grant) -> Result<(), FsError> {
-        let path = crate::sys::real_path(path).unwrap_or_else(|_| path.to_path_buf());
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         match self.push(&path, grant) {
             Err(FsError::Open { source, .. })
                 if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) =>

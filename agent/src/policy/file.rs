@@ -208,10 +208,12 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
             source: e,
         })?,
     };
-    let worktree = crate::sys::real_path(&worktree_raw).map_err(|e| PolicyError::Worktree {
-        path: worktree_raw.clone(),
-        source: e,
-    })?;
+    let worktree = worktree_raw
+        .canonicalize()
+        .map_err(|e| PolicyError::Worktree {
+            path: worktree_raw.clone(),
+            source: e,
+        })?;
     if !worktree.is_dir() {
         return Err(PolicyError::WorktreeNotDir(worktree));
     }

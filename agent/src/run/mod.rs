@@ -157,7 +157,7 @@ impl RunDir {
                 source,
             })?;
         // Canonical, so that Landlock rules and TMPDIR name the same inode path.
-        if let Ok(c) = crate::sys::real_path(&tmp) {
+        if let Ok(c) = tmp.canonicalize() {
             dir.tmp = c;
         }
         Ok(dir)
@@ -446,7 +446,7 @@ async fn run(
 
     // 1. run dir (removed when `dir` drops, on every path below)
     let dir = RunDir::create(&runs_dir)?;
-    let runs_dir = crate::sys::real_path(&runs_dir).unwrap_or(runs_dir);
+    let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
 
     // 2. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 1)
     if let Err(e) = gc(&runs_dir, policy.run.gc_grace) {
