@@ -63,9 +63,12 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+#[cfg(target_arch = "x86_64")]
 const CLONE_VM: u64 = libc::CLONE_VM as u64;
+#[cfg(target_arch = "x86_64")]
 const CLONE_VFORK: u64 = libc::CLONE_VFORK as u64;
 /// The child's stack while it shares lockrun's memory (above a guard page).
+#[cfg(target_arch = "x86_64")]
 const CHILD_STACK: usize = 256 * 1024;
 /// glibc's search path when the command's environment has no `PATH`.
 const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
