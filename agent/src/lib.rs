@@ -26,3 +26,15 @@ pub mod run;
 pub mod seccomp;
 pub mod supervise;
 pub mod sys;
+
+#[cfg(test)]
+mod tests {
+    /// `build.rs` links the unwinder from `libgcc_eh.a` instead of `libgcc_s.so`:
+    /// a panic must still unwind (tokio catches a task's panic this way).
+    #[test]
+    fn a_panic_unwinds_with_the_static_unwinder() {
+        let caught = std::panic::catch_unwind(|| panic!("unwind me"));
+        let payload = caught.unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"unwind me"));
+    }
+}
