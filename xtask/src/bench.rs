@@ -208,9 +208,10 @@ fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
 
 /// For each prefix (a sandbox), the median and 90th percentile of `reps`
 /// timed runs of `cmd` (after one warm-up), taken in rounds: one run of
-/// each sandbox per round, so that the machine's drift (other tenants,
-/// frequency) hits every sandbox alike instead of whichever came last. A
-/// sandbox whose run fails is dropped from later rounds with that error.
+/// each sandbox per round, in an order shuffled each round, so that the
+/// machine's drift (other tenants, frequency) and each sandbox's aftermath
+/// hit every sandbox alike. A sandbox whose run fails is dropped from later
+/// rounds with that error.
 fn measure_rounds(
     prefixes: &[&[String]],
     cmd: &[&str],
@@ -230,12 +231,24 @@ fn measure_rounds(
         .iter()
         .map(|a| time_once(a, dir).map(|_| Vec::with_capacity(reps)))
         .collect();
+    let mut order: Vec<usize> = (0..argvs.len()).collect();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     for _ in 0..reps {
-        for (argv, t) in argvs.iter().zip(times.iter_mut()) {
-            if let Ok(ts) = t {
-                match time_once(argv, dir) {
+        // Each round in its own order (Fisher-Yates on a fixed LCG): a
+        // sandbox's aftermath (bubblewrap's and srt's network namespaces are
+        // torn down by a kernel worker after they exit) then falls on every
+        // other sandbox alike, not always on the one that follows it.
+        for k in (1..order.len()).rev() {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            order.swap(k, usize::try_from(seed >> 33).unwrap_or(0) % (k + 1));
+        }
+        for &i in &order {
+            if let Ok(ts) = &mut times[i] {
+                match time_once(&argvs[i], dir) {
                     Ok(d) => ts.push(d),
-                    Err(e) => *t = Err(e),
+                    Err(e) => times[i] = Err(e),
                 }
             }
         }
@@ -411,7 +424,7 @@ pub fn run(o: &Options) -> Result<String> {
     notes.extend(more);
 
     let mut md = String::new();
-    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round).\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
+    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round).\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
     let _ = writeln!(md, "| sandbox | start-up `true` (ms) | added vs bare (ms) | `git status`, 20k files (ms) | ratio vs bare |");
     let _ = writeln!(md, "|---|---|---|---|---|");
     let mut bare = (0.0, 0.0);
