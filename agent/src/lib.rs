@@ -11,7 +11,7 @@
 //! | the audit log and end-of-run summary | [`audit`] |
 //! | the order of the steps of one run, and `gc` | [`run`] |
 //! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |
-//! | the few raw syscalls (the only `unsafe`) | [`sys`] |
+//! | the few raw syscalls (the only `unsafe`, with `bpf::raw` for the bpf(2) calls aya lacks) | [`sys`] |
 
 pub mod audit;
 pub mod bpf;
