@@ -555,11 +555,12 @@ async fn run(
     };
 
     let (plan, report) =
-        crate::sys::ChildPlan::new(fs.into_fd(), Vec::new(), Some((seccomp, listener_tx)))
-            .map_err(|source| RunError::Child {
+        crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx).map_err(|source| {
+            RunError::Child {
                 what: "report pipe",
                 source,
-            })?;
+            }
+        })?;
     let supervise = crate::supervise::Config {
         writable: supervise_roots.0,
         denied: supervise_roots.1,

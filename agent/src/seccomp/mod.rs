@@ -138,8 +138,9 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
     )?)
 }
 
-/// The filters, in load order: `clone3` → ENOSYS, then the deny list → EPERM.
-pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
+/// The seccompiler-built parts of [`combined`], in its order: the deny list
+/// → EPERM, then `clone3` and friends → ENOSYS.
+fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
     // openat2's mode is in a struct too; ENOSYS makes callers fall back to openat.
@@ -210,8 +211,8 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
         ARCH,
     )?;
     Ok(vec![
-        clone3.try_into().map_err(SeccompError::Compile)?,
         deny.try_into().map_err(SeccompError::Compile)?,
+        clone3.try_into().map_err(SeccompError::Compile)?,
     ])
 }
 
@@ -231,7 +232,6 @@ pub fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
 /// the deny list.
 pub fn combined() -> Result<BpfProgram, SeccompError> {
     let mut parts = filters()?;
-    parts.swap(0, 1); // deny list first
     parts.push(notify_filter());
     chain(&parts)
 }

@@ -24,12 +24,13 @@
 //! 6. **`no_new_privs`** (Linux 3.5) — required by Landlock and seccomp once
 //!    `CAP_SYS_ADMIN` is gone;
 //! 7. **Landlock** `landlock_restrict_self` (see [`crate::fs`]);
-//! 8. **seccomp** filters (see [`crate::seccomp`]), last, so no step above is
-//!    subject to the deny list; `execve` itself is allowed;
-//! 9. the **supervised filter** ([`crate::seccomp::notify_filter`]) with a
-//!    new listener, whose fd is sent to lockrun over a socketpair
-//!    (`SCM_RIGHTS`) and closed here: the supervisor ([`crate::supervise`])
-//!    answers the notified syscalls from outside the sandbox.
+//! 8. **seccomp**: one program ([`crate::seccomp::combined`]: the deny
+//!    list, the ENOSYS list, the notifying part), last, so no step above is
+//!    subject to the deny list; `execve` itself is allowed. It is loaded
+//!    with a new notification listener, and
+//! 9. that listener's fd is sent to lockrun over a socketpair (`SCM_RIGHTS`)
+//!    and closed here: the supervisor ([`crate::supervise`]) answers the
+//!    notified syscalls from outside the sandbox.
 //!
 //! A failing step writes its number and the errno into the report pipe; the
 //! parent turns that into exit 125 naming the step.
@@ -91,8 +92,8 @@ impl Step {
             Step::Capset => "dropping every capability (capset)",
             Step::NoNewPrivs => "setting no_new_privs (prctl PR_SET_NO_NEW_PRIVS)",
             Step::Landlock => "applying the Landlock ruleset (landlock_restrict_self)",
-            Step::Seccomp => "loading the seccomp filter (seccomp SECCOMP_SET_MODE_FILTER)",
-            Step::Notify => "loading the supervised seccomp filter (seccomp SECCOMP_FILTER_FLAG_NEW_LISTENER) and handing its listener to lockrun (sendmsg SCM_RIGHTS)",
+            Step::Seccomp => "loading the seccomp filter with its notification listener (seccomp SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)",
+            Step::Notify => "handing the seccomp listener to lockrun (sendmsg SCM_RIGHTS)",
         }
     }
 }
@@ -100,11 +101,11 @@ impl Step {
 /// Everything the child applies, prepared by the parent.
 pub struct ChildPlan {
     landlock: OwnedFd,
-    /// Loaded in order; each is a complete filter.
-    seccomp: Vec<seccompiler::BpfProgram>,
-    /// The supervised filter and the child's end of the socketpair its
-    /// listener travels through.
-    notify: Option<(seccompiler::BpfProgram, OwnedFd)>,
+    /// The run's one seccomp program ([`crate::seccomp::combined`]),
+    /// loaded with a notification listener.
+    seccomp: seccompiler::BpfProgram,
+    /// The child's end of the socketpair the listener travels through.
+    listener_to: OwnedFd,
     last_cap: u32,
     /// Whether lockrun holds `CAP_SETPCAP` (root): only then can securebits
     /// and the bounding set be changed. An unprivileged caller has nothing
@@ -140,8 +141,8 @@ impl ChildPlan {
     /// Prepare the plan and the parent's end of its report pipe.
     pub fn new(
         landlock: OwnedFd,
-        seccomp: Vec<seccompiler::BpfProgram>,
-        notify: Option<(seccompiler::BpfProgram, OwnedFd)>,
+        seccomp: seccompiler::BpfProgram,
+        listener_to: OwnedFd,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -150,7 +151,7 @@ impl ChildPlan {
             Self {
                 landlock,
                 seccomp,
-                notify,
+                listener_to,
                 last_cap,
                 setpcap,
                 report: w,
@@ -266,41 +267,19 @@ impl ChildPlan {
         {
             return Err(self.fail(Step::Landlock));
         }
-        // 8. seccomp
-        for prog in &self.seccomp {
-            let fprog = libc::sock_fprog {
-                len: prog.len() as libc::c_ushort,
-                filter: prog.as_ptr().cast_mut().cast(),
-            };
-            // SAFETY: fprog points at the plan's filter, alive and unchanged
-            // for the call; the kernel copies it.
-            if unsafe {
-                libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    0u32,
-                    &raw const fprog,
-                )
-            } != 0
-            {
-                return Err(self.fail(Step::Seccomp));
-            }
-        }
-        // 9. the supervised filter; its listener goes to lockrun.
+        // 8. seccomp, and 9. its listener goes to lockrun.
         self.hand_over_listener()
     }
 
-    /// Step 9: load the supervised filter, send its listener to lockrun and
-    /// close it here. Post-fork: no allocation.
+    /// Steps 8 and 9: load the seccomp program with a new notification
+    /// listener, send the listener to lockrun and close it here. Post-fork:
+    /// no allocation.
     fn hand_over_listener(&self) -> io::Result<()> {
-        let Some((prog, sock)) = &self.notify else {
-            return Ok(());
-        };
-        let listener = notify::load_listener(prog);
+        let listener = notify::load_listener(&self.seccomp);
         if listener < 0 {
-            return Err(self.fail(Step::Notify));
+            return Err(self.fail(Step::Seccomp));
         }
-        let sent = notify::send_fd(sock.as_raw_fd(), listener as i32);
+        let sent = notify::send_fd(self.listener_to.as_raw_fd(), listener as i32);
         // SAFETY: closing the listener fd this function just got; the
         // process keeps no other reference to it.
         unsafe {
