@@ -143,7 +143,7 @@ pub fn spawn(
         .rev()
         .find(|(k, _)| k.as_bytes() == b"PATH")
         .map(|(_, v)| v.as_bytes());
-    let exec = Exec::new(program, path, &c_argv).map_err(SpawnError::Exec)?;
+    let mut exec = Exec::new(program, path, &c_argv).map_err(SpawnError::Exec)?;
 
     let mut pidfd: libc::c_int = -1;
     let mut cl = CloneArgs {
@@ -155,7 +155,8 @@ pub fn spawn(
     };
     let job = ChildJob {
         plan: &plan,
-        exec: &exec,
+        candidates: &exec.candidates,
+        sh_argv: exec.sh_argv.as_mut_ptr(),
         argv: c_argv.ptrs.as_ptr(),
         envp: envp.ptrs.as_ptr(),
         sigmask: empty_sigset(),
@@ -231,11 +232,9 @@ impl Exec {
                 })
                 .collect::<io::Result<_>>()?
         };
+        // argv.ptrs ends with its NULL: so does this.
         let mut sh_argv = vec![SH.as_ptr(), std::ptr::null()];
         sh_argv.extend(argv.ptrs.iter().skip(1).copied());
-        if sh_argv.last().is_some_and(|p| !p.is_null()) {
-            sh_argv.push(std::ptr::null());
-        }
         Ok(Self {
             candidates,
             sh_argv,
@@ -249,7 +248,12 @@ const SH: &std::ffi::CStr = c"/bin/sh";
 /// waits in `clone3`).
 struct ChildJob<'a> {
     plan: &'a ChildPlan,
-    exec: &'a Exec,
+    /// [`Exec::candidates`].
+    candidates: &'a [CString],
+    /// [`Exec::sh_argv`], whose slot 1 the child fills: taken from a
+    /// mutable borrow in the parent, which does not touch it until the child
+    /// has exec'd or exited.
+    sh_argv: *mut *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     /// The parent thread's signal mask before it blocked everything.
@@ -373,7 +377,7 @@ fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
 
 /// The child's side: never returns. Async-signal-safe syscalls only, on
 /// what the parent prepared; writes nothing of the parent's but the
-/// `/bin/sh` argument slot of `job.exec`.
+/// `/bin/sh` argument slot lent in `job.sh_argv`.
 extern "C" fn child_entry(job: *const ChildJob<'_>) -> ! {
     // SAFETY: the parent passed a live ChildJob and waits until this
     // process exec's or exits.
@@ -418,19 +422,18 @@ extern "C" fn child_entry(job: *const ChildJob<'_>) -> ! {
 fn exec_search(job: &ChildJob<'_>) {
     let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
     let mut got_eacces = false;
-    for cand in &job.exec.candidates {
+    for cand in job.candidates {
         // SAFETY: NUL-terminated strings and arrays the parent prepared.
         unsafe {
             libc::execve(cand.as_ptr(), job.argv, job.envp);
         }
         if errno() == libc::ENOEXEC {
             // A script without `#!`: glibc hands it to /bin/sh.
-            let sh_argv = job.exec.sh_argv.as_ptr().cast_mut();
-            // SAFETY: slot 1 of the parent's /bin/sh vector, which only this
-            // child reads, while the parent waits.
+            // SAFETY: slot 1 of the /bin/sh vector (at least three long),
+            // lent to this child alone while the parent waits.
             unsafe {
-                *sh_argv.add(1) = cand.as_ptr();
-                libc::execve(SH.as_ptr(), sh_argv, job.envp);
+                *job.sh_argv.add(1) = cand.as_ptr();
+                libc::execve(SH.as_ptr(), job.sh_argv, job.envp);
             }
         }
         match errno() {
