@@ -178,18 +178,16 @@ impl RunningProxy {
             .map_err(ProxyError::Runtime)?;
         // Bound here, so that the address is known (and a bind failure
         // reported) before the run goes on; registered with the proxy's runtime.
-        let std_listener =
-            std::net::TcpListener::bind(config.listen).map_err(|source| ProxyError::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        std_listener
-            .set_nonblocking(true)
-            .map_err(ProxyError::LocalAddr)?;
+        let bind_err = |source| ProxyError::Bind {
+            addr: config.listen,
+            source,
+        };
+        let std_listener = std::net::TcpListener::bind(config.listen).map_err(bind_err)?;
+        std_listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = std_listener.local_addr().map_err(ProxyError::LocalAddr)?;
         let listener = {
             let _entered = runtime.enter();
-            tokio::net::TcpListener::from_std(std_listener).map_err(ProxyError::LocalAddr)?
+            tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?
         };
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let shared = Arc::new(server::Shared::new(config, &secret));
