@@ -50,6 +50,57 @@ const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_OBJ_GET: libc::c_int = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 
+/// `bpf(cmd, attr, sizeof attr)`: its non-negative return, or the errno.
+///
+/// # Safety
+/// `A` is the `#[repr(C)]` `bpf_attr` layout `cmd` reads (a zeroed tail
+/// where the kernel expects zeros), and every pointer and fd in `attr`
+/// stays valid for the call.
+unsafe fn sys_bpf<A>(cmd: libc::c_int, attr: &mut A) -> io::Result<libc::c_long> {
+    // SAFETY: the caller's contract; attr's size is the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_mut(attr),
+            std::mem::size_of::<A>(),
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// [`sys_bpf`] for a command that returns a new fd.
+///
+/// # Safety
+/// As [`sys_bpf`], and `cmd` returns a new fd on success.
+unsafe fn sys_bpf_fd<A>(cmd: libc::c_int, attr: &mut A) -> io::Result<OwnedFd> {
+    // SAFETY: the caller's contract.
+    let fd = unsafe { sys_bpf(cmd, attr) }?;
+    // SAFETY: a non-negative return of an fd-returning command is a new fd
+    // that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// An object name as the kernel takes it: at most 15 bytes and a NUL.
+fn obj_name(name: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (d, s) in out.iter_mut().zip(name.bytes().take(15)) {
+        *d = s;
+    }
+    out
+}
+
+/// A bpffs path as a C string (`EINVAL` for an inner NUL).
+fn c_path(path: &std::path::Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt as _;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
 /// `bpf_attr` for `BPF_MAP_CREATE` (4.15 layout up to `map_name`; zeroed tail).
 #[repr(C)]
 #[derive(Default)]
@@ -81,10 +132,6 @@ pub struct MapSpec<'a> {
 
 /// `BPF_MAP_CREATE`.
 pub fn map_create(spec: &MapSpec<'_>) -> io::Result<OwnedFd> {
-    let mut map_name = [0u8; 16];
-    for (d, s) in map_name.iter_mut().zip(spec.name.bytes().take(15)) {
-        *d = s;
-    }
     let mut attr = MapCreateAttr {
         map_type: spec.map_type,
         key_size: spec.key_size,
@@ -92,24 +139,12 @@ pub fn map_create(spec: &MapSpec<'_>) -> io::Result<OwnedFd> {
         max_entries: spec.max_entries,
         map_flags: spec.flags,
         inner_map_fd: spec.inner.map_or(0, |f| f.as_raw_fd() as u32),
-        map_name,
+        map_name: obj_name(spec.name),
         ..MapCreateAttr::default()
     };
     // SAFETY: attr is a zero-tailed bpf_attr for MAP_CREATE; the inner fd, if
     // any, is borrowed for the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_CREATE,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<MapCreateAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a non-negative return of BPF_MAP_CREATE is a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+    unsafe { sys_bpf_fd(BPF_MAP_CREATE, &mut attr) }
 }
 
 /// `bpf_attr` for the element calls.
@@ -127,18 +162,7 @@ struct ElemAttr {
 fn elem_call(cmd: libc::c_int, attr: &mut ElemAttr) -> io::Result<()> {
     // SAFETY: attr is a zero-tailed bpf_attr whose key/value pointers the
     // callers point at buffers of the map's key and value sizes, alive for the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            std::ptr::from_mut(attr),
-            std::mem::size_of::<ElemAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    unsafe { sys_bpf(cmd, attr) }.map(drop)
 }
 
 /// `BPF_MAP_UPDATE_ELEM` of a map with 4-byte keys and 4-byte values (an
@@ -186,44 +210,21 @@ pub fn cgroup_link_target(link: BorrowedFd<'_>) -> io::Result<(u64, u32)> {
         info: std::ptr::from_mut(&mut info) as u64,
         ..InfoAttr::default()
     };
-    // SAFETY: attr points at `info`, whose size is passed; both outlive the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<InfoAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: attr points at `info`, whose size is passed; both outlive the
+    // call; the link fd is borrowed.
+    unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
     Ok((info.cgroup_id, info.attach_type))
 }
 
 /// `BPF_OBJ_GET`: open a pinned bpf object.
 pub fn obj_get(path: &std::path::Path) -> io::Result<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = c_path(path)?;
     let mut attr = ObjPinAttr {
         pathname: c.as_ptr() as u64,
         ..ObjPinAttr::default()
     };
     // SAFETY: attr points at a NUL-terminated path that outlives the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<ObjPinAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a non-negative return of BPF_OBJ_GET is a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+    unsafe { sys_bpf_fd(BPF_OBJ_GET, &mut attr) }
 }
 const BPF_LINK_CREATE: libc::c_int = 28;
 
@@ -288,10 +289,6 @@ fn prog_load_with(
     license: &std::ffi::CStr,
     log: Option<&mut [u8]>,
 ) -> io::Result<OwnedFd> {
-    let mut prog_name = [0u8; 16];
-    for (d, s) in prog_name.iter_mut().zip(name.bytes().take(15)) {
-        *d = s;
-    }
     let (log_level, log_size, log_buf) = match log {
         Some(l) => (1, l.len() as u32, l.as_mut_ptr() as u64),
         None => (0, 0, 0),
@@ -304,26 +301,14 @@ fn prog_load_with(
         log_level,
         log_size,
         log_buf,
-        prog_name,
+        prog_name: obj_name(name),
         expected_attach_type,
         ..ProgLoadAttr::default()
     };
     // SAFETY: attr is a properly initialized bpf_attr prefix whose pointers
     // (insns, license, the log if any) outlive the call; the size passed is
     // attr's size.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<ProgLoadAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a non-negative return of BPF_PROG_LOAD is a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+    unsafe { sys_bpf_fd(BPF_PROG_LOAD, &mut attr) }
 }
 
 /// `BPF_LINK_CREATE` of a cgroup program (no flags: one program per attach type, like `CgroupAttachMode::Single`).
@@ -339,19 +324,7 @@ pub fn link_create(
         ..LinkCreateAttr::default()
     };
     // SAFETY: attr is a zero-tailed bpf_attr for LINK_CREATE; both fds are borrowed for the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<LinkCreateAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a non-negative return of BPF_LINK_CREATE is a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+    unsafe { sys_bpf_fd(BPF_LINK_CREATE, &mut attr) }
 }
 
 const BPF_OBJ_PIN: libc::c_int = 6;
@@ -368,27 +341,14 @@ struct ObjPinAttr {
 
 /// `BPF_OBJ_PIN`: pin a bpf object (here: a link) at a bpffs path.
 pub fn obj_pin(fd: BorrowedFd<'_>, path: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = c_path(path)?;
     let mut attr = ObjPinAttr {
         pathname: c.as_ptr() as u64,
         bpf_fd: fd.as_raw_fd() as u32,
         ..ObjPinAttr::default()
     };
     // SAFETY: attr points at a NUL-terminated path that outlives the call; fd is borrowed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_PIN,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<ObjPinAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    unsafe { sys_bpf(BPF_OBJ_PIN, &mut attr) }.map(drop)
 }
 
 /// Register an owned fd (the ring buffer's) with the current tokio reactor.
