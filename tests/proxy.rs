@@ -1062,3 +1062,126 @@ async fn upstream_refusal_is_502_and_silence_is_504() {
     );
     assert!(ev.iter().all(|e| e.allowed && e.dialed.is_none()), "{ev:?}");
 }
+
+/// Forwarded requests keep their upstream connection for the next one, but
+/// only when that is safe: a second client connection's GET goes out on the
+/// first one's upstream connection; a POST never takes a kept connection
+/// (and closes those kept to its host); a response with `Connection: close`
+/// is not kept; a connection the upstream
+/// closed while idle is noticed before use; one it closes on receiving the
+/// request (the race the peek cannot see) gets the GET sent again on a
+/// fresh connection. Every request is answered 200 and audited once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_only_when_safe() {
+    let test = "upstream_connections_are_reused_only_when_safe";
+    if !can_netns(test) {
+        return;
+    }
+    let mut th = TestHost::new(RANGE);
+    // Answers with the port the request came from: the proxy's upstream
+    // connection. Closes a connection idle for 3 s; after `/drop-next`, closes
+    // that connection on its next request without answering.
+    let script = r"
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    timeout = 3
+    drop = False
+    def reply(self):
+        if self.drop:
+            self.close_connection = True
+            return
+        body = str(self.client_address[1]).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        if self.path == '/close':
+            self.send_header('Connection', 'close')
+        self.end_headers()
+        self.wfile.write(body)
+        self.drop = self.path == '/drop-next'
+    def do_GET(self):
+        self.reply()
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get('Content-Length', '0')))
+        self.reply()
+    def log_message(self, fmt, *args):
+        pass
+http.server.ThreadingHTTPServer(('0.0.0.0', 8080), H).serve_forever()
+";
+    let child = Command::new("ip")
+        .args(["netns", "exec", &th.ns, python3(), "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    th.servers.push(child);
+    th.wait_port(8080);
+    let ip = [th.ns_ip];
+    let p = Proxy::start(
+        policy(
+            &["reuse.test:8080"],
+            &[("reuse.test", &ip)],
+            Some((&["reuse.test"], th.net)),
+        ),
+        |_| {},
+    );
+    let a = p.auth();
+    // One request per client connection; the upstream port it went out on.
+    let port = |method: &'static str, path: &'static str| {
+        let body = if method == "POST" {
+            "Content-Length: 4\r\n\r\nbody"
+        } else {
+            "\r\n"
+        };
+        let req = format!(
+            "{method} http://reuse.test:8080{path} HTTP/1.1\r\nHost: reuse.test:8080\r\n{a}Connection: close\r\n{body}"
+        );
+        let addr = p.addr();
+        async move {
+            let (status, answer) = raw(addr, req.as_bytes()).await;
+            assert_eq!(status, 200, "{method} {path}: {answer}");
+            answer
+                .rsplit("\r\n\r\n")
+                .next()
+                .unwrap()
+                .parse::<u16>()
+                .unwrap_or_else(|_| panic!("{answer}"))
+        }
+    };
+    let p1 = port("GET", "/").await;
+    assert_eq!(
+        port("GET", "/").await,
+        p1,
+        "a GET reuses the kept connection"
+    );
+    let p2 = port("POST", "/").await;
+    assert_ne!(p2, p1, "a POST is never sent on a kept connection");
+    // The POST closed p1 (not left holding the server) and its own p2 is kept.
+    assert_eq!(port("GET", "/close").await, p2, "a GET reuses the POST's");
+    let p3 = port("GET", "/").await;
+    assert!(
+        ![p1, p2].contains(&p3),
+        "p1 closed by the POST, p2 by `Connection: close`: {p3}"
+    );
+    // The upstream closes p3 after 3 s idle: noticed before use.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let p4 = port("GET", "/drop-next").await;
+    assert!(
+        ![p1, p2, p3].contains(&p4),
+        "{p4} after the upstream closed {p3}"
+    );
+    // p4 is kept, and the upstream closes it on the next request unanswered.
+    let p5 = port("GET", "/").await;
+    assert!(
+        ![p1, p2, p3, p4].contains(&p5),
+        "sent again on a fresh connection: {p5}"
+    );
+    let ev = p.events();
+    assert_eq!(ev.len(), 7, "one audit event per request: {ev:?}");
+    let dialed = SocketAddr::new(th.ns_ip, 8080);
+    assert!(
+        ev.iter()
+            .all(|e| e.allowed && e.status == 200 && e.dialed == Some(dialed)),
+        "{ev:?}"
+    );
+}

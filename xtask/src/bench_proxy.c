@@ -3,7 +3,8 @@
  * side of the measurement pays a process start per request.
  *
  *   serve                       port 80: HTTP, one thread per connection,
- *                               GET /small -> 2 bytes, GET /big -> 512 MiB;
+ *                               GET /small -> 2 bytes, GET /big -> 512 MiB,
+ *                               persistent unless asked to close;
  *                               port 81: accepts and holds connections.
  *   load HOST PORT PATH C SECS [PROXY]
  *                               C threads, each: new TCP connection, one
@@ -95,24 +96,38 @@ static void *http_conn(void *arg) {
 	int fd = (int)(intptr_t)arg;
 	char buf[4096];
 	size_t hl;
-	if (read_head(fd, buf, sizeof buf, &hl) > 0) {
+	/* Persistent unless the request says "Connection: close" (the load
+	 * generator always does; a proxy may keep its upstream connection).
+	 * Requests are not pipelined by either, so one head per read_head. */
+	while (read_head(fd, buf, sizeof buf, &hl) > 0) {
+		buf[hl] = 0;
+		int close_after = strcasestr(buf, "\r\nconnection: close\r\n") != NULL;
+		const char *conn = close_after ? "close" : "keep-alive";
+		char h[160];
 		if (strncmp(buf, "GET /big", 8) == 0) {
-			char h[128];
 			int n = snprintf(h, sizeof h,
-					 "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\nConnection: close\r\n\r\n",
-					 BIG);
-			if (write_all(fd, h, (size_t)n) == 0)
-				for (unsigned long long left = BIG; left > 0;) {
-					size_t k = left < sizeof zeros ? left : sizeof zeros;
-					if (write_all(fd, zeros, k) < 0)
-						break;
-					left -= k;
-				}
+					 "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\nConnection: %s\r\n\r\n",
+					 BIG, conn);
+			if (write_all(fd, h, (size_t)n) < 0)
+				break;
+			unsigned long long left = BIG;
+			while (left > 0) {
+				size_t k = left < sizeof zeros ? left : sizeof zeros;
+				if (write_all(fd, zeros, k) < 0)
+					break;
+				left -= k;
+			}
+			if (left > 0)
+				break;
 		} else {
-			static const char ok[] =
-				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-			write_all(fd, ok, sizeof ok - 1);
+			int n = snprintf(h, sizeof h,
+					 "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: %s\r\n\r\nok",
+					 conn);
+			if (write_all(fd, h, (size_t)n) < 0)
+				break;
 		}
+		if (close_after)
+			break;
 	}
 	close(fd);
 	return NULL;

@@ -20,7 +20,10 @@
 //!    [`Resolver`] ([`resolver`]);
 //! 5. the address guard on every address of the answer ([`guard`]): one
 //!    refused address refuses the request;
-//! 6. dialing exactly the checked addresses, in order, with a timeout.
+//! 6. dialing exactly the checked addresses, in order, with a timeout; a
+//!    forwarded bodiless `GET`, `HEAD` or `OPTIONS` may instead go out on an
+//!    upstream connection an earlier request left open, if its peer is one
+//!    of the addresses just checked ([`pool`]).
 //!
 //! Every decision is an [`Event::Proxy`](crate::audit::Event::Proxy) in the
 //! audit log.
@@ -60,6 +63,7 @@
 
 pub mod allowlist;
 pub mod guard;
+pub mod pool;
 pub mod request;
 pub mod resolver;
 pub mod server;

@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 
 use super::allowlist::{check_ip, check_name, literal_name, Reason, Verdict};
 use super::guard::{check_answer, OwnAddresses};
+use super::pool::Pool;
 use super::request::{parse_head, Body, HeadError, Host, Kind, RequestHead, Target, MAX_HEAD};
 use super::resolver::Resolver;
 use super::ProxyConfig;
@@ -57,6 +58,8 @@ pub(crate) struct Shared {
     token: Vec<u8>,
     slots: Arc<Semaphore>,
     overflow: Arc<Semaphore>,
+    /// Idle upstream connections of forwarded requests.
+    pool: Pool,
 }
 
 impl Shared {
@@ -73,6 +76,7 @@ impl Shared {
             token: base64(format!("lockrun:{secret}").as_bytes()).into_bytes(),
             slots: Arc::new(Semaphore::new(c.max_connections)),
             overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
+            pool: Pool::default(),
         }
     }
 
@@ -166,9 +170,11 @@ pub(crate) async fn serve(
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut tasks = JoinSet::new();
+    let mut prune = tokio::time::interval(super::pool::KEEP / 2);
     loop {
         tokio::select! {
             _ = &mut stop => break,
+            _ = prune.tick() => shared.pool.prune(false),
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
@@ -190,6 +196,7 @@ pub(crate) async fn serve(
         }
     }
     tasks.shutdown().await;
+    shared.pool.prune(true);
 }
 
 async fn too_many(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
@@ -385,24 +392,13 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
             }
         };
         let allowed_by = format!("allowed by `{rule}`");
-        let (upstream, dialed) = match dial(&addrs, shared.connect_timeout).await {
-            Ok(u) => u,
-            Err(Refusal(status, reason)) => {
-                // The policy allowed it; the upstream failed. Not a refusal.
-                shared.record(
-                    &head.method,
-                    Some(&target),
-                    None,
-                    true,
-                    format!("{allowed_by}; upstream: {reason}"),
-                    status,
-                );
-                refuse_and_close(&mut client, status, &format!("upstream: {reason}")).await;
-                return;
-            }
-        };
         match &head.kind {
             Kind::Connect(_) => {
+                let Some((upstream, dialed)) =
+                    dial_or_refuse(&shared, &mut client, &head, &addrs, &allowed_by).await
+                else {
+                    return;
+                };
                 shared.record(
                     &head.method,
                     Some(&target),
@@ -428,20 +424,36 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                 return;
             }
             Kind::Forward { path, .. } => {
-                let keep = forward(
-                    &shared,
-                    &mut client,
-                    &head,
-                    path,
-                    upstream,
-                    dialed,
-                    &allowed_by,
-                )
-                .await;
-                if !keep {
+                if !forward(&shared, &mut client, &head, path, &addrs, &allowed_by).await {
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Gate 6 for one request: dial the checked addresses, or answer the client
+/// with the upstream's failure (audited as allowed: the policy said yes).
+async fn dial_or_refuse(
+    shared: &Shared,
+    client: &mut BufReader<TcpStream>,
+    head: &RequestHead,
+    addrs: &[SocketAddr],
+    allowed_by: &str,
+) -> Option<(TcpStream, SocketAddr)> {
+    match dial(addrs, shared.connect_timeout).await {
+        Ok(u) => Some(u),
+        Err(Refusal(status, reason)) => {
+            shared.record(
+                &head.method,
+                Some(head.target()),
+                None,
+                true,
+                format!("{allowed_by}; upstream: {reason}"),
+                status,
+            );
+            refuse_and_close(client, status, &format!("upstream: {reason}")).await;
+            None
         }
     }
 }
@@ -735,58 +747,84 @@ fn keep_header(name: &str, hop: &[String]) -> bool {
     !lower.starts_with("proxy-") && !hop.contains(&lower)
 }
 
-/// Forward one absolute-form request on a fresh upstream connection and
-/// relay the response. Returns whether the client connection may carry on.
+/// Forward one absolute-form request and relay the response, on an idle
+/// upstream connection from the pool when the request is safe to retry and
+/// one to a just-checked address is there, else on a fresh dial. Returns
+/// whether the client connection may carry on.
 async fn forward(
     shared: &Shared,
     client: &mut BufReader<TcpStream>,
     head: &RequestHead,
     path: &str,
-    upstream: TcpStream,
-    dialed: SocketAddr,
+    addrs: &[SocketAddr],
     allowed_by: &str,
 ) -> bool {
     let target = head.target();
-    let result = forward_inner(shared, client, head, path, upstream).await;
-    match result {
-        Ok((status, keep)) => {
-            shared.record(
-                &head.method,
-                Some(target),
-                Some(dialed),
-                true,
-                allowed_by.to_owned(),
-                status,
-            );
-            keep && head.keep_alive
-        }
-        Err(ForwardError::BeforeResponse(status, why)) => {
-            shared.record(
-                &head.method,
-                Some(target),
-                Some(dialed),
-                true,
-                format!("{allowed_by}; upstream: {why}"),
-                status,
-            );
-            refuse_and_close(client, status, &format!("upstream: {why}")).await;
-            false
-        }
-        Err(ForwardError::AfterResponse(status)) => {
-            shared.record(
-                &head.method,
-                Some(target),
-                Some(dialed),
-                true,
-                format!("{allowed_by}; relay cut short"),
-                status,
-            );
-            false
+    let retryable =
+        head.body == Body::None && matches!(head.method.as_str(), "GET" | "HEAD" | "OPTIONS");
+    let mut pooled = if retryable {
+        shared.pool.take(target, addrs)
+    } else {
+        shared.pool.close(target);
+        None
+    };
+    loop {
+        let reused = pooled.is_some();
+        let (upstream, dialed) = match pooled.take() {
+            Some(u) => u,
+            None => match dial_or_refuse(shared, client, head, addrs, allowed_by).await {
+                Some(u) => u,
+                None => return false,
+            },
+        };
+        match forward_inner(shared, client, head, path, upstream, reused).await {
+            Ok((status, keep, back)) => {
+                if let Some(up) = back {
+                    shared.pool.put(target, dialed, up);
+                }
+                shared.record(
+                    &head.method,
+                    Some(target),
+                    Some(dialed),
+                    true,
+                    allowed_by.to_owned(),
+                    status,
+                );
+                return keep && head.keep_alive;
+            }
+            // The upstream had closed the kept connection: once more, fresh.
+            Err(ForwardError::Stale) => {}
+            Err(ForwardError::BeforeResponse(status, why)) => {
+                shared.record(
+                    &head.method,
+                    Some(target),
+                    Some(dialed),
+                    true,
+                    format!("{allowed_by}; upstream: {why}"),
+                    status,
+                );
+                refuse_and_close(client, status, &format!("upstream: {why}")).await;
+                return false;
+            }
+            Err(ForwardError::AfterResponse(status)) => {
+                shared.record(
+                    &head.method,
+                    Some(target),
+                    Some(dialed),
+                    true,
+                    format!("{allowed_by}; relay cut short"),
+                    status,
+                );
+                return false;
+            }
         }
     }
 }
 
 enum ForwardError {
+    /// A connection from the pool was closed or reset before any byte of a
+    /// response: nothing was sent to the client, the request may go again.
+    Stale,
     /// Nothing was sent to the client yet: answer with this status.
     BeforeResponse(u16, String),
     /// The response head went out; the connection can only be closed.
@@ -809,9 +847,17 @@ async fn forward_inner(
     head: &RequestHead,
     path: &str,
     upstream: TcpStream,
-) -> Result<(u16, bool), ForwardError> {
+    reused: bool,
+) -> Result<(u16, bool, Option<TcpStream>), ForwardError> {
     let before =
         |status: u16| move |e: io::Error| ForwardError::BeforeResponse(status, e.to_string());
+    let sending = |e: io::Error| {
+        if reused {
+            ForwardError::Stale
+        } else {
+            ForwardError::BeforeResponse(502, e.to_string())
+        }
+    };
     let target = head.target();
     let authority = if target.port == Port::HTTP {
         target.host.to_string()
@@ -828,9 +874,10 @@ async fn forward_inner(
             out.extend_from_slice(b"\r\n");
         }
     }
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    // HTTP/1.1's default, a persistent connection: it may serve a later request.
+    out.extend_from_slice(b"\r\n");
     let mut upstream = BufReader::with_capacity(HEAD_BUF, upstream);
-    upstream.write_all(&out).await.map_err(before(502))?;
+    upstream.write_all(&out).await.map_err(sending)?;
     if head.expect_continue && head.body != Body::None {
         client
             .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -846,10 +893,22 @@ async fn forward_inner(
             .await
             .map_err(before(400))?,
     }
-    upstream.flush().await.map_err(before(502))?;
+    upstream.flush().await.map_err(sending)?;
+    if reused {
+        match tokio::time::timeout(shared.idle, upstream.fill_buf()).await {
+            Ok(Ok([]) | Err(_)) => return Err(ForwardError::Stale),
+            Ok(Ok(_)) => {}
+            Err(_) => {
+                return Err(ForwardError::BeforeResponse(
+                    504,
+                    "no response in time".into(),
+                ))
+            }
+        }
+    }
 
     // The response head (skipping interim 1xx answers: we sent our own 100).
-    let (status, reason, headers) = loop {
+    let (status, reason, headers, minor) = loop {
         let resp = read_response_head(&mut upstream, shared.idle).await?;
         if (100..200).contains(&resp.0) {
             if resp.0 == 101 {
@@ -903,6 +962,7 @@ async fn forward_inner(
         }
     }
     let keep = framing != Framing::UntilClose;
+    let upstream_keeps = keep && minor == 1 && !says_close(&headers);
     let hop = hop_by_hop(&headers);
     let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
     for (n, v) in &headers {
@@ -947,10 +1007,22 @@ async fn forward_inner(
         .flush()
         .await
         .map_err(|_| ForwardError::AfterResponse(status))?;
-    Ok((status, keep))
+    let back = (upstream_keeps && upstream.buffer().is_empty()).then(|| upstream.into_inner());
+    Ok((status, keep, back))
 }
 
-type ResponseHead = (u16, String, Vec<(String, Vec<u8>)>);
+/// Whether a `Connection` header carries the `close` token.
+fn says_close(headers: &[(String, Vec<u8>)]) -> bool {
+    headers.iter().any(|(n, v)| {
+        n.eq_ignore_ascii_case("connection")
+            && String::from_utf8_lossy(v)
+                .split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("close"))
+    })
+}
+
+/// Status, reason, headers, and the HTTP/1.x minor version.
+type ResponseHead = (u16, String, Vec<(String, Vec<u8>)>, u8);
 
 async fn read_response_head<S: AsyncRead + Unpin>(
     up: &mut BufReader<S>,
@@ -994,7 +1066,7 @@ async fn read_response_head<S: AsyncRead + Unpin>(
                     .iter()
                     .map(|h| (h.name.to_owned(), h.value.to_vec()))
                     .collect();
-                return Ok((status, reason, headers));
+                return Ok((status, reason, headers, resp.version.unwrap_or(0)));
             }
             Ok(httparse::Status::Partial) if buf.len() <= MAX_RESPONSE_HEAD => up.consume(take),
             Ok(httparse::Status::Partial) => {
