@@ -5,7 +5,8 @@
 //! veth pair made here and removed on every path), never loopback: lockrun's
 //! address guard refuses loopback, and the bench policy grants exactly that
 //! /30. On it runs `bench_proxy.c serve` (compiled here with gcc): HTTP on
-//! :80 (`/small`: 2 bytes, `/big`: 512 MiB, one thread per connection) and
+//! :80 (`/small`: 2 bytes, `/big`: 512 MiB, one thread per connection,
+//! persistent unless the request says `Connection: close`) and
 //! a listener on :81 that accepts and holds connections, for idle tunnels.
 //!
 //! Six paths to it, each measured the same way:
@@ -33,7 +34,10 @@
 //! latency, from `bench_proxy.c load` (C threads, each connecting, sending
 //! one GET — absolute-form through a proxy, with the proxy's credentials —
 //! reading the whole response, and closing with RST so thousands of short
-//! connections leave no `TIME_WAIT` behind), best of three 1 s runs: other
+//! connections leave no `TIME_WAIT` behind; it always asks for
+//! `Connection: close`, so the direct path opens one upstream connection per
+//! request, while a proxy may keep its own upstream connection for the next
+//! request, as lockrun's does), best of three 1 s runs: other
 //! tenants of a shared machine only ever slow a path down. Then memory per idle tunnel: the
 //! lockrun process's `VmRSS` before and after `bench_proxy.c tunnels` opens
 //! N idle CONNECT tunnels from inside the run.
@@ -354,8 +358,9 @@ fn report(
             s,
             "The reference: haproxy relaying plain TCP to the upstream (no HTTP, no CONNECT, no \
              policy, one thread per core) reaches {:.2}× direct throughput and {:.2}× / {:.2}× \
-             direct requests/s at c=1 / c=50 in this run: the price of the second TCP \
-             connection any proxy adds on this machine, before any proxy work.\n",
+             direct requests/s at c=1 / c=50 in this run: the price, on this machine, of a \
+             second TCP connection per client connection, before any proxy work (for plain \
+             HTTP, lockrun keeps its upstream connections and pays only the client's).\n",
             ratio(h.mibps, d.mibps),
             ratio(h.c1.rps, d.c1.rps),
             ratio(h.c50.rps, d.c50.rps),
@@ -386,8 +391,9 @@ fn report(
         s,
         "Method: upstream in a network namespace over a veth pair ({HOST_IP}); download = \
          `curl` through a CONNECT tunnel (direct: plain GET), best of three (srt: two); \
-         req/s = `bench_proxy.c load`, a new TCP connection per request, absolute-form \
-         GET through the proxy, best of {LOAD_RUNS} runs of {LOAD_SECS} s, with that run's \
+         req/s = `bench_proxy.c load`, a new TCP connection per request with \
+         `Connection: close`, absolute-form GET through the proxy (which may keep its \
+         upstream connection; the upstream keeps it if asked), best of {LOAD_RUNS} runs of {LOAD_SECS} s, with that run's \
          latencies (connect to last byte). \
          Idle tunnels: `VmRSS` of the lockrun process (proxy included) before and after \
          opening them from inside the run; kernel socket buffers are not in RSS. \
