@@ -217,6 +217,7 @@ fn measure_rounds(
     cmd: &[&str],
     dir: &Path,
     reps: usize,
+    once: fn(&[String], &Path) -> Result<Duration>,
 ) -> Vec<Result<(Duration, Duration)>> {
     let argvs: Vec<Vec<String>> = prefixes
         .iter()
@@ -229,7 +230,7 @@ fn measure_rounds(
         .collect();
     let mut times: Vec<Result<Vec<Duration>>> = argvs
         .iter()
-        .map(|a| time_once(a, dir).map(|_| Vec::with_capacity(reps)))
+        .map(|a| once(a, dir).map(|_| Vec::with_capacity(reps)))
         .collect();
     let mut order: Vec<usize> = (0..argvs.len()).collect();
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
@@ -246,7 +247,7 @@ fn measure_rounds(
         }
         for &i in &order {
             if let Ok(ts) = &mut times[i] {
-                match time_once(&argvs[i], dir) {
+                match once(&argvs[i], dir) {
                     Ok(d) => ts.push(d),
                     Err(e) => times[i] = Err(e),
                 }
@@ -262,6 +263,47 @@ fn measure_rounds(
         })
         .collect()
 }
+
+/// What one `git status` takes inside a sandbox that is already running:
+/// the command is `bash -c` [`GIT_INSIDE`], which times itself with bash's
+/// `$EPOCHREALTIME` (no process of its own) after a warm-up status.
+fn inside_once(argv: &[String], dir: &Path) -> Result<Duration> {
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let why = err
+            .lines()
+            .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+            .or_else(|| err.lines().last())
+            .unwrap_or("");
+        bail!("{}: {}", out.status, why.trim());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(times) = text.lines().last().map(|l| {
+        l.split(' ')
+            .map(str::parse::<f64>)
+            .collect::<Result<Vec<_>, _>>()
+    }) else {
+        bail!("no timing printed");
+    };
+    match times.as_deref() {
+        Ok([start, end]) if end >= start => Ok(Duration::from_secs_f64(
+            (end - start) / f64::from(GIT_INSIDE_N),
+        )),
+        _ => bail!("unexpected timing line: {text:?}"),
+    }
+}
+
+/// `git status`es timed inside one sandbox by [`inside_once`].
+const GIT_INSIDE_N: u32 = 10;
+const GIT_INSIDE: &str = "git status --porcelain >/dev/null || exit 1; s=$EPOCHREALTIME; \
+    for i in 1 2 3 4 5 6 7 8 9 10; do git status --porcelain >/dev/null || exit 1; done; \
+    echo \"$s $EPOCHREALTIME\"";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -410,36 +452,37 @@ fn terminate(pid: u32) -> std::io::Result<()> {
     }
 }
 
-/// Run the whole bench; prints a Markdown report and returns it.
-pub fn run(o: &Options) -> Result<String> {
-    let dir = o.workspace.join("target/bench");
-    let peers = o.workspace.join("target/peers");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::create_dir_all(&peers)?;
-    let state = dir.join("state");
-    std::fs::create_dir_all(&state)?;
-    let worktree = big_checkout(&dir)?;
-    let mut notes = install_peers(&peers);
-    let (rs, more) = runners(o, &peers, &worktree, &state);
-    notes.extend(more);
-
-    let mut md = String::new();
-    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round).\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
-    let _ = writeln!(md, "| sandbox | start-up `true` (ms) | added vs bare (ms) | `git status`, 20k files (ms) | ratio vs bare |");
-    let _ = writeln!(md, "|---|---|---|---|---|");
-    let mut bare = (0.0, 0.0);
+/// The start-up and `git status` table: every sandbox, in rounds.
+fn startup_table(
+    md: &mut String,
+    notes: &mut Vec<String>,
+    rs: &[Runner],
+    worktree: &Path,
+    reps: usize,
+) {
+    let _ = writeln!(md, "| sandbox | start-up `true` (ms) | added vs bare (ms) | `git status`, 20k files, one sandbox each (ms) | ratio vs bare | `git status` in a running sandbox (ms) | ratio vs bare |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    let mut bare = (0.0, 0.0, 0.0);
     let prefixes: Vec<&[String]> = rs.iter().map(|r| r.argv.as_slice()).collect();
-    let starts = measure_rounds(&prefixes, &["true"], &worktree, o.reps);
+    let starts = measure_rounds(&prefixes, &["true"], worktree, reps, time_once);
     let gits = measure_rounds(
         &prefixes,
         &["git", "status", "--porcelain"],
-        &worktree,
-        o.reps.min(15),
+        worktree,
+        reps.min(15),
+        time_once,
     );
-    for ((r, start), git) in rs.iter().zip(starts).zip(gits) {
+    let insides = measure_rounds(
+        &prefixes,
+        &["bash", "-c", GIT_INSIDE],
+        worktree,
+        reps.min(10),
+        inside_once,
+    );
+    for (((r, start), git), inside) in rs.iter().zip(starts).zip(gits).zip(insides) {
         if r.name == "bare" {
-            if let (Ok((st, _)), Ok((g, _))) = (&start, &git) {
-                bare = (ms(*st), ms(*g));
+            if let (Ok((st, _)), Ok((g, _)), Ok((i, _))) = (&start, &git, &inside) {
+                bare = (ms(*st), ms(*g), ms(*i));
             }
         }
         let start_cells = match &start {
@@ -456,8 +499,40 @@ pub fn run(o: &Options) -> Result<String> {
                 "failed | ".to_owned()
             }
         };
-        let _ = writeln!(md, "| {} | {start_cells} | {git_cells} |", r.name);
+        let inside_cells = match &inside {
+            Ok((i, _)) => format!("{:.1} | {:.2}×", ms(*i), ms(*i) / bare.2),
+            Err(e) => {
+                notes.push(format!(
+                    "{}: `git status` in a running sandbox failed: {e}",
+                    r.name
+                ));
+                "failed | ".to_owned()
+            }
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {start_cells} | {git_cells} | {inside_cells} |",
+            r.name
+        );
     }
+}
+
+/// Run the whole bench; prints a Markdown report and returns it.
+pub fn run(o: &Options) -> Result<String> {
+    let dir = o.workspace.join("target/bench");
+    let peers = o.workspace.join("target/peers");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&peers)?;
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state)?;
+    let worktree = big_checkout(&dir)?;
+    let mut notes = install_peers(&peers);
+    let (rs, more) = runners(o, &peers, &worktree, &state);
+    notes.extend(more);
+
+    let mut md = String::new();
+    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round). `git status` one sandbox each: a sandbox started for one `git status` (15 runs); in a running sandbox: one sandbox runs `bash`, which times ten statuses after a warm-up with `$EPOCHREALTIME`, per status (10 runs): what an agent inside a sandbox pays on each of its commands.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
+    startup_table(&mut md, &mut notes, &rs, &worktree, o.reps);
 
     // Connect latency to the allowed endpoint, inside the run's cgroup vs outside.
     let l = TcpListener::bind("127.0.0.1:0")?;
