@@ -56,6 +56,14 @@ fn name(s: &str) -> HostName {
     HostName::parse(s).unwrap()
 }
 
+/// A policy allowing `host:port` only, resolving `host` to the test host
+/// `th` and granting it that host's private network.
+fn granted(th: &TestHost, host: &str, port: u16) -> NetworkPolicy {
+    let ip = [th.ns_ip];
+    let allow = format!("{host}:{port}");
+    policy(&[&allow], &[(host, &ip)], Some((&[host], th.net)))
+}
+
 /// A policy allowing `allow` and resolving `resolve`, granting `grant` to `granted`.
 fn policy(
     allow: &[&str],
@@ -391,15 +399,7 @@ async fn git_clones_over_http_through_the_proxy() {
     sh(&["git", "clone", "-q", "--bare", w, bare.to_str().unwrap()]);
     sh(&["git", "-C", bare.to_str().unwrap(), "update-server-info"]);
 
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["git.test:80"],
-            &[("git.test", &ip)],
-            Some((&["git.test"], th.net)),
-        ),
-        |_| {},
-    );
+    let p = Proxy::start(granted(&th, "git.test", 80), |_| {});
     let dest = Scratch::new("clone");
     let mut c = client("git");
     c.args(["clone", "-q", "http://git.test/repo.git"])
@@ -432,15 +432,7 @@ async fn without_the_secret_407_and_with_it_200() {
     }
     let mut th = TestHost::new(RANGE);
     th.serve_http();
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["web.test:80"],
-            &[("web.test", &ip)],
-            Some((&["web.test"], th.net)),
-        ),
-        |_| {},
-    );
+    let p = Proxy::start(granted(&th, "web.test", 80), |_| {});
     let bare = format!("http://{}", p.addr());
     let wrong = format!("http://lockrun:wrong@{}", p.addr());
     for (proxy, want) in [(&bare, "407"), (&wrong, "407"), (&p.proxy.url(), "200")] {
@@ -653,15 +645,7 @@ async fn over_max_connections_answers_503() {
 fn eof_host_behind_the_proxy() -> (TestHost, Proxy) {
     let mut th = TestHost::new(RANGE);
     th.serve_until_eof();
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["eof.test:9000"],
-            &[("eof.test", &ip)],
-            Some((&["eof.test"], th.net)),
-        ),
-        |_| {},
-    );
+    let p = Proxy::start(granted(&th, "eof.test", 9000), |_| {});
     (th, p)
 }
 
@@ -725,15 +709,7 @@ async fn idle_tunnel_lives_past_eleven_seconds() {
     }
     let mut th = TestHost::new(RANGE);
     th.serve_http();
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["web.test:80"],
-            &[("web.test", &ip)],
-            Some((&["web.test"], th.net)),
-        ),
-        |_| {},
-    );
+    let p = Proxy::start(granted(&th, "web.test", 80), |_| {});
     let mut s = connect(&p, "web.test:80").await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     s.write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n")
@@ -757,17 +733,9 @@ async fn a_short_idle_limit_is_enforced() {
     }
     let mut th = TestHost::new(RANGE);
     th.serve_http();
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["web.test:80"],
-            &[("web.test", &ip)],
-            Some((&["web.test"], th.net)),
-        ),
-        |c| {
-            c.idle_tunnel = Duration::from_secs(2);
-        },
-    );
+    let p = Proxy::start(granted(&th, "web.test", 80), |c| {
+        c.idle_tunnel = Duration::from_secs(2);
+    });
     // Control: within the limit the tunnel works.
     let mut s = connect(&p, "web.test:80").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -859,25 +827,10 @@ async fn idle_tunnel_memory() {
         "import asyncio,resource\nresource.setrlimit(resource.RLIMIT_NOFILE,({0},{0}))\nconns=[]\nasync def h(r,w):\n  conns.append(w)\n  await r.read()\nasync def main():\n  s=await asyncio.start_server(h,'0.0.0.0',9100,backlog=4096)\n  await s.serve_forever()\nasyncio.run(main())\n",
         n + 1024
     );
-    let child = Command::new("ip")
-        .args(["netns", "exec", &th.ns, python3(), "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    th.servers.push(child);
-    th.wait_port(9100);
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["hold.test:9100"],
-            &[("hold.test", &ip)],
-            Some((&["hold.test"], th.net)),
-        ),
-        |c| {
-            c.max_connections = n + 16;
-        },
-    );
+    th.serve_python(&script, 9100, Stdio::null());
+    let p = Proxy::start(granted(&th, "hold.test", 9100), |c| {
+        c.max_connections = n + 16;
+    });
     let rss = || {
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
         let pages: u64 = statm.split(' ').nth(1).unwrap().parse().unwrap();
@@ -944,23 +897,8 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
 "#;
     let log = std::fs::File::create(th.access_log()).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", &th.ns, python3(), "-c", script])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    th.servers.push(child);
-    th.wait_port(8080);
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["post.test:8080"],
-            &[("post.test", &ip)],
-            Some((&["post.test"], th.net)),
-        ),
-        |_| {},
-    );
+    th.serve_python(script, 8080, log);
+    let p = Proxy::start(granted(&th, "post.test", 8080), |_| {});
     let data = Scratch::new("post");
     let file = data.0.join("body");
     std::fs::write(&file, vec![b'x'; 300_000]).unwrap();
@@ -1067,10 +1005,10 @@ async fn upstream_refusal_is_502_and_silence_is_504() {
 /// only when that is safe: a second client connection's GET goes out on the
 /// first one's upstream connection; a POST never takes a kept connection
 /// (and closes those kept to its host); a response with `Connection: close`
-/// is not kept; a connection the upstream
-/// closed while idle is noticed before use; one it closes on receiving the
-/// request (the race the peek cannot see) gets the GET sent again on a
-/// fresh connection. Every request is answered 200 and audited once.
+/// is not kept; a connection the upstream closed while idle is noticed
+/// before use; one it closes on receiving the request (the race the peek
+/// cannot see) gets the GET sent again on a fresh connection. Every request
+/// is answered 200 and audited once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_connections_are_reused_only_when_safe() {
     let test = "upstream_connections_are_reused_only_when_safe";
@@ -1108,23 +1046,8 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(('0.0.0.0', 8080), H).serve_forever()
 ";
-    let child = Command::new("ip")
-        .args(["netns", "exec", &th.ns, python3(), "-c", script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    th.servers.push(child);
-    th.wait_port(8080);
-    let ip = [th.ns_ip];
-    let p = Proxy::start(
-        policy(
-            &["reuse.test:8080"],
-            &[("reuse.test", &ip)],
-            Some((&["reuse.test"], th.net)),
-        ),
-        |_| {},
-    );
+    th.serve_python(script, 8080, Stdio::null());
+    let p = Proxy::start(granted(&th, "reuse.test", 8080), |_| {});
     let a = p.auth();
     // One request per client connection; the upstream port it went out on.
     let port = |method: &'static str, path: &'static str| {

@@ -226,14 +226,20 @@ impl TestHost {
     /// `got N bytes: <data>` and closes: proves half-close reaches it.
     pub fn serve_until_eof(&mut self) {
         let script = "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('0.0.0.0',9000))\ns.listen(8)\nwhile True:\n  c,_=s.accept()\n  d=b''\n  while True:\n    b=c.recv(4096)\n    if not b: break\n    d+=b\n  if d: c.sendall(b'got %d bytes: ' % len(d) + d)\n  c.close()\n";
+        self.serve_python(script, 9000, Stdio::null());
+    }
+
+    /// `python3 -c script` in the namespace, serving on `port` (waited for),
+    /// its stderr to `stderr`.
+    pub fn serve_python(&mut self, script: &str, port: u16, stderr: impl Into<Stdio>) {
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns, python3(), "-c", script])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         self.servers.push(child);
-        self.wait_port(9000);
+        self.wait_port(port);
     }
 
     pub fn wait_port(&self, port: u16) {

@@ -193,17 +193,23 @@ fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
         .stderr(Stdio::piped())
         .output()?;
     let d = t.elapsed();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        // The tool's own complaint when it names one (git: `fatal: …`), else its last line.
-        let why = err
-            .lines()
-            .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
-            .or_else(|| err.lines().last())
-            .unwrap_or("");
-        bail!("{}: {}", out.status, why.trim());
-    }
+    failed(&out)?;
     Ok(d)
+}
+
+/// An error for a run that failed: its status and the tool's own complaint
+/// when it names one (git: `fatal: …`), else the last line of its stderr.
+fn failed(out: &std::process::Output) -> Result<()> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let why = err
+        .lines()
+        .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+        .or_else(|| err.lines().last())
+        .unwrap_or("");
+    bail!("{}: {}", out.status, why.trim());
 }
 
 /// For each prefix (a sandbox), the median and 90th percentile of `reps`
@@ -274,15 +280,7 @@ fn inside_once(argv: &[String], dir: &Path) -> Result<Duration> {
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
         .output()?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let why = err
-            .lines()
-            .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
-            .or_else(|| err.lines().last())
-            .unwrap_or("");
-        bail!("{}: {}", out.status, why.trim());
-    }
+    failed(&out)?;
     let text = String::from_utf8_lossy(&out.stdout);
     let Some(times) = text.lines().last().map(|l| {
         l.split(' ')
