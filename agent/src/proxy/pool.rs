@@ -6,9 +6,10 @@
 //! to the same host and port may take it instead of dialing, but only if
 //! every gate passed again for that request and the connection's peer is
 //! one of the addresses the guard has just checked: the pool saves the
-//! handshake, never a decision. What is taken is only safe to retry
-//! (bodiless `GET`, `HEAD`, `OPTIONS`): if the upstream closed it meanwhile,
-//! the request goes out again on a fresh dial.
+//! handshake, never a decision. Only a request safe to send again takes one
+//! ([`RequestHead::resendable`](super::request::RequestHead::resendable)):
+//! if the upstream closed it meanwhile, the request goes out again on a
+//! fresh dial.
 //!
 //! Bounded: at most [`MAX_IDLE`] connections per proxy, that is per run,
 //! each closed after [`KEEP`] idle (the accept loop prunes every `KEEP / 2`)

@@ -24,6 +24,11 @@ pub const MAX_HEADERS: usize = 64;
 /// tunnel; anything else (`TRACE`, `TRACK`, extension methods) is refused.
 pub const FORWARDABLE: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"];
 
+/// Forwardable methods a proxy may send again when a kept upstream
+/// connection fails before any answer (RFC 9112 §9.3.1: idempotent; these
+/// three are also safe, no side effect expected of them).
+pub const RESENDABLE: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+
 /// The host part of a target: a name (checked against the allowlist before
 /// any DNS) or an IP literal (allowed only when the policy lists it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -213,6 +218,13 @@ impl RequestHead {
         match &self.kind {
             Kind::Connect(t) | Kind::Forward { target: t, .. } => t,
         }
+    }
+
+    /// Whether this request may be sent again on a fresh connection after
+    /// a kept one failed before answering: a [`RESENDABLE`] method, no body.
+    #[must_use]
+    pub fn resendable(&self) -> bool {
+        self.body == Body::None && RESENDABLE.contains(&self.method.as_str())
     }
 }
 
@@ -529,6 +541,44 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(!h.keep_alive);
+    }
+
+    #[test]
+    fn only_bodiless_safe_methods_are_resendable() {
+        let cases = [
+            (
+                "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                true,
+            ),
+            (
+                "HEAD http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                true,
+            ),
+            (
+                "OPTIONS http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                true,
+            ),
+            (
+                "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 1\r\n\r\nx",
+                false,
+            ),
+            (
+                "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                false,
+            ),
+            (
+                "PUT http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                false,
+            ),
+            (
+                "DELETE http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                false,
+            ),
+        ];
+        for (req, want) in cases {
+            let h = head(req).unwrap().unwrap();
+            assert_eq!(h.resendable(), want, "{req:?}");
+        }
     }
 
     #[test]

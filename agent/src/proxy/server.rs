@@ -760,9 +760,7 @@ async fn forward(
     allowed_by: &str,
 ) -> bool {
     let target = head.target();
-    let retryable =
-        head.body == Body::None && matches!(head.method.as_str(), "GET" | "HEAD" | "OPTIONS");
-    let mut pooled = if retryable {
+    let mut pooled = if head.resendable() {
         shared.pool.take(target, addrs)
     } else {
         shared.pool.close(target);
@@ -962,8 +960,9 @@ async fn forward_inner(
         }
     }
     let keep = framing != Framing::UntilClose;
-    let upstream_keeps = keep && minor == 1 && !says_close(&headers);
     let hop = hop_by_hop(&headers);
+    // `hop` holds the `Connection` tokens too: `close` ends the upstream's.
+    let upstream_keeps = keep && minor == 1 && !hop.iter().any(|t| t == "close");
     let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
     for (n, v) in &headers {
         if keep_header(n, &hop) {
@@ -1009,16 +1008,6 @@ async fn forward_inner(
         .map_err(|_| ForwardError::AfterResponse(status))?;
     let back = (upstream_keeps && upstream.buffer().is_empty()).then(|| upstream.into_inner());
     Ok((status, keep, back))
-}
-
-/// Whether a `Connection` header carries the `close` token.
-fn says_close(headers: &[(String, Vec<u8>)]) -> bool {
-    headers.iter().any(|(n, v)| {
-        n.eq_ignore_ascii_case("connection")
-            && String::from_utf8_lossy(v)
-                .split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("close"))
-    })
 }
 
 /// Status, reason, headers, and the HTTP/1.x minor version.
