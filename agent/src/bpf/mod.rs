@@ -668,7 +668,7 @@ const LAYOUT_VERSION: u32 = 2;
 /// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
 /// Everything a run would reuse from an earlier run of the same build goes
 /// into it: the object, the hand-assembled unix programs (with stand-in map
-/// fds) and [`LAYOUT_VERSION`], so a lockrun that changed any of them never
+/// fds) and `LAYOUT_VERSION`, so a lockrun that changed any of them never
 /// attaches another build's programs.
 #[must_use]
 pub fn build_id() -> &'static str {

@@ -24,7 +24,7 @@ use crate::audit::{AuditLog, Event, ProxyEvent};
 use crate::policy::{HostName, NetworkPolicy, Port};
 
 /// The buffer of a tunnel direction that could get no splice pipe (see
-/// [`pump`]), borrowed only while bytes flow.
+/// `pump`), borrowed only while bytes flow.
 pub const TUNNEL_BUF: usize = 64 * 1024;
 /// The splice pipe's size, what one splice moves at most: 1 MiB (the
 /// default `fs.pipe-max-size`) carried a 512 MiB download ~13% faster here
