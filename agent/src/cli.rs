@@ -26,7 +26,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Reap run dirs, cgroups and pinned hooks left by lockruns that are gone
-    /// (only those older than the grace period).
+    /// (only those older than the grace period), and other lockrun builds'
+    /// programs and parent cgroups once none of their runs is left.
     Gc(GcArgs),
     /// Policy tools.
     #[command(subcommand)]

@@ -40,6 +40,10 @@
 //! attachment is the build's, the registration stays) until `lockrun gc`
 //! reaps the cgroup and forgets the run ([`forget_runs`]).
 //!
+//! Each build keeps its pins and parent between runs; another build's are
+//! removed by `lockrun gc` once none of its runs is left
+//! ([`reap_other_builds`]).
+//!
 //! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
 //! builds made; [`unpin`] still removes them.
 
@@ -674,6 +678,10 @@ const LAYOUT_VERSION: u32 = 2;
 pub fn build_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
+        #[cfg(feature = "weaken-for-tests")]
+        if let Some(id) = test_build_id() {
+            return id;
+        }
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |bytes: &[u8]| {
             for &b in bytes {
@@ -696,6 +704,26 @@ pub fn build_id() -> &'static str {
         }
         format!("{h:016x}")
     })
+}
+
+/// TEST BUILDS ONLY (`weaken-for-tests`): `LOCKRUN_TEST_BUILD_ID` names
+/// this process's build instead, so a test can make the parent and pins of
+/// "another build" with the real programs, for `lockrun gc` to judge.
+#[cfg(feature = "weaken-for-tests")]
+fn test_build_id() -> Option<String> {
+    let id = std::env::var("LOCKRUN_TEST_BUILD_ID").ok()?;
+    assert!(
+        is_build_name(&id),
+        "LOCKRUN_TEST_BUILD_ID={id:?}: a build id is ASCII letters and digits"
+    );
+    Some(id)
+}
+
+/// Whether `name` (under [`SHARED_ROOT`], or after `build-` in the cgroup
+/// tree) is a build's: letters and digits only. A load in progress
+/// (`<id>-loading-<pid>`) or a build being reaped (`<id>-reaping-<pid>`) is not.
+fn is_build_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// Where this build's programs are pinned.
@@ -1064,6 +1092,167 @@ fn remove_abandoned_loads() {
             let _ = fs::remove_dir_all(e.path());
         }
     }
+}
+
+/// What `lockrun gc` did about another lockrun build's parent cgroup and
+/// pinned programs ([`reap_other_builds`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OtherBuild {
+    /// Its parent cgroup is removed, and its pinned programs, maps, rings
+    /// and links with it: the kernel frees them.
+    Reaped { id: String },
+    /// Run cgroups are still in its parent (`rmdir`: `EBUSY`): nothing was
+    /// touched.
+    InUse { id: String },
+    /// A run of it made the parent again and attached while gc reaped: its
+    /// programs stay (put back where they were, when nothing took their
+    /// place) and a later gc removes them.
+    Deferred { id: String },
+}
+
+/// Under [`SHARED_ROOT`]: `<id>-reaping-<pid>`, a build's pins moved out of
+/// its runs' way by a gc.
+const REAPING: &str = "-reaping-";
+
+/// `lockrun gc`: remove every other build's parent cgroup and pinned
+/// programs where none of its runs is left. Each build's programs pin
+/// ~256 KiB of kernel memory per ring slot ever used, and a machine that
+/// upgrades lockrun (or CI that builds each commit) makes a new build each
+/// time.
+///
+/// Safe beside runs of that build, because a run makes its cgroup (and the
+/// parent, when missing) before it opens the pins, and attaches by links
+/// named after the parent's inode:
+/// 1. `rmdir` the parent. It fails (`EBUSY`) while any run cgroup is in it:
+///    then nothing is touched. A run starting now makes a new parent, with a
+///    new inode, whose links are not among the old ones.
+/// 2. Rename the pin directory to `<id>-reaping-<pid>`: from here on no run
+///    can pin anything into it (runs pin into `<id>/`, and one that finds it
+///    missing loads its own programs; one that opened it just before fails
+///    closed: no program to attach, or no registration the attached
+///    programs know).
+/// 3. If a link in it is named after the parent as it is now — a run made
+///    the parent again and attached between 1 and 2 — its hooks hang on that
+///    pin: the directory goes back (`RENAME_NOREPLACE`) and stays. Otherwise
+///    it is removed, and with the last reference to each program, map and
+///    link, the kernel frees them.
+///
+/// Moved directories a gc left (killed between 2 and 3, or deferred by 3)
+/// are judged by 3 again.
+pub fn reap_other_builds() -> Result<Vec<OtherBuild>, BpfError> {
+    use crate::cgroup::{BUILD_PREFIX, PARENT};
+    let top = crate::cgroup::cgroup2_mount()?.join(PARENT);
+    let root = Path::new(BPFFS).join(SHARED_ROOT);
+    let mut ids = std::collections::BTreeSet::new();
+    for name in names(&top) {
+        if let Some(id) = name
+            .strip_prefix(BUILD_PREFIX)
+            .filter(|id| is_build_name(id))
+        {
+            ids.insert(id.to_owned());
+        }
+    }
+    ids.extend(names(&root).into_iter().filter(|n| is_build_name(n)));
+    ids.remove(build_id());
+
+    let mut out = Vec::new();
+    let mut judged = Vec::new();
+    for id in ids {
+        let parent = top.join(format!("{BUILD_PREFIX}{id}"));
+        match fs::remove_dir(&parent) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                out.push(OtherBuild::InUse { id });
+                continue;
+            }
+            Err(source) => {
+                return Err(crate::cgroup::CgroupError::Rmdir {
+                    path: parent,
+                    source,
+                }
+                .into())
+            }
+        }
+        let moved = format!("{id}{REAPING}{}", std::process::id());
+        match rename_noreplace(&root, &id, &moved) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                out.push(OtherBuild::Reaped { id });
+                continue;
+            }
+            Err(source) => {
+                return Err(BpfError::Unpin {
+                    path: root.join(&id),
+                    source,
+                })
+            }
+        }
+        judged.push(moved.clone());
+        out.push(if remove_moved(&root, &moved, &id, &parent)? {
+            OtherBuild::Reaped { id }
+        } else {
+            OtherBuild::Deferred { id }
+        });
+    }
+    for name in names(&root) {
+        let Some((id, _)) = name.split_once(REAPING) else {
+            continue;
+        };
+        if judged.contains(&name) || !is_build_name(id) {
+            continue;
+        }
+        let parent = top.join(format!("{BUILD_PREFIX}{id}"));
+        remove_moved(&root, &name, id, &parent)?;
+    }
+    Ok(out)
+}
+
+/// Step 3 of [`reap_other_builds`]: remove the moved pins `root/moved` of
+/// build `id`, unless one of its links is named after `parent` as it is now
+/// (then put them back at `root/id` when that is free). Whether it removed them.
+fn remove_moved(root: &Path, moved: &str, id: &str, parent: &Path) -> Result<bool, BpfError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let path = root.join(moved);
+    if let Ok(md) = fs::metadata(parent) {
+        let live = format!("-{}", md.ino());
+        if names(&path)
+            .iter()
+            .any(|n| n.starts_with("link-") && n.ends_with(&live))
+        {
+            let _ = rename_noreplace(root, moved, id);
+            return Ok(false);
+        }
+    }
+    match fs::remove_dir_all(&path) {
+        Ok(()) => Ok(true),
+        // Another gc removed it first, by the same judgement.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(source) => Err(BpfError::Unpin { path, source }),
+    }
+}
+
+/// `renameat2(RENAME_NOREPLACE)` of `from` to `to`, both in `dir`.
+fn rename_noreplace(dir: &Path, from: &str, to: &str) -> io::Result<()> {
+    let d = fs::File::open(dir)?;
+    nix::fcntl::renameat2(
+        Some(d.as_raw_fd()),
+        from,
+        Some(d.as_raw_fd()),
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
+    .map_err(io::Error::from)
+}
+
+/// The entry names in `dir` (empty when it cannot be listed).
+fn names(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect()
 }
 
 /// The programs: name (the object's section, or a hand-assembled unix hook),

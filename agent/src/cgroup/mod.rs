@@ -239,25 +239,33 @@ impl RunCgroup {
     fn create_in(parent: &Path, run_id: &str) -> Result<Self, CgroupError> {
         check_run_id(run_id)?;
         let parent = parent.to_path_buf();
-        for dir in [parent.parent().unwrap_or(&parent), &parent] {
-            match fs::create_dir(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(source) => {
-                    return Err(CgroupError::Mkdir {
-                        path: dir.to_path_buf(),
-                        source,
-                    })
+        let path = parent.join(run_id);
+        // `lockrun gc` removes an empty parent of another build
+        // (`crate::bpf::reap_other_builds`): made again if it went between
+        // the two mkdirs.
+        let mut attempts = 0;
+        loop {
+            for dir in [parent.parent().unwrap_or(&parent), &parent] {
+                match fs::create_dir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(source) => {
+                        return Err(CgroupError::Mkdir {
+                            path: dir.to_path_buf(),
+                            source,
+                        })
+                    }
                 }
             }
-        }
-        let path = parent.join(run_id);
-        match fs::create_dir(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(CgroupError::Exists(path))
+            attempts += 1;
+            match fs::create_dir(&path) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    return Err(CgroupError::Exists(path))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 3 => {}
+                Err(source) => return Err(CgroupError::Mkdir { path, source }),
             }
-            Err(source) => return Err(CgroupError::Mkdir { path, source }),
         }
         // From here on, Drop cleans up.
         let dir = match File::open(&path) {

@@ -1,4 +1,5 @@
-//! `lockrun gc`: reap run dirs left by lockruns that are gone.
+//! `lockrun gc`: reap run dirs left by lockruns that are gone, and other
+//! builds' programs and parent cgroups that no run uses any more.
 
 use std::time::Duration;
 
@@ -37,11 +38,39 @@ pub fn main(args: &GcArgs) -> i32 {
                 r.kept_alive,
                 r.kept_young
             );
+            reap_other_builds();
             0
         }
         Err(e) => {
             eprintln!("lockrun: gc: reading {}: {e}", runs.display());
             1
         }
+    }
+}
+
+/// Other lockrun builds' parent cgroups and pinned programs, where none of
+/// their runs is left; one line for each build found.
+fn reap_other_builds() {
+    use crate::bpf::OtherBuild;
+    match crate::bpf::reap_other_builds() {
+        Ok(builds) => {
+            for b in builds {
+                match b {
+                    OtherBuild::Reaped { id } => {
+                        println!("reaped build {id}: its parent cgroup and pinned programs");
+                    }
+                    OtherBuild::InUse { id } => {
+                        println!("kept build {id}: runs are still in its parent cgroup");
+                    }
+                    OtherBuild::Deferred { id } => println!(
+                        "kept build {id}: one of its runs attached while gc reaped; a later gc removes it"
+                    ),
+                }
+            }
+        }
+        Err(e) => eprintln!(
+            "lockrun: warning: gc: other builds' programs: {}",
+            crate::run::chain(&e)
+        ),
     }
 }

@@ -88,7 +88,7 @@ pub enum RunError {
 }
 
 /// An error and its sources, one line: `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
