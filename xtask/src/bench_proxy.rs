@@ -40,7 +40,10 @@
 //! request, as lockrun's does), best of three 1 s runs: other
 //! tenants of a shared machine only ever slow a path down. Then memory per idle tunnel: the
 //! lockrun process's `VmRSS` before and after `bench_proxy.c tunnels` opens
-//! N idle CONNECT tunnels from inside the run.
+//! N idle CONNECT tunnels from inside the run. And what each download cost
+//! the whole machine in CPU time (`/proc/stat` around it), with the rate
+//! that cost allows at most when every core is busy: a ceiling no proxy
+//! design can pass on this machine at that cost.
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -184,10 +187,61 @@ struct Row {
     name: String,
     /// MiB/s, best of the runs.
     mibps: f64,
+    /// The whole machine's CPU during a download, the median run by cost.
+    cpu: Option<Cpu>,
     /// Downloads that did not complete (not counted in `mibps`).
     failed_downloads: u32,
     c1: Load,
     c50: Load,
+}
+
+/// What one 512 MiB download cost the whole machine in CPU time, from
+/// `/proc/stat` read just before and after it (ticks of `USER_HZ`, 100 per
+/// second; busy = user, nice, system, irq, softirq, steal): the client, the
+/// upstream, the proxy and the kernel's TCP work, and whatever else runs.
+#[derive(Clone, Copy)]
+struct Cpu {
+    /// CPU seconds per GiB moved.
+    s_per_gib: f64,
+    /// How many cores were busy on average while it ran.
+    cores: f64,
+}
+
+impl Cpu {
+    /// From two `cpu  user nice system idle iowait irq softirq steal …` lines.
+    fn between(before: &str, after: &str) -> Option<Self> {
+        let ticks = |line: &str| -> Option<(u64, u64)> {
+            let v: Vec<u64> = line
+                .strip_prefix("cpu ")?
+                .split_whitespace()
+                .take(8)
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?;
+            let [user, nice, system, idle, iowait, irq, softirq, steal] = v[..] else {
+                return None;
+            };
+            let busy = user + nice + system + irq + softirq + steal;
+            Some((busy, busy + idle + iowait))
+        };
+        let ((b0, t0), (b1, t1)) = (ticks(before)?, ticks(after)?);
+        let (busy, total) = (b1.checked_sub(b0)?, t1.checked_sub(t0)?);
+        if total == 0 {
+            return None;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        #[allow(clippy::cast_precision_loss)]
+        let (busy, total, cores, gib) = (
+            busy as f64,
+            total as f64,
+            cores as f64,
+            BIG as f64 / f64::from(1 << 30),
+        );
+        Some(Self {
+            s_per_gib: busy / 100.0 / gib,
+            cores: busy / total * cores,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -211,10 +265,12 @@ fn script(tool: &Path, target: &str, port: u16, proxy: Option<&str>, runs: u32) 
         None => (String::new(), String::new()),
     };
     let mut s = String::new();
+    // Each download between two reads of the machine's CPU time (`read`, a
+    // shell builtin: no process of its own in the window).
     for _ in 0..runs {
         let _ = writeln!(
             s,
-            "echo \"tput $(curl -s {curl_px} -o /dev/null -w '%{{speed_download}} %{{size_download}} %{{http_code}}' http://{target}:{port}/big)\""
+            "read -r s0 </proc/stat; r=$(curl -s {curl_px} -o /dev/null -w '%{{speed_download}} %{{size_download}} %{{http_code}}' http://{target}:{port}/big); read -r s1 </proc/stat; echo \"tput $r|$s0|$s1\""
         );
     }
     for c in [1, 50] {
@@ -243,11 +299,16 @@ fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
     };
     let mut best = 0f64;
     let mut failed = 0;
+    let mut cpu = Vec::new();
     for l in stdout.lines().filter_map(|l| l.strip_prefix("tput ")) {
-        let f: Vec<&str> = l.split_whitespace().collect();
+        let mut parts = l.split('|');
+        let f: Vec<&str> = parts.next().unwrap_or("").split_whitespace().collect();
         if f.len() == 3 && f[1] == BIG.to_string() && f[2] == "200" {
             let bps: f64 = f[0].parse().with_context(fail)?;
             best = best.max(bps / f64::from(1 << 20));
+            if let (Some(a), Some(b)) = (parts.next(), parts.next()) {
+                cpu.extend(Cpu::between(a, b));
+            }
         } else {
             failed += 1;
         }
@@ -291,9 +352,11 @@ fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
         .filter(|b| b.rps > 0.0)
         .with_context(|| format!("no request succeeded ({tag}): {}", fail()))
     };
+    cpu.sort_by(|a, b| a.s_per_gib.total_cmp(&b.s_per_gib));
     Ok(Row {
         name: name.to_owned(),
         mibps: best,
+        cpu: cpu.get(cpu.len() / 2).copied(),
         failed_downloads: failed,
         c1: load("c1 ")?,
         c50: load("c50 ")?,
@@ -350,6 +413,7 @@ fn report(
         );
     }
     s.push('\n');
+    cpu_table(&mut s, rows);
     if let Some(l) = rows.iter().find(|r| r.name == "lockrun") {
         targets(&mut s, l, d, idle, idle_n);
     }
@@ -395,6 +459,8 @@ fn report(
          `Connection: close`, absolute-form GET through the proxy (which may keep its \
          upstream connection; the upstream keeps it if asked), best of {LOAD_RUNS} runs of {LOAD_SECS} s, with that run's \
          latencies (connect to last byte). \
+         CPU: the machine's busy ticks in `/proc/stat` read (a shell builtin) just before and \
+         after each download, so other tenants' work counts too. \
          Idle tunnels: `VmRSS` of the lockrun process (proxy included) before and after \
          opening them from inside the run; kernel socket buffers are not in RSS. \
          {cores} cores, shared with whatever else runs (load average at the end: {}): \
@@ -406,6 +472,40 @@ fn report(
         let _ = writeln!(s, "\n{n}");
     }
     s
+}
+
+/// The download's CPU cost per path, and the rate it allows at most: every
+/// core busy at that cost (a path already at that ceiling cannot go faster
+/// on this machine, however its proxy is written).
+fn cpu_table(s: &mut String, rows: &[Row]) {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let d = &rows[0];
+    let _ = writeln!(
+        s,
+        "Where the download's CPU goes (the whole machine, during the median download by \
+         cost):\n\n\
+         | path | cores busy | CPU s per GiB | at most, all {cores} cores busy: MiB/s | × direct's rate |\n\
+         |---|---:|---:|---:|---:|"
+    );
+    for r in rows {
+        let Some(c) = r.cpu else { continue };
+        #[allow(clippy::cast_precision_loss)]
+        let ceiling = cores as f64 / c.s_per_gib * 1024.0;
+        let _ = writeln!(
+            s,
+            "| {} | {:.2} | {:.3} | {:.0} | {:.2} |",
+            r.name,
+            c.cores,
+            c.s_per_gib,
+            ceiling,
+            if d.mibps > 0.0 {
+                ceiling / d.mibps
+            } else {
+                0.0
+            }
+        );
+    }
+    s.push('\n');
 }
 
 /// Issue 4's targets, judged on the lockrun row.
