@@ -701,6 +701,48 @@ async fn a_large_transfer_crosses_the_tunnel_intact_both_ways() {
     assert!(reply[prefix.len()..] == data[..], "the bytes differ");
 }
 
+/// The congestion control `ss` shows for the one established TCP socket
+/// matching `filter` (e.g. `sport = :PORT`).
+fn congestion_control(filter: &str) -> String {
+    const KNOWN: [&str; 6] = ["bbr", "cubic", "reno", "dctcp", "vegas", "westwood"];
+    let out = Command::new("ss")
+        .args(["-tinH", "state", "established", filter])
+        .output()
+        .expect("ss (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let found: Vec<&str> = text
+        .split_whitespace()
+        .filter(|w| KNOWN.contains(w))
+        .collect();
+    assert_eq!(found.len(), 1, "one socket for {filter}: {text}");
+    found[0].to_owned()
+}
+
+/// The client leg (loopback, never leaving the host) does not pace: the
+/// proxy's side of a client connection runs cubic (or reno), whatever the
+/// system default. Control: the client's own side has the system default,
+/// read by the same judge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_leg_does_not_pace() {
+    let p = Proxy::start(NetworkPolicy::default(), |_| {});
+    let client = TcpStream::connect(p.addr()).await.unwrap();
+    let port = p.addr().port();
+    let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    // The proxy's socket exists from the handshake on (in the listener's
+    // queue until accepted), with the listener's congestion control.
+    let proxy_side = congestion_control(&format!("sport = :{port}"));
+    assert!(
+        proxy_side == "cubic" || proxy_side == "reno",
+        "the proxy's side runs {proxy_side}"
+    );
+    assert_eq!(
+        congestion_control(&format!("dport = :{port}")),
+        default.trim(),
+        "the client's side"
+    );
+    drop(client);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_tunnel_lives_past_eleven_seconds() {
     let test = "idle_tunnel_lives_past_eleven_seconds";
