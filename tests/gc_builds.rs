@@ -21,11 +21,10 @@ mod support;
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use net_support::TcpSink;
-use support::{assert_eperm, s, World, BIN};
+use support::{assert_eperm, s, wait_for, Background, World, BIN};
 
 /// Inside the other build's run: say "ready", wait for `go`, then one
 /// connection to each port given; one line of results.
@@ -99,23 +98,6 @@ impl Drop for OtherBuild {
     }
 }
 
-struct Background(Child);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(15), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn gc(state: &Path) -> String {
     let out = Command::new(BIN)
         .args(["gc", "--grace-secs", "0", "--state-dir"])
@@ -161,29 +143,10 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
         .spawn()
         .unwrap(),
     );
-    let t = Instant::now();
-    while !std::fs::read_to_string(&report).is_ok_and(|r| r.starts_with("ready")) {
-        if let Some(st) = bg.0.try_wait().unwrap() {
-            let mut stderr = Vec::new();
-            std::io::Read::read_to_end(&mut bg.0.stderr.take().unwrap(), &mut stderr).unwrap();
-            let out = std::process::Output {
-                status: st,
-                stdout: Vec::new(),
-                stderr,
-            };
-            if !w.ran(&out) {
-                return;
-            }
-            panic!(
-                "lockrun exited early: {st:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "the run never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    if !bg.until_started(&w, || {
+        std::fs::read_to_string(&report).is_ok_and(|r| r.starts_with("ready"))
+    }) {
+        return;
     }
     // It made its own parent and pins, and attached every program there.
     assert!(other.parent.is_dir(), "{}", other.parent.display());

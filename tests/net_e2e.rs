@@ -24,15 +24,14 @@ mod net_support;
 #[path = "support/net_e2e.rs"]
 mod support;
 
-use std::io::Read as _;
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::os::fd::AsRawFd as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use net_support::{TcpSink, UdpSink};
-use support::{assert_eperm, assert_run_gone, probe_outside, s, World};
+use support::{assert_eperm, assert_run_gone, probe_outside, s, wait_for, Background, World};
 
 fn p(port: u16) -> String {
     port.to_string()
@@ -476,24 +475,6 @@ fn moving_out_of_the_run_cgroup_and_bpf_are_refused() {
     assert_eq!(listed.trim(), sleeper.id().to_string());
 }
 
-/// A lockrun in the background; `SIGKILL`ed if the test fails first.
-struct Background(std::process::Child);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(15), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Keeps trying to connect out and to write outside, reporting each round to a file.
 const LOOP: &str = r#"
 import errno, os, socket, sys, time
@@ -551,33 +532,8 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
-    let t = Instant::now();
-    while rounds().len() < 2 {
-        if let Some(st) = bg.0.try_wait().unwrap() {
-            let mut err = String::new();
-            bg.0.stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            let out = std::process::Output {
-                status: st,
-                stdout: Vec::new(),
-                stderr: err.into_bytes(),
-            };
-            if !w.ran(&out) {
-                return;
-            }
-            panic!(
-                "lockrun exited early: {st:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "the loop never reported"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    if !bg.until_started(&w, || rounds().len() >= 2) {
+        return;
     }
     let run_id = w.run_id();
     let pid: u32 = std::fs::read_to_string(&report)

@@ -286,3 +286,60 @@ pub fn assert_eperm(what: &str, line: &str) {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// A lockrun left running in the background; killed and reaped when dropped.
+pub struct Background(pub std::process::Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Background {
+    /// Wait (15 s at most) until `started` says the command is under way.
+    /// `false` (after the skip) when lockrun refused for want of its eBPF
+    /// object; any other early exit fails the test with lockrun's stderr
+    /// (which must be piped).
+    pub fn until_started(&mut self, w: &World, mut started: impl FnMut() -> bool) -> bool {
+        let t = std::time::Instant::now();
+        while !started() {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                let mut stderr = Vec::new();
+                std::io::Read::read_to_end(&mut self.0.stderr.take().unwrap(), &mut stderr)
+                    .unwrap();
+                let out = Output {
+                    status,
+                    stdout: Vec::new(),
+                    stderr,
+                };
+                if !w.ran(&out) {
+                    return false;
+                }
+                panic!(
+                    "lockrun exited early: {status:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(15),
+                "the command never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        true
+    }
+}
+
+/// Poll `f` every 20 ms until it holds; fail after 15 s.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(15),
+            "timed out: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
