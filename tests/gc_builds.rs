@@ -21,13 +21,13 @@ mod support;
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use net_support::TcpSink;
-use support::{assert_eperm, s, wait_for, Background, World, BIN};
+use support::{assert_eperm, s, wait_for, Background, World};
 
 /// Inside the other build's run: say "ready", wait for `go`, then one
-/// connection to each port given; one line of results.
+/// connection to each port given, one result line each.
 const WAIT_THEN_CONNECT: &str = r#"
 import errno, os, socket, sys, time
 go, report, ports = sys.argv[1], sys.argv[2], [int(p) for p in sys.argv[3:]]
@@ -98,12 +98,9 @@ impl Drop for OtherBuild {
     }
 }
 
-fn gc(state: &Path) -> String {
-    let out = Command::new(BIN)
-        .args(["gc", "--grace-secs", "0", "--state-dir"])
-        .arg(state)
-        .output()
-        .unwrap();
+/// `lockrun gc` (the world's), which must succeed without a warning; its stdout.
+fn gc(w: &World) -> String {
+    let out = w.gc();
     assert!(out.status.success(), "{out:?}");
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("warning"),
@@ -159,7 +156,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
         .id();
 
     // gc while it runs: the build is in use, nothing of it is touched.
-    let out = gc(&w.state);
+    let out = gc(&w);
     assert!(
         out.contains(&format!(
             "kept build {}: runs are still in its parent cgroup",
@@ -175,7 +172,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     // must not remove them (the run's hooks hang on them): it puts them back.
     let moved = other.pins.with_file_name(format!("{}-reaping-1", other.id));
     std::fs::rename(&other.pins, &moved).unwrap();
-    let out = gc(&w.state);
+    let out = gc(&w);
     assert!(
         !out.contains(&format!("reaped build {}", other.id)),
         "{out}"
@@ -203,7 +200,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     assert!(st.success(), "{st:?}");
 
     // Its run is over: gc removes the parent and every pin of that build.
-    let out = gc(&w.state);
+    let out = gc(&w);
     assert!(
         out.contains(&format!(
             "reaped build {}: its parent cgroup and pinned programs",

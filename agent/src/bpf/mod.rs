@@ -758,27 +758,14 @@ impl Shared {
         })?;
         let guard = PinGuard(tmp.clone());
         load_object(object, &tmp)?;
-        let root_fd = fs::File::open(&root).map_err(|source| BpfError::Mkdir {
-            path: root.clone(),
-            source,
-        })?;
-        let tmp_name = tmp.file_name().unwrap_or_default();
-        match nix::fcntl::renameat2(
-            Some(root_fd.as_raw_fd()),
-            tmp_name,
-            Some(root_fd.as_raw_fd()),
-            hash,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        ) {
+        let tmp_name = tmp.file_name().unwrap_or_default().to_string_lossy();
+        match rename_noreplace(&root, &tmp_name, hash) {
             Ok(()) => std::mem::forget(guard),
             // Another first run won; its programs are the same.
-            Err(nix::errno::Errno::EEXIST | nix::errno::Errno::ENOTEMPTY) => drop(guard),
-            Err(e) => {
-                return Err(BpfError::Pin {
-                    path: dir,
-                    source: e.into(),
-                })
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => {
+                drop(guard);
             }
+            Err(source) => return Err(BpfError::Pin { path: dir, source }),
         }
         Self::open(&dir).map_err(|source| BpfError::OpenShared { path: dir, source })
     }
@@ -838,7 +825,7 @@ impl Shared {
             .ino();
         let mut attached_now = false;
         for (name, _, attach_type) in PROGRAMS {
-            let pin = self.dir.join(format!("link-{name}-{parent_id}"));
+            let pin = self.dir.join(link_pin(name, parent_id));
             let live = || {
                 matches!(
                     raw::obj_get(&pin).and_then(|l| raw::cgroup_link_target(l.as_fd())),
@@ -875,11 +862,9 @@ impl Shared {
             }
         }
         if attached_now {
-            let mine = format!("-{parent_id}");
-            for e in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-                let n = e.file_name().to_string_lossy().into_owned();
-                if n.starts_with("link-") && !n.ends_with(&mine) {
-                    let _ = fs::remove_file(e.path());
+            for n in names(&self.dir) {
+                if link_parent(&n).is_some_and(|id| id != parent_id) {
+                    let _ = fs::remove_file(self.dir.join(n));
                 }
             }
         }
@@ -1140,25 +1125,18 @@ const REAPING: &str = "-reaping-";
 /// Moved directories a gc left (killed between 2 and 3, or deferred by 3)
 /// are judged by 3 again.
 pub fn reap_other_builds() -> Result<Vec<OtherBuild>, BpfError> {
-    use crate::cgroup::{BUILD_PREFIX, PARENT};
-    let top = crate::cgroup::cgroup2_mount()?.join(PARENT);
+    use crate::cgroup::{build_parent_of, build_parents};
     let root = Path::new(BPFFS).join(SHARED_ROOT);
-    let mut ids = std::collections::BTreeSet::new();
-    for name in names(&top) {
-        if let Some(id) = name
-            .strip_prefix(BUILD_PREFIX)
-            .filter(|id| is_build_name(id))
-        {
-            ids.insert(id.to_owned());
-        }
-    }
-    ids.extend(names(&root).into_iter().filter(|n| is_build_name(n)));
+    let mut ids: std::collections::BTreeSet<String> =
+        build_parents()?.into_iter().map(|(id, _)| id).collect();
+    ids.extend(names(&root));
+    ids.retain(|id| is_build_name(id));
     ids.remove(build_id());
 
     let mut out = Vec::new();
     let mut judged = Vec::new();
     for id in ids {
-        let parent = top.join(format!("{BUILD_PREFIX}{id}"));
+        let parent = build_parent_of(&id)?;
         match fs::remove_dir(&parent) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -1202,8 +1180,7 @@ pub fn reap_other_builds() -> Result<Vec<OtherBuild>, BpfError> {
         if judged.contains(&name) || !is_build_name(id) {
             continue;
         }
-        let parent = top.join(format!("{BUILD_PREFIX}{id}"));
-        remove_moved(&root, &name, id, &parent)?;
+        remove_moved(&root, &name, id, &build_parent_of(id)?)?;
     }
     Ok(out)
 }
@@ -1215,10 +1192,9 @@ fn remove_moved(root: &Path, moved: &str, id: &str, parent: &Path) -> Result<boo
     use std::os::unix::fs::MetadataExt as _;
     let path = root.join(moved);
     if let Ok(md) = fs::metadata(parent) {
-        let live = format!("-{}", md.ino());
         if names(&path)
             .iter()
-            .any(|n| n.starts_with("link-") && n.ends_with(&live))
+            .any(|n| link_parent(n) == Some(md.ino()))
         {
             let _ = rename_noreplace(root, moved, id);
             return Ok(false);
@@ -1243,6 +1219,17 @@ fn rename_noreplace(dir: &Path, from: &str, to: &str) -> io::Result<()> {
         nix::fcntl::RenameFlags::RENAME_NOREPLACE,
     )
     .map_err(io::Error::from)
+}
+
+/// The pin of the link attaching `program` to the parent cgroup whose id
+/// (inode) is `parent_id`: `link-<program>-<parent id>`.
+fn link_pin(program: &str, parent_id: u64) -> String {
+    format!("link-{program}-{parent_id}")
+}
+
+/// The parent cgroup id a [`link_pin`] name is for; `None` for any other name.
+fn link_parent(name: &str) -> Option<u64> {
+    name.strip_prefix("link-")?.rsplit_once('-')?.1.parse().ok()
 }
 
 /// The entry names in `dir` (empty when it cannot be listed).
@@ -1553,6 +1540,27 @@ fn bytemuck_read(bytes: &[u8]) -> Option<Denial> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_pins_name_their_parent() {
+        for (name, _, _) in PROGRAMS {
+            assert_eq!(
+                link_parent(&link_pin(name, 271_744)),
+                Some(271_744),
+                "{name}"
+            );
+        }
+        for other in [
+            "connect4",
+            "ring-3",
+            "link-",
+            "link-connect4",
+            "link-connect4-x",
+            "RUNS",
+        ] {
+            assert_eq!(link_parent(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn mapped_v6_is_keyed_as_v4() {

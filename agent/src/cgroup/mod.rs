@@ -34,9 +34,31 @@ pub const BUILD_PREFIX: &str = "build-";
 /// This build's parent cgroup, `<cgroup2>/lockrun/build-<build-id>`, where
 /// the hooks are attached and every run's cgroup is made.
 pub fn build_parent() -> Result<PathBuf, CgroupError> {
+    build_parent_of(crate::bpf::build_id())
+}
+
+/// Build `id`'s parent cgroup, `<cgroup2>/lockrun/build-<id>`.
+pub fn build_parent_of(id: &str) -> Result<PathBuf, CgroupError> {
     Ok(cgroup2_mount()?
         .join(PARENT)
-        .join(format!("{BUILD_PREFIX}{}", crate::bpf::build_id())))
+        .join(format!("{BUILD_PREFIX}{id}")))
+}
+
+/// Every build's parent cgroup that exists: (build id, path).
+pub fn build_parents() -> Result<Vec<(String, PathBuf)>, CgroupError> {
+    let top = cgroup2_mount()?.join(PARENT);
+    let Ok(entries) = fs::read_dir(&top) else {
+        return Ok(Vec::new());
+    };
+    Ok(entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_prefix(BUILD_PREFIX)?.to_owned();
+            Some((id, e.path()))
+        })
+        .collect())
 }
 
 /// A run's cgroup as `/proc/<pid>/cgroup` shows it: `/lockrun/build-<id>/<run-id>`.
@@ -51,18 +73,8 @@ pub fn relative_path(run_id: &str) -> String {
 /// The directories that may hold run cgroups: every build's parent, and
 /// `lockrun/` itself (runs of builds before the parents).
 fn run_parents() -> Result<Vec<PathBuf>, CgroupError> {
-    let top = cgroup2_mount()?.join(PARENT);
-    let mut parents = vec![top.clone()];
-    if let Ok(entries) = fs::read_dir(&top) {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            if name.to_string_lossy().starts_with(BUILD_PREFIX)
-                && e.file_type().is_ok_and(|t| t.is_dir())
-            {
-                parents.push(e.path());
-            }
-        }
-    }
+    let mut parents = vec![cgroup2_mount()?.join(PARENT)];
+    parents.extend(build_parents()?.into_iter().map(|(_, p)| p));
     Ok(parents)
 }
 

@@ -44,15 +44,20 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// The kept connections, locked (a panic elsewhere leaves them usable:
+    /// each entry is whole).
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The most recently returned open connection to `target` whose peer is
     /// in `checked`, if any. Expired and closed ones are dropped on the way.
     pub fn take(&self, target: &Target, checked: &[SocketAddr]) -> Option<(TcpStream, SocketAddr)> {
         loop {
             let found = {
-                let mut idle = self
-                    .idle
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut idle = self.idle();
                 idle.retain(|c| c.since.elapsed() < KEEP);
                 let i = idle
                     .iter()
@@ -68,10 +73,7 @@ impl Pool {
     /// Keep `stream`, connected to `peer` for `target`, for a later request;
     /// the oldest goes when the pool is full.
     pub fn put(&self, target: &Target, peer: SocketAddr, stream: TcpStream) {
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut idle = self.idle();
         idle.retain(|c| c.since.elapsed() < KEEP);
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
