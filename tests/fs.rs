@@ -15,7 +15,7 @@ mod support;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use support::{assert_absent, assert_canary, meta, s, World, BIN, PROBE};
@@ -1038,4 +1038,71 @@ fn a_run_sweeps_stale_run_dirs_past_the_grace_period() {
     let out = w.run(&["--policy", s(&policy)], &["true"]);
     assert!(out.status.success(), "{out:?}");
     assert_absent(&stale);
+}
+
+/// lockrun's own log: quiet by default; `LOCKRUN_LOG=debug` times each step
+/// of a run (how a slow start is diagnosed); a filter that does not parse is
+/// one warning line, and the run goes on.
+#[test]
+fn lockrun_log_times_each_step_and_warns_on_a_bad_filter() {
+    let w = World::new("log");
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // Control: no LOCKRUN_LOG, no debug lines.
+    let quiet = w
+        .cmd(&[], &["true"])
+        .env_remove("LOCKRUN_LOG")
+        .output()
+        .unwrap();
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert!(
+        !stderr(&quiet).contains("lockrun: debug"),
+        "{}",
+        stderr(&quiet)
+    );
+
+    let loud = w
+        .cmd(&[], &["true"])
+        .env("LOCKRUN_LOG", "debug")
+        .output()
+        .unwrap();
+    let err = stderr(&loud);
+    assert!(loud.status.success(), "{err}");
+    let mut last = 0.0_f64;
+    for step in [
+        "1. run dir ",
+        "3. Landlock ruleset prepared",
+        "4. cgroup created",
+        "6. run registered in the hooks",
+        "9. the command ended",
+        "10. torn down",
+    ] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(step))
+            .unwrap_or_else(|| panic!("no {step:?} line in:\n{err}"));
+        let ms: f64 = line
+            .strip_prefix("lockrun: debug +")
+            .and_then(|r| r.split_once(" ms: "))
+            .and_then(|(ms, _)| ms.parse().ok())
+            .unwrap_or_else(|| panic!("not `lockrun: debug +<ms> ms: …`: {line}"));
+        assert!(ms >= last, "steps out of order at {line}:\n{err}");
+        last = ms;
+    }
+
+    let bad = w
+        .cmd(&[], &["sh", "-c", "echo ran"])
+        .env("LOCKRUN_LOG", "lockrun=loudest")
+        .output()
+        .unwrap();
+    let err = stderr(&bad);
+    assert!(bad.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&bad.stdout), "ran\n");
+    assert!(
+        err.lines().any(|l| l
+            .starts_with("lockrun: warning: LOCKRUN_LOG=\"lockrun=loudest\" is not a log filter")),
+        "{err}"
+    );
+    assert!(!err.contains("lockrun: debug"), "{err}");
+    w.assert_no_run_dirs();
 }

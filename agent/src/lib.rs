@@ -10,6 +10,7 @@
 //! | the allowlisting proxy | [`proxy`] |
 //! | the audit log and end-of-run summary | [`audit`] |
 //! | the order of the steps of one run, and `gc` | [`run`] |
+//! | lockrun's own warnings and debug lines on stderr (`LOCKRUN_LOG`) | [`log`] |
 //! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |
 //! | the few raw syscalls (the only `unsafe`, with `bpf::raw` for the bpf(2) calls aya lacks) | [`sys`] |
 
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod commands;
 pub mod exit;
 pub mod fs;
+pub mod log;
 pub mod policy;
 pub mod proxy;
 pub mod run;

@@ -16,6 +16,7 @@ use crate::cli::{Cli, Command, PolicyCommand};
 /// Parse the command line and run the chosen command.
 #[must_use]
 pub fn main() -> ExitCode {
+    crate::log::init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

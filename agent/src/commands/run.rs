@@ -31,5 +31,6 @@ pub fn main(args: &RunArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    tracing::debug!("policy loaded");
     crate::run::execute(&policy, &args.command, args.audit_log.as_deref())
 }

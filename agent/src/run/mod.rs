@@ -409,6 +409,7 @@ pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> 
         Ok(rt) => rt,
         Err(e) => return refuse(&RunError::Runtime(e)),
     };
+    tracing::debug!("audit log open, runtime built");
     let code = match rt.block_on(run(policy, argv, &audit)) {
         Ok(code) => code,
         Err(e) => refuse(&e),
@@ -446,12 +447,14 @@ async fn run(
 
     // 1. run dir (removed when `dir` drops, on every path below)
     let dir = RunDir::create(&runs_dir)?;
+    tracing::debug!("1. run dir {}", dir.id());
     let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
 
     // 2. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 1)
     if let Err(e) = gc(&runs_dir, policy.run.gc_grace) {
         eprintln!("lockrun: warning: sweeping {}: {e}", runs_dir.display());
     }
+    tracing::debug!("2. stale runs swept");
     audit.record(Event::RunStart {
         run_id: dir.id().to_owned(),
         command: argv
@@ -470,7 +473,9 @@ async fn run(
     prepare_writable(policy, dir.tmp());
     let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
     let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
+    tracing::debug!("3. Landlock ruleset prepared");
     let seccomp = crate::seccomp::combined()?;
+    tracing::debug!("3. seccomp filters compiled");
     // The supervised filter's listener travels from the child to lockrun
     // through this socketpair (SCM_RIGHTS), after the child loaded it.
     let (listener_rx, listener_tx) = nix::sys::socket::socketpair(
@@ -499,6 +504,7 @@ async fn run(
     #[cfg(not(feature = "weaken-for-tests"))]
     let cgroup = crate::cgroup::RunCgroup::create(dir.id());
     let cgroup = cgroup?;
+    tracing::debug!("4. cgroup created");
 
     // 5. the proxy, when the policy allows any host; its endpoint is the one
     //    way out the hooks allow, beside the policy's loopback endpoints.
@@ -512,6 +518,10 @@ async fn run(
     } else {
         None
     };
+    tracing::debug!(
+        "5. proxy: {}",
+        if proxy.is_some() { "started" } else { "none" }
+    );
     let mut allowed: Vec<std::net::SocketAddr> =
         proxy.iter().map(crate::proxy::RunningProxy::addr).collect();
     allowed.extend(policy.network.local.iter().copied());
@@ -539,6 +549,7 @@ async fn run(
             crate::bpf::unix::UnixMode::Supervised,
         )?;
         h.spawn_audit_reader(audit.clone())?;
+        tracing::debug!("6. run registered in the hooks");
         Some(h)
     };
 
@@ -554,6 +565,7 @@ async fn run(
         }
     };
 
+    tracing::debug!("7. kernel audit reader started");
     let (plan, report) =
         crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx).map_err(|source| {
             RunError::Child {
@@ -595,6 +607,8 @@ async fn run(
     )
     .await?;
 
+    tracing::debug!("9. the command ended");
+
     // 10. teardown, in reverse: what is left of the run is killed, the hooks
     //     drained and the run unregistered, the proxy stopped, the kernel audit read to
     //     its end; the run dir goes last (when `dir` drops).
@@ -625,6 +639,7 @@ async fn run(
     if let Some(k) = kernel_audit {
         k.finish();
     }
+    tracing::debug!("10. torn down");
     for e in &teardown_errors {
         eprintln!("lockrun: warning: {e} (`lockrun gc` will retry)");
     }
@@ -662,6 +677,7 @@ async fn spawn_and_wait(
 ) -> Result<(Started, Option<crate::supervise::Supervisor>), RunError> {
     use crate::sys::spawn::SpawnError;
     use std::os::fd::AsFd as _;
+    tracing::debug!("9. spawning");
     let child = match crate::sys::spawn::spawn(argv, env, cgroup, plan, report) {
         Ok(c) => c,
         Err(SpawnError::Clone(source)) => {
@@ -695,6 +711,7 @@ async fn spawn_and_wait(
         }
     };
     drop(listener_rx);
+    tracing::debug!("9. the command is running; its supervisor started");
     let pid = child.id();
     if let Some(k) = kernel_audit {
         k.watch(pid);
