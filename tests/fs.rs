@@ -564,6 +564,24 @@ fn seccomp_denials_and_controls() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("127.0.0.1"));
 }
 
+/// x32-ABI calls (bit 30 in the number) are refused with EPERM whatever the
+/// kernel: where that ABI is on, they are the same calls under numbers the
+/// deny list and the supervisor would not know. Outside, the same call gets
+/// the kernel's own answer (ENOSYS where x32 is off, as on our machines).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x32_calls_are_refused() {
+    let w = World::new("x32");
+    let outside = w.probe_outside(&[&["x32_getpid"]]);
+    assert!(
+        outside == ["ok"] || outside == ["errno=ENOSYS"],
+        "outside: {outside:?}"
+    );
+    let r = w.probe(&[], &[&["x32_getpid"], &["getpid"]]);
+    assert_eq!(r, ["errno=EPERM", "ok"]);
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn io_uring_is_refused_because_it_creates_sockets_seccomp_never_sees() {
     let w = World::new("iouring");

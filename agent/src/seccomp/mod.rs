@@ -3,7 +3,9 @@
 //! architecture chosen at build time).
 //!
 //! Compiled in the parent, loaded in the child (see [`crate::sys`]) as one
-//! program ([`combined`]) made of three default-allow parts:
+//! program ([`combined`]). It opens with a front that kills any other
+//! architecture, refuses every x32-ABI call (EPERM) and sends only the
+//! calls a part decides on to the three default-allow parts:
 //!
 //! 1. **`clone3` and `openat2` → ENOSYS.** Their flags/mode live in a struct
 //!    seccomp cannot read, so they cannot be told apart from a
@@ -140,7 +142,7 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
 
 /// The seccompiler-built parts of [`combined`], in its order: the deny list
 /// → EPERM, then `clone3` and friends → ENOSYS.
-fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
+fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
     // openat2's mode is in a struct too; ENOSYS makes callers fall back to openat.
@@ -148,6 +150,7 @@ fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
     // file_setattr (6.17) sets inode flags by path; ENOSYS makes callers fall
     // back to the FS_IOC_FSSETXATTR ioctl, which the supervisor judges.
     clone3.insert(SYS_FILE_SETATTR, vec![]);
+    let mut decided: Vec<i64> = clone3.keys().copied().collect();
     let clone3 = SeccompFilter::new(
         clone3,
         SeccompAction::Allow,
@@ -204,20 +207,26 @@ fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
         ])?;
         rules.insert(nr, vec![family_not_allowed, netlink_not_route]);
     }
+    decided.extend(rules.keys().copied());
     let deny = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         ARCH,
     )?;
-    Ok(vec![
-        deny.try_into().map_err(SeccompError::Compile)?,
-        clone3.try_into().map_err(SeccompError::Compile)?,
-    ])
+    Ok((
+        vec![
+            deny.try_into().map_err(SeccompError::Compile)?,
+            clone3.try_into().map_err(SeccompError::Compile)?,
+        ],
+        decided,
+    ))
 }
 
-/// Every filter of a run as one program, in this order: the deny list, then
-/// `clone3`/`openat2` → ENOSYS, then [`notify_filter`]. Loaded as one
+/// Every filter of a run as one program, in this order: the [`front`]
+/// (architecture, x32, and a search that lets every call no part decides
+/// on through at once), the deny list, then `clone3`/`openat2` → ENOSYS,
+/// then [`notify_filter`]. Loaded as one
 /// filter (with the notification listener), because each filter the
 /// kernel loads costs its own allocation, conversion, JIT and action-cache
 /// emulation (~0.1 ms here for three), and every syscall of the command
@@ -231,9 +240,94 @@ fn filters() -> Result<Vec<BpfProgram>, SeccompError> {
 /// an `ERRNO` still beats a notification, and the ENOSYS calls are not in
 /// the deny list.
 pub fn combined() -> Result<BpfProgram, SeccompError> {
-    let mut parts = filters()?;
+    let (parts, decided) = parts()?;
+    let mut out = front(&decided);
+    out.extend(chain(&parts)?);
+    // BPF_MAXINSNS: the kernel refuses a longer classic program.
+    if out.len() > 4096 {
+        return Err(SeccompError::TooLong(out.len()));
+    }
+    Ok(out)
+}
+
+/// The three parts of [`combined`] in order, and every syscall number any
+/// of them decides on (the others it allows).
+fn parts() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
+    let (mut parts, mut decided) = filters()?;
     parts.push(notify_filter());
-    chain(&parts)
+    decided.extend(NOTIFY_METADATA);
+    decided.extend(NOTIFY_JUDGED);
+    Ok((parts, decided))
+}
+
+/// The first instructions of [`combined`]: the architecture (any other is
+/// killed), then on `x86_64` every x32-ABI call refused with EPERM, then a
+/// binary search over `decided`, the calls some part decides on; only
+/// those go on to the parts, every other call is allowed here.
+///
+/// x32 calls carry bit 30 in their number under the same `AUDIT_ARCH`: on
+/// a kernel built with `CONFIG_X86_X32_ABI` and booted with it on,
+/// `0x4000_0000 | SYS_fchmodat` is `fchmodat`, and the parts, which compare
+/// plain numbers, would let it past the deny list and the supervisor.
+///
+/// The search is for start-up: when the kernel loads a filter it runs it
+/// for every syscall number (~470) to cache the ones it always allows. Down
+/// the parts' lists that was ~200 comparisons per number, a few tenths of
+/// a millisecond of every run; through the search it is ~10.
+fn front(decided: &[i64]) -> BpfProgram {
+    let mut nrs: Vec<u32> = decided
+        .iter()
+        .map(|nr| u32::try_from(*nr).unwrap_or(u32::MAX))
+        .collect();
+    nrs.sort_unstable();
+    nrs.dedup();
+    let mut p = vec![
+        insn(LD_W_ABS, 0, 0, 4), // arch
+        insn(JEQ_K, 1, 0, AUDIT_ARCH),
+        insn(RET_K, 0, 0, RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, 0), // nr
+    ];
+    #[cfg(target_arch = "x86_64")]
+    p.extend([
+        insn(JSET_K, 0, 1, X32_SYSCALL_BIT),
+        insn(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+    ]);
+    let mut to_parts = Vec::new();
+    search(&mut p, &mut to_parts, &nrs);
+    let parts_at = p.len();
+    for at in to_parts {
+        p[at].k = u32::try_from(parts_at - at - 1).unwrap_or(u32::MAX);
+    }
+    p
+}
+
+/// A binary search for the number in the accumulator over sorted `nrs`:
+/// found → a `JA` (recorded in `to_parts`, its offset set by [`front`]) to
+/// the parts; not found → allow. Up to four numbers are compared in a row.
+fn search(p: &mut BpfProgram, to_parts: &mut Vec<usize>, nrs: &[u32]) {
+    if nrs.len() <= 4 {
+        for (i, nr) in nrs.iter().enumerate() {
+            // Found: over the rest of the row and the allow, to the JA.
+            p.push(insn(
+                JEQ_K,
+                u8::try_from(nrs.len() - i).unwrap_or(0),
+                0,
+                *nr,
+            ));
+        }
+        p.push(insn(RET_K, 0, 0, RET_ALLOW));
+        to_parts.push(p.len());
+        p.push(insn(JA, 0, 0, 0));
+        return;
+    }
+    let mid = nrs.len() / 2;
+    // nr >= nrs[mid]: the JA over the lower half; below: skip the JA.
+    p.push(insn(JGE_K, 0, 1, nrs[mid]));
+    let over = p.len();
+    p.push(insn(JA, 0, 0, 0));
+    search(p, to_parts, &nrs[..mid]);
+    p[over].k = u32::try_from(p.len() - over - 1).unwrap_or(u32::MAX);
+    search(p, to_parts, &nrs[mid..]);
 }
 
 /// Concatenate complete filters: in each part but the last, every
@@ -287,6 +381,11 @@ pub fn describe() -> Vec<(&'static str, String)> {
             "socket, socketpair: any family but AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK with NETLINK_ROUTE".to_owned(),
         ),
         ("EPERM", "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned()),
+        #[cfg(target_arch = "x86_64")]
+        (
+            "EPERM",
+            "every x32-ABI call (numbers with bit 30 set: the same calls under numbers the lists would miss)".to_owned(),
+        ),
         (
             "EPERM",
             "set-id mode bits (S_ISUID, S_ISGID) in chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat".to_owned(),
@@ -357,10 +456,15 @@ pub const NOTIFY_IOCTLS: &[u32] = &[
     0x800c_6613, // FS_IOC_SET_ENCRYPTION_POLICY (on an empty directory)
 ];
 
+/// The calls [`notify_filter`] judges by their arguments: `ioctl` by its
+/// command, `connect` and `sendto` by their address length.
+const NOTIFY_JUDGED: [i64; 3] = [libc::SYS_ioctl, libc::SYS_connect, libc::SYS_sendto];
+
 /// `sizeof(struct sockaddr_in)`, `sizeof(struct sockaddr_in6)`.
 pub const INET_ADDRLENS: [u32; 2] = [16, 28];
 
 const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_ERRNO: u32 = 0x0005_0000;
 const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 const RET_KILL_PROCESS: u32 = 0x8000_0000;
 const LD_W_ABS: u16 = 0x20;
@@ -368,6 +472,13 @@ const JEQ_K: u16 = 0x15;
 const RET_K: u16 = 0x06;
 /// `BPF_JMP | BPF_JA`: jump `k` instructions forward.
 const JA: u16 = 0x05;
+/// `BPF_JMP | BPF_JGE | BPF_K`, `BPF_JMP | BPF_JSET | BPF_K`.
+const JGE_K: u16 = 0x35;
+#[cfg(target_arch = "x86_64")]
+const JSET_K: u16 = 0x45;
+/// `__X32_SYSCALL_BIT`: the x32 ABI's syscall numbers.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// `offsetof(struct seccomp_data, args[i])`, low and high 32-bit halves (LE).
 const fn arg_lo(i: u32) -> u32 {
     16 + 8 * i
@@ -440,7 +551,11 @@ pub fn notify_filter() -> BpfProgram {
 
 #[cfg(test)]
 mod tests {
-    /// Run the classic-BPF filter on a `seccomp_data` (the three opcodes it uses).
+    const JGT_K: u16 = 0x25;
+    const AND_K: u16 = 0x54;
+
+    /// Run a classic-BPF filter on a `seccomp_data` (the opcodes lockrun's
+    /// and seccompiler's filters use; any other fails the test).
     fn run(p: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
         let mut data = Vec::new();
         data.extend_from_slice(&u32::try_from(nr).unwrap_or(u32::MAX).to_le_bytes());
@@ -461,6 +576,21 @@ mod tests {
                 super::JEQ_K => {
                     pc += 1 + usize::from(if acc == f.k { f.jt } else { f.jf });
                 }
+                super::JGE_K => {
+                    pc += 1 + usize::from(if acc >= f.k { f.jt } else { f.jf });
+                }
+                JGT_K => {
+                    pc += 1 + usize::from(if acc > f.k { f.jt } else { f.jf });
+                }
+                0x45 => {
+                    // JSET
+                    pc += 1 + usize::from(if acc & f.k != 0 { f.jt } else { f.jf });
+                }
+                AND_K => {
+                    acc &= f.k;
+                    pc += 1;
+                }
+                super::JA => pc += 1 + f.k as usize,
                 super::RET_K => return f.k,
                 c => panic!("opcode {c:#x}"),
             }
@@ -531,9 +661,12 @@ mod tests {
         assert_eq!((c[2].code, c[2].k), (RET_K, 0x0005_0001));
         assert_eq!((c[7].code, c[7].k), (RET_K, RET_ALLOW));
         let all = super::combined().unwrap();
-        // Only the last part may allow; every jump lands inside the program.
+        // After the front, only the last part may allow; every jump of the
+        // parts lands inside the program.
         let tail = super::notify_filter().len();
-        for (i, f) in all.iter().enumerate() {
+        let (_, decided) = super::parts().unwrap();
+        let front = super::front(&decided).len();
+        for (i, f) in all.iter().enumerate().skip(front) {
             if f.code == RET_K && f.k == RET_ALLOW {
                 assert!(
                     i >= all.len() - tail,
@@ -548,8 +681,84 @@ mod tests {
 
     #[test]
     fn filters_compile_for_this_arch() {
-        let f = super::filters().unwrap_or_else(|e| panic!("{e}"));
+        let (f, _) = super::filters().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(f.len(), 2);
         assert!(f.iter().all(|p| !p.is_empty() && p.len() < u16::MAX.into()));
+    }
+
+    /// The front changes no verdict but the x32 ones: for every number up
+    /// to 1024 (and a few beyond), with arguments that take each
+    /// argument-dependent branch, the program answers as the parts alone.
+    #[test]
+    fn the_front_only_adds_the_x32_refusal() {
+        let all = super::combined().unwrap();
+        let (parts, _) = super::parts().unwrap();
+        let parts = super::chain(&parts).unwrap();
+        let args: &[[u64; 6]] = &[
+            [0; 6],
+            [0o4000; 6],
+            [0o2000; 6],
+            [17, 3, 0, 0, 0, 0],          // AF_PACKET
+            [16, 3, 4, 0, 0, 0],          // AF_NETLINK, NETLINK_SOCK_DIAG
+            [16, 3, 0, 0, 0, 0],          // AF_NETLINK, NETLINK_ROUTE
+            [0x1000_0000, 0, 0, 0, 0, 0], // CLONE_NEWUSER
+            [3, libc::TIOCSTI, 0, 0, 0, 0],
+            [3, 0x4008_6602, 0, 0, 0, 0],     // FS_IOC_SETFLAGS
+            [3, 0x1000, 110, 0, 0x1000, 110], // unix address lengths
+            [3, 0x1000, 16, 0, 0x1000, 16],   // inet address lengths
+        ];
+        let mut nrs: Vec<i64> = (0..1024).collect();
+        nrs.extend([0x3fff_ffff, 0x8000_0000, 0x8000_0001]);
+        let mut differ = 0;
+        for &nr in &nrs {
+            for a in args {
+                assert_eq!(run(&all, nr, *a), run(&parts, nr, *a), "nr {nr} args {a:?}");
+            }
+            differ += usize::from(run(&parts, nr, [0; 6]) != super::RET_ALLOW);
+        }
+        // Each unconditional one answers other than allow with zero arguments.
+        let always = super::DENY_ALWAYS.len() + super::NOTIFY_METADATA.len() + 3;
+        assert!(
+            differ >= always,
+            "only {differ} numbers decided by the parts"
+        );
+        #[cfg(target_arch = "x86_64")]
+        for nr in [
+            0,
+            libc::SYS_getpid,
+            libc::SYS_fchmodat,
+            libc::SYS_ptrace,
+            511,
+            547,
+        ] {
+            let x32 = nr | 0x4000_0000;
+            assert_eq!(
+                run(&parts, x32, [0; 6]),
+                super::RET_ALLOW,
+                "the parts alone miss {x32:#x}"
+            );
+            assert_eq!(run(&all, x32, [0; 6]), super::RET_ERRNO | 1, "x32 {nr}");
+        }
+    }
+
+    /// Every jump of the front lands inside it or on the parts' first instruction.
+    #[test]
+    fn the_front_jumps_stay_inside() {
+        let (_, decided) = super::parts().unwrap();
+        let f = super::front(&decided);
+        for (i, insn) in f.iter().enumerate() {
+            let to = match insn.code {
+                super::JA => i + 1 + insn.k as usize,
+                super::JEQ_K | super::JGE_K | 0x45 => i + 1 + usize::from(insn.jt.max(insn.jf)),
+                _ => continue,
+            };
+            assert!(to <= f.len(), "insn {i} jumps to {to} of {}", f.len());
+        }
+        // One comparison per number, beside the architecture's.
+        let mut d = decided.clone();
+        d.sort_unstable();
+        d.dedup();
+        let jeqs = f.iter().filter(|i| i.code == super::JEQ_K).count();
+        assert_eq!(jeqs, 1 + d.len());
     }
 }
