@@ -21,31 +21,28 @@ pub const ENV: &str = "LOCKRUN_LOG";
 /// default (warnings) kept: logging never stops a run.
 pub fn init() {
     let started = Instant::now();
+    let mut refused = None;
+    let filter = std::env::var_os(ENV).and_then(|directives| {
+        let directives = directives.to_string_lossy().into_owned();
+        tracing_subscriber::EnvFilter::try_new(&directives)
+            .map_err(|e| refused = Some((directives, e)))
+            .ok()
+    });
     let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
-    let Some(directives) = std::env::var_os(ENV) else {
-        let _ = builder
+    let _ = match filter {
+        Some(filter) => builder
+            .with_env_filter(filter)
+            .event_format(Line {
+                since: Some(started),
+            })
+            .try_init(),
+        None => builder
             .with_max_level(Level::WARN)
             .event_format(Line { since: None })
-            .try_init();
-        return;
+            .try_init(),
     };
-    let directives = directives.to_string_lossy();
-    match tracing_subscriber::EnvFilter::try_new(&*directives) {
-        Ok(filter) => {
-            let _ = builder
-                .with_env_filter(filter)
-                .event_format(Line {
-                    since: Some(started),
-                })
-                .try_init();
-        }
-        Err(e) => {
-            let _ = builder
-                .with_max_level(Level::WARN)
-                .event_format(Line { since: None })
-                .try_init();
-            tracing::warn!("{ENV}={directives:?} is not a log filter ({e}); showing warnings only");
-        }
+    if let Some((directives, e)) = refused {
+        tracing::warn!("{ENV}={directives:?} is not a log filter ({e}); showing warnings only");
     }
 }
 

@@ -475,7 +475,7 @@ async fn run(
     let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
     tracing::debug!("3. Landlock ruleset prepared");
     let seccomp = crate::seccomp::combined()?;
-    tracing::debug!("3. seccomp filters compiled");
+    tracing::debug!("3. seccomp filter compiled");
     // The supervised filter's listener travels from the child to lockrun
     // through this socketpair (SCM_RIGHTS), after the child loaded it.
     let (listener_rx, listener_tx) = nix::sys::socket::socketpair(
