@@ -1,5 +1,5 @@
 //! The proxy from inside the real binary (issue 4): `lockrun --policy … --
-//! sh -c '…'` with curl, git and python3 as the confined clients, a test host
+//! sh -c '…'` with curl, git, python3, pip, npm and cargo as the confined clients, a test host
 //! in a network namespace as the only upstream, and every verdict judged
 //! from outside — the test host's own logs, the audit log, curl's status
 //! and exit code, and connections made from outside the run.
@@ -128,7 +128,16 @@ impl Sandbox {
     }
 
     fn run(&self, script: &str) -> Output {
-        let out = self.cmd(script).output().unwrap();
+        self.run_with(&[], script)
+    }
+
+    /// [`Self::run`], with more variables in the command's environment.
+    fn run_with(&self, env: &[(&str, std::ffi::OsString)], script: &str) -> Output {
+        let mut cmd = self.cmd(script);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -628,4 +637,278 @@ fn only_the_run_may_use_its_proxy() {
         unauth.iter().all(|e| !e.allowed && e.dialed.is_none()),
         "{unauth:?}"
     );
+}
+
+/// Writes three small package registries under `www` as static files, each
+/// naming `host` in its download links: a PEP 503 simple index with one
+/// wheel (`lrtest`), an npm registry with one package (`lrpkg`), and a
+/// cargo sparse registry with one crate (`lrcrate`). Each package's code
+/// says the same greeting; hashes are the real ones, which each tool checks.
+const REGISTRIES: &str = r#"
+import base64, hashlib, io, json, os, sys, tarfile, zipfile
+www, host = sys.argv[1], sys.argv[2]
+GREETING = "installed through the run's proxy"
+def put(path, data):
+    path = os.path.join(www, path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return data
+def tgz(files):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name); info.size = len(data); info.mode = 0o644
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+# pip: a wheel and its simple-index page
+files = {
+    "lrtest/__init__.py": f"GREETING = {GREETING!r}\n".encode(),
+    "lrtest-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: lrtest\nVersion: 1.0\n",
+    "lrtest-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: lockrun-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for n, d in files.items()]
+files["lrtest-1.0.dist-info/RECORD"] = ("\n".join(record + ["lrtest-1.0.dist-info/RECORD,,"]) + "\n").encode()
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w") as z:
+    for n, d in files.items():
+        z.writestr(n, d)
+whl = put("pypi/files/lrtest-1.0-py3-none-any.whl", buf.getvalue())
+put("pypi/simple/lrtest/index.html", f'<a href="../../files/lrtest-1.0-py3-none-any.whl#sha256={hashlib.sha256(whl).hexdigest()}">lrtest-1.0-py3-none-any.whl</a>\n'.encode())
+# npm: a tarball and its packument
+t = put("npm-files/lrpkg-1.0.0.tgz", tgz({
+    "package/package.json": b'{"name":"lrpkg","version":"1.0.0","main":"index.js"}\n',
+    "package/index.js": f"module.exports = {json.dumps(GREETING)};\n".encode(),
+}))
+put("npm/lrpkg", json.dumps({"name": "lrpkg", "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": {
+    "name": "lrpkg", "version": "1.0.0", "main": "index.js",
+    "dist": {"tarball": f"http://{host}/npm-files/lrpkg-1.0.0.tgz", "shasum": hashlib.sha1(t).hexdigest(),
+             "integrity": "sha512-" + base64.b64encode(hashlib.sha512(t).digest()).decode()}}}}).encode())
+# cargo: a sparse index and its .crate
+c = put("crates/dl/lrcrate/0.1.0/download", tgz({
+    "lrcrate-0.1.0/Cargo.toml": b'[package]\nname = "lrcrate"\nversion = "0.1.0"\nedition = "2021"\n',
+    "lrcrate-0.1.0/src/lib.rs": f"pub const GREETING: &str = {json.dumps(GREETING)};\n".encode(),
+}))
+put("crates/index/config.json", json.dumps({"dl": f"http://{host}/crates/dl/{{crate}}/{{version}}/download"}).encode())
+put("crates/index/lr/cr/lrcrate", (json.dumps({"name": "lrcrate", "vers": "0.1.0", "deps": [], "cksum": hashlib.sha256(c).hexdigest(), "features": {}, "yanked": False}) + "\n").encode())
+"#;
+
+#[test]
+fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unlisted_one() {
+    let test =
+        "pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unlisted_one";
+    if !can_run(test) {
+        return;
+    }
+    for tool in ["npm", "node"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            skip(test, &format!("{tool} is not installed"));
+            return;
+        }
+    }
+    let (th, mut net) = web_host();
+    net.allow.push("pkgs.test:80".into());
+    net.resolve.push(("pkgs.test", vec![th.ns_ip]));
+    net.private.as_mut().unwrap().0.push("pkgs.test");
+    // Unlisted, each tool its own name and path: they resolve to the same
+    // host, so only the allowlist stands between them and its files.
+    for unlisted in [
+        "pypi-unlisted.test",
+        "npm-unlisted.test",
+        "crates-unlisted.test",
+    ] {
+        net.resolve.push((unlisted, vec![th.ns_ip]));
+    }
+    let gen = python::python3_command()
+        .args(["-c", REGISTRIES])
+        .arg(th.www())
+        .arg("pkgs.test")
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "{}", text(&gen.stderr));
+
+    let sb = Sandbox::new(&net);
+    // A cargo project depending on the registry's crate, and one on the
+    // unlisted copy of it.
+    for (dir, index) in [
+        ("app", "http://pkgs.test/crates/index/"),
+        (
+            "app-unlisted",
+            "http://crates-unlisted.test/unlisted/crates/index/",
+        ),
+    ] {
+        let app = sb.wt().join(dir);
+        std::fs::create_dir_all(app.join("src")).unwrap();
+        std::fs::create_dir_all(app.join(".cargo")).unwrap();
+        std::fs::write(
+            app.join("Cargo.toml"),
+            format!("[package]\nname = \"{dir}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[dependencies]\nlrcrate = {{ version = \"0.1\", registry = \"lrtest\" }}\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            app.join("src/main.rs"),
+            "fn main() { println!(\"{}\", lrcrate::GREETING); }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            app.join(".cargo/config.toml"),
+            format!("[registries.lrtest]\nindex = \"sparse+{index}\"\n"),
+        )
+        .unwrap();
+    }
+    // The toolchain's own cargo and rustc, not a version manager's proxy
+    // (which would look for its home under the test's HOME).
+    let cargo = PathBuf::from(env!("CARGO"));
+    let rustc = cargo.with_file_name("rustc");
+    let rustc = if rustc.exists() {
+        rustc
+    } else {
+        PathBuf::from("rustc")
+    };
+    // Each tool's own cache goes to the run's temp dir; pip and npm read no
+    // machine-wide configuration that could point them elsewhere.
+    let out = sb.run_with(
+        &[
+            ("PY", python::python3().into()),
+            ("CARGO_BIN", cargo.into_os_string()),
+            ("RUSTC", rustc.into_os_string()),
+        ],
+        r#"
+        unset $(env | sed -n 's/^\(PIP_[A-Za-z_]*\)=.*/\1/p')
+        export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+        export npm_config_cache="$TMPDIR/npm-cache" npm_config_update_notifier=false npm_config_audit=false npm_config_fund=false
+        export CARGO_HOME="$TMPDIR/cargo-home" CARGO_TERM_COLOR=never
+        cd "$WT"
+        "$PY" -m pip install -q --index-url http://pkgs.test/pypi/simple/ --trusted-host pkgs.test --target "$WT/site" lrtest >"$WT/pip.out" 2>&1; echo "pip=$?"
+        echo "pip_import=$(PYTHONPATH="$WT/site" "$PY" -c 'import lrtest; print(lrtest.GREETING)')"
+        npm install --registry http://pkgs.test/npm/ lrpkg >"$WT/npm.out" 2>&1; echo "npm=$?"
+        echo "npm_require=$(node -e 'console.log(require("lrpkg"))')"
+        (cd app && "$CARGO_BIN" run -q >"$WT/cargo.run" 2>"$WT/cargo.out"); echo "cargo=$?"
+        echo "cargo_run=$(cat "$WT/cargo.run")"
+
+        "$PY" -m pip install --index-url http://pypi-unlisted.test/unlisted/pypi/simple/ --trusted-host pypi-unlisted.test --target "$WT/site-unlisted" lrtest >"$WT/pip-unlisted.out" 2>&1; echo "pip_unlisted=$?"
+        npm install --prefix "$WT/npm-unlisted" --registry http://npm-unlisted.test/unlisted/npm/ lrpkg >"$WT/npm-unlisted.out" 2>&1; echo "npm_unlisted=$?"
+        (cd app-unlisted && "$CARGO_BIN" build >"$WT/cargo-unlisted.out" 2>&1); echo "cargo_unlisted=$?"
+        "#,
+    );
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    let log = |name: &str| std::fs::read_to_string(sb.wt().join(name)).unwrap_or_default();
+    let greeting = "installed through the run's proxy";
+
+    // Controls: each tool installed from the allowed registry, and the code
+    // it installed runs.
+    assert_eq!(field(&stdout, "pip"), "0", "pip: {}", log("pip.out"));
+    assert_eq!(field(&stdout, "pip_import"), greeting, "{stdout}\n{stderr}");
+    assert_eq!(field(&stdout, "npm"), "0", "npm: {}", log("npm.out"));
+    assert_eq!(
+        field(&stdout, "npm_require"),
+        greeting,
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(field(&stdout, "cargo"), "0", "cargo: {}", log("cargo.out"));
+    assert_eq!(field(&stdout, "cargo_run"), greeting, "{stdout}\n{stderr}");
+    let reqs = th.requests();
+    for path in [
+        "/pypi/simple/lrtest/",
+        "/pypi/files/lrtest-1.0-py3-none-any.whl",
+        "/npm/lrpkg",
+        "/npm-files/lrpkg-1.0.0.tgz",
+        "/crates/index/config.json",
+        "/crates/index/lr/cr/lrcrate",
+        "/crates/dl/lrcrate/0.1.0/download",
+    ] {
+        assert!(
+            reqs.iter().any(|l| l.contains(&format!("\"GET {path} "))),
+            "the test host never served {path}: {reqs:?}"
+        );
+    }
+
+    // The unlisted registries: each tool failed, installed nothing, and the
+    // test host heard none of it. npm and cargo say 403 in their own words;
+    // pip only says it found no version (the 403 is in its debug log), so
+    // lockrun's own summary is where its user sees why.
+    for (tool, out_file, installed, says_403) in [
+        (
+            "pip_unlisted",
+            "pip-unlisted.out",
+            "site-unlisted/lrtest",
+            false,
+        ),
+        (
+            "npm_unlisted",
+            "npm-unlisted.out",
+            "npm-unlisted/node_modules/lrpkg",
+            true,
+        ),
+        (
+            "cargo_unlisted",
+            "cargo-unlisted.out",
+            "app-unlisted/target/debug/app-unlisted",
+            true,
+        ),
+    ] {
+        let said = log(out_file);
+        assert_ne!(field(&stdout, tool), "0", "{tool}: {said}");
+        assert!(
+            !says_403 || said.contains("403"),
+            "{tool} does not say 403: {said}"
+        );
+        assert!(
+            !sb.wt().join(installed).exists(),
+            "{tool} installed {installed}"
+        );
+    }
+    let summary = stderr
+        .lines()
+        .find(|l| l.contains("proxy requests refused"))
+        .unwrap_or_else(|| panic!("no summary of the refused requests: {stderr}"));
+    for unlisted in [
+        "pypi-unlisted.test:80",
+        "npm-unlisted.test:80",
+        "crates-unlisted.test:80",
+    ] {
+        assert!(summary.contains(unlisted), "{summary}");
+    }
+    assert!(
+        !th.requests().iter().any(|l| l.contains("/unlisted/")),
+        "an unlisted registry was reached: {:?}",
+        th.requests()
+    );
+
+    // The audit log: every allowed request dialed the checked address; the
+    // refusals are the unlisted names, each a 403 that dialed nothing.
+    let ev = sb.proxy_events();
+    let dialed = Some(SocketAddr::new(th.ns_ip, 80));
+    assert!(
+        ev.iter()
+            .filter(|e| e.allowed)
+            .all(|e| e.host == "pkgs.test" && e.dialed == dialed),
+        "{ev:?}"
+    );
+    for unlisted in [
+        "pypi-unlisted.test",
+        "npm-unlisted.test",
+        "crates-unlisted.test",
+    ] {
+        let refused: Vec<_> = ev.iter().filter(|e| e.host == unlisted).collect();
+        assert!(!refused.is_empty(), "no request for {unlisted} in {ev:?}");
+        for e in refused {
+            assert!(!e.allowed, "{e:?}");
+            assert_eq!(e.status, 403, "{e:?}");
+            assert_eq!(e.dialed, None, "{e:?}");
+            assert_eq!(e.reason, format!("{unlisted} is not in the allowlist"));
+        }
+    }
+    assert!(
+        ev.iter()
+            .all(|e| e.allowed || e.host.ends_with("-unlisted.test")),
+        "{ev:?}"
+    );
+    // Nothing else was refused: no file or connection the tools needed.
+    let other: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("refused") && !l.contains("proxy request"))
+        .collect();
+    assert!(other.is_empty(), "{stderr}");
 }
