@@ -1,6 +1,6 @@
 //! The proxy from inside the real binary (issue 4): `lockrun --policy … --
-//! sh -c '…'` with curl, git, python3, pip, npm and cargo as the confined clients, a test host
-//! in a network namespace as the only upstream, and every verdict judged
+//! sh -c '…'` with curl, git, python3, pip, npm and cargo as the confined
+//! clients, a test host in a network namespace as the only upstream, and every verdict judged
 //! from outside — the test host's own logs, the audit log, curl's status
 //! and exit code, and connections made from outside the run.
 //!
@@ -682,17 +682,22 @@ t = put("npm-files/lrpkg-1.0.0.tgz", tgz({
 }))
 put("npm/lrpkg", json.dumps({"name": "lrpkg", "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": {
     "name": "lrpkg", "version": "1.0.0", "main": "index.js",
-    "dist": {"tarball": f"http://{host}/npm-files/lrpkg-1.0.0.tgz", "shasum": hashlib.sha1(t).hexdigest(),
+    "dist": {"tarball": f"https://{host}/npm-files/lrpkg-1.0.0.tgz", "shasum": hashlib.sha1(t).hexdigest(),
              "integrity": "sha512-" + base64.b64encode(hashlib.sha512(t).digest()).decode()}}}}).encode())
 # cargo: a sparse index and its .crate
 c = put("crates/dl/lrcrate/0.1.0/download", tgz({
     "lrcrate-0.1.0/Cargo.toml": b'[package]\nname = "lrcrate"\nversion = "0.1.0"\nedition = "2021"\n',
     "lrcrate-0.1.0/src/lib.rs": f"pub const GREETING: &str = {json.dumps(GREETING)};\n".encode(),
 }))
-put("crates/index/config.json", json.dumps({"dl": f"http://{host}/crates/dl/{{crate}}/{{version}}/download"}).encode())
+put("crates/index/config.json", json.dumps({"dl": f"https://{host}/crates/dl/{{crate}}/{{version}}/download"}).encode())
 put("crates/index/lr/cr/lrcrate", (json.dumps({"name": "lrcrate", "vers": "0.1.0", "deps": [], "cksum": hashlib.sha256(c).hexdigest(), "features": {}, "yanked": False}) + "\n").encode())
 "#;
 
+/// The package managers agents run most, each installing one package from
+/// a registry on the allowed test host over HTTPS (through a CONNECT tunnel,
+/// certificates checked end to end against a test CA), and the same tools
+/// pointed at unlisted names for that host: refused with 403 by the proxy,
+/// nothing installed, nothing heard by the host.
 #[test]
 fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unlisted_one() {
     let test =
@@ -706,10 +711,51 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
             return;
         }
     }
-    let (th, mut net) = web_host();
-    net.allow.push("pkgs.test:80".into());
-    net.resolve.push(("pkgs.test", vec![th.ns_ip]));
-    net.private.as_mut().unwrap().0.push("pkgs.test");
+    // The registries are served over HTTPS on 443, as real ones are: every
+    // tool reaches them through a CONNECT tunnel, and checks the test CA's
+    // certificate for pkgs.test end to end, through the proxy.
+    let mut th = TestHost::new(RANGE);
+    let tls = Scratch::new("tls");
+    // A test CA, and the test host's certificate signed by it, valid for
+    // every name the tools use: only the allowlist may stop them.
+    let (ca, cert, key) = (
+        tls.0.join("ca.pem"),
+        tls.0.join("cert.pem"),
+        tls.0.join("key.pem"),
+    );
+    support::sh(&[
+        "sh",
+        "-ec",
+        r#"cd "$0"
+        ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+        openssl req -x509 $ec -days 2 -subj "/CN=lockrun test CA" -keyout ca.key -out ca.pem 2>/dev/null
+        openssl req $ec -subj /CN=pkgs.test -keyout key.pem -out leaf.csr 2>/dev/null
+        printf 'subjectAltName=DNS:pkgs.test,DNS:pypi-unlisted.test,DNS:npm-unlisted.test,DNS:crates-unlisted.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > leaf.ext
+        openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile leaf.ext -out cert.pem 2>/dev/null"#,
+        tls.0.to_str().unwrap(),
+    ]);
+    std::fs::create_dir_all(th.www()).unwrap();
+    let log = std::fs::File::create(th.access_log()).unwrap();
+    th.serve_python(
+        &format!(
+            "import functools, http.server, ssl\n\
+             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+             ctx.load_cert_chain({cert:?}, {key:?})\n\
+             h = functools.partial(http.server.SimpleHTTPRequestHandler, directory={www:?})\n\
+             s = http.server.ThreadingHTTPServer(('{ip}', 443), h)\n\
+             s.socket = ctx.wrap_socket(s.socket, server_side=True)\n\
+             s.serve_forever()\n",
+            www = th.www(),
+            ip = th.ns_ip,
+        ),
+        443,
+        log,
+    );
+    let mut net = Net {
+        allow: vec!["pkgs.test".into()],
+        resolve: vec![("pkgs.test", vec![th.ns_ip])],
+        private: Some((vec!["pkgs.test"], th.net)),
+    };
     // Unlisted, each tool its own name and path: they resolve to the same
     // host, so only the allowlist stands between them and its files.
     for unlisted in [
@@ -731,10 +777,10 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
     // A cargo project depending on the registry's crate, and one on the
     // unlisted copy of it.
     for (dir, index) in [
-        ("app", "http://pkgs.test/crates/index/"),
+        ("app", "https://pkgs.test/crates/index/"),
         (
             "app-unlisted",
-            "http://crates-unlisted.test/unlisted/crates/index/",
+            "https://crates-unlisted.test/unlisted/crates/index/",
         ),
     ] {
         let app = sb.wt().join(dir);
@@ -772,23 +818,27 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
             ("PY", python::python3().into()),
             ("CARGO_BIN", cargo.into_os_string()),
             ("RUSTC", rustc.into_os_string()),
+            ("CA", ca.into_os_string()),
         ],
         r#"
         unset $(env | sed -n 's/^\(PIP_[A-Za-z_]*\)=.*/\1/p')
         export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
         export npm_config_cache="$TMPDIR/npm-cache" npm_config_update_notifier=false npm_config_audit=false npm_config_fund=false
-        export CARGO_HOME="$TMPDIR/cargo-home" CARGO_TERM_COLOR=never
+        # the machine's CA bundle variables would override pip's --cert
+        unset REQUESTS_CA_BUNDLE CURL_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR
+        export npm_config_cafile="$CA" npm_config_fetch_retries=0
+        export CARGO_HOME="$TMPDIR/cargo-home" CARGO_TERM_COLOR=never CARGO_HTTP_CAINFO="$CA"
         cd "$WT"
-        "$PY" -m pip install -q --index-url http://pkgs.test/pypi/simple/ --trusted-host pkgs.test --target "$WT/site" lrtest >"$WT/pip.out" 2>&1; echo "pip=$?"
+        "$PY" -m pip install -q --cert "$CA" --index-url https://pkgs.test/pypi/simple/ --target "$WT/site" lrtest >"$WT/pip.out" 2>&1; echo "pip=$?"
         echo "pip_import=$(PYTHONPATH="$WT/site" "$PY" -c 'import lrtest; print(lrtest.GREETING)')"
-        npm install --registry http://pkgs.test/npm/ lrpkg >"$WT/npm.out" 2>&1; echo "npm=$?"
+        npm install --registry https://pkgs.test/npm/ lrpkg >"$WT/npm.out" 2>&1; echo "npm=$?"
         echo "npm_require=$(node -e 'console.log(require("lrpkg"))')"
         (cd app && "$CARGO_BIN" run -q >"$WT/cargo.run" 2>"$WT/cargo.out"); echo "cargo=$?"
         echo "cargo_run=$(cat "$WT/cargo.run")"
 
-        "$PY" -m pip install --index-url http://pypi-unlisted.test/unlisted/pypi/simple/ --trusted-host pypi-unlisted.test --target "$WT/site-unlisted" lrtest >"$WT/pip-unlisted.out" 2>&1; echo "pip_unlisted=$?"
-        npm install --prefix "$WT/npm-unlisted" --registry http://npm-unlisted.test/unlisted/npm/ lrpkg >"$WT/npm-unlisted.out" 2>&1; echo "npm_unlisted=$?"
-        (cd app-unlisted && "$CARGO_BIN" build >"$WT/cargo-unlisted.out" 2>&1); echo "cargo_unlisted=$?"
+        "$PY" -m pip install --retries 0 --cert "$CA" --index-url https://pypi-unlisted.test/unlisted/pypi/simple/ --target "$WT/site-unlisted" lrtest >"$WT/pip-unlisted.out" 2>&1; echo "pip_unlisted=$?"
+        npm install --prefix "$WT/npm-unlisted" --registry https://npm-unlisted.test/unlisted/npm/ lrpkg >"$WT/npm-unlisted.out" 2>&1; echo "npm_unlisted=$?"
+        (cd app-unlisted && CARGO_NET_RETRY=0 "$CARGO_BIN" build >"$WT/cargo-unlisted.out" 2>&1); echo "cargo_unlisted=$?"
         "#,
     );
     let stdout = text(&out.stdout);
@@ -864,9 +914,9 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
         .find(|l| l.contains("proxy requests refused"))
         .unwrap_or_else(|| panic!("no summary of the refused requests: {stderr}"));
     for unlisted in [
-        "pypi-unlisted.test:80",
-        "npm-unlisted.test:80",
-        "crates-unlisted.test:80",
+        "pypi-unlisted.test:443",
+        "npm-unlisted.test:443",
+        "crates-unlisted.test:443",
     ] {
         assert!(summary.contains(unlisted), "{summary}");
     }
@@ -879,7 +929,7 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
     // The audit log: every allowed request dialed the checked address; the
     // refusals are the unlisted names, each a 403 that dialed nothing.
     let ev = sb.proxy_events();
-    let dialed = Some(SocketAddr::new(th.ns_ip, 80));
+    let dialed = Some(SocketAddr::new(th.ns_ip, 443));
     assert!(
         ev.iter()
             .filter(|e| e.allowed)
