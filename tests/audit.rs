@@ -45,8 +45,8 @@ fn crafted_log(home: &Path, worktree: &Path) -> String {
     [
         json!({"event": "run_start", "run_id": "r1", "command": ["agent", "-p", "go"],
                "policy": ["preset:default", "preset:claude-code"], "worktree": worktree}),
-        json!({"event": "filesystem", "pid": 10, "comm": "pip",
-               "path": format!("{h}/.cache/pip/wheels"), "access": ["fs.make_reg"],
+        json!({"event": "filesystem", "pid": 10, "comm": "black",
+               "path": format!("{h}/.cache/black/24.1"), "access": ["fs.make_reg"],
                "raw": "type=LANDLOCK_ACCESS"}),
         json!({"event": "filesystem", "pid": 11, "comm": "cat",
                "path": format!("{h}/.ssh/id_ed25519"), "access": ["fs.read_file"],
@@ -92,7 +92,7 @@ fn setup(name: &str) -> (Scratch, PathBuf, PathBuf) {
     let dir = Scratch::new(name);
     let home = dir.0.join("home");
     let worktree = dir.0.join("worktree");
-    std::fs::create_dir_all(home.join(".cache/pip/wheels")).expect("home");
+    std::fs::create_dir_all(home.join(".cache/black/24.1")).expect("home");
     std::fs::create_dir_all(&worktree).expect("worktree");
     let log = dir.0.join("audit.jsonl");
     std::fs::write(&log, crafted_log(&home, &worktree)).expect("write log");
@@ -130,15 +130,15 @@ fn json_names_the_line_that_allows_each_refusal() {
 
     // filesystem: creating a file → Landlock names the directory (audit/kernel.rs);
     // suggested as {home}/… and as a flag
-    let write = &find(&format!("{home_s}/.cache/pip/wheels"))["suggestion"];
+    let write = &find(&format!("{home_s}/.cache/black/24.1"))["suggestion"];
     assert_eq!(write["kind"], "allow");
     assert_eq!(
         write["policy"],
-        "[filesystem]\nwritable = [\"{home}/.cache/pip/wheels\"]"
+        "[filesystem]\nwritable = [\"{home}/.cache/black/24.1\"]"
     );
     assert_eq!(
         write["flag"],
-        format!("--allow-write {home_s}/.cache/pip/wheels")
+        format!("--allow-write {home_s}/.cache/black/24.1")
     );
     // filesystem: a read of a secret → names the deny entry, never allows
     let secret = &find(&format!("{home_s}/.ssh/id_ed25519"))["suggestion"];
@@ -204,7 +204,7 @@ fn text_shows_layers_processes_and_suggestions() {
     for want in [
         "run r1 (exit 1)",
         "refused:  filesystem 2, kernel network 2, proxy 3",
-        "by process: cat 1, curl 1, pip 1, psql 1",
+        "by process: black 1, cat 1, curl 1, psql 1",
         "  filesystem:\n",
         "  kernel network:\n",
         "  proxy:\n",

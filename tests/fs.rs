@@ -1124,3 +1124,74 @@ fn lockrun_log_times_each_step_and_warns_on_a_bad_filter() {
     assert!(!err.contains("lockrun: debug"), "{err}");
     w.assert_no_run_dirs();
 }
+
+/// A writable root that reaches where code runs later, outside the sandbox
+/// (here the test home's `.cargo`, and the home itself as the worktree), is
+/// run as the policy says, but never silently: a warning naming the place,
+/// and a notice in the audit log. Control: the same run with an unrelated
+/// writable dir says nothing.
+#[test]
+fn a_writable_root_where_code_runs_later_is_warned_about() {
+    let w = World::new("later");
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let cargo = w.home.join(".cargo");
+    std::fs::create_dir_all(cargo.join("bin")).unwrap();
+    let plain = w.data.clone();
+
+    let quiet = w.run(&["--allow-write", plain.to_str().unwrap()], &["true"]);
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert!(!stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
+
+    let audit = w.root.join("audit.jsonl");
+    let loud = w.run(
+        &[
+            "--allow-write",
+            cargo.to_str().unwrap(),
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+        &["sh", "-c", "echo planted > \"$HOME/.cargo/bin/cargo\""],
+    );
+    let err = stderr(&loud);
+    assert!(loud.status.success(), "{err}");
+    let home_cargo = cargo.canonicalize().unwrap();
+    let line = format!(
+        "lockrun: warning: {} is writable and reaches {}: its bin/ is on PATH",
+        home_cargo.display(),
+        home_cargo.display()
+    );
+    assert!(err.lines().any(|l| l.starts_with(&line)), "{err}");
+    // The policy said so: the write happened.
+    assert_eq!(
+        std::fs::read_to_string(cargo.join("bin/cargo")).unwrap(),
+        "planted\n"
+    );
+    let log = std::fs::read_to_string(&audit).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("\"notice\"")
+            && l.contains("is writable and reaches")
+            && l.contains(".cargo")),
+        "{log}"
+    );
+
+    // The home itself as the worktree reaches the shell's start-up files.
+    let home = w.home.canonicalize().unwrap();
+    let as_wt = Command::new(BIN)
+        .args(["--worktree", home.to_str().unwrap(), "--state-dir"])
+        .arg(&w.state)
+        .args(["--", "true"])
+        .env("HOME", &w.home)
+        .output()
+        .unwrap();
+    let err = stderr(&as_wt);
+    assert!(as_wt.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} is writable and reaches {}: the shell runs it at every start",
+            home.display(),
+            home.join(".bashrc").display()
+        )),
+        "{err}"
+    );
+    w.assert_no_run_dirs();
+}

@@ -342,3 +342,41 @@ fn an_agent_preset_reads_neither_other_agents_nor_the_users_own_harness_state() 
         "mine\n"
     );
 }
+
+#[test]
+fn policy_show_warns_of_a_writable_dir_where_code_runs_later() {
+    let s = Scratch::new("later");
+    let home = s.0.join("home");
+    let bin = home.join(".local/bin");
+    let plain = s.0.join("wt/out");
+    let out = lockrun(
+        &s,
+        &[
+            "policy",
+            "show",
+            "--worktree",
+            s.0.join("wt").to_str().unwrap(),
+            "--allow-write",
+            bin.to_str().unwrap(),
+            "--allow-write",
+            plain.to_str().unwrap(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(
+        warnings,
+        [format!(
+            "  warning: {} reaches {}: it is on PATH: its programs run in place of the real ones; \
+             what a command leaves there runs later, outside the sandbox",
+            bin.display(),
+            bin.display()
+        )],
+        "{text}"
+    );
+}

@@ -762,15 +762,8 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         path.parent()
             .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
     };
-    if is_too_broad(&dir, &ctx.home) {
-        return Suggestion::Warn {
-            reason: format!(
-                "the nearest directory of {raw} is {}; making it writable would open far more \
-                 than this file. Point the program at the worktree or its temp dir ({{tmp}}), \
-                 usually through its own environment variable.",
-                dir.display()
-            ),
-        };
+    if let Some(warning) = not_to_open(&dir, raw, &ctx.home) {
+        return warning;
     }
     let in_policy = match dir.strip_prefix(&ctx.home) {
         Ok(rel) if !ctx.home.as_os_str().is_empty() => format!("{{home}}/{}", rel.display()),
@@ -781,6 +774,34 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         flag: Some(format!("--allow-write {}", dir.display())),
         note: None,
     }
+}
+
+/// Why making `dir` writable for the refused `raw` should not be suggested:
+/// it opens far more than the file, or reaches where code runs later.
+fn not_to_open(dir: &Path, raw: &str, home: &Path) -> Option<Suggestion> {
+    if is_too_broad(dir, home) {
+        return Some(Suggestion::Warn {
+            reason: format!(
+                "the nearest directory of {raw} is {}; making it writable would open far more \
+                 than this file. Point the program at the worktree or its temp dir ({{tmp}}), \
+                 usually through its own environment variable.",
+                dir.display()
+            ),
+        });
+    }
+    let place = crate::policy::later::overlapping(dir, home)?;
+    let instead = place
+        .instead
+        .map_or_else(String::new, |i| format!(" Instead: {i}."));
+    Some(Suggestion::Warn {
+        reason: format!(
+            "making {} writable would reach {} ({}): what a command leaves there runs later, \
+             outside the sandbox.{instead}",
+            dir.display(),
+            place.path.display(),
+            place.runner,
+        ),
+    })
 }
 
 fn is_too_broad(dir: &Path, home: &Path) -> bool {
@@ -1055,7 +1076,7 @@ mod tests {
     }
 
     fn dirs(p: &Path) -> bool {
-        ["/home/u/.cache/pip", "/opt/data"]
+        ["/home/u/.cache/mytool", "/opt/data"]
             .iter()
             .any(|d| p == Path::new(d))
     }
@@ -1264,23 +1285,23 @@ mod tests {
     #[test]
     fn fs_write_suggests_the_nearest_directory() {
         let file = suggest_fs(
-            &fs(Some("/home/u/.cache/pip/http/x"), &["fs.write_file"]),
+            &fs(Some("/home/u/.cache/mytool/http/x"), &["fs.write_file"]),
             &ctx(),
             &dirs,
         );
         assert_eq!(
             allow(&file),
             (
-                "[filesystem]\nwritable = [\"{home}/.cache/pip/http\"]",
-                Some("--allow-write /home/u/.cache/pip/http")
+                "[filesystem]\nwritable = [\"{home}/.cache/mytool/http\"]",
+                Some("--allow-write /home/u/.cache/mytool/http")
             )
         );
         let dir = suggest_fs(
-            &fs(Some("/home/u/.cache/pip"), &["fs.make_reg"]),
+            &fs(Some("/home/u/.cache/mytool"), &["fs.make_reg"]),
             &ctx(),
             &dirs,
         );
-        assert_eq!(allow(&dir).1, Some("--allow-write /home/u/.cache/pip"));
+        assert_eq!(allow(&dir).1, Some("--allow-write /home/u/.cache/mytool"));
         // the directory is named by the right, even when it is gone by now
         let gone = suggest_fs(
             &fs(Some("/home/u/.cache/gone"), &["fs.make_dir"]),
@@ -1316,6 +1337,47 @@ mod tests {
         for p in ["/home/u/.bashrc", "/etc/hosts", "/tmp/x"] {
             let s = suggest_fs(&fs(Some(p), &["fs.write_file"]), &ctx(), &dirs);
             assert!(matches!(s, Suggestion::Warn { .. }), "{p}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn fs_write_where_code_runs_later_warns_and_says_what_instead() {
+        for (p, place, instead) in [
+            (
+                "/home/u/.cargo/.package-cache",
+                "/home/u/.cargo",
+                Some("CARGO_HOME"),
+            ),
+            (
+                "/home/u/.npm/_cacache/index-v5/x",
+                "/home/u/.npm",
+                Some("npm_config_cache"),
+            ),
+            (
+                "/home/u/.cache/pip/http/x",
+                "/home/u/.cache/pip",
+                Some("PIP_CACHE_DIR"),
+            ),
+            (
+                "/home/u/.config/git/config",
+                "/home/u/.config/git",
+                Some("GIT_CONFIG_GLOBAL"),
+            ),
+            ("/home/u/.local/bin/git", "/home/u/.local/bin", None),
+            ("/usr/local/bin/cargo", "/usr", None),
+        ] {
+            let s = suggest_fs(&fs(Some(p), &["fs.write_file"]), &ctx(), &dirs);
+            let Suggestion::Warn { reason } = &s else {
+                panic!("{p}: expected Warn, got {s:?}");
+            };
+            assert!(
+                reason.contains(&format!("would reach {place} (")),
+                "{p}: {reason}"
+            );
+            assert!(reason.contains("outside the sandbox"), "{p}: {reason}");
+            if let Some(i) = instead {
+                assert!(reason.contains(i), "{p}: {reason}");
+            }
         }
     }
 

@@ -52,6 +52,10 @@ pub struct View<'a> {
     pub writable: Vec<String>,
     /// Deny-read paths in full: the policy's and the fixed floor.
     pub deny_read: Vec<String>,
+    /// Writable paths that reach where code runs later, outside the
+    /// sandbox ([`crate::policy::later`]): each a warning line.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs_later: Vec<String>,
     /// Where the run's temp dir will be.
     pub run_tmp: String,
     pub landlock_abi: u8,
@@ -125,9 +129,24 @@ impl<'a> View<'a> {
         ));
         deny_read.sort();
         deny_read.dedup();
+        let runs_later = std::iter::once(&policy.worktree)
+            .chain(policy.fs.writable.iter().filter_map(|w| match w {
+                crate::policy::PathSpec::Absolute(p) => Some(p),
+                crate::policy::PathSpec::RunTmp(_) => None,
+            }))
+            .filter_map(|w| {
+                crate::policy::later::overlapping(w, &policy.home).map(|place| {
+                    format!(
+                        "{} reaches {place}; what a command leaves there runs later, outside the sandbox",
+                        w.display()
+                    )
+                })
+            })
+            .collect();
         Self {
             policy,
             writable,
+            runs_later,
             deny_read,
             run_tmp: policy.runs_dir().join("<run-id>/tmp").display().to_string(),
             landlock_abi: policy.run.landlock_abi,
@@ -161,6 +180,9 @@ impl<'a> View<'a> {
             "  {{tmp}} = {} (mode 0700, removed at the end; TMPDIR, TMP, TEMP)",
             self.run_tmp
         );
+        for r in &self.runs_later {
+            let _ = writeln!(s, "  warning: {r}");
+        }
         let _ = writeln!(
             s,
             "readable and executable: everything else, except (nor listable, nor beneath):"

@@ -3,7 +3,7 @@
 //! ```toml
 //! extends = "default"              # a preset name from policies/, or a path relative to this file
 //! [filesystem]
-//! writable  = ["{home}/.cache/pip"]  # besides the worktree and {tmp}
+//! writable  = ["{state}/agents/my-agent"]  # besides the worktree and {tmp}
 //! deny_read = ["{home}/.config/secret"]
 //! [network]
 //! allow = ["api.example.com", "*.example.org:443"]

@@ -5,6 +5,7 @@
 
 pub mod file;
 pub mod host;
+pub mod later;
 pub mod net;
 
 use std::collections::BTreeMap;

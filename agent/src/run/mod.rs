@@ -465,6 +465,27 @@ async fn run(
         worktree: policy.worktree.clone(),
     });
 
+    // A writable root that reaches where code runs later (the user's shell
+    // start-up, git's config, ~/.cargo, the system's programs): the policy
+    // may say so, but never silently.
+    for w in std::iter::once(policy.worktree.clone())
+        .chain(policy.fs.writable.iter().map(|w| w.resolve(dir.tmp())))
+    {
+        let w = w.canonicalize().unwrap_or(w);
+        if let Some(place) = crate::policy::later::overlapping(&w, &policy.home) {
+            let message = format!(
+                "{} is writable and reaches {place}; what the command leaves there runs later, \
+                 outside the sandbox",
+                w.display()
+            );
+            tracing::warn!("{message}");
+            audit.record(Event::Notice {
+                layer: crate::audit::Layer::Filesystem,
+                message,
+            });
+        }
+    }
+
     // 3. Landlock ruleset and seccomp filters, both prepared here, before any
     //    kernel object exists: a policy that cannot be built fails cheaply.
     //    (Built on a thread of its own beside steps 4–7, the ruleset was not
