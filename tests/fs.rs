@@ -1195,3 +1195,160 @@ fn a_writable_root_where_code_runs_later_is_warned_about() {
     );
     w.assert_no_run_dirs();
 }
+
+/// git runs the worktree's `.git/hooks` and obeys its `.git/config` and
+/// `.git/commondir` outside the sandbox too: what a run changes there is
+/// put back when it ends, its versions moved aside and reported. Judged
+/// from outside: the files' bytes, the quarantine, lockrun's lines; a
+/// control run that commits (and runs the existing hook) changes nothing
+/// and says nothing.
+#[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
+fn the_worktrees_git_hooks_and_config_are_put_back_after_the_run() {
+    let w = World::new("gitguard");
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "core.hooksPath=/dev/null", "-C"])
+            .arg(&w.wt)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "first",
+    ]);
+    let dotgit = w.wt.join(".git");
+    let hook = dotgit.join("hooks/post-commit");
+    let original_hook = "#!/bin/sh\necho post-commit ran\n";
+    std::fs::write(&hook, original_hook).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = std::fs::read(dotgit.join("config")).unwrap();
+    let commit = "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m inside";
+
+    // Control: a commit, which runs the hook inside; nothing to put back.
+    let control = w.run(&[], &["sh", "-c", commit]);
+    assert!(control.status.success(), "{}", stderr(&control));
+    assert!(
+        !stderr(&control).contains("lockrun: git:"),
+        "{}",
+        stderr(&control)
+    );
+    assert_eq!(git(&["rev-list", "--count", "HEAD"]).trim(), "2");
+    assert!(!std::fs::read_dir(&dotgit).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("lockrun-quarantine")));
+
+    // The run plants a hook, changes one, points git elsewhere.
+    let attack = w.run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "{commit} && printf '#!/bin/sh\\necho planted\\n' > .git/hooks/pre-push && chmod 755 .git/hooks/pre-push \
+                 && echo 'echo changed' >> .git/hooks/post-commit \
+                 && git config core.fsmonitor ./planted.sh \
+                 && echo /tmp/elsewhere > .git/commondir"
+            ),
+        ],
+    );
+    let err = stderr(&attack);
+    assert!(attack.status.success(), "{err}");
+    // The commit stays: only git's hooks and config go back.
+    assert_eq!(git(&["rev-list", "--count", "HEAD"]).trim(), "3");
+    assert_eq!(std::fs::read(dotgit.join("config")).unwrap(), config);
+    assert_eq!(std::fs::read_to_string(&hook).unwrap(), original_hook);
+    assert!(!dotgit.join("hooks/pre-push").exists());
+    assert!(!dotgit.join("commondir").exists());
+    let q: Vec<std::path::PathBuf> = std::fs::read_dir(&dotgit)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("lockrun-quarantine-")
+        })
+        .collect();
+    assert_eq!(q.len(), 1, "{q:?}");
+    let q = &q[0];
+    assert!(std::fs::read_to_string(q.join("config"))
+        .unwrap()
+        .contains("fsmonitor = ./planted.sh"));
+    assert!(std::fs::read_to_string(q.join("hooks/post-commit"))
+        .unwrap()
+        .ends_with("echo changed\n"));
+    assert_eq!(
+        std::fs::read_to_string(q.join("hooks/pre-push")).unwrap(),
+        "#!/bin/sh\necho planted\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(q.join("commondir")).unwrap(),
+        "/tmp/elsewhere\n"
+    );
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("lockrun: git: "))
+        .collect();
+    let (d, qd) = (dotgit.display(), q.display());
+    assert_eq!(
+        lines,
+        [
+            format!("lockrun: git: the command added {d}/commondir, which git runs or obeys outside the sandbox: moved to {qd}/commondir"),
+            format!("lockrun: git: the command changed {d}/config, which git runs or obeys outside the sandbox: put back as it was before the run; the command's version is at {qd}/config"),
+            format!("lockrun: git: the command changed {d}/hooks/post-commit, which git runs or obeys outside the sandbox: put back as it was before the run; the command's version is at {qd}/hooks/post-commit"),
+            format!("lockrun: git: the command added {d}/hooks/pre-push, which git runs or obeys outside the sandbox: moved to {qd}/hooks/pre-push"),
+        ],
+        "{err}"
+    );
+    std::fs::remove_dir_all(q).unwrap();
+
+    // hooks swapped for a symlink to a dir the run may write (and a decoy
+    // quarantine planted): lockrun writes nothing through the link, and
+    // makes hooks again as it was.
+    let outside = w.data.join("hooks-target");
+    std::fs::create_dir_all(&outside).unwrap();
+    let swap = w.run(
+        &["--allow-write", outside.to_str().unwrap()],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "mv .git/hooks .git/hooks-old && ln -s {} .git/hooks && ln -s {} .git/lockrun-quarantine-$(basename $(dirname $TMPDIR))",
+                outside.display(),
+                outside.display()
+            ),
+        ],
+    );
+    let err = stderr(&swap);
+    assert!(swap.status.success(), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "lockrun wrote through the link"
+    );
+    assert!(std::fs::symlink_metadata(dotgit.join("hooks"))
+        .unwrap()
+        .is_dir());
+    assert_eq!(std::fs::read_to_string(&hook).unwrap(), original_hook);
+    assert!(
+        err.lines().any(|l| l.starts_with(&format!("lockrun: git: the command changed {d}/hooks, which git runs or obeys outside the sandbox: put back as it was before the run; the command's version is at {d}/lockrun-quarantine-"))
+            && l.ends_with("-2/hooks")),
+        "{err}"
+    );
+    w.assert_no_run_dirs();
+}

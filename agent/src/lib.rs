@@ -21,6 +21,7 @@ pub mod cli;
 pub mod commands;
 pub mod exit;
 pub mod fs;
+pub mod gitguard;
 pub mod log;
 pub mod policy;
 pub mod proxy;

@@ -71,6 +71,11 @@ pub enum RunError {
         step: crate::sys::Step,
         source: std::io::Error,
     },
+    #[error("reading the worktree's git hooks and config to keep them: {path}: {source} (lockrun puts them back after the run; it will not run without a copy)")]
+    GitGuard {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("the run's cgroup: {}", chain(.0))]
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("the kernel network hooks: {}", chain(.0))]
@@ -486,6 +491,14 @@ async fn run(
         }
     }
 
+    // The worktree's git hooks and config, read now, put back after the
+    // run (see crate::gitguard): git runs them outside the sandbox.
+    let git_guard =
+        crate::gitguard::GitGuard::take(&policy.worktree).map_err(|source| RunError::GitGuard {
+            path: policy.worktree.join(".git"),
+            source,
+        })?;
+
     // 3. Landlock ruleset and seccomp filters, both prepared here, before any
     //    kernel object exists: a policy that cannot be built fails cheaply.
     //    (Built on a thread of its own beside steps 4–7, the ruleset was not
@@ -652,6 +665,18 @@ async fn run(
                 "unregistering the run from the hooks: {}",
                 chain(&e)
             ));
+        }
+    }
+    // No process of the run is left to race it: the worktree's git files
+    // go back as they were.
+    if let Some(g) = &git_guard {
+        for change in g.restore(dir.id()) {
+            let message = change.to_string();
+            eprintln!("lockrun: git: {message}");
+            audit.record(Event::Notice {
+                layer: crate::audit::Layer::Filesystem,
+                message,
+            });
         }
     }
     if let Some(p) = proxy {
