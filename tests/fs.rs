@@ -1350,5 +1350,31 @@ fn the_worktrees_git_hooks_and_config_are_put_back_after_the_run() {
             && l.ends_with("-2/hooks")),
         "{err}"
     );
+
+    // `.git` swapped for a `gitdir:` file pointing at a repository the run
+    // made: that file goes aside, and lockrun says the repository is gone.
+    let swap = w.run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "mv .git .git-moved && git init -q planted && printf 'gitdir: planted/.git\\n' > .git",
+        ],
+    );
+    let err = stderr(&swap);
+    assert!(swap.status.success(), "{err}");
+    assert!(
+        !w.wt.join(".git").exists(),
+        "the planted .git file is still there"
+    );
+    let run_id = err
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("lockrun: git: the command changed {d}, which git runs or obeys outside the sandbox: lockrun keeps no copy of a whole repository: it is NOT back (the command's version is at {}/.git.lockrun-quarantine-", w.wt.display())))
+        .and_then(|rest| rest.strip_suffix("); check it before running git there"))
+        .unwrap_or_else(|| panic!("no line for the swapped .git in:\n{err}"));
+    assert_eq!(
+        std::fs::read_to_string(w.wt.join(format!(".git.lockrun-quarantine-{run_id}"))).unwrap(),
+        "gitdir: planted/.git\n"
+    );
     w.assert_no_run_dirs();
 }

@@ -372,7 +372,7 @@ fn policy_show_warns_of_a_writable_dir_where_code_runs_later() {
     assert_eq!(
         warnings,
         [format!(
-            "  warning: {} reaches {}: it is on PATH: its programs run in place of the real ones; \
+            "  warning: {} is writable and reaches {}: it is on PATH: its programs run in place of the real ones; \
              what a command leaves there runs later, outside the sandbox",
             bin.display(),
             bin.display()

@@ -91,10 +91,31 @@ pub enum Outcome {
     Restored { kept: Option<PathBuf> },
     /// Moved aside (it did not exist before the run).
     MovedAside { kept: PathBuf },
-    /// Moved aside, but the original could not be put back (too large to keep).
-    NotRestored { kept: Option<PathBuf> },
+    /// Moved aside, but the original could not be put back: why.
+    NotRestored { kept: Option<PathBuf>, why: NotKept },
     /// Nothing could be done: the reason.
     Failed(io::Error),
+}
+
+/// Why an original cannot be put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotKept {
+    /// A file over [`MAX_KEPT`]: compared, not copied.
+    TooLarge,
+    /// A symlink, fifo, socket or device: never made again by lockrun.
+    NotAFileOrDir,
+    /// `.git` itself is no longer a directory: the repository is not copied.
+    Repository,
+}
+
+impl NotKept {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::TooLarge => "the original was too large to keep",
+            Self::NotAFileOrDir => "the original was not a file or directory",
+            Self::Repository => "lockrun keeps no copy of a whole repository",
+        }
+    }
 }
 
 /// One guarded entry the run changed, and what lockrun did.
@@ -125,11 +146,14 @@ impl std::fmt::Display for GitChange {
             ),
             Outcome::Restored { kept: None } => f.write_str("put back as it was before the run"),
             Outcome::MovedAside { kept } => write!(f, "moved to {}", kept.display()),
-            Outcome::NotRestored { kept } => write!(
+            Outcome::NotRestored { kept, why } => write!(
                 f,
-                "the original was too large to keep and is NOT back{}; check it before running git there",
-                kept.as_ref()
-                    .map_or_else(String::new, |k| format!(" (the command's version is at {})", k.display()))
+                "{}: it is NOT back{}; check it before running git there",
+                why.describe(),
+                kept.as_ref().map_or_else(String::new, |k| format!(
+                    " (the command's version is at {})",
+                    k.display()
+                ))
             ),
             Outcome::Failed(e) => write!(
                 f,
@@ -250,6 +274,7 @@ impl GitGuard {
             ) {
                 Ok(()) => Outcome::NotRestored {
                     kept: self.git_path.parent().map(|wt| wt.join(&aside)),
+                    why: NotKept::Repository,
                 },
                 Err(e) => Outcome::Failed(e.into()),
             }
@@ -302,7 +327,7 @@ impl Quarantine<'_> {
             None => (None, None),
             Some(p) => (
                 Some(open_dir(self.git, p.as_os_str())?),
-                Some(make_dir(q.as_fd(), p.as_os_str())?),
+                Some(mkdir(q.as_fd(), p.as_os_str(), Existing::Open)?),
             ),
         };
         let src = src_dir.as_ref().map_or(self.git, AsFd::as_fd);
@@ -328,7 +353,14 @@ fn fix(
     match (was, kept) {
         (None, Some(kept)) => Outcome::MovedAside { kept },
         (None, None) => Outcome::Failed(io::Error::other("nothing to move")),
-        (Some(Entry::Large { .. } | Entry::Other { .. }), kept) => Outcome::NotRestored { kept },
+        (Some(Entry::Large { .. }), kept) => Outcome::NotRestored {
+            kept,
+            why: NotKept::TooLarge,
+        },
+        (Some(Entry::Other { .. }), kept) => Outcome::NotRestored {
+            kept,
+            why: NotKept::NotAFileOrDir,
+        },
         (Some(entry), kept) => match put_back(git, key, entry) {
             Ok(()) => Outcome::Restored { kept },
             Err(e) => Outcome::Failed(e),
@@ -362,10 +394,7 @@ fn put_back(git: BorrowedFd<'_>, key: &Path, entry: &Entry) -> io::Result<()> {
             f.write_all(bytes)?;
             (OwnedFd::from(f), *mode, *uid, *gid)
         }
-        Entry::Dir { mode, uid, gid } => {
-            nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o700))?;
-            (open_dir(dir, name)?, *mode, *uid, *gid)
-        }
+        Entry::Dir { mode, uid, gid } => (mkdir(dir, name, Existing::Refuse)?, *mode, *uid, *gid),
         Entry::Large { .. } | Entry::Other { .. } => {
             return Err(io::Error::other("not kept"));
         }
@@ -384,24 +413,29 @@ fn fresh_dir(dir: BorrowedFd<'_>, base: &str) -> io::Result<(OwnedFd, String)> {
         } else {
             format!("{base}-{n}")
         };
-        match nix::sys::stat::mkdirat(
-            Some(dir.as_raw_fd()),
-            name.as_str(),
-            Mode::from_bits_truncate(0o700),
-        ) {
-            Ok(()) => return Ok((open_dir(dir, OsStr::new(&name))?, name)),
-            Err(nix::errno::Errno::EEXIST) => {}
-            Err(e) => return Err(e.into()),
+        match mkdir(dir, OsStr::new(&name), Existing::Refuse) {
+            Ok(fd) => return Ok((fd, name)),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(e),
         }
     }
     Err(io::Error::other(format!("{base}: 100 names taken")))
 }
 
-/// Make the directory `name` in `dir` (a quarantine lockrun just made) if
-/// it is not there yet, and open it.
-fn make_dir(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+/// Whether [`mkdir`] may open a directory that is already there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Existing {
+    /// Only inside a quarantine lockrun has just made.
+    Open,
+    Refuse,
+}
+
+/// Make the directory `name` in `dir` (mode 0700 until its own is set) and
+/// open it, following no symlink.
+fn mkdir(dir: BorrowedFd<'_>, name: &OsStr, existing: Existing) -> io::Result<OwnedFd> {
     match nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o700)) {
-        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        Ok(()) => {}
+        Err(nix::errno::Errno::EEXIST) if existing == Existing::Open => {}
         Err(e) => return Err(e.into()),
     }
     open_dir(dir, name)

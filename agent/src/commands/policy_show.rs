@@ -129,19 +129,9 @@ impl<'a> View<'a> {
         ));
         deny_read.sort();
         deny_read.dedup();
-        let runs_later = std::iter::once(&policy.worktree)
-            .chain(policy.fs.writable.iter().filter_map(|w| match w {
-                crate::policy::PathSpec::Absolute(p) => Some(p),
-                crate::policy::PathSpec::RunTmp(_) => None,
-            }))
-            .filter_map(|w| {
-                crate::policy::later::overlapping(w, &policy.home).map(|place| {
-                    format!(
-                        "{} reaches {place}; what a command leaves there runs later, outside the sandbox",
-                        w.display()
-                    )
-                })
-            })
+        let runs_later = crate::policy::later::reached_by(policy)
+            .iter()
+            .map(ToString::to_string)
             .collect();
         Self {
             policy,

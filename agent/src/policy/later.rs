@@ -137,6 +137,43 @@ pub fn overlapping(dir: &Path, home: &Path) -> Option<RunsLater> {
         .find(|p| dir.starts_with(&p.path) || p.path.starts_with(dir))
 }
 
+/// A writable root of a policy that reaches such a place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// The writable root (canonical where it exists).
+    pub dir: PathBuf,
+    pub place: RunsLater,
+}
+
+impl std::fmt::Display for Reach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is writable and reaches {}; what a command leaves there runs later, outside the \
+             sandbox",
+            self.dir.display(),
+            self.place
+        )
+    }
+}
+
+/// The policy's writable roots (the worktree and `fs.writable`) that reach
+/// such a place. Entries under the run's temp dir are judged by the runs
+/// dir they live in (`<state>/runs`), which holds every run's temp dir.
+#[must_use]
+pub fn reached_by(policy: &super::Policy) -> Vec<Reach> {
+    std::iter::once(policy.worktree.clone())
+        .chain(policy.fs.writable.iter().map(|w| match w {
+            super::PathSpec::Absolute(p) => p.clone(),
+            super::PathSpec::RunTmp(_) => policy.runs_dir(),
+        }))
+        .filter_map(|dir| {
+            let dir = dir.canonicalize().unwrap_or(dir);
+            overlapping(&dir, &policy.home).map(|place| Reach { dir, place })
+        })
+        .collect()
+}
+
 impl std::fmt::Display for RunsLater {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.path.display(), self.runner)

@@ -473,22 +473,13 @@ async fn run(
     // A writable root that reaches where code runs later (the user's shell
     // start-up, git's config, ~/.cargo, the system's programs): the policy
     // may say so, but never silently.
-    for w in std::iter::once(policy.worktree.clone())
-        .chain(policy.fs.writable.iter().map(|w| w.resolve(dir.tmp())))
-    {
-        let w = w.canonicalize().unwrap_or(w);
-        if let Some(place) = crate::policy::later::overlapping(&w, &policy.home) {
-            let message = format!(
-                "{} is writable and reaches {place}; what the command leaves there runs later, \
-                 outside the sandbox",
-                w.display()
-            );
-            tracing::warn!("{message}");
-            audit.record(Event::Notice {
-                layer: crate::audit::Layer::Filesystem,
-                message,
-            });
-        }
+    for reach in crate::policy::later::reached_by(policy) {
+        let message = reach.to_string();
+        tracing::warn!("{message}");
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Filesystem,
+            message,
+        });
     }
 
     // The worktree's git hooks and config, read now, put back after the
