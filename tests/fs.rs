@@ -1378,3 +1378,72 @@ fn the_worktrees_git_hooks_and_config_are_put_back_after_the_run() {
     );
     w.assert_no_run_dirs();
 }
+
+/// A lockrun started inside a run (a project's tests that use lockrun, a
+/// nested agent) cannot build a sandbox there: it refuses in one line that
+/// names the run it is in, and its command never runs — also when the
+/// variable naming the run was dropped (then it fails closed on the first
+/// step the outer run refuses). Judged from outside: the inner commands'
+/// files do not exist, the outer run's control file does. A variable copied
+/// into an unconfined process is not believed.
+#[test]
+fn a_lockrun_inside_a_run_is_refused_naming_the_run() {
+    let w = World::new("nested");
+    let audit = w.root.join("audit.jsonl");
+    // $1 the binary, $2 the worktree, $3 the state dir
+    let script = r#"
+        printf %s "$LOCKRUN_RUN_ID" > "$2/id"
+        "$1" --worktree "$2" --state-dir "$3" -- touch "$2/inner" 2> "$2/inner.err"
+        echo $? > "$2/inner.rc"
+        "$1" doctor > /dev/null 2> "$2/doctor.err"
+        echo $? > "$2/doctor.rc"
+        env -u LOCKRUN_RUN_ID "$1" --worktree "$2" --state-dir "$3" -- touch "$2/unnamed" 2> "$2/unnamed.err"
+        echo $? > "$2/unnamed.rc"
+        echo outer > "$2/outer"
+    "#;
+    let out = w.run(
+        &["--audit-log", s(&audit)],
+        &["sh", "-c", script, "sh", BIN, s(&w.wt), s(&w.state)],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let read = |name: &str| std::fs::read_to_string(w.wt.join(name)).unwrap();
+    // control: the outer run ran its command to the end
+    assert_eq!(read("outer"), "outer\n");
+
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let id = read("id");
+    assert!(
+        !id.is_empty() && log.contains(&format!("\"run_id\":\"{id}\"")),
+        "the command was told a run id the audit log does not name: {id:?}\n{log}"
+    );
+    let refusal = format!(
+        "lockrun: this process is already confined by lockrun run {id}: a sandbox cannot be \
+         started inside it (the outer run refuses the cgroups, BPF and kernel audit a run \
+         needs); run the command directly, it is confined by run {id}\n"
+    );
+    assert_eq!(read("inner.rc"), "125\n");
+    assert_eq!(read("inner.err"), refusal);
+    assert_absent(&w.wt.join("inner"));
+    assert_eq!(read("doctor.rc"), "125\n");
+    assert_eq!(read("doctor.err"), refusal);
+    // Without the name: still refused, nothing ran.
+    assert_eq!(read("unnamed.rc"), "125\n");
+    assert!(
+        read("unnamed.err").starts_with("lockrun: "),
+        "{}",
+        read("unnamed.err")
+    );
+    assert_absent(&w.wt.join("unnamed"));
+
+    // Outside any run, a copied variable is not believed, and the command
+    // is told its own run's id.
+    let copied = w
+        .cmd(&[], &["sh", "-c", "printf %s \"$LOCKRUN_RUN_ID\" > own"])
+        .env("LOCKRUN_RUN_ID", &id)
+        .output()
+        .unwrap();
+    assert!(copied.status.success(), "{copied:?}");
+    let own = read("own");
+    assert!(!own.is_empty() && own != id, "{own:?}");
+    w.assert_no_run_dirs();
+}

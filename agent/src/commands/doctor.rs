@@ -4,7 +4,8 @@
 //!
 //! Exit status: 0 when every promise holds and nothing got out; 3 when the
 //! host lacks something a promise needs; 4 when the canary got out (or could
-//! not be judged).
+//! not be judged); 125 when it runs inside a lockrun run, where the host
+//! cannot be judged (see [`crate::run::nested`]).
 
 use std::io::{ErrorKind, Read as _};
 use std::net::{TcpListener, UdpSocket};

@@ -29,6 +29,17 @@ pub fn main() -> ExitCode {
             return exit_code(code);
         }
     };
+    // The commands that build sandboxes or reach into the state dir cannot
+    // work inside a run; say so before they fail on some permission.
+    if matches!(
+        cli.command,
+        None | Some(Command::Gc(_) | Command::Doctor(_))
+    ) {
+        if let Some(id) = crate::run::nested::enclosing_run() {
+            eprintln!("{}", crate::run::nested::refusal(&id));
+            return exit_code(crate::exit::SETUP);
+        }
+    }
     let code = match cli.command {
         None => run::main(&cli.run),
         Some(Command::Gc(args)) => gc::main(&args),

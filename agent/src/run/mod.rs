@@ -42,6 +42,8 @@ use crate::fs::{FsError, FsSandbox};
 use crate::policy::Policy;
 use crate::seccomp::SeccompError;
 
+pub mod nested;
+
 /// Why a run could not be set up. Every variant maps to exit 125.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -369,11 +371,13 @@ fn prepare_writable(policy: &Policy, tmp: &Path) {
 }
 
 /// The child's environment: the caller's, then TMPDIR/TMP/TEMP, the
-/// policy's `[env]`, and the proxy's variables — later entries win.
+/// policy's `[env]`, the proxy's variables, and the run's id
+/// ([`nested::RUN_ID_VAR`]) — later entries win.
 #[must_use]
 pub fn child_env(
     inherited: impl IntoIterator<Item = (OsString, OsString)>,
     policy: &Policy,
+    run_id: &str,
     tmp: &Path,
     proxy_env: &[(OsString, OsString)],
 ) -> Vec<(OsString, OsString)> {
@@ -387,6 +391,7 @@ pub fn child_env(
     for (k, v) in proxy_env {
         env.insert(k.clone(), v.clone());
     }
+    env.insert(nested::RUN_ID_VAR.into(), run_id.into());
     env.into_iter().collect()
 }
 
@@ -607,7 +612,7 @@ async fn run(
     };
 
     // 8. environment
-    let env = child_env(std::env::vars_os(), policy, dir.tmp(), &proxy_env);
+    let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);
 
     // A signal that arrived during setup cancels the run before anything starts.
     tokio::select! {
