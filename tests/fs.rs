@@ -1447,3 +1447,73 @@ fn a_lockrun_inside_a_run_is_refused_naming_the_run() {
     assert!(!own.is_empty() && own != id, "{own:?}");
     w.assert_no_run_dirs();
 }
+
+/// A path denied inside the worktree: Landlock only grants, so the
+/// worktree is granted entry by entry around it. The run says so before
+/// the command starts, and the limits are exactly as said: the secret is
+/// unreadable; files already in the worktree stay writable; a subdirectory
+/// is whole; nothing can be created, removed or renamed directly in the
+/// worktree. A control run without the denial warns of nothing and creates
+/// there.
+#[test]
+fn a_path_denied_inside_the_worktree_is_warned_about_with_its_limits() {
+    let w = World::new("narrowed");
+    let secret = w.wt.join(".env");
+    std::fs::write(&secret, "TOKEN=1\n").unwrap();
+    let notes = w.wt.join("notes");
+    std::fs::write(&notes, "mine\n").unwrap();
+    std::fs::create_dir(w.wt.join("sub")).unwrap();
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    let control = w.run(&[], &["sh", "-c", "echo made > control && rm control"]);
+    assert!(control.status.success(), "{}", stderr(&control));
+    assert!(
+        !stderr(&control).contains("warning"),
+        "{}",
+        stderr(&control)
+    );
+
+    let audit = w.root.join("audit.jsonl");
+    let out = w.run(
+        &["--deny-read", s(&secret), "--audit-log", s(&audit)],
+        &support::probe_argv(&[
+            &["read", s(&secret)],
+            &["write", s(&notes)],
+            &["write", s(&w.wt.join("sub/made"))],
+            &["write", s(&w.wt.join("made"))],
+            &["rename", s(&notes), s(&w.wt.join("moved"))],
+        ]),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let results: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(
+        results,
+        ["errno=EACCES", "ok", "ok", "errno=EACCES", "errno=EACCES"],
+        "{err}"
+    );
+    let wt = w.wt.canonicalize().unwrap();
+    let line = format!(
+        "lockrun: warning: {wt} is writable but holds the denied {wt}/.env: Landlock only grants, \
+         so nothing can be created, removed or renamed directly in {wt} (what is in it stays \
+         writable); keep what must not be read out of writable dirs",
+        wt = wt.display()
+    );
+    assert!(err.lines().any(|l| l == line), "{err}");
+    let log = std::fs::read_to_string(&audit).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"notice\"") && l.contains("is writable but holds the denied")),
+        "{log}"
+    );
+    // From outside: as the probe said.
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "TOKEN=1\n");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "pwned");
+    assert_eq!(
+        std::fs::read_to_string(w.wt.join("sub/made")).unwrap(),
+        "pwned"
+    );
+    assert_absent(&w.wt.join("made"));
+    assert_absent(&w.wt.join("moved"));
+    w.assert_no_run_dirs();
+}

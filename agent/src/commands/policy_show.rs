@@ -56,6 +56,10 @@ pub struct View<'a> {
     /// sandbox ([`crate::policy::later`]): each a warning line.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub runs_later: Vec<String>,
+    /// Writable dirs that hold a denied path, so cannot be granted whole
+    /// ([`crate::fs::Narrowed`]): each a warning line.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub narrowed: Vec<String>,
     /// Where the run's temp dir will be.
     pub run_tmp: String,
     pub landlock_abi: u8,
@@ -133,10 +137,16 @@ impl<'a> View<'a> {
             .iter()
             .map(ToString::to_string)
             .collect();
+        let runs_dir = policy.runs_dir();
+        let narrowed = crate::fs::narrowed(policy, &runs_dir.join("<run-id>/tmp"), &runs_dir)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         Self {
             policy,
             writable,
             runs_later,
+            narrowed,
             deny_read,
             run_tmp: policy.runs_dir().join("<run-id>/tmp").display().to_string(),
             landlock_abi: policy.run.landlock_abi,
@@ -170,7 +180,7 @@ impl<'a> View<'a> {
             "  {{tmp}} = {} (mode 0700, removed at the end; TMPDIR, TMP, TEMP)",
             self.run_tmp
         );
-        for r in &self.runs_later {
+        for r in self.runs_later.iter().chain(&self.narrowed) {
             let _ = writeln!(s, "  warning: {r}");
         }
         let _ = writeln!(

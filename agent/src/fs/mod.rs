@@ -16,7 +16,8 @@
 //!   reachable by name). Inside a writable tree the same holds: the dirs
 //!   between a writable root and a denied path beneath it get no rule, so
 //!   new entries cannot be made directly in them (existing entries stay
-//!   writable). A listing that fails refuses the run.
+//!   writable); each run warns of such dirs before the command starts
+//!   ([`Narrowed`]). A listing that fails refuses the run.
 //! - **scoping**: no signals and no abstract unix socket connects to
 //!   processes outside the sandbox (`Scope::Signal | Scope::AbstractUnixSocket`).
 //!
@@ -92,6 +93,8 @@ pub struct FsSandbox {
     writable: Vec<PathBuf>,
     /// The denied-read paths, canonical.
     denied: Vec<PathBuf>,
+    /// The writable dirs that could not be granted whole.
+    narrowed: Vec<Narrowed>,
 }
 
 /// The kind of rule a path received.
@@ -177,31 +180,14 @@ impl FsSandbox {
             });
         }
 
-        let mut denied: Vec<PathBuf> = Policy::secret_floor(&policy.home);
-        denied.extend(policy.fs.deny_read.iter().map(|p| p.resolve(run_tmp)));
-        denied.push(runs_dir.to_path_buf());
-        denied.push(policy.run.state_dir.clone());
-        let denied = canonical_set(&denied);
-
-        let mut writable = vec![policy.worktree.clone(), run_tmp.to_path_buf()];
-        writable.extend(policy.fs.writable.iter().map(|p| p.resolve(run_tmp)));
-
+        let roots = Roots::of(policy, run_tmp, runs_dir);
         let mut plan = Plan::default();
-        plan.grant_except(Path::new("/"), Grant::Read, &denied)?;
-        let mut writable_roots = Vec::new();
-        for w in &writable {
-            // A writable path that does not exist grants nothing (like a bind
-            // of nothing); one that does is split around denied paths beneath it.
-            let Ok(canon) = w.canonicalize() else {
-                continue;
-            };
-            writable_roots.push(canon.clone());
-            if canon == run_tmp || denied.iter().any(|d| canon.starts_with(d)) {
-                // Explicitly writable beneath a denied path (the run's own tmp
-                // beneath `<state>/runs`): the more specific grant wins.
-                plan.push(&canon, Grant::ReadWrite)?;
+        plan.grant_except(Path::new("/"), Grant::Read, &roots.denied)?;
+        for (canon, whole) in &roots.writable {
+            if *whole {
+                plan.push(canon, Grant::ReadWrite)?;
             } else {
-                plan.grant_except(&canon, Grant::ReadWrite, &denied)?;
+                plan.grant_except(canon, Grant::ReadWrite, &roots.denied)?;
             }
         }
         for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
@@ -237,8 +223,9 @@ impl FsSandbox {
         Ok(Self {
             ruleset: fd.ok_or(FsError::NoFd)?,
             grants,
-            writable: writable_roots,
-            denied: denied.into_iter().collect(),
+            narrowed: roots.narrowed(),
+            writable: roots.writable.into_iter().map(|(w, _)| w).collect(),
+            denied: roots.denied.into_iter().collect(),
         })
     }
 
@@ -267,11 +254,129 @@ impl FsSandbox {
         &self.denied
     }
 
+    /// The writable dirs that could not be granted whole (see [`Narrowed`]).
+    #[must_use]
+    pub fn narrowed(&self) -> &[Narrowed] {
+        &self.narrowed
+    }
+
     /// Give up the ruleset descriptor (moved into the child's plan).
     #[must_use]
     pub fn into_fd(self) -> OwnedFd {
         self.ruleset
     }
+}
+
+/// The roots of a run's ruleset: what is denied, and what is writable.
+struct Roots {
+    /// Denied paths, as written and canonical ([`canonical_set`]).
+    denied: BTreeSet<PathBuf>,
+    /// Writable paths that exist (canonical), and whether each is granted
+    /// whole: the run's own tmp, or a path beneath a denied one (`{tmp}/…`
+    /// beneath `<state>/runs`), where the more specific grant wins. The
+    /// others are split around the denied paths beneath them.
+    writable: Vec<(PathBuf, bool)>,
+}
+
+impl Roots {
+    fn of(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Self {
+        let mut denied: Vec<PathBuf> = Policy::secret_floor(&policy.home);
+        denied.extend(policy.fs.deny_read.iter().map(|p| p.resolve(run_tmp)));
+        denied.push(runs_dir.to_path_buf());
+        denied.push(policy.run.state_dir.clone());
+        let denied = canonical_set(&denied);
+
+        let mut writable = vec![policy.worktree.clone(), run_tmp.to_path_buf()];
+        writable.extend(policy.fs.writable.iter().map(|p| p.resolve(run_tmp)));
+        // A writable path that does not exist grants nothing (like a bind
+        // of nothing).
+        let writable = writable
+            .iter()
+            .filter_map(|w| w.canonicalize().ok())
+            .map(|canon| {
+                let whole = canon == run_tmp || denied.iter().any(|d| canon.starts_with(d));
+                (canon, whole)
+            })
+            .collect();
+        Self { denied, writable }
+    }
+
+    /// The dirs [`Plan::grant_except`] lists instead of granting whole, in
+    /// the writable roots it splits: every real dir from the root down to
+    /// a denied path's parent.
+    fn narrowed(&self) -> Vec<Narrowed> {
+        let mut dirs: std::collections::BTreeMap<PathBuf, BTreeSet<PathBuf>> =
+            std::collections::BTreeMap::new();
+        for (root, _) in self.writable.iter().filter(|(_, whole)| !whole) {
+            if self.denied.contains(root) {
+                continue;
+            }
+            for d in self.denied.iter().filter(|d| strictly_beneath(d, root)) {
+                // Down from the root, as the walk goes; it stops at what is
+                // not a real dir (a file or symlink is granted whole) and at
+                // a denied dir (nothing of it is granted).
+                let Some(parent) = d.parent() else { continue };
+                let mut names = parent
+                    .strip_prefix(root)
+                    .into_iter()
+                    .flat_map(Path::components);
+                let mut dir = root.clone();
+                loop {
+                    if self.denied.contains(&dir)
+                        || !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
+                    {
+                        break;
+                    }
+                    dirs.entry(dir.clone()).or_default().insert(d.clone());
+                    let Some(name) = names.next() else { break };
+                    dir.push(name);
+                }
+            }
+        }
+        dirs.into_iter()
+            .map(|(dir, denied)| Narrowed {
+                dir,
+                denied: denied.into_iter().collect(),
+            })
+            .collect()
+    }
+}
+
+/// A writable dir that Landlock cannot grant whole, because a denied path
+/// lies beneath it. Landlock only grants, and a right on a dir holds for
+/// everything beneath, so the dir's entries are granted one by one instead:
+/// they stay writable, but creating, removing or renaming an entry
+/// directly in the dir needs a right on the dir itself, which it lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Narrowed {
+    pub dir: PathBuf,
+    /// The denied paths beneath it.
+    pub denied: Vec<PathBuf>,
+}
+
+impl std::fmt::Display for Narrowed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let denied: Vec<String> = self
+            .denied
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        write!(
+            f,
+            "{dir} is writable but holds the denied {denied}: Landlock only grants, so nothing \
+             can be created, removed or renamed directly in {dir} (what is in it stays writable); \
+             keep what must not be read out of writable dirs",
+            dir = self.dir.display(),
+            denied = denied.join(", ")
+        )
+    }
+}
+
+/// The writable dirs `policy` cannot grant whole here (see [`Narrowed`]),
+/// without building a ruleset: what `policy show` warns of.
+#[must_use]
+pub fn narrowed(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Vec<Narrowed> {
+    Roots::of(policy, run_tmp, runs_dir).narrowed()
 }
 
 /// Denied paths as written and canonical (a symlinked `~/.ssh` denies its
@@ -323,6 +428,47 @@ mod tests {
         assert!(!b("/rootkit/x", "/root"));
         assert!(!b("/root", "/root/.ssh"));
         assert!(!b("/", "/"));
+    }
+
+    #[test]
+    fn narrowed_dirs_are_those_the_walk_lists_in_writable_roots() {
+        let dir = std::env::temp_dir().join(format!("lockrun-fs-narrowed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let w = dir.join("w");
+        std::fs::create_dir_all(w.join("a/b")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(w.join("d")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(dir.join("elsewhere/x")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(dir.join("whole/s")).unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::os::unix::fs::symlink(dir.join("elsewhere"), w.join("link"));
+        let w = w.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+        let whole = dir
+            .join("whole")
+            .canonicalize()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let roots = Roots {
+            denied: [
+                w.join("a/b/secret"), // W, W/a, W/a/b
+                w.join("absent"),     // W (absent: still split)
+                w.join("d"),          // W; a denied dir itself is not narrowed
+                w.join("d/deeper"),   // nothing below a denied dir
+                w.join("link/x"),     // W; the walk grants the symlink whole
+                whole.join("s"),      // in a root granted whole: nothing
+            ]
+            .into_iter()
+            .collect(),
+            writable: vec![(w.clone(), false), (whole, true)],
+        };
+        let got: Vec<(PathBuf, usize)> = roots
+            .narrowed()
+            .into_iter()
+            .map(|n| (n.dir, n.denied.len()))
+            .collect();
+        assert_eq!(
+            got,
+            [(w.clone(), 5), (w.join("a"), 1), (w.join("a/b"), 1)],
+            "{got:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -502,6 +502,16 @@ async fn run(
     //    after it was spawned, the wake-up of an idle vCPU.)
     prepare_writable(policy, dir.tmp());
     let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
+    // A denied path inside a writable dir: the dir cannot be granted whole,
+    // and the refusals it brings are explained before they happen.
+    for n in fs.narrowed() {
+        let message = n.to_string();
+        tracing::warn!("{message}");
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Filesystem,
+            message,
+        });
+    }
     let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
     tracing::debug!("3. Landlock ruleset prepared");
     let seccomp = crate::seccomp::combined()?;
