@@ -1502,9 +1502,26 @@ fn a_path_denied_inside_the_worktree_is_warned_about_with_its_limits() {
     assert!(err.lines().any(|l| l == line), "{err}");
     let log = std::fs::read_to_string(&audit).unwrap();
     assert!(
-        log.lines()
-            .any(|l| l.contains("\"notice\"") && l.contains("is writable but holds the denied")),
+        log.lines().any(|l| l.contains(&format!(
+            "\"event\":\"narrowed\",\"dir\":\"{wt}\",\"denied\":[\"{wt}/.env\"]",
+            wt = wt.display()
+        ))),
         "{log}"
+    );
+    // `lockrun audit` does not suggest the worktree again for the refused create.
+    let report = Command::new(BIN)
+        .args(["audit", s(&audit)])
+        .env("HOME", &w.home)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains(&format!(
+            "cannot be allowed: {wt} is writable but holds the denied {wt}/.env: Landlock cannot \
+             grant it whole",
+            wt = wt.display()
+        )) && !report.contains("--allow-write"),
+        "{report}"
     );
     // From outside: as the probe said.
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "TOKEN=1\n");

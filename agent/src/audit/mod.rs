@@ -110,6 +110,10 @@ pub enum Event {
     },
     Proxy(ProxyEvent),
     Filesystem(FsEvent),
+    /// A writable dir the ruleset could not grant whole, because a denied
+    /// path lies beneath it ([`crate::fs::Narrowed`]): creating, removing
+    /// or renaming directly in it is refused.
+    Narrowed(crate::fs::Narrowed),
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {
         layer: Layer,

@@ -79,6 +79,8 @@ pub struct FsContext {
     pub deny: Vec<(PathBuf, DenySource)>,
     /// lockrun state dirs (the default one, the policy's, and any seen in the log).
     pub state_dirs: Vec<PathBuf>,
+    /// The writable dirs the run could not grant whole (from its log).
+    pub narrowed: Vec<crate::fs::Narrowed>,
 }
 
 impl FsContext {
@@ -238,6 +240,13 @@ pub fn summarize(
 
 fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool) -> RunSummary {
     let mut run = RunSummary::default();
+    // The run's own account of the dirs it could not grant whole.
+    let mut ctx = ctx.clone();
+    ctx.narrowed.extend(events.iter().filter_map(|e| match e {
+        Event::Narrowed(n) => Some(n.clone()),
+        _ => None,
+    }));
+    let ctx = &ctx;
     // (layer, target, detail) -> index into run.refusals
     let mut index: BTreeMap<(Layer, String, String), usize> = BTreeMap::new();
     let mut add = |run: &mut RunSummary,
@@ -292,6 +301,10 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
             Event::Notice { layer, message } => {
                 run.notices
                     .push(format!("{}: {message}", layer_name(*layer)));
+            }
+            Event::Narrowed(n) => {
+                run.notices
+                    .push(format!("{}: {n}", layer_name(Layer::Filesystem)));
             }
             Event::KernelEventsLost { count } => {
                 *run.refused.entry(Layer::KernelNetwork).or_default() += count;
@@ -350,6 +363,7 @@ fn host_context(home: &Path, meta: Option<&RunMeta>, seen: &[PathBuf]) -> FsCont
             .map(|p| (p, DenySource::SecretFloor))
             .collect(),
         state_dirs: vec![default_state_dir(home)],
+        narrowed: Vec::new(),
     };
     if let Some(meta) = meta {
         if let Some(policy) = reload_policy(meta) {
@@ -756,6 +770,18 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         .access
         .iter()
         .any(|a| a.starts_with("fs.make_") || a.starts_with("fs.remove_") || a == "fs.refer");
+    if let Some(n) = ctx.narrowed.iter().find(|n| names_dir && n.dir == path) {
+        let denied: Vec<String> = n.denied.iter().map(|d| d.display().to_string()).collect();
+        return Suggestion::Never {
+            reason: format!(
+                "{raw} is writable but holds the denied {}: Landlock cannot grant it whole, so no \
+                 policy line lets a command create, remove or rename directly in it. Have the \
+                 command work in a subdirectory, or move what must not be read out of the \
+                 writable dir and drop its deny-read entry.",
+                denied.join(", ")
+            ),
+        };
+    }
     let dir = if names_dir || is_dir(path) {
         path.to_path_buf()
     } else {
@@ -1072,6 +1098,7 @@ mod tests {
             home,
             deny,
             state_dirs: vec!["/var/lib/lockrun".into()],
+            narrowed: Vec::new(),
         }
     }
 
@@ -1379,6 +1406,28 @@ mod tests {
                 assert!(reason.contains(i), "{p}: {reason}");
             }
         }
+    }
+
+    #[test]
+    fn fs_make_in_a_narrowed_dir_cannot_be_allowed_and_a_write_beneath_can() {
+        let mut c = ctx();
+        c.narrowed.push(crate::fs::Narrowed {
+            dir: "/work/repo".into(),
+            denied: vec!["/work/repo/.env".into()],
+        });
+        for access in ["fs.make_reg", "fs.remove_file", "fs.refer"] {
+            let s = suggest_fs(&fs(Some("/work/repo"), &[access]), &c, &dirs);
+            assert!(matches!(s, Suggestion::Never { .. }), "{access}: {s:?}");
+            assert!(
+                reason(&s).contains("holds the denied /work/repo/.env"),
+                "{s:?}"
+            );
+        }
+        // Elsewhere, and without the run's account, the usual suggestion.
+        let other = suggest_fs(&fs(Some("/work/other"), &["fs.make_reg"]), &c, &dirs);
+        assert!(matches!(other, Suggestion::Allow { .. }), "{other:?}");
+        let unlogged = suggest_fs(&fs(Some("/work/repo"), &["fs.make_reg"]), &ctx(), &dirs);
+        assert!(matches!(unlogged, Suggestion::Allow { .. }), "{unlogged:?}");
     }
 
     #[test]

@@ -347,7 +347,7 @@ impl Roots {
 /// everything beneath, so the dir's entries are granted one by one instead:
 /// they stay writable, but creating, removing or renaming an entry
 /// directly in the dir needs a right on the dir itself, which it lacks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Narrowed {
     pub dir: PathBuf,
     /// The denied paths beneath it.

@@ -505,12 +505,8 @@ async fn run(
     // A denied path inside a writable dir: the dir cannot be granted whole,
     // and the refusals it brings are explained before they happen.
     for n in fs.narrowed() {
-        let message = n.to_string();
-        tracing::warn!("{message}");
-        audit.record(Event::Notice {
-            layer: crate::audit::Layer::Filesystem,
-            message,
-        });
+        tracing::warn!("{n}");
+        audit.record(Event::Narrowed(n.clone()));
     }
     let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
     tracing::debug!("3. Landlock ruleset prepared");
