@@ -232,21 +232,28 @@ pub fn summarize(
                     _ => None,
                 })
                 .collect();
-            let ctx = context(meta.as_ref(), &paths);
+            let mut ctx = context(meta.as_ref(), &paths);
+            // The run's own account of the dirs it could not grant whole.
+            ctx.narrowed.extend(events.iter().filter_map(|e| match e {
+                Event::Narrowed(n) => Some(n.clone()),
+                _ => None,
+            }));
             summarize_run(&events, &ctx, is_dir)
         })
         .collect()
 }
 
+/// The notice line an event gives, `layer: message`.
+fn notice(event: &Event) -> Option<String> {
+    match event {
+        Event::Notice { layer, message } => Some(format!("{}: {message}", layer_name(*layer))),
+        Event::Narrowed(n) => Some(format!("{}: {n}", layer_name(Layer::Filesystem))),
+        _ => None,
+    }
+}
+
 fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool) -> RunSummary {
     let mut run = RunSummary::default();
-    // The run's own account of the dirs it could not grant whole.
-    let mut ctx = ctx.clone();
-    ctx.narrowed.extend(events.iter().filter_map(|e| match e {
-        Event::Narrowed(n) => Some(n.clone()),
-        _ => None,
-    }));
-    let ctx = &ctx;
     // (layer, target, detail) -> index into run.refusals
     let mut index: BTreeMap<(Layer, String, String), usize> = BTreeMap::new();
     let mut add = |run: &mut RunSummary,
@@ -298,14 +305,7 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 }
                 run.exit = Some(*exit);
             }
-            Event::Notice { layer, message } => {
-                run.notices
-                    .push(format!("{}: {message}", layer_name(*layer)));
-            }
-            Event::Narrowed(n) => {
-                run.notices
-                    .push(format!("{}: {n}", layer_name(Layer::Filesystem)));
-            }
+            Event::Notice { .. } | Event::Narrowed(_) => run.notices.extend(notice(event)),
             Event::KernelEventsLost { count } => {
                 *run.refused.entry(Layer::KernelNetwork).or_default() += count;
                 run.lost_kernel_events += count;

@@ -27,7 +27,7 @@ pub fn enclosing_run() -> Option<String> {
 }
 
 /// Whether `/proc/<pid>/status` shows what every run's command has:
-/// no_new_privs and a seccomp filter.
+/// `no_new_privs` and a seccomp filter.
 #[must_use]
 pub fn confined(status: &str) -> bool {
     let field = |name: &str| {
