@@ -138,7 +138,10 @@ impl<'a> View<'a> {
             .map(ToString::to_string)
             .collect();
         let runs_dir = policy.runs_dir();
-        let narrowed = crate::fs::narrowed(policy, &runs_dir.join("<run-id>/tmp"), &runs_dir)
+        let run_tmp = runs_dir.join("<run-id>/tmp");
+        // A dir that cannot be listed refuses the run itself, with its reason.
+        let narrowed = crate::fs::narrowed(policy, &run_tmp, &runs_dir)
+            .unwrap_or_default()
             .iter()
             .map(ToString::to_string)
             .collect();
@@ -148,7 +151,7 @@ impl<'a> View<'a> {
             runs_later,
             narrowed,
             deny_read,
-            run_tmp: policy.runs_dir().join("<run-id>/tmp").display().to_string(),
+            run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
             seccomp: crate::seccomp::describe(),
             rules: None,

@@ -183,13 +183,7 @@ impl FsSandbox {
         let roots = Roots::of(policy, run_tmp, runs_dir);
         let mut plan = Plan::default();
         plan.grant_except(Path::new("/"), Grant::Read, &roots.denied)?;
-        for (canon, whole) in &roots.writable {
-            if *whole {
-                plan.push(canon, Grant::ReadWrite)?;
-            } else {
-                plan.grant_except(canon, Grant::ReadWrite, &roots.denied)?;
-            }
-        }
+        roots.grant_writable(&mut plan)?;
         for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
             plan.push_if_exists(Path::new(dev), Grant::Device)?;
         }
@@ -205,6 +199,7 @@ impl FsSandbox {
             .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
             .and_then(Ruleset::create)
             .map_err(FsError::Ruleset)?;
+        let narrowed = plan.take_narrowed();
         let mut grants = Vec::with_capacity(plan.rules.len());
         for (path, fd, grant, is_dir) in plan.rules {
             let mut access = rights(grant);
@@ -223,7 +218,7 @@ impl FsSandbox {
         Ok(Self {
             ruleset: fd.ok_or(FsError::NoFd)?,
             grants,
-            narrowed: roots.narrowed(),
+            narrowed,
             writable: roots.writable.into_iter().map(|(w, _)| w).collect(),
             denied: roots.denied.into_iter().collect(),
         })
@@ -301,44 +296,18 @@ impl Roots {
         Self { denied, writable }
     }
 
-    /// The dirs [`Plan::grant_except`] lists instead of granting whole, in
-    /// the writable roots it splits: every real dir from the root down to
-    /// a denied path's parent.
-    fn narrowed(&self) -> Vec<Narrowed> {
-        let mut dirs: std::collections::BTreeMap<PathBuf, BTreeSet<PathBuf>> =
-            std::collections::BTreeMap::new();
-        for (root, _) in self.writable.iter().filter(|(_, whole)| !whole) {
-            if self.denied.contains(root) {
-                continue;
-            }
-            for d in self.denied.iter().filter(|d| strictly_beneath(d, root)) {
-                // Down from the root, as the walk goes; it stops at what is
-                // not a real dir (a file or symlink is granted whole) and at
-                // a denied dir (nothing of it is granted).
-                let Some(parent) = d.parent() else { continue };
-                let mut names = parent
-                    .strip_prefix(root)
-                    .into_iter()
-                    .flat_map(Path::components);
-                let mut dir = root.clone();
-                loop {
-                    if self.denied.contains(&dir)
-                        || !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
-                    {
-                        break;
-                    }
-                    dirs.entry(dir.clone()).or_default().insert(d.clone());
-                    let Some(name) = names.next() else { break };
-                    dir.push(name);
-                }
+    /// Queue the writable roots' rules: whole, or split around the denied
+    /// paths beneath them (which records the dirs it lists in
+    /// [`Plan::narrowed`]).
+    fn grant_writable(&self, plan: &mut Plan) -> Result<(), FsError> {
+        for (canon, whole) in &self.writable {
+            if *whole {
+                plan.push(canon, Grant::ReadWrite)?;
+            } else {
+                plan.grant_except(canon, Grant::ReadWrite, &self.denied)?;
             }
         }
-        dirs.into_iter()
-            .map(|(dir, denied)| Narrowed {
-                dir,
-                denied: denied.into_iter().collect(),
-            })
-            .collect()
+        Ok(())
     }
 }
 
@@ -373,10 +342,16 @@ impl std::fmt::Display for Narrowed {
 }
 
 /// The writable dirs `policy` cannot grant whole here (see [`Narrowed`]),
-/// without building a ruleset: what `policy show` warns of.
-#[must_use]
-pub fn narrowed(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Vec<Narrowed> {
-    Roots::of(policy, run_tmp, runs_dir).narrowed()
+/// found by the same walk a run makes, without building a ruleset: what
+/// `policy show` warns of.
+pub fn narrowed(
+    policy: &Policy,
+    run_tmp: &Path,
+    runs_dir: &Path,
+) -> Result<Vec<Narrowed>, FsError> {
+    let mut plan = Plan::default();
+    Roots::of(policy, run_tmp, runs_dir).grant_writable(&mut plan)?;
+    Ok(plan.take_narrowed())
 }
 
 /// Denied paths as written and canonical (a symlinked `~/.ssh` denies its
@@ -458,8 +433,12 @@ mod tests {
             .collect(),
             writable: vec![(w.clone(), false), (whole, true)],
         };
-        let got: Vec<(PathBuf, usize)> = roots
-            .narrowed()
+        let mut plan = Plan::default();
+        roots
+            .grant_writable(&mut plan)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<(PathBuf, usize)> = plan
+            .take_narrowed()
             .into_iter()
             .map(|n| (n.dir, n.denied.len()))
             .collect();
@@ -489,9 +468,19 @@ mod tests {
 #[derive(Default)]
 struct Plan {
     rules: Vec<(PathBuf, OwnedFd, Grant, bool)>,
+    /// The writable dirs listed instead of granted whole, in walk order.
+    narrowed: Vec<Narrowed>,
 }
 
 impl Plan {
+    /// The dirs the walk listed in writable roots, by path, each once.
+    fn take_narrowed(&mut self) -> Vec<Narrowed> {
+        let mut n = std::mem::take(&mut self.narrowed);
+        n.sort_by(|a, b| a.dir.cmp(&b.dir));
+        n.dedup_by(|a, b| a.dir == b.dir);
+        n
+    }
+
     /// Open `path` without following a final symlink and queue a rule.
     /// Returns false (and queues nothing) for a symlink: a rule on a symlink
     /// that pointed into a denied dir would grant that dir.
@@ -605,6 +594,16 @@ impl Plan {
             // later is a new inode, without a rule.
             self.push(root, grant)?;
             return Ok(());
+        }
+        if grant == Grant::ReadWrite {
+            self.narrowed.push(Narrowed {
+                dir: root.to_path_buf(),
+                denied: denied
+                    .iter()
+                    .filter(|d| strictly_beneath(d, root))
+                    .cloned()
+                    .collect(),
+            });
         }
         let entries = std::fs::read_dir(root).map_err(|source| FsError::List {
             path: root.to_path_buf(),
