@@ -1534,3 +1534,67 @@ fn a_path_denied_inside_the_worktree_is_warned_about_with_its_limits() {
     assert_absent(&w.wt.join("moved"));
     w.assert_no_run_dirs();
 }
+
+/// A denied path beside thousands of entries (a state dir or secret in a
+/// shared `/tmp`): the walk grants each sibling, and must not hold a
+/// descriptor per entry (the soft limit is often 1024) nor skip any.
+#[test]
+fn a_denied_path_among_thousands_of_siblings_is_enforced_under_a_1024_descriptor_limit() {
+    let w = World::new("crowd");
+    let crowd = w.root.join("crowd");
+    let vault = crowd.join("vault");
+    std::fs::create_dir_all(&vault).unwrap();
+    let secret = w.canary(&vault.join("secret"));
+    for i in 0..1500 {
+        std::fs::write(crowd.join(format!("f{i}")), b"sibling").unwrap();
+    }
+    // Stale unix sockets, as a busy /tmp holds: no right of ABI 7 applies.
+    let sockets: Vec<UnixListener> = (0..100)
+        .map(|i| UnixListener::bind(crowd.join(format!("s{i}.sock"))).unwrap())
+        .collect();
+    drop(sockets);
+    let last = crowd.join("f1499");
+
+    let inner = w.cmd(
+        &["--deny-read", s(&vault)],
+        &support::probe_argv(&[
+            &["read", s(&secret)],
+            &["listdir", s(&vault)],
+            &["listdir", s(&crowd)],
+            &["read", s(&crowd.join("f0"))],
+            &["read", s(&last)],
+            &["write", s(&last)],
+        ]),
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 1024 && exec \"$@\"")
+        .arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env("HOME", &w.home)
+        .current_dir(&w.wt)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        r,
+        [
+            "errno=EACCES", // the denied file
+            "errno=EACCES", // the denied dir
+            "errno=EACCES", // its parent: split, so not listable
+            "ok",           // siblings stay readable, first and last
+            "ok",
+            "errno=EACCES", // and not writable
+        ]
+    );
+    assert_canary(&secret);
+    assert_eq!(std::fs::read(&last).unwrap(), b"sibling");
+}

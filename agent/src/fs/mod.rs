@@ -180,8 +180,14 @@ impl FsSandbox {
             });
         }
 
+        let ruleset: RulesetCreated = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(all_rights())
+            .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
+            .and_then(Ruleset::create)
+            .map_err(FsError::Ruleset)?;
         let roots = Roots::of(policy, run_tmp, runs_dir);
-        let mut plan = Plan::default();
+        let mut plan = Plan::adding_to(ruleset);
         plan.grant_except(Path::new("/"), Grant::Read, &roots.denied)?;
         roots.grant_writable(&mut plan)?;
         for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
@@ -192,29 +198,9 @@ impl FsSandbox {
         for pty in stdio_ptys() {
             plan.push_if_exists(&pty, Grant::Tty)?;
         }
-
-        let mut ruleset: RulesetCreated = Ruleset::default()
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(all_rights())
-            .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
-            .and_then(Ruleset::create)
-            .map_err(FsError::Ruleset)?;
         let narrowed = plan.take_narrowed();
-        let mut grants = Vec::with_capacity(plan.rules.len());
-        for (path, fd, grant, is_dir) in plan.rules {
-            let mut access = rights(grant);
-            if !is_dir {
-                access &= AccessFs::from_file(ABI_PINNED);
-            }
-            ruleset = ruleset
-                .add_rule(PathBeneath::new(fd.as_fd(), access))
-                .map_err(|source| FsError::Rule {
-                    path: path.clone(),
-                    source,
-                })?;
-            grants.push((path, grant));
-        }
-        let fd: Option<OwnedFd> = ruleset.into();
+        let (ruleset, grants) = (plan.ruleset.take(), plan.grants);
+        let fd: Option<OwnedFd> = ruleset.ok_or(FsError::NoFd)?.into();
         Ok(Self {
             ruleset: fd.ok_or(FsError::NoFd)?,
             grants,
@@ -465,14 +451,28 @@ mod tests {
     }
 }
 
+/// The walk's findings. With a ruleset, each rule goes into it as soon as its
+/// path is opened, and the descriptor is closed at once: a listed dir may
+/// hold thousands of entries (a shared `/tmp` above a state dir), more than
+/// a 1024-descriptor limit.
 #[derive(Default)]
 struct Plan {
-    rules: Vec<(PathBuf, OwnedFd, Grant, bool)>,
+    /// Where the rules go; `None` when only the findings are wanted.
+    ruleset: Option<RulesetCreated>,
+    /// Every path that received a rule, and which.
+    grants: Vec<(PathBuf, Grant)>,
     /// The writable dirs listed instead of granted whole, in walk order.
     narrowed: Vec<Narrowed>,
 }
 
 impl Plan {
+    fn adding_to(ruleset: RulesetCreated) -> Self {
+        Self {
+            ruleset: Some(ruleset),
+            ..Self::default()
+        }
+    }
+
     /// The dirs the walk listed in writable roots, by path, each once.
     fn take_narrowed(&mut self) -> Vec<Narrowed> {
         let mut n = std::mem::take(&mut self.narrowed);
@@ -481,27 +481,33 @@ impl Plan {
         n
     }
 
-    /// Open `path` without following a final symlink and queue a rule.
-    /// Returns false (and queues nothing) for a symlink: a rule on a symlink
+    /// Open `path` without following a final symlink and add a rule.
+    /// Returns false (and adds nothing) for a symlink: a rule on a symlink
     /// that pointed into a denied dir would grant that dir.
     fn push(&mut self, path: &Path, grant: Grant) -> Result<bool, FsError> {
         self.push_known(path, grant, None)
     }
 
     /// [`push`](Self::push), with the type a directory listing already gave
-    /// (no `fstat` then: the walk pushes ~80 entries per run). Should the
-    /// entry have been swapped since the listing: to a symlink, the rule is
-    /// on the link's own inode (opened `O_NOFOLLOW`), which no access walks
-    /// through; from a file to a directory, it gets the file rights only; to
-    /// a directory from a symlink or file's stale type "directory" on a
-    /// non-directory, the kernel refuses the rule and the run.
+    /// (no `fstat` of ours then). Should the entry have been swapped since
+    /// the listing: to a symlink, the rule is on the link's own inode (opened
+    /// `O_NOFOLLOW`), which no access walks through; from a file to a
+    /// directory, it gets the file rights only; to a directory from a
+    /// symlink or file's stale type "directory" on a non-directory, the
+    /// kernel refuses the rule and the run.
+    ///
+    /// A socket gets no rule: none of the rights of ABI 7 applies to one
+    /// (`open` of a socket fails whatever the rights, `connect` is not a
+    /// Landlock right there), and a `/tmp` of a shared machine holds
+    /// thousands.
     fn push_known(
         &mut self,
         path: &Path,
         grant: Grant,
         known: Option<std::fs::FileType>,
     ) -> Result<bool, FsError> {
-        if known.is_some_and(|t| t.is_symlink()) {
+        use std::os::unix::fs::FileTypeExt as _;
+        if known.is_some_and(|t| t.is_symlink() || t.is_socket()) {
             return Ok(false);
         }
         let file = std::fs::OpenOptions::new()
@@ -522,13 +528,26 @@ impl Plan {
                     source,
                 })?
                 .file_type();
-            if ft.is_symlink() {
+            if ft.is_symlink() || ft.is_socket() {
                 return Ok(false);
             }
             ft.is_dir()
         };
-        let fd = OwnedFd::from(file);
-        self.rules.push((path.to_path_buf(), fd, grant, is_dir));
+        if let Some(ruleset) = self.ruleset.take() {
+            let mut access = rights(grant);
+            if !is_dir {
+                access &= AccessFs::from_file(ABI_PINNED);
+            }
+            self.ruleset = Some(
+                ruleset
+                    .add_rule(PathBeneath::new(file.as_fd(), access))
+                    .map_err(|source| FsError::Rule {
+                        path: path.to_path_buf(),
+                        source,
+                    })?,
+            );
+        }
+        self.grants.push((path.to_path_buf(), grant));
         Ok(true)
     }
 
