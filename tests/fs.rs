@@ -1598,3 +1598,119 @@ fn a_denied_path_among_thousands_of_siblings_is_enforced_under_a_1024_descriptor
     assert_canary(&secret);
     assert_eq!(std::fs::read(&last).unwrap(), b"sibling");
 }
+
+/// A writable root at or beneath the denied state dir is granted whole (the
+/// more specific grant wins, for `{state}/agents/<name>`): the state dir
+/// itself or its run dirs as a worktree or writable path would hand this run
+/// every other run's temp dir. They are refused up front.
+#[test]
+fn the_state_dir_and_its_run_dirs_cannot_be_made_writable() {
+    let w = World::new("statewt");
+    // Another run, holding a secret in its temp dir.
+    let mut other = Background(
+        w.cmd(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo theirs > \"$TMPDIR/secret\" && echo \"$TMPDIR\" > tmpdir && sleep 30",
+            ],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let tmpdir_file = w.wt.join("tmpdir");
+    wait_for("the other run's temp dir", || {
+        std::fs::read_to_string(&tmpdir_file).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let their_tmp = std::fs::read_to_string(&tmpdir_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let link = w.root.join("state-link");
+    std::os::unix::fs::symlink(&w.state, &link).unwrap();
+    let agent = w.state.join("agents/mine");
+    std::fs::create_dir_all(&agent).unwrap();
+    // Each steal copies the secret into the root it was to be given, where,
+    // were it granted, the copy would land.
+    let state = s(&w.state);
+    let runs = format!("{state}/runs");
+    let cases: [(&str, &[&str], &str, String); 4] = [
+        (
+            "worktree",
+            &["--worktree", state],
+            "is lockrun's state dir",
+            state.to_owned(),
+        ),
+        (
+            "worktree",
+            &["--worktree", s(&link)],
+            "is lockrun's state dir",
+            state.to_owned(),
+        ),
+        (
+            "worktree",
+            &["--worktree", &runs],
+            "lies in the run dirs",
+            runs.clone(),
+        ),
+        (
+            "writable path",
+            &["--allow-write", &their_tmp],
+            "lies in the run dirs",
+            their_tmp.clone(),
+        ),
+    ];
+    for (what, flags, how, into) in cases {
+        let leak = std::path::Path::new(&into).join("leak");
+        let steal = format!("cat {their_tmp}/secret > {}", s(&leak));
+        let mut c = Command::new(BIN);
+        c.args(["--state-dir", state]).args(flags);
+        if what != "worktree" {
+            c.args(["--worktree", s(&w.wt)]);
+        }
+        let out = c
+            .args(["--", "sh", "-c", &steal])
+            .env("HOME", &w.home)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_absent(&leak);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!("lockrun: {what} "))
+                && err.contains(how)
+                && err.contains("where other runs keep their temp dirs"),
+            "{flags:?}: {err}"
+        );
+    }
+
+    // Control: an agent dir beneath the state dir is a worktree like any other,
+    // and the run dirs beside it stay closed.
+    let out = Command::new(BIN)
+        .args(["--state-dir", state, "--worktree", s(&agent), "--"])
+        .args(support::probe_argv(&[
+            &["write", s(&agent.join("mine"))],
+            &["read", &format!("{their_tmp}/secret")],
+            &["listdir", &format!("{state}/runs")],
+        ]))
+        .env("HOME", &w.home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["ok", "errno=EACCES", "errno=EACCES"]
+    );
+    other.sigterm();
+    assert!(!other.wait().success());
+}

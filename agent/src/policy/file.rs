@@ -85,6 +85,13 @@ pub enum PolicyError {
     },
     #[error("worktree {0} is not a directory")]
     WorktreeNotDir(PathBuf),
+    #[error("{what} {path} {how} {state}, where other runs keep their temp dirs: it cannot be writable in a run (choose a dir outside {state}, or another --state-dir)")]
+    InStateDir {
+        what: &'static str,
+        path: PathBuf,
+        how: &'static str,
+        state: PathBuf,
+    },
     #[error("{flag} `{value}`: {message}")]
     Flag {
         flag: &'static str,
@@ -407,6 +414,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     fs.deny_read.dedup();
     network.local.sort();
     network.local.dedup();
+    outside_run_dirs(&worktree, &fs.writable, &state_dir)?;
 
     Ok(Policy {
         sources: chain.iter().map(|s| PathBuf::from(&s.origin)).collect(),
@@ -417,6 +425,43 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         run,
         env,
     })
+}
+
+/// Refuse a writable root that is the state dir or lies in its run dirs. A
+/// writable root beneath a denied path is granted whole (the more specific
+/// grant wins: `{state}/agents/<name>`), so one there would open every other
+/// run's temp dir to this run; an ancestor of the state dir is split around
+/// it instead, and is fine.
+fn outside_run_dirs(
+    worktree: &Path,
+    writable: &[PathSpec],
+    state: &Path,
+) -> Result<(), PolicyError> {
+    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let state = canon(state);
+    let runs = state.join("runs");
+    let roots = std::iter::once(("worktree", worktree.to_path_buf())).chain(
+        writable.iter().filter_map(|w| match w {
+            PathSpec::Absolute(p) => Some(("writable path", canon(p))),
+            PathSpec::RunTmp(_) => None,
+        }),
+    );
+    for (what, path) in roots {
+        let how = if path == state {
+            "is lockrun's state dir"
+        } else if path.starts_with(&runs) {
+            "lies in the run dirs of lockrun's state dir"
+        } else {
+            continue;
+        };
+        return Err(PolicyError::InStateDir {
+            what,
+            path,
+            how,
+            state,
+        });
+    }
+    Ok(())
 }
 
 fn local_endpoint(raw: &str) -> Result<SocketAddr, String> {
