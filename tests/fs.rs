@@ -1714,3 +1714,41 @@ fn the_state_dir_and_its_run_dirs_cannot_be_made_writable() {
     other.sigterm();
     assert!(!other.wait().success());
 }
+
+/// Python's multiprocessing makes its locks as named semaphores in /dev/shm,
+/// which every process on the machine shares: refused in a run (EACCES), and
+/// `lockrun audit` says why it does not suggest opening it; allowed knowingly,
+/// the same pool works.
+#[test]
+fn shared_memory_is_closed_and_audit_explains_instead_of_suggesting_it() {
+    let w = World::new("shm");
+    let log = w.root.join("audit.jsonl");
+    let pool = "import multiprocessing as m\n\
+                try:\n    p = m.Pool(2); print('sum', sum(p.map(abs, [-1, -2])))\n\
+                except OSError as e:\n    print('errno', e.errno)\n";
+    let out = w.run(&["--audit-log", s(&log)], &[python3(), "-c", pool]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.trim(),
+        format!("errno {}", libc::EACCES),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit = Command::new(BIN).arg("audit").arg(&log).output().unwrap();
+    let text = String::from_utf8_lossy(&audit.stdout);
+    assert!(
+        text.contains("/dev/shm — write (fs.make_reg)")
+            && text.contains("not suggested: /dev/shm is shared by every process on this machine")
+            && !text.contains("allow with:"),
+        "{text}"
+    );
+
+    // Control: allowed knowingly, the pool runs.
+    let out = w.run(&["--allow-write", "/dev/shm"], &[python3(), "-c", pool]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "sum 3",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -805,6 +805,21 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
 /// Why making `dir` writable for the refused `raw` should not be suggested:
 /// it opens far more than the file, or reaches where code runs later.
 fn not_to_open(dir: &Path, raw: &str, home: &Path) -> Option<Suggestion> {
+    if SHARED_MEMORY.iter().any(|s| dir.starts_with(s)) {
+        return Some(Suggestion::Warn {
+            reason: format!(
+                "{} is shared by every process on this machine: POSIX shared memory \
+                 and named semaphores (Python multiprocessing's locks, queues and process pools, \
+                 browsers) are made there. A run gets no private one (that would take a mount \
+                 namespace, which lockrun does not use); made writable, the command could read \
+                 and change what other processes and other runs keep there. Use threads where \
+                 the tool allows (concurrent.futures.ThreadPoolExecutor), or accept that sharing \
+                 knowingly: --allow-write {}.",
+                dir.display(),
+                dir.display()
+            ),
+        });
+    }
     if is_too_broad(dir, home) {
         return Some(Suggestion::Warn {
             reason: format!(
@@ -829,6 +844,9 @@ fn not_to_open(dir: &Path, raw: &str, home: &Path) -> Option<Suggestion> {
         ),
     })
 }
+
+/// Shared-memory filesystems: one per machine, shared by every process.
+const SHARED_MEMORY: &[&str] = &["/dev/shm", "/run/shm"];
 
 fn is_too_broad(dir: &Path, home: &Path) -> bool {
     const SYSTEM: &[&str] = &[
@@ -1364,6 +1382,27 @@ mod tests {
         for p in ["/home/u/.bashrc", "/etc/hosts", "/tmp/x"] {
             let s = suggest_fs(&fs(Some(p), &["fs.write_file"]), &ctx(), &dirs);
             assert!(matches!(s, Suggestion::Warn { .. }), "{p}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn fs_write_in_shared_memory_is_not_suggested_and_says_why() {
+        // A named semaphore is made in /dev/shm (make_reg, on the dir), its
+        // data written to a file there; both name the shared dir.
+        for (p, access) in [
+            ("/dev/shm", "fs.make_reg"),
+            ("/dev/shm/sem.mp-1", "fs.write_file"),
+            ("/run/shm/x", "fs.write_file"),
+        ] {
+            let s = suggest_fs(&fs(Some(p), &[access]), &ctx(), &dirs);
+            assert!(matches!(s, Suggestion::Warn { .. }), "{p}: {s:?}");
+            let r = reason(&s);
+            assert!(
+                r.contains("is shared by every process on this machine")
+                    && r.contains("Python multiprocessing")
+                    && r.contains("--allow-write /"),
+                "{p}: {r}"
+            );
         }
     }
 
