@@ -245,7 +245,14 @@ impl AuditLog {
             // not a policy refusal.
             Event::Proxy(p) if !p.allowed && p.status != 407 => {
                 *t.refused.entry(Layer::Proxy).or_default() += 1;
-                *t.proxy.entry(format!("{}:{}", p.host, p.port)).or_default() += 1;
+                // A connection refused before any request (the cap, a head
+                // that never came) has no target: its reason names it.
+                let key = if p.host.is_empty() {
+                    format!("({})", p.reason)
+                } else {
+                    format!("{}:{}", p.host, p.port)
+                };
+                *t.proxy.entry(key).or_default() += 1;
             }
             Event::Filesystem(f) => {
                 *t.refused.entry(Layer::Filesystem).or_default() += 1;
@@ -409,6 +416,32 @@ mod tests {
                 "lockrun: 3 connections refused: 127.0.0.1:6379 ×2 (redis-cli), [::1]:22 (ssh)"
                     .to_owned()
             ]
+        );
+    }
+
+    #[test]
+    fn proxy_refusals_without_a_target_are_named_by_their_reason() {
+        let log = AuditLog::open(None).unwrap();
+        let p = |host: &str, port: u16, reason: &str, status: u16| {
+            Event::Proxy(ProxyEvent {
+                method: if host.is_empty() { "" } else { "CONNECT" }.into(),
+                host: host.into(),
+                port,
+                dialed: None,
+                allowed: false,
+                reason: reason.into(),
+                status,
+            })
+        };
+        let cap = "too many connections (run.max_connections = 256)";
+        log.record(p("", 0, cap, 503));
+        log.record(p("", 0, cap, 503));
+        log.record(p("evil.example", 443, "no allow rule matches", 403));
+        assert_eq!(
+            log.summary(),
+            vec![format!(
+                "lockrun: 3 proxy requests refused: ({cap}) ×2, evil.example:443"
+            )]
         );
     }
 
