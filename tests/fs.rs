@@ -1752,3 +1752,65 @@ fn shared_memory_is_closed_and_audit_explains_instead_of_suggesting_it() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The proxy holds a descriptor or more per connection, and the common soft
+/// limit of 1024 would stall it well below `run.max_connections`: lockrun
+/// raises its own soft limit to the hard one, and gives the command the
+/// caller's back (programs using select(2) expect no descriptor above 1023).
+#[test]
+fn the_proxy_gets_the_hard_descriptor_limit_and_the_command_the_callers() {
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    if hard < 4096 {
+        support::skip(
+            "the_proxy_gets_the_hard_descriptor_limit_and_the_command_the_callers",
+            &format!("the hard descriptor limit is {hard}, below the 4096 this test needs"),
+        );
+        return;
+    }
+    let w = World::new("nofile");
+    let policy = w.root.join("many.toml");
+    std::fs::write(&policy, "[run]\nmax_connections = 4000\n").unwrap();
+    let hold = "import os, socket, sys, time, urllib.parse\n\
+                u = urllib.parse.urlparse(os.environ['HTTPS_PROXY'])\n\
+                s = [socket.create_connection((u.hostname, u.port)) for _ in range(800)]\n\
+                print('held', len(s), flush=True)\n\
+                open(os.environ['TMPDIR'] + '/held.' + str(os.getpid()), 'w').close()\n\
+                time.sleep(30)\n";
+    // 1,600 connections held open to the proxy, then one real request: an
+    // unlisted name must get its 403 at once, not wait behind an accept
+    // that fails with EMFILE.
+    let hold_py = w.root.join("hold.py");
+    std::fs::write(&hold_py, hold).unwrap();
+    let script = format!(
+        "ulimit -Sn; {py} {hold} & a=$!; {py} {hold} & b=$!; \
+         for i in $(seq 300); do [ $(ls \"$TMPDIR\" | grep -c held) = 2 ] && break; sleep 0.1; done; \
+         curl -sS -m 8 -o /dev/null -w 'status %{{http_connect}}\\n' https://unlisted.test/; \
+         kill $a $b",
+        py = python3(),
+        hold = s(&hold_py),
+    );
+    let inner = w.cmd(
+        &["--policy", s(&policy), "--allow-host", "listed.test"],
+        &["sh", "-c", &script],
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -Sn 1024 && exec \"$@\"")
+        .arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env("HOME", &w.home)
+        .current_dir(&w.wt)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["1024", "held 800", "held 800", "status 403"],
+        "stderr: {stderr}"
+    );
+    assert!(!stderr.contains("accept failed"), "{stderr}");
+}

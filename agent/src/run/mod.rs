@@ -412,6 +412,12 @@ pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> 
         Ok(a) => std::sync::Arc::new(a),
         Err(e) => return refuse(&RunError::Audit(e)),
     };
+    // Before any descriptor is opened: the proxy and the ruleset walk get
+    // the hard limit, the command the caller's.
+    let nofile = crate::sys::raise_nofile().unwrap_or_else(|e| {
+        eprintln!("lockrun: warning: the descriptor limit could not be raised ({e}); the proxy keeps the caller's");
+        None
+    });
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -420,7 +426,7 @@ pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> 
         Err(e) => return refuse(&RunError::Runtime(e)),
     };
     tracing::debug!("audit log open, runtime built");
-    let code = match rt.block_on(run(policy, argv, &audit)) {
+    let code = match rt.block_on(run(policy, argv, &audit, nofile)) {
         Ok(code) => code,
         Err(e) => refuse(&e),
     };
@@ -447,6 +453,7 @@ async fn run(
     policy: &Policy,
     argv: &[OsString],
     audit: &std::sync::Arc<crate::audit::AuditLog>,
+    nofile: Option<libc::rlimit>,
 ) -> Result<i32, RunError> {
     use crate::audit::Event;
 
@@ -602,12 +609,10 @@ async fn run(
     };
 
     tracing::debug!("7. kernel audit reader started");
-    let (plan, report) =
-        crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx).map_err(|source| {
-            RunError::Child {
-                what: "report pipe",
-                source,
-            }
+    let (plan, report) = crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile)
+        .map_err(|source| RunError::Child {
+            what: "report pipe",
+            source,
         })?;
     let supervise = crate::supervise::Config {
         writable: supervise_roots.0,

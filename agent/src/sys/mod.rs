@@ -58,13 +58,14 @@ pub enum Step {
     Landlock,
     Seccomp,
     Notify,
+    Rlimit,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, Seccomp,
-            Securebits,
+            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, Rlimit,
+            Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -76,6 +77,7 @@ impl Step {
             Landlock,
             Seccomp,
             Notify,
+            Rlimit,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -94,6 +96,7 @@ impl Step {
             Step::Landlock => "applying the Landlock ruleset (landlock_restrict_self)",
             Step::Seccomp => "loading the seccomp filter with its notification listener (seccomp SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)",
             Step::Notify => "handing the seccomp listener to lockrun (sendmsg SCM_RIGHTS)",
+            Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
         }
     }
 }
@@ -111,7 +114,29 @@ pub struct ChildPlan {
     /// and the bounding set be changed. An unprivileged caller has nothing
     /// to lose there, and `no_new_privs` keeps exec from adding anything.
     setpcap: bool,
+    /// The caller's descriptor limit, when lockrun raised its own
+    /// ([`raise_nofile`]): the command gets it back.
+    nofile: Option<libc::rlimit>,
     report: OwnedFd,
+}
+
+/// Raise this process's soft descriptor limit to its hard one, returning
+/// the limit as it was (`None` when already there). The proxy holds two
+/// sockets and up to two pipes per tunnel, and the common soft limit of
+/// 1024 would cap it below `run.max_connections`; the command gets the
+/// caller's limit back ([`ChildPlan::new`]), as Go does for its children:
+/// programs using `select(2)` expect no descriptor above 1023.
+pub fn raise_nofile() -> io::Result<Option<libc::rlimit>> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
+    if soft >= hard {
+        return Ok(None);
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
+    Ok(Some(libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    }))
 }
 
 /// The parent's end of the report pipe.
@@ -143,6 +168,7 @@ impl ChildPlan {
         landlock: OwnedFd,
         seccomp: seccompiler::BpfProgram,
         listener_to: OwnedFd,
+        nofile: Option<libc::rlimit>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -154,6 +180,7 @@ impl ChildPlan {
                 listener_to,
                 last_cap,
                 setpcap,
+                nofile,
                 report: w,
             },
             Report(r),
@@ -197,6 +224,13 @@ impl ChildPlan {
         } != 0
         {
             return Err(self.fail(Step::CloseRange));
+        }
+        // 1b. the caller's descriptor limit (lowering needs no privilege)
+        if let Some(limit) = &self.nofile {
+            // SAFETY: setrlimit with a live, initialized stack value.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) } != 0 {
+                return Err(self.fail(Step::Rlimit));
+            }
         }
         if self.setpcap {
             // 2. securebits
