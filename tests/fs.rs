@@ -1814,3 +1814,50 @@ fn the_proxy_gets_the_hard_descriptor_limit_and_the_command_the_callers() {
     );
     assert!(!stderr.contains("accept failed"), "{stderr}");
 }
+
+/// A CI runner sends a run's output to a log file; tools reopen it as
+/// `/dev/stdout` or `/dev/stderr` (`> /dev/stderr`, `tee /dev/stderr`). That
+/// file is writable through the descriptor the command inherits, so the
+/// reopen is granted the same, write and truncate, and nothing else: not
+/// read (here it lies in a denied dir), not the dir around it.
+#[test]
+fn the_callers_stdout_file_is_reachable_as_dev_stderr_and_nothing_more() {
+    let w = World::new("stdio");
+    let log = w.data.join("err.log");
+    std::fs::write(&log, "before\n").unwrap();
+    let stderr = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    let sibling = w.data.join("sibling");
+    let moved = w.data.join("moved");
+    let out = w
+        .cmd(
+            &["--deny-read", s(&w.data)],
+            &support::probe_argv(&[
+                &["write", "/dev/stderr"],
+                &["append", "/dev/stderr"],
+                &["read", "/dev/stderr"],
+                &["write", s(&sibling)],
+                &["rename", s(&log), s(&moved)],
+            ]),
+        )
+        .stderr(stderr)
+        .output()
+        .unwrap();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(out.status.success(), "{:?}: {said}", out.status);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["ok", "ok", "errno=EACCES", "errno=EACCES", "errno=EACCES"],
+        "{said}"
+    );
+    // Truncated and written as outside; then lockrun's own summary of the
+    // three refusals. The reopen itself is no refusal.
+    assert!(
+        said.starts_with("pwnedpwnedlockrun: 3 filesystem accesses refused: "),
+        "{said}"
+    );
+    assert!(!said.contains("/proc/"), "{said}");
+    assert_absent(&sibling);
+    assert_absent(&moved);
+}

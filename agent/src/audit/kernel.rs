@@ -312,6 +312,9 @@ impl Correlator {
                 .get("blockers")
                 .map(String::as_str)
                 .unwrap_or_default();
+            if create_check_of_an_existing_file(blockers, syscall) {
+                continue;
+            }
             let pid = syscall
                 .and_then(|s| s.fields.get("pid"))
                 .and_then(|p| p.parse().ok())
@@ -335,6 +338,22 @@ impl Correlator {
             });
         }
     }
+}
+
+/// Whether a denial is the kernel checking a create it then did not need:
+/// `open(O_CREAT)` of a name whose dentry is not cached (procfs revalidates
+/// every one: `> /dev/stdout` opens `/proc/self/fd/1`) asks the security
+/// hooks whether the file could be made before looking it up, and when it
+/// exists the refusal is dropped and the open goes on. Landlock logs it all
+/// the same; the SYSCALL record shows the call succeeded. Only a refusal
+/// of making something, in a call that succeeded, is this; any other
+/// blocker, or a failed call, is a refusal the command saw.
+fn create_check_of_an_existing_file(blockers: &str, syscall: Option<&AuditRecord>) -> bool {
+    let succeeded = syscall
+        .and_then(|s| s.fields.get("success"))
+        .map(String::as_str)
+        == Some("yes");
+    succeeded && !blockers.is_empty() && blockers.split(',').all(|b| b.starts_with("fs.make_"))
 }
 
 /// The reader thread of one run.
@@ -546,6 +565,43 @@ mod tests {
             &mut out,
         );
         out
+    }
+
+    #[test]
+    fn a_create_check_in_a_call_that_succeeded_is_no_refusal() {
+        // `sh -c 'echo > /dev/stdout'`, stdout a pipe: the open succeeded.
+        let access = r#"audit(1795938126.349:3): domain=1049acb18 blockers=fs.make_reg path="/proc/9245/fd" dev="proc" ino=46495301"#;
+        let ok = SYSCALL.replace("success=no exit=-13", "success=yes exit=3");
+        let dropped = feed(
+            9245,
+            &[
+                (AUDIT_LANDLOCK_ACCESS, access),
+                (AUDIT_LANDLOCK_DOMAIN, DOMAIN),
+                (AUDIT_SYSCALL, &ok),
+            ],
+        );
+        assert_eq!(dropped, []);
+        // The same denial in a call that failed is one.
+        let kept = feed(
+            9245,
+            &[
+                (AUDIT_LANDLOCK_ACCESS, access),
+                (AUDIT_LANDLOCK_DOMAIN, DOMAIN),
+                (AUDIT_SYSCALL, SYSCALL),
+            ],
+        );
+        assert_eq!(kept.len(), 1);
+        // Any other blocker in a call that succeeded is kept too.
+        let write = access.replace("fs.make_reg", "fs.write_file");
+        let other = feed(
+            9245,
+            &[
+                (AUDIT_LANDLOCK_ACCESS, &write),
+                (AUDIT_LANDLOCK_DOMAIN, DOMAIN),
+                (AUDIT_SYSCALL, &ok),
+            ],
+        );
+        assert_eq!(other.len(), 1);
     }
 
     #[test]

@@ -96,6 +96,7 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
                 }
                 crate::fs::Grant::Device => "read, write, ioctl (device)",
                 crate::fs::Grant::Tty => "read, write, ioctl (terminal)",
+                crate::fs::Grant::Stdio => "write, truncate (the caller's stdout or stderr)",
                 crate::fs::Grant::List => {
                     "list only (the names; nothing beneath is readable unless listed here)"
                 }

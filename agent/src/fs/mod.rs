@@ -106,6 +106,11 @@ pub enum Grant {
     Tty,
     /// List a directory (and the directories beneath), read nothing in it: `/dev`.
     List,
+    /// Write and truncate, not read: the file or FIFO the caller's stdout or
+    /// stderr is open on for writing, so that `> /dev/stdout` and
+    /// `tee /dev/stderr` reach it as they do outside. The command can do as
+    /// much through the descriptor it inherits (`write`, `ftruncate`).
+    Stdio,
 }
 
 fn read_rights() -> BitFlags<AccessFs> {
@@ -125,6 +130,7 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
         // ENOTTY) from being logged as refusals.
         Grant::Device | Grant::Tty => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
         Grant::List => AccessFs::ReadDir.into(),
+        Grant::Stdio => AccessFs::WriteFile | AccessFs::Truncate,
     }
 }
 
@@ -197,6 +203,9 @@ impl FsSandbox {
         plan.push_if_exists(Path::new("/dev/ptmx"), Grant::Tty)?;
         for pty in stdio_ptys() {
             plan.push_if_exists(&pty, Grant::Tty)?;
+        }
+        for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+            plan.push_stdio(fd)?;
         }
         let narrowed = plan.take_narrowed();
         let (ruleset, grants) = (plan.ruleset.take(), plan.grants);
@@ -533,6 +542,18 @@ impl Plan {
             }
             ft.is_dir()
         };
+        self.add(path, &file, grant, is_dir)?;
+        Ok(true)
+    }
+
+    /// Add the rule for `file` (opened `O_PATH`), shown as `path`.
+    fn add(
+        &mut self,
+        path: &Path,
+        file: &std::fs::File,
+        grant: Grant,
+        is_dir: bool,
+    ) -> Result<(), FsError> {
         if let Some(ruleset) = self.ruleset.take() {
             let mut access = rights(grant);
             if !is_dir {
@@ -548,7 +569,45 @@ impl Plan {
             );
         }
         self.grants.push((path.to_path_buf(), grant));
-        Ok(true)
+        Ok(())
+    }
+
+    /// [`Grant::Stdio`] for the regular file or FIFO that `fd` is open on for
+    /// writing, reached through the descriptor itself (`/proc/self/fd/N`: the
+    /// same inode, whatever its name now). Anything else gets nothing here:
+    /// a pipe or socket needs no rule, a terminal has its own
+    /// ([`stdio_ptys`]), a device is not granted by the caller's redirection.
+    fn push_stdio(&mut self, fd: libc::c_int) -> Result<(), FsError> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        use nix::sys::stat::{fstat, SFlag};
+        let (Ok(flags), Ok(st)) = (fcntl(fd, FcntlArg::F_GETFL), fstat(fd)) else {
+            return Ok(()); // closed: nothing to grant
+        };
+        let mode = OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE;
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        if !(mode == OFlag::O_WRONLY || mode == OFlag::O_RDWR)
+            || !(kind == SFlag::S_IFREG || kind == SFlag::S_IFIFO)
+        {
+            return Ok(());
+        }
+        let link = PathBuf::from(format!("/proc/self/fd/{fd}"));
+        let Ok(path) = std::fs::read_link(&link) else {
+            return Ok(());
+        };
+        if !path.is_absolute() {
+            // `pipe:[N]`: an anonymous pipe is a FIFO too, in no directory;
+            // Landlock takes no rule on it, nor needs one.
+            return Ok(());
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(&link)
+            .map_err(|source| FsError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        self.add(&path, &file, Grant::Stdio, false)
     }
 
     /// Queue a rule for a fixed system path (a device), following symlinks
