@@ -1861,3 +1861,57 @@ fn the_callers_stdout_file_is_reachable_as_dev_stderr_and_nothing_more() {
     assert_absent(&sibling);
     assert_absent(&moved);
 }
+
+/// A worktree whose name is not UTF-8 (any bytes but `/` and NUL are a
+/// name): the run works, and its audit log stays whole and readable; the
+/// name is logged with U+FFFD for the bytes that are not UTF-8.
+#[test]
+fn a_worktree_named_in_bytes_that_are_not_utf8_keeps_the_audit_log_whole() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let w = World::new("bytes");
+    let wt = w.root.join(std::ffi::OsStr::from_bytes(b"w \xff x"));
+    std::fs::create_dir(&wt).unwrap();
+    let log = w.root.join("audit.jsonl");
+    let outside = w.data.join("outside");
+    let out = Command::new(BIN)
+        .arg("--worktree")
+        .arg(&wt)
+        .args(["--state-dir", s(&w.state), "--audit-log", s(&log), "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo in > made; echo out > {}", s(&outside)),
+        ])
+        .current_dir(&wt)
+        .env("HOME", &w.home)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(wt.join("made")).unwrap(), b"in\n");
+    assert_absent(&outside);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        if v["event"] == "run_start" {
+            assert_eq!(v["worktree"], format!("{}/w \u{fffd} x", s(&w.root)));
+        }
+    }
+    assert!(text.contains("\"event\":\"run_end\""), "{text}");
+    let audit = Command::new(BIN).arg("audit").arg(&log).output().unwrap();
+    let said = String::from_utf8_lossy(&audit.stdout);
+    assert!(
+        audit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    assert!(
+        said.contains(&format!("{} — write (fs.make_reg)", s(&w.data))),
+        "{said}"
+    );
+}

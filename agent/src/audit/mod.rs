@@ -16,6 +16,26 @@ use serde::{Deserialize, Serialize};
 
 pub mod kernel;
 
+/// Paths in the log as UTF-8, bytes that are not replaced by U+FFFD (as
+/// `Path::display` does): a path that is not UTF-8 must not cost the line.
+/// Read back as written.
+pub mod lossy {
+    use serde::Serializer;
+    use std::path::{Path, PathBuf};
+
+    /// # Errors
+    /// Only the serializer's own.
+    pub fn path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&p.to_string_lossy())
+    }
+
+    /// # Errors
+    /// Only the serializer's own.
+    pub fn paths<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(ps.iter().map(|p| p.to_string_lossy()))
+    }
+}
+
 /// Which layer refused (or allowed) something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,7 +120,9 @@ pub enum Event {
     RunStart {
         run_id: String,
         command: Vec<String>,
+        #[serde(serialize_with = "lossy::paths")]
         policy: Vec<PathBuf>,
+        #[serde(serialize_with = "lossy::path")]
         worktree: PathBuf,
     },
     KernelNetwork(KernelNetEvent),
@@ -211,8 +233,11 @@ impl AuditLog {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(w) = guard.as_mut() {
             // A failing audit write must not kill the run; it is reported once at the end.
-            if serde_json::to_writer(&mut *w, &rec).is_ok() {
-                let _ = w.write_all(b"\n");
+            // Whole lines only: a record that cannot be serialized is not
+            // begun (a half line would make the rest of the log unreadable).
+            if let Ok(mut line) = serde_json::to_vec(&rec) {
+                line.push(b'\n');
+                let _ = w.write_all(&line);
                 let _ = w.flush();
             }
         }

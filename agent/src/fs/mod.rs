@@ -313,8 +313,10 @@ impl Roots {
 /// directly in the dir needs a right on the dir itself, which it lacks.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Narrowed {
+    #[serde(serialize_with = "crate::audit::lossy::path")]
     pub dir: PathBuf,
     /// The denied paths beneath it.
+    #[serde(serialize_with = "crate::audit::lossy::paths")]
     pub denied: Vec<PathBuf>,
 }
 
