@@ -1915,3 +1915,78 @@ fn a_worktree_named_in_bytes_that_are_not_utf8_keeps_the_audit_log_whole() {
         "{said}"
     );
 }
+
+/// Two runs on one worktree at once would each put back what the other
+/// changed in `.git`: the second would take the first's planted hook for
+/// the state before the run, and put it back after the first removed it.
+/// The second is refused while the first runs; after it, a run starts.
+#[test]
+fn a_second_run_on_a_worktree_with_git_is_refused_while_the_first_runs() {
+    let w = World::new("gitlock");
+    let out = Command::new("git")
+        .args(["init", "-q"])
+        .arg(&w.wt)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let hook = w.wt.join(".git/hooks/pre-commit");
+    let go = w.wt.join("go");
+    let mut first = Background(
+        w.cmd(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "printf '#!/bin/sh\\necho planted\\n' > .git/hooks/pre-commit && \
+                 chmod +x .git/hooks/pre-commit && touch planted && \
+                 for i in $(seq 400); do [ -e go ] && break; sleep 0.05; done",
+            ],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    wait_for("the first run's hook", || w.wt.join("planted").exists());
+
+    let second = w.run(&[], &["touch", "second"]);
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "lockrun: the worktree {} is in use by another run (process {})",
+            s(&w.wt),
+            first.0.id()
+        )) && err.contains("two runs at once would each put back what the other changed"),
+        "{err}"
+    );
+    assert_absent(&w.wt.join("second"));
+
+    std::fs::write(&go, "").unwrap();
+    let st = first.wait();
+    assert!(st.success(), "{st:?}");
+    let mut said = String::new();
+    first
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    assert!(
+        said.contains("the command added") && said.contains("pre-commit"),
+        "{said}"
+    );
+    assert_absent(&hook);
+
+    // Control: with the first run over, the worktree is free.
+    let third = w.run(&[], &["touch", "third"]);
+    assert!(
+        third.status.success(),
+        "{}",
+        String::from_utf8_lossy(&third.stderr)
+    );
+    assert!(w.wt.join("third").exists());
+    assert_absent(&hook);
+}

@@ -34,6 +34,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::{Flock, FlockArg};
 use nix::sys::stat::Mode;
 
 /// The files directly in `.git` that are guarded.
@@ -163,9 +164,40 @@ impl std::fmt::Display for GitChange {
     }
 }
 
+/// Why the guarded state could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum TakeError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// Another run (or whatever holds the worktree's lock) is on it.
+    #[error("the worktree is locked by {}", holder.map_or_else(|| "another process".to_owned(), |p| format!("process {p}")))]
+    Busy { holder: Option<u32> },
+}
+
+/// The pid holding the `flock` on `dir`, from `/proc/locks`
+/// (`1: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino> 0 EOF`).
+fn lock_holder(dir: BorrowedFd<'_>) -> Option<u32> {
+    let st = nix::sys::stat::fstat(dir.as_raw_fd()).ok()?;
+    let dev = st.st_dev;
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        st.st_ino
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
+    })
+}
+
 /// The guarded state of a worktree's `.git`, taken before the run.
 pub struct GitGuard {
-    worktree: OwnedFd,
+    /// The worktree, locked while the guard lives.
+    worktree: Flock<OwnedFd>,
     git_path: PathBuf,
     before: State,
 }
@@ -174,12 +206,27 @@ impl GitGuard {
     /// Read the guarded files of `<worktree>/.git`. `Ok(None)` when there is
     /// no `.git` directory there (nothing to guard); an error when there is
     /// one that cannot be read (the run must not start unguarded).
-    pub fn take(worktree: &Path) -> io::Result<Option<Self>> {
+    ///
+    /// The worktree is locked (`flock`, exclusive) until the guard is
+    /// dropped: two runs on one worktree would each put back what the other
+    /// changed, a hook planted by the first restored by the second as "as it
+    /// was". The lock is on the worktree itself, which the command cannot
+    /// rename (its parent is not writable), not on `.git`, which it can.
+    pub fn take(worktree: &Path) -> Result<Option<Self>, TakeError> {
         let wt = open_abs_dir(worktree)?;
         let git = match open_dir(wt.as_fd(), OsStr::new(".git")) {
             Ok(g) => g,
             Err(e) if is_absent(&e) => return Ok(None),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
+        };
+        let wt = match Flock::lock(wt, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err((wt, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(TakeError::Busy {
+                    holder: lock_holder(wt.as_fd()),
+                })
+            }
+            Err((_, e)) => return Err(TakeError::Io(e.into())),
         };
         let before = read_state(git.as_fd())?;
         Ok(Some(Self {

@@ -73,6 +73,11 @@ pub enum RunError {
         step: crate::sys::Step,
         source: std::io::Error,
     },
+    #[error("the worktree {} is in use by {}: its git hooks and config are put back at the end of each run, and two runs at once would each put back what the other changed; wait for it, or give each run its own worktree", worktree.display(), holder.map_or_else(|| "another run".to_owned(), |p| format!("another run (process {p})")))]
+    WorktreeBusy {
+        worktree: PathBuf,
+        holder: Option<u32>,
+    },
     #[error("reading the worktree's git hooks and config to keep them: {path}: {source} (lockrun puts them back after the run; it will not run without a copy)")]
     GitGuard {
         path: PathBuf,
@@ -496,11 +501,16 @@ async fn run(
 
     // The worktree's git hooks and config, read now, put back after the
     // run (see crate::gitguard): git runs them outside the sandbox.
-    let git_guard =
-        crate::gitguard::GitGuard::take(&policy.worktree).map_err(|source| RunError::GitGuard {
+    let git_guard = crate::gitguard::GitGuard::take(&policy.worktree).map_err(|e| match e {
+        crate::gitguard::TakeError::Busy { holder } => RunError::WorktreeBusy {
+            worktree: policy.worktree.clone(),
+            holder,
+        },
+        crate::gitguard::TakeError::Io(source) => RunError::GitGuard {
             path: policy.worktree.join(".git"),
             source,
-        })?;
+        },
+    })?;
 
     // 3. Landlock ruleset and seccomp filters, both prepared here, before any
     //    kernel object exists: a policy that cannot be built fails cheaply.
