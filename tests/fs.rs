@@ -1604,6 +1604,7 @@ fn a_denied_path_among_thousands_of_siblings_is_enforced_under_a_1024_descriptor
 /// itself or its run dirs as a worktree or writable path would hand this run
 /// every other run's temp dir. They are refused up front.
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn the_state_dir_and_its_run_dirs_cannot_be_made_writable() {
     let w = World::new("statewt");
     // Another run, holding a secret in its temp dir.
