@@ -1535,6 +1535,20 @@ fn a_path_denied_inside_the_worktree_is_warned_about_with_its_limits() {
     w.assert_no_run_dirs();
 }
 
+/// `inner` (a lockrun command of `w`) run by a shell after `ulimit ARGS`.
+fn with_ulimit(args: &str, w: &World, inner: &Command) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit {args} && exec \"$@\""))
+        .arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env("HOME", &w.home)
+        .current_dir(&w.wt)
+        .output()
+        .unwrap()
+}
+
 /// A denied path beside thousands of entries (a state dir or secret in a
 /// shared `/tmp`): the walk grants each sibling, and must not hold a
 /// descriptor per entry (the soft limit is often 1024) nor skip any.
@@ -1566,16 +1580,8 @@ fn a_denied_path_among_thousands_of_siblings_is_enforced_under_a_1024_descriptor
             &["write", s(&last)],
         ]),
     );
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 1024 && exec \"$@\"")
-        .arg("sh")
-        .arg(inner.get_program())
-        .args(inner.get_args())
-        .env("HOME", &w.home)
-        .current_dir(&w.wt)
-        .output()
-        .unwrap();
+    // Soft and hard: lockrun cannot raise it, the walk must do with it.
+    let out = with_ulimit("-n 1024", &w, &inner);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -1795,16 +1801,7 @@ fn the_proxy_gets_the_hard_descriptor_limit_and_the_command_the_callers() {
         &["--policy", s(&policy), "--allow-host", "listed.test"],
         &["sh", "-c", &script],
     );
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -Sn 1024 && exec \"$@\"")
-        .arg("sh")
-        .arg(inner.get_program())
-        .args(inner.get_args())
-        .env("HOME", &w.home)
-        .current_dir(&w.wt)
-        .output()
-        .unwrap();
+    let out = with_ulimit("-Sn 1024", &w, &inner);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stdout.lines().collect();
