@@ -550,16 +550,24 @@ pub fn run(o: &Options) -> Result<String> {
     let (outside, inside) = connect_ab(&inside_prefix, port, &worktree)?;
     let _ = writeln!(md, "\nconnect()+close() to the allowed endpoint, one process moved between rounds: {outside:.1} µs outside, {inside:.1} µs inside a run's cgroup ({:+.1}%; the fastest of 16 rounds of 5000 each side, taken out, in, in, out, …).", (inside / outside - 1.0) * 100.0);
 
-    // 50 concurrent sandboxes, each with its own cgroup and hooks.
+    // 50 concurrent sandboxes, each with its own cgroup and hooks, and its
+    // own worktree, as agents have (lockrun refuses a second run on a
+    // worktree with `.git` while one runs there).
+    let agents = dir.join("agents");
     let t = Instant::now();
     let mut kids = Vec::new();
-    for _ in 0..50 {
+    for i in 0..50 {
         let mut argv = inside_prefix.clone();
+        let own = agents.join(format!("a{i}"));
+        std::fs::create_dir_all(&own)?;
+        if let Some(at) = argv.iter().position(|a| a == "--worktree") {
+            argv[at + 1] = own.display().to_string();
+        }
         argv.extend(["python3", "-c", "import socket,sys,time; time.sleep(0.5); socket.create_connection(('127.0.0.1', int(sys.argv[1]))).close()", &port.to_string()].iter().map(ToString::to_string));
         kids.push(
             Command::new(&argv[0])
                 .args(&argv[1..])
-                .current_dir(&worktree)
+                .current_dir(&own)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -577,7 +585,7 @@ pub fn run(o: &Options) -> Result<String> {
             }
         }
     }
-    let _ = writeln!(md, "50 concurrent sandboxes (own cgroup and hooks each, 0.5 s of work + one allowed connect): {failed} failed, all done in {:.2} s.{}", t.elapsed().as_secs_f64(), if failed > 0 { format!(" First error: {}", first_err.trim()) } else { String::new() });
+    let _ = writeln!(md, "50 concurrent sandboxes (own worktree, cgroup and hooks each, 0.5 s of work + one allowed connect): {failed} failed, all done in {:.2} s.{}", t.elapsed().as_secs_f64(), if failed > 0 { format!(" First error: {}", first_err.trim()) } else { String::new() });
 
     if !notes.is_empty() {
         let _ = writeln!(md, "\nNotes:");
