@@ -1988,3 +1988,51 @@ fn a_second_run_on_a_worktree_with_git_is_refused_while_the_first_runs() {
     assert!(w.wt.join("third").exists());
     assert_absent(&hook);
 }
+
+/// A writable dir inside a denied one is granted (the more specific grant
+/// wins), but a path denied beneath that dir is denied again: the more
+/// specific denial wins in turn, and the dir is split around it.
+#[test]
+fn a_path_denied_beneath_a_writable_dir_in_a_denied_dir_stays_denied() {
+    let w = World::new("nested-deny");
+    let outer = w.root.join("outer");
+    let work = outer.join("work");
+    std::fs::create_dir_all(work.join("sub")).unwrap();
+    let env = w.canary(&work.join(".env"));
+    let other = w.canary(&outer.join("other"));
+    let flags = [
+        "--deny-read",
+        s(&outer),
+        "--deny-read",
+        s(&env),
+        "--allow-write",
+        s(&work),
+    ];
+    let made = work.join("sub/made");
+    let r = w.probe(
+        &flags,
+        &[
+            &["read", s(&env)],
+            &["read", s(&other)],
+            &["write", s(&made)],
+        ],
+    );
+    assert_eq!(r, ["errno=EACCES", "errno=EACCES", "ok"]);
+    // Judged from outside: the write landed; a copy of the secret did not.
+    assert_eq!(std::fs::read(&made).unwrap(), b"pwned");
+    let leak = w.wt.join("leak");
+    let out = w.run(
+        &flags,
+        &["sh", "-c", &format!("cat {} > {}", s(&env), s(&leak))],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!std::fs::read_to_string(&leak)
+        .unwrap_or_default()
+        .contains("canary"));
+    assert_canary(&env);
+}

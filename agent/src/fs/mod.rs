@@ -201,20 +201,16 @@ impl FsSandbox {
         }
         plan.push_if_exists(Path::new("/dev/tty"), Grant::Tty)?;
         plan.push_if_exists(Path::new("/dev/ptmx"), Grant::Tty)?;
-        for pty in stdio_ptys() {
-            plan.push_if_exists(&pty, Grant::Tty)?;
-        }
-        for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        for fd in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
             plan.push_stdio(fd)?;
         }
         let narrowed = plan.take_narrowed();
-        let (ruleset, grants) = (plan.ruleset.take(), plan.grants);
-        let fd: Option<OwnedFd> = ruleset.ok_or(FsError::NoFd)?.into();
+        let fd: Option<OwnedFd> = plan.ruleset.take().and_then(Into::into);
         Ok(Self {
             ruleset: fd.ok_or(FsError::NoFd)?,
-            grants,
+            grants: plan.grants,
             narrowed,
-            writable: roots.writable.into_iter().map(|(w, _)| w).collect(),
+            writable: roots.writable,
             denied: roots.denied.into_iter().collect(),
         })
     }
@@ -261,11 +257,12 @@ impl FsSandbox {
 struct Roots {
     /// Denied paths, as written and canonical ([`canonical_set`]).
     denied: BTreeSet<PathBuf>,
-    /// Writable paths that exist (canonical), and whether each is granted
-    /// whole: the run's own tmp, or a path beneath a denied one (`{tmp}/…`
-    /// beneath `<state>/runs`), where the more specific grant wins. The
-    /// others are split around the denied paths beneath them.
-    writable: Vec<(PathBuf, bool)>,
+    /// Writable paths that exist (canonical). Each is granted whole unless
+    /// a denied path lies beneath it, whether or not it lies beneath one
+    /// itself: the more specific grant wins (the run's own tmp beneath
+    /// `<state>/runs`, `{state}/agents/<name>`), and the more specific
+    /// denial beneath it wins again.
+    writable: Vec<PathBuf>,
 }
 
 impl Roots {
@@ -283,24 +280,23 @@ impl Roots {
         let writable = writable
             .iter()
             .filter_map(|w| w.canonicalize().ok())
-            .map(|canon| {
-                let whole = canon == run_tmp || denied.iter().any(|d| canon.starts_with(d));
-                (canon, whole)
-            })
             .collect();
         Self { denied, writable }
     }
 
-    /// Queue the writable roots' rules: whole, or split around the denied
+    /// Add the writable roots' rules: whole, or split around the denied
     /// paths beneath them (which records the dirs it lists in
-    /// [`Plan::narrowed`]).
+    /// [`Plan::narrowed`]). Only the denied paths beneath a root count for
+    /// it: one it lies in is what its grant overrides.
     fn grant_writable(&self, plan: &mut Plan) -> Result<(), FsError> {
-        for (canon, whole) in &self.writable {
-            if *whole {
-                plan.push(canon, Grant::ReadWrite)?;
-            } else {
-                plan.grant_except(canon, Grant::ReadWrite, &self.denied)?;
-            }
+        for root in &self.writable {
+            let beneath: BTreeSet<PathBuf> = self
+                .denied
+                .iter()
+                .filter(|d| strictly_beneath(d, root))
+                .cloned()
+                .collect();
+            plan.grant_except(root, Grant::ReadWrite, &beneath)?;
         }
         Ok(())
     }
@@ -410,25 +406,27 @@ mod tests {
         std::fs::create_dir_all(w.join("a/b")).unwrap_or_else(|e| panic!("{e}"));
         std::fs::create_dir_all(w.join("d")).unwrap_or_else(|e| panic!("{e}"));
         std::fs::create_dir_all(dir.join("elsewhere/x")).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::create_dir_all(dir.join("whole/s")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(dir.join("closed/inner/s")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(dir.join("closed/open")).unwrap_or_else(|e| panic!("{e}"));
         let _ = std::os::unix::fs::symlink(dir.join("elsewhere"), w.join("link"));
         let w = w.canonicalize().unwrap_or_else(|e| panic!("{e}"));
-        let whole = dir
-            .join("whole")
+        let closed = dir
+            .join("closed")
             .canonicalize()
             .unwrap_or_else(|e| panic!("{e}"));
         let roots = Roots {
             denied: [
-                w.join("a/b/secret"), // W, W/a, W/a/b
-                w.join("absent"),     // W (absent: still split)
-                w.join("d"),          // W; a denied dir itself is not narrowed
-                w.join("d/deeper"),   // nothing below a denied dir
-                w.join("link/x"),     // W; the walk grants the symlink whole
-                whole.join("s"),      // in a root granted whole: nothing
+                w.join("a/b/secret"),   // W, W/a, W/a/b
+                w.join("absent"),       // W (absent: still split)
+                w.join("d"),            // W; a denied dir itself is not narrowed
+                w.join("d/deeper"),     // nothing below a denied dir
+                w.join("link/x"),       // W; the walk grants the symlink whole
+                closed.clone(),         // what the roots below lie in
+                closed.join("inner/s"), // beneath a root in a denied dir: split
             ]
             .into_iter()
             .collect(),
-            writable: vec![(w.clone(), false), (whole, true)],
+            writable: vec![w.clone(), closed.join("inner"), closed.join("open")],
         };
         let mut plan = Plan::default();
         roots
@@ -441,8 +439,29 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            [(w.clone(), 5), (w.join("a"), 1), (w.join("a/b"), 1)],
+            [
+                (closed.join("inner"), 1),
+                (w.clone(), 5),
+                (w.join("a"), 1),
+                (w.join("a/b"), 1)
+            ],
             "{got:?}"
+        );
+        // A root in a denied dir with nothing denied beneath it is whole.
+        assert!(
+            plan.grants
+                .iter()
+                .any(|(p, g)| *p == closed.join("open") && *g == Grant::ReadWrite),
+            "{:?}",
+            plan.grants
+        );
+        assert!(
+            !plan
+                .grants
+                .iter()
+                .any(|(p, _)| p.starts_with(closed.join("inner/s"))),
+            "{:?}",
+            plan.grants
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -574,31 +593,38 @@ impl Plan {
         Ok(())
     }
 
-    /// [`Grant::Stdio`] for the regular file or FIFO that `fd` is open on for
-    /// writing, reached through the descriptor itself (`/proc/self/fd/N`: the
-    /// same inode, whatever its name now). Anything else gets nothing here:
-    /// a pipe or socket needs no rule, a terminal has its own
-    /// ([`stdio_ptys`]), a device is not granted by the caller's redirection.
+    /// The caller's stdio descriptor `fd`, as the command will inherit it:
+    /// its pty ([`Grant::Tty`], `/dev/pts/N`), or the regular file or named
+    /// FIFO it is open on for writing ([`Grant::Stdio`]), reached through
+    /// the descriptor itself (`/proc/self/fd/N`: the same inode, whatever
+    /// its name now). Anything else gets nothing here: a pipe or socket
+    /// needs no rule, a device is not granted by the caller's redirection.
     fn push_stdio(&mut self, fd: libc::c_int) -> Result<(), FsError> {
         use nix::fcntl::{fcntl, FcntlArg, OFlag};
         use nix::sys::stat::{fstat, SFlag};
-        let (Ok(flags), Ok(st)) = (fcntl(fd, FcntlArg::F_GETFL), fstat(fd)) else {
+        let link = PathBuf::from(format!("/proc/self/fd/{fd}"));
+        let Ok(path) = std::fs::read_link(&link) else {
             return Ok(()); // closed: nothing to grant
+        };
+        if self.grants.iter().any(|(p, _)| *p == path) {
+            return Ok(()); // the same terminal or file on another descriptor
+        }
+        if path.starts_with("/dev/pts/") {
+            return self.push_if_exists(&path, Grant::Tty);
+        }
+        if !path.is_absolute() {
+            // `pipe:[N]`, `socket:[N]`: in no directory; Landlock takes no
+            // rule on them, nor needs one.
+            return Ok(());
+        }
+        let (Ok(flags), Ok(st)) = (fcntl(fd, FcntlArg::F_GETFL), fstat(fd)) else {
+            return Ok(());
         };
         let mode = OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE;
         let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
         if !(mode == OFlag::O_WRONLY || mode == OFlag::O_RDWR)
             || !(kind == SFlag::S_IFREG || kind == SFlag::S_IFIFO)
         {
-            return Ok(());
-        }
-        let link = PathBuf::from(format!("/proc/self/fd/{fd}"));
-        let Ok(path) = std::fs::read_link(&link) else {
-            return Ok(());
-        };
-        if !path.is_absolute() {
-            // `pipe:[N]`: an anonymous pipe is a FIFO too, in no directory;
-            // Landlock takes no rule on it, nor needs one.
             return Ok(());
         }
         let file = std::fs::OpenOptions::new()
@@ -716,17 +742,4 @@ fn strictly_beneath(path: &Path, dir: &Path) -> bool {
     let (p, d) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
     let d = d.strip_suffix(b"/").unwrap_or(d);
     p.len() > d.len() + 1 && p.starts_with(d) && p[d.len()] == b'/'
-}
-
-/// The ptys on the caller's stdin, stdout and stderr (`/dev/pts/N`).
-fn stdio_ptys() -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for fd in 0..3 {
-        if let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
-            if target.starts_with("/dev/pts/") && !out.contains(&target) {
-                out.push(target);
-            }
-        }
-    }
-    out
 }

@@ -428,10 +428,12 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
 }
 
 /// Refuse a writable root that is the state dir or lies in its run dirs. A
-/// writable root beneath a denied path is granted whole (the more specific
-/// grant wins: `{state}/agents/<name>`), so one there would open every other
-/// run's temp dir to this run; an ancestor of the state dir is split around
-/// it instead, and is fine.
+/// writable root beneath a denied path is granted whole unless a denied
+/// path lies beneath it (the more specific grant wins: `{state}/agents/<name>`),
+/// so one in `runs/` would open another run's temp dir to this run; the
+/// state dir itself would be split around `runs/`, a worktree in which
+/// nothing could be created. An ancestor of the state dir is split around
+/// it, and is fine.
 fn outside_run_dirs(
     worktree: &Path,
     writable: &[PathSpec],
