@@ -262,6 +262,9 @@ impl Supervisor {
             .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
             .open("/")?
             .into();
+        if let Err(e) = notify::notif_sync_wakeup(listener.as_fd()) {
+            tracing::debug!("seccomp notifications keep ordinary wake-ups: {e}");
+        }
         let fs_roots = Roots::open(root.as_fd(), &config.writable, &config.denied);
         let unix_roots = Roots::open(root.as_fd(), &config.unix, &config.denied);
         let shared = Arc::new(Shared {

@@ -198,6 +198,31 @@ pub fn notif_send(
     }
 }
 
+/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6; not in the libc crate).
+const USER_NOTIF_FD_SYNC_WAKE_UP: libc::c_ulong = 1;
+
+/// `SECCOMP_IOCTL_NOTIF_SET_FLAGS(SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)`
+/// (Linux 6.6): the kernel hands each notification to the supervisor, and
+/// its answer back to the task, as a direct switch on the waker's CPU
+/// rather than a wake-up of the other (often idle) one. The task is blocked
+/// meanwhile, so nothing runs in parallel that could. `EINVAL` on older
+/// kernels, which is harmless: only slower.
+pub fn notif_sync_wakeup(listener: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the argument is the flags value itself, not a pointer.
+    let r = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+            USER_NOTIF_FD_SYNC_WAKE_UP,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// `SECCOMP_IOCTL_NOTIF_ID_VALID`: whether the notifying task is still
 /// waiting — so a pid read from the notification still names it.
 #[must_use]
