@@ -246,6 +246,9 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     ] {
         assert!(log.contains(access), "{access} missing from {log}");
     }
+    // A refusal by descriptor names what the descriptor is.
+    let by_fd = format!("\"fd 0 ({})\"", f.display());
+    assert!(log.contains(&by_fd), "{by_fd} missing from {log}");
 }
 
 #[test]

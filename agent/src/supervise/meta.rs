@@ -10,9 +10,9 @@
 //! `ERANGE`, `E2BIG`) are returned the same way.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::resolve::{self, Errno, Object, Roots};
+use super::resolve::{self, Errno, Object, Roots, Unplaced};
 use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
 use crate::sys::notify;
@@ -378,8 +378,8 @@ fn fd_is_opath(fd: &OwnedFd) -> bool {
 }
 
 /// What a descriptor refers to, for the audit log (the kernel's name for it).
-fn fd_target(fd: &OwnedFd) -> String {
-    nix::fcntl::readlink(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)).as_str())
+fn fd_target(fd: BorrowedFd<'_>) -> String {
+    nix::fcntl::readlink(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)).as_str())
         .map_or_else(|_| "?".to_owned(), |p| p.to_string_lossy().into_owned())
 }
 
@@ -391,8 +391,7 @@ fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
             if fd_is_opath(&f) {
                 return Err(libc::EBADF);
             }
-            let shown = format!("fd {fd} ({})", fd_target(&f));
-            Ok(Named::Fd(f, shown))
+            Ok(Named::Fd(f, format!("fd {fd}")))
         }
         Target::Path {
             dirfd,
@@ -414,14 +413,12 @@ fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
                     return Ok(Named::Cwd(task.cwd()?));
                 }
                 let f = task.getfd(dirfd)?;
-                let shown = format!("fd {dirfd} ({})", fd_target(&f));
-                return Ok(Named::Fd(f, shown));
+                return Ok(Named::Fd(f, format!("fd {dirfd}")));
             }
             if follow {
                 if let Some(fd) = resolve::proc_self_fd(&bytes) {
                     let f = task.getfd(fd)?;
-                    let shown = format!("{} ({})", String::from_utf8_lossy(&bytes), fd_target(&f));
-                    return Ok(Named::Fd(f, shown));
+                    return Ok(Named::Fd(f, String::from_utf8_lossy(&bytes).into_owned()));
                 }
             }
             let start = if bytes[0] == b'/' {
@@ -473,7 +470,8 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
         return Err(Fail::Errno(libc::ESRCH));
     }
     let root = task.root();
-    let (obj, shown) = match named {
+    // `by_fd`: `shown` is a descriptor's label, completed on refusal.
+    let (obj, shown, by_fd) = match named {
         Named::Path {
             bytes,
             start,
@@ -488,22 +486,33 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
                     notify::EffectiveCapsDropped::new().map_err(|_| Fail::Errno(libc::EPERM))?;
                 resolve::resolve(root, start, &bytes, follow)?
             };
-            (obj, shown)
+            (obj, shown, false)
         }
-        Named::Cwd(fd) => (Object::Dir(fd), "(cwd)".to_owned()),
-        Named::Fd(fd, shown) => match resolve::locate_fd(root, fd) {
-            Ok(o) => (o, shown),
-            Err(Some(e)) => return Err(Fail::Errno(e)),
-            Err(None) => return Err(Fail::Outside(format!("{shown} (not placeable)"))),
+        Named::Cwd(fd) => (Object::Dir(fd), "(cwd)".to_owned(), false),
+        Named::Fd(fd, label) => match resolve::locate_fd(root, fd) {
+            // The kernel's name for it is looked up only if it is refused.
+            Ok(o) => (o, label, true),
+            Err(Unplaced::Errno(e)) => return Err(Fail::Errno(e)),
+            Err(Unplaced::Refused(name)) => {
+                return Err(Fail::Outside(format!("{label} ({name}) (not placeable)")))
+            }
         },
+    };
+    let shown = |obj: &Object| {
+        if by_fd {
+            format!("{shown} ({})", fd_target(obj.fd()))
+        } else {
+            shown.clone()
+        }
     };
     if let Op::Refused(cmd) = op {
         return Err(Fail::Outside(format!(
-            "{shown}: ioctl {cmd:#x} is not allowed under lockrun"
+            "{}: ioctl {cmd:#x} is not allowed under lockrun",
+            shown(&obj)
         )));
     }
     if !roots.judge(&obj)? {
-        return Err(Fail::Outside(shown));
+        return Err(Fail::Outside(shown(&obj)));
     }
     perform(&obj, &op).map_err(Fail::Errno)
 }

@@ -127,13 +127,17 @@ impl Shared {
 pub struct Task<'a> {
     s: &'a Shared,
     n: Notif,
-    pidfd: OwnedFd,
+    /// Opened on the first [`Task::getfd`]: calls that name a path need none.
+    pidfd: std::cell::OnceCell<OwnedFd>,
 }
 
 impl<'a> Task<'a> {
-    fn new(s: &'a Shared, n: Notif) -> Result<Self, Reply> {
-        let pidfd = notify::pidfd_open(n.pid).map_err(|_| Reply::Gone)?;
-        Ok(Self { s, n, pidfd })
+    fn new(s: &'a Shared, n: Notif) -> Self {
+        Self {
+            s,
+            n,
+            pidfd: std::cell::OnceCell::new(),
+        }
     }
 
     /// Whether the task is still waiting on this notification: call after
@@ -192,7 +196,16 @@ impl<'a> Task<'a> {
 
     /// A duplicate of the task's descriptor `fd` (`EBADF` if it has none).
     pub fn getfd(&self, fd: i32) -> Result<OwnedFd, Errno> {
-        notify::pidfd_getfd(self.pidfd.as_fd(), fd).map_err(|e| match e.raw_os_error() {
+        let pidfd = match self.pidfd.get() {
+            Some(p) => p,
+            None => {
+                // The task is gone (or its tid was reused: then the
+                // notification is no longer valid, checked before acting).
+                let p = notify::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?;
+                self.pidfd.get_or_init(|| p)
+            }
+        };
+        notify::pidfd_getfd(pidfd.as_fd(), fd).map_err(|e| match e.raw_os_error() {
             Some(libc::EBADF) | None => libc::EBADF,
             Some(e) => e,
         })
@@ -334,19 +347,15 @@ fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
 
 fn handle(s: &Arc<Shared>, n: Notif) {
     let nr = i64::from(n.nr);
-    let reply = match Task::new(s, n) {
-        Err(r) => r,
-        Ok(task) => {
-            if nr == libc::SYS_connect {
-                unix::connect(&task, s)
-            } else if nr == libc::SYS_sendto {
-                unix::sendto(&task, s)
-            } else if nr == libc::SYS_ioctl || crate::seccomp::NOTIFY_METADATA.contains(&nr) {
-                meta::handle(&task, &s.fs_roots)
-            } else {
-                Reply::Errno(libc::ENOSYS)
-            }
-        }
+    let task = Task::new(s, n);
+    let reply = if nr == libc::SYS_connect {
+        unix::connect(&task, s)
+    } else if nr == libc::SYS_sendto {
+        unix::sendto(&task, s)
+    } else if nr == libc::SYS_ioctl || crate::seccomp::NOTIFY_METADATA.contains(&nr) {
+        meta::handle(&task, &s.fs_roots)
+    } else {
+        Reply::Errno(libc::ENOSYS)
     };
     s.respond(n.id, &reply);
 }

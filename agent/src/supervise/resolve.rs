@@ -203,29 +203,45 @@ pub fn resolve(
     Err(libc::ELOOP)
 }
 
-/// Place a descriptor taken from the command. `Err(None)`: it cannot be
-/// placed (renamed meanwhile, not a path): refuse.
-pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Errno>> {
-    let st = stat(fd.as_fd()).map_err(Some)?;
+/// Why a descriptor taken from the command was not placed.
+#[derive(Debug)]
+pub enum Unplaced {
+    /// The supervisor's own call failed with this errno.
+    Errno(Errno),
+    /// It cannot be placed (renamed meanwhile, not a path): refuse. The
+    /// kernel's name for it, for the audit log.
+    Refused(String),
+}
+
+/// Place a descriptor taken from the command.
+pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Unplaced> {
+    let st = stat(fd.as_fd()).map_err(Unplaced::Errno)?;
     let kind = st.st_mode & libc::S_IFMT;
     if kind == libc::S_IFDIR {
         return Ok(Object::Dir(fd));
     }
-    let magic = fs_magic(fd.as_fd()).map_err(Some)?;
-    if [PIPEFS_MAGIC, SOCKFS_MAGIC, ANON_INODE_FS_MAGIC].contains(&magic) {
-        return Ok(Object::Anonymous(fd));
-    }
     let link = nix::fcntl::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str())
-        .map_err(|e| Some(nix_errno(e)))?;
+        .map_err(|e| Unplaced::Errno(nix_errno(e)))?;
     let link = link.as_bytes();
-    if link.starts_with(b"/memfd:")
-        && st.st_nlink == 0
-        && [TMPFS_MAGIC, HUGETLBFS_MAGIC].contains(&magic)
-    {
-        return Ok(Object::Anonymous(fd));
-    }
-    if !link.starts_with(b"/") {
-        return Err(None);
+    let refused = || Unplaced::Refused(String::from_utf8_lossy(link).into_owned());
+    // The filesystem is asked only where the name leaves a doubt: a file
+    // at a path is placed by that path below, whatever it is on (a name
+    // the kernel gives that is no path, or is one the command could have
+    // made up, cannot be placed there and is refused).
+    if !link.starts_with(b"/") || link.starts_with(b"/memfd:") {
+        let magic = fs_magic(fd.as_fd()).map_err(Unplaced::Errno)?;
+        if [PIPEFS_MAGIC, SOCKFS_MAGIC, ANON_INODE_FS_MAGIC].contains(&magic) {
+            return Ok(Object::Anonymous(fd));
+        }
+        if link.starts_with(b"/memfd:")
+            && st.st_nlink == 0
+            && [TMPFS_MAGIC, HUGETLBFS_MAGIC].contains(&magic)
+        {
+            return Ok(Object::Anonymous(fd));
+        }
+        if !link.starts_with(b"/") {
+            return Err(refused());
+        }
     }
     // Unlinked (an `O_TMPFILE`, a deleted temp file): no name to check, but
     // the kernel still names the directory it was in — its real dentry chain,
@@ -233,7 +249,7 @@ pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Err
     // directory; the command cannot move directories across a root boundary.
     let deleted = st.st_nlink == 0;
     let link = if deleted {
-        link.strip_suffix(b" (deleted)").ok_or(None)?
+        link.strip_suffix(b" (deleted)").ok_or_else(refused)?
     } else {
         link
     };
@@ -247,7 +263,7 @@ pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Err
         libc::O_PATH | libc::O_DIRECTORY,
         libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
     )
-    .map_err(|_| None)?;
+    .map_err(|_| refused())?;
     if deleted {
         return Ok(Object::Entry {
             parent,
@@ -260,9 +276,9 @@ pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Option<Err
         std::ffi::OsStr::from_bytes(name),
         nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )
-    .map_err(|_| None)?;
+    .map_err(|_| refused())?;
     if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino) {
-        return Err(None);
+        return Err(refused());
     }
     Ok(Object::Entry {
         parent,
@@ -309,8 +325,9 @@ impl Roots {
     /// Whether the directory `dir` is a writable root or beneath one, with
     /// no denied path nearer.
     pub fn judge_dir(&self, dir: BorrowedFd<'_>) -> Result<bool, Errno> {
-        let mut cur = dir.try_clone_to_owned().map_err(|e| errno(&e))?;
-        let mut st = stat(cur.as_fd())?;
+        // `None`: still at `dir` itself (borrowed, not duplicated).
+        let mut up: Option<OwnedFd> = None;
+        let mut st = stat(dir)?;
         for _ in 0..MAX_DEPTH {
             if let Some((_, _, w)) = self
                 .entries
@@ -319,12 +336,13 @@ impl Roots {
             {
                 return Ok(*w);
             }
-            let parent = open_at(cur.as_fd(), b"..", libc::O_PATH | libc::O_DIRECTORY, 0)?;
+            let cur = up.as_ref().map_or(dir, AsFd::as_fd);
+            let parent = open_at(cur, b"..", libc::O_PATH | libc::O_DIRECTORY, 0)?;
             let pst = stat(parent.as_fd())?;
             if (pst.st_dev, pst.st_ino) == (st.st_dev, st.st_ino) {
                 return Ok(false);
             }
-            cur = parent;
+            up = Some(parent);
             st = pst;
         }
         Ok(false)
