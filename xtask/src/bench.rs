@@ -515,6 +515,102 @@ fn startup_table(
     }
 }
 
+/// Files in the archive of [`tar_table`].
+const TAR_FILES: usize = 5000;
+
+/// A tmpfs mounted for the bench, unmounted (lazily, so never left) on drop.
+struct Tmpfs(PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The archive's files, placed again before each timed run: the previous
+/// run's tree is removed outside the timing.
+fn tar_once(argv: &[String], dir: &Path) -> Result<Duration> {
+    let out = dir.join("src");
+    if out.exists() {
+        std::fs::remove_dir_all(&out)?;
+    }
+    time_once(argv, dir)
+}
+
+/// Metadata-heavy work: `tar x` of [`TAR_FILES`] files as root, which
+/// keeps each file's owner, mode and times (an `fchown`, `fchmod` and
+/// `utimensat` per file: calls lockrun's supervisor judges, since Landlock
+/// does not cover them). Into a tmpfs worktree when one can be mounted: on
+/// this VM's disk, removing the previous run's files slows the next run
+/// for seconds (online discard), whatever runs it.
+fn tar_table(
+    md: &mut String,
+    notes: &mut Vec<String>,
+    o: &Options,
+    peers: &Path,
+    dir: &Path,
+    checkout: &Path,
+    state: &Path,
+) -> Result<()> {
+    let wt = dir.join("tar-wt");
+    // A mount left by a bench that was killed.
+    let _ = Command::new("umount")
+        .arg("-l")
+        .arg(&wt)
+        .stderr(Stdio::null())
+        .status();
+    let _ = std::fs::remove_dir_all(&wt);
+    std::fs::create_dir_all(&wt)?;
+    let tmpfs = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512m,mode=0755", "lockrun-bench"])
+        .arg(&wt)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        .then(|| Tmpfs(wt.clone()));
+    if tmpfs.is_none() {
+        notes.push("`tar x`: no tmpfs could be mounted; measured on disk".into());
+    }
+    let archive = dir.join("files-5k.tar");
+    if !archive.exists() {
+        sh(&format!(
+            "cd {} && git ls-files | head -n {TAR_FILES} | tar cf {}.part --transform 's,^,src/,' -T - && mv {}.part {}",
+            checkout.display(),
+            archive.display(),
+            archive.display(),
+            archive.display()
+        ))?;
+    }
+    // The same sandboxes with this worktree (their notes are already out).
+    let (rs, _) = runners(o, peers, &wt, state);
+    let prefixes: Vec<&[String]> = rs.iter().map(|r| r.argv.as_slice()).collect();
+    let a = archive.display().to_string();
+    let times = measure_rounds(&prefixes, &["tar", "xf", &a], &wt, o.reps.min(10), tar_once);
+    let _ = writeln!(md, "\n`tar x` of {TAR_FILES} files into the worktree as root (owner, mode and times kept: an `fchown`, `fchmod` and `utimensat` per file), median of {} runs{}:\n", o.reps.min(10), if tmpfs.is_some() { ", on a tmpfs" } else { "" });
+    let _ = writeln!(
+        md,
+        "| sandbox | `tar x` (ms) | ratio vs bare |\n|---|---:|---:|"
+    );
+    let mut bare = 0.0;
+    for (r, t) in rs.iter().zip(times) {
+        match t {
+            Ok((m, _)) => {
+                if r.name == "bare" {
+                    bare = ms(m);
+                }
+                let _ = writeln!(md, "| {} | {:.0} | {:.2}× |", r.name, ms(m), ms(m) / bare);
+            }
+            Err(e) => {
+                notes.push(format!("{}: `tar x` failed: {e}", r.name));
+                let _ = writeln!(md, "| {} | failed | |", r.name);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(wt.join("src"));
+    drop(tmpfs);
+    Ok(())
+}
+
 /// Run the whole bench; prints a Markdown report and returns it.
 pub fn run(o: &Options) -> Result<String> {
     let dir = o.workspace.join("target/bench");
@@ -531,6 +627,7 @@ pub fn run(o: &Options) -> Result<String> {
     let mut md = String::new();
     let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round). `git status` one sandbox each: a sandbox started for one `git status` (15 runs); in a running sandbox: one sandbox runs `bash`, which times ten statuses after a warm-up with `$EPOCHREALTIME`, per status (10 runs): what an agent inside a sandbox pays on each of its commands.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
     startup_table(&mut md, &mut notes, &rs, &worktree, o.reps);
+    tar_table(&mut md, &mut notes, o, &peers, &dir, &worktree, &state)?;
 
     // Connect latency to the allowed endpoint, inside the run's cgroup vs outside.
     let l = TcpListener::bind("127.0.0.1:0")?;
