@@ -196,14 +196,14 @@ impl<'a> Task<'a> {
 
     /// A duplicate of the task's descriptor `fd` (`EBADF` if it has none).
     pub fn getfd(&self, fd: i32) -> Result<OwnedFd, Errno> {
-        let pidfd = match self.pidfd.get() {
-            Some(p) => p,
-            None => {
-                // The task is gone (or its tid was reused: then the
-                // notification is no longer valid, checked before acting).
-                let p = notify::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?;
-                self.pidfd.get_or_init(|| p)
-            }
+        let pidfd = if let Some(p) = self.pidfd.get() {
+            p
+        } else {
+            // Failing: the task is gone. A reused tid gets a pidfd of the
+            // wrong task, whose descriptors are then taken: the
+            // notification is no longer valid then, checked before acting.
+            let p = notify::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?;
+            self.pidfd.get_or_init(|| p)
         };
         notify::pidfd_getfd(pidfd.as_fd(), fd).map_err(|e| match e.raw_os_error() {
             Some(libc::EBADF) | None => libc::EBADF,
