@@ -571,7 +571,7 @@ fn tar_table(
     if tmpfs.is_none() {
         notes.push("`tar x`: no tmpfs could be mounted; measured on disk".into());
     }
-    let archive = dir.join("files-5k.tar");
+    let archive = dir.join(format!("files-{TAR_FILES}.tar"));
     if !archive.exists() {
         sh(&format!(
             "cd {} && git ls-files | head -n {TAR_FILES} | tar cf {}.part --transform 's,^,src/,' -T - && mv {}.part {}",
@@ -585,8 +585,9 @@ fn tar_table(
     let (rs, _) = runners(o, peers, &wt, state);
     let prefixes: Vec<&[String]> = rs.iter().map(|r| r.argv.as_slice()).collect();
     let a = archive.display().to_string();
-    let times = measure_rounds(&prefixes, &["tar", "xf", &a], &wt, o.reps.min(10), tar_once);
-    let _ = writeln!(md, "\n`tar x` of {TAR_FILES} files into the worktree as root (owner, mode and times kept: an `fchown`, `fchmod` and `utimensat` per file), median of {} runs{}:\n", o.reps.min(10), if tmpfs.is_some() { ", on a tmpfs" } else { "" });
+    let reps = o.reps.min(10);
+    let times = measure_rounds(&prefixes, &["tar", "xf", &a], &wt, reps, tar_once);
+    let _ = writeln!(md, "\n`tar x` of {TAR_FILES} files into the worktree as root (owner, mode and times kept: an `fchown`, `fchmod` and `utimensat` per file), median of {reps} runs{}:\n", if tmpfs.is_some() { ", on a tmpfs" } else { "" });
     let _ = writeln!(
         md,
         "| sandbox | `tar x` (ms) | ratio vs bare |\n|---|---:|---:|"

@@ -25,6 +25,12 @@ pub struct RunsLater {
     pub instead: Option<&'static str>,
 }
 
+/// Why git's global config (either of its two places) runs code later.
+const GIT_READS: &str =
+    "git reads it on every command (hooks path, fsmonitor, aliases, filters run programs)";
+const GIT_INSTEAD: Option<&str> =
+    Some("set git options for the run with GIT_CONFIG_GLOBAL or `git -c`");
+
 /// Under the user's home: (path, what runs it, how to do without).
 const HOME: &[(&str, &str, Option<&str>)] = &[
     (".bashrc", "the shell runs it at every start", None),
@@ -38,13 +44,13 @@ const HOME: &[(&str, &str, Option<&str>)] = &[
     (".zlogin", "zsh runs it at login", None),
     (
         ".gitconfig",
-        "git reads it on every command (hooks path, fsmonitor, aliases, filters run programs)",
-        Some("set git options for the run with GIT_CONFIG_GLOBAL or `git -c`"),
+        GIT_READS,
+        GIT_INSTEAD,
     ),
     (
         ".config/git",
-        "git reads it on every command (hooks path, fsmonitor, aliases, filters run programs)",
-        Some("set git options for the run with GIT_CONFIG_GLOBAL or `git -c`"),
+        GIT_READS,
+        GIT_INSTEAD,
     ),
     (".config/systemd", "systemd starts the user services in it", None),
     (".config/autostart", "the desktop starts what it names at login", None),

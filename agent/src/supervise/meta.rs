@@ -470,14 +470,15 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
         return Err(Fail::Errno(libc::ESRCH));
     }
     let root = task.root();
-    // `by_fd`: `shown` is a descriptor's label, completed on refusal.
-    let (obj, shown, by_fd) = match named {
+    // `by_fd`: `label` names a descriptor; the kernel's name for what it
+    // refers to is added only on refusal.
+    let (obj, label, by_fd) = match named {
         Named::Path {
             bytes,
             start,
             follow,
         } => {
-            let shown = String::from_utf8_lossy(&bytes).into_owned();
+            let label = String::from_utf8_lossy(&bytes).into_owned();
             let start = start.as_ref().map_or(root, AsFd::as_fd);
             // Walked with the command's privileges: a directory it may not
             // search is not searched for it either.
@@ -486,7 +487,7 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
                     notify::EffectiveCapsDropped::new().map_err(|_| Fail::Errno(libc::EPERM))?;
                 resolve::resolve(root, start, &bytes, follow)?
             };
-            (obj, shown, false)
+            (obj, label, false)
         }
         Named::Cwd(fd) => (Object::Dir(fd), "(cwd)".to_owned(), false),
         Named::Fd(fd, label) => match resolve::locate_fd(root, fd) {
@@ -500,9 +501,9 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
     };
     let shown = |obj: &Object| {
         if by_fd {
-            format!("{shown} ({})", fd_target(obj.fd()))
+            format!("{label} ({})", fd_target(obj.fd()))
         } else {
-            shown.clone()
+            label.clone()
         }
     };
     if let Op::Refused(cmd) = op {

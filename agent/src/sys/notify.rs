@@ -204,9 +204,9 @@ const USER_NOTIF_FD_SYNC_WAKE_UP: libc::c_ulong = 1;
 /// `SECCOMP_IOCTL_NOTIF_SET_FLAGS(SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)`
 /// (Linux 6.6): the kernel hands each notification to the supervisor, and
 /// its answer back to the task, as a direct switch on the waker's CPU
-/// rather than a wake-up of the other (often idle) one. The task is blocked
-/// meanwhile, so nothing runs in parallel that could. `EINVAL` on older
-/// kernels, which is harmless: only slower.
+/// rather than a wake-up of the other (often idle) one: the task waits for
+/// the answer anyway, so no parallelism is lost. `EINVAL` on older kernels,
+/// which is harmless: only slower.
 pub fn notif_sync_wakeup(listener: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: the argument is the flags value itself, not a pointer.
     let r = unsafe {
