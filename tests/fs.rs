@@ -757,6 +757,45 @@ fn the_command_is_searched_on_its_own_path_as_execvp_does() {
 #[test]
 fn gc_reaps_only_dead_and_old_runs() {
     let w = World::new("gc");
+    let [dead, young, alive] = stale_runs(&w);
+    let out = Command::new(BIN)
+        .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "3600"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // `gc` reads the young dir's owner too, to report it apart.
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("1 reaped, 1 running, 1 within the grace period"),
+        "{report}"
+    );
+    assert_absent(&dead);
+    assert!(young.exists(), "a young run dir was reaped");
+    assert!(alive.exists(), "a live run dir was reaped");
+    std::fs::remove_dir_all(w.state.join("runs")).unwrap();
+}
+
+/// The sweep a run makes at its start (which reads no owner of a young
+/// dir) reaps the same: the dead and old run only.
+#[test]
+fn a_runs_start_reaps_only_dead_and_old_runs() {
+    let w = World::new("gc-at-start");
+    std::fs::write(w.wt.join("policy.toml"), "[run]\ngc_grace_secs = 3600\n").unwrap();
+    let [dead, young, alive] = stale_runs(&w);
+    let out = w
+        .cmd(&["--policy", s(&w.wt.join("policy.toml"))], &["true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_absent(&dead);
+    assert!(young.exists(), "a young run dir was reaped");
+    assert!(alive.exists(), "a live run dir was reaped");
+    std::fs::remove_dir_all(w.state.join("runs")).unwrap();
+}
+
+/// Three run dirs under `w`'s state dir: a dead and old one, a young one
+/// with a dead owner, and an old one whose owner (this test) is alive.
+fn stale_runs(w: &World) -> [std::path::PathBuf; 3] {
     let runs = w.state.join("runs");
     let dead = runs.join("000000000001-000000000-1");
     let young = runs.join("000000000002-000000000-2");
@@ -783,15 +822,7 @@ fn gc_reaps_only_dead_and_old_runs() {
             .unwrap();
         assert!(ok.success());
     }
-    let out = Command::new(BIN)
-        .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "3600"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_absent(&dead);
-    assert!(young.exists(), "a young run dir was reaped");
-    assert!(alive.exists(), "a live run dir was reaped");
-    std::fs::remove_dir_all(&runs).unwrap();
+    [dead, young, alive]
 }
 
 #[test]

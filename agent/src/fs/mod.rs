@@ -515,12 +515,13 @@ impl Plan {
     /// Returns false (and adds nothing) for a symlink: a rule on a symlink
     /// that pointed into a denied dir would grant that dir.
     fn push(&mut self, path: &Path, grant: Grant) -> Result<bool, FsError> {
-        self.push_known(path, grant, None)
+        self.push_known(&Entry::by_path(path), grant)
     }
 
-    /// [`push`](Self::push), with the type a directory listing already gave
-    /// (no `fstat` of ours then). Should the entry have been swapped since
-    /// the listing: to a symlink, the rule is on the link's own inode (opened
+    /// [`push`](Self::push) for an entry of the walk, opened in the
+    /// directory that listed it, with the type the listing gave (no `fstat`
+    /// of ours then). Should the entry have been swapped since the listing:
+    /// to a symlink, the rule is on the link's own inode (opened
     /// `O_NOFOLLOW`), which no access walks through; from a file to a
     /// directory, it gets the file rights only; to a directory from a
     /// symlink or file's stale type "directory" on a non-directory, the
@@ -530,31 +531,20 @@ impl Plan {
     /// (`open` of a socket fails whatever the rights, `connect` is not a
     /// Landlock right there), and a `/tmp` of a shared machine holds
     /// thousands.
-    fn push_known(
-        &mut self,
-        path: &Path,
-        grant: Grant,
-        known: Option<std::fs::FileType>,
-    ) -> Result<bool, FsError> {
+    fn push_known(&mut self, entry: &Entry<'_>, grant: Grant) -> Result<bool, FsError> {
+        use nix::dir::Type;
         use std::os::unix::fs::FileTypeExt as _;
-        if known.is_some_and(|t| t.is_symlink() || t.is_socket()) {
+        if matches!(entry.kind, Some(Type::Symlink | Type::Socket)) {
             return Ok(false);
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|source| FsError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let is_dir = if let Some(t) = known {
-            t.is_dir()
+        let file = entry.open(libc::O_PATH | libc::O_NOFOLLOW)?;
+        let is_dir = if let Some(kind) = entry.kind {
+            kind == Type::Directory
         } else {
             let ft = file
                 .metadata()
                 .map_err(|source| FsError::Open {
-                    path: path.to_path_buf(),
+                    path: entry.path.to_path_buf(),
                     source,
                 })?
                 .file_type();
@@ -563,7 +553,7 @@ impl Plan {
             }
             ft.is_dir()
         };
-        self.add(path, &file, grant, is_dir)?;
+        self.add(entry.path, &file, grant, is_dir)?;
         Ok(true)
     }
 
@@ -661,19 +651,24 @@ impl Plan {
         grant: Grant,
         denied: &BTreeSet<PathBuf>,
     ) -> Result<(), FsError> {
-        self.grant_except_known(root, grant, denied, None)
+        self.grant_except_known(&Entry::by_path(root), grant, denied)
     }
 
-    /// [`grant_except`](Self::grant_except), with `root`'s type from its
-    /// parent's listing when known.
+    /// [`grant_except`](Self::grant_except) for an entry of the walk.
     fn grant_except_known(
         &mut self,
-        root: &Path,
+        entry: &Entry<'_>,
         grant: Grant,
         denied: &BTreeSet<PathBuf>,
-        known: Option<std::fs::FileType>,
     ) -> Result<(), FsError> {
-        if denied.contains(root) {
+        use std::os::unix::ffi::OsStrExt as _;
+        let root = entry.path;
+        // By bytes: the set's own lookup compares paths component by
+        // component, and the walk asks for every entry it lists.
+        if denied
+            .iter()
+            .any(|d| d.as_os_str().as_bytes() == root.as_os_str().as_bytes())
+        {
             return Ok(());
         }
         if grant == Grant::Read && root == Path::new("/dev") {
@@ -690,17 +685,35 @@ impl Plan {
             return Ok(());
         }
         let Some(inner) = denied.iter().find(|d| strictly_beneath(d, root)) else {
-            self.push_known(root, grant, known)?;
+            self.push_known(entry, grant)?;
             return Ok(());
         };
-        let inner = inner.clone();
-        if !std::fs::symlink_metadata(root).is_ok_and(|m| m.is_dir()) {
+        let list_error = |source| FsError::List {
+            path: root.to_path_buf(),
+            denied: inner.clone(),
+            source,
+        };
+        // The directory itself, not what a symlink there points to: the
+        // listing and every rule beneath are taken through this descriptor,
+        // so a path swapped meanwhile cannot redirect them.
+        let dir = match entry.open(libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW) {
+            Ok(dir) => dir,
             // A file (or symlink) cannot hold the denied path: grant it as
             // any other entry (a symlink gets nothing). Something made there
             // later is a new inode, without a rule.
-            self.push(root, grant)?;
-            return Ok(());
-        }
+            Err(FsError::Open { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) =>
+            {
+                self.push_known(&Entry { kind: None, ..*entry }, grant)?;
+                return Ok(());
+            }
+            // Vanished since its parent was listed: the caller's to judge.
+            Err(FsError::Open { path, source }) if source.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(FsError::Open { path, source });
+            }
+            Err(FsError::Open { source, .. }) => return Err(list_error(source)),
+            Err(e) => return Err(e),
+        };
         if grant == Grant::ReadWrite {
             self.narrowed.push(Narrowed {
                 dir: root.to_path_buf(),
@@ -711,19 +724,22 @@ impl Plan {
                     .collect(),
             });
         }
-        let entries = std::fs::read_dir(root).map_err(|source| FsError::List {
-            path: root.to_path_buf(),
-            denied: inner.clone(),
-            source,
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|source| FsError::List {
-                path: root.to_path_buf(),
-                denied: inner.clone(),
-                source,
-            })?;
-            let child = root.join(entry.file_name());
-            match self.grant_except_known(&child, grant, denied, entry.file_type().ok()) {
+        let opener = dir.try_clone().map_err(list_error)?;
+        let mut listing =
+            nix::dir::Dir::from(dir).map_err(|e| list_error(std::io::Error::from(e)))?;
+        for item in listing.iter() {
+            let item = item.map_err(|e| list_error(std::io::Error::from(e)))?;
+            let name = item.file_name();
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            let child = root.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            let child = Entry {
+                path: &child,
+                at: Some((opener.as_fd(), name)),
+                kind: item.file_type(),
+            };
+            match self.grant_except_known(&child, grant, denied) {
                 // Vanished between listing and opening: nothing to grant.
                 Err(FsError::Open { source, .. })
                     if source.raw_os_error() == Some(libc::ENOENT) => {}
@@ -731,6 +747,41 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+/// A path the walk grants or lists: by its absolute path, or as an entry of
+/// the directory that listed it (opened there, by name), with the type the
+/// listing gave, if any.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    path: &'a Path,
+    at: Option<(std::os::fd::BorrowedFd<'a>, &'a std::ffi::CStr)>,
+    kind: Option<nix::dir::Type>,
+}
+
+impl<'a> Entry<'a> {
+    fn by_path(path: &'a Path) -> Self {
+        Self {
+            path,
+            at: None,
+            kind: None,
+        }
+    }
+
+    /// Open the entry itself with `flags` (and `O_CLOEXEC`).
+    fn open(&self, flags: libc::c_int) -> Result<std::fs::File, FsError> {
+        let opened = match self.at {
+            Some((dir, name)) => crate::sys::notify::openat2(dir, name, flags, 0).map(Into::into),
+            None => std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(flags | libc::O_CLOEXEC)
+                .open(self.path),
+        };
+        opened.map_err(|source| FsError::Open {
+            path: self.path.to_path_buf(),
+            source,
+        })
     }
 }
 
