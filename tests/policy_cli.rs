@@ -117,6 +117,38 @@ fn policy_show_of_every_policy_file_is_stable() {
     assert!(seen >= 5, "only {seen} policies found");
 }
 
+/// A worktree whose name is not UTF-8 (any byte but `/` and NUL is a Linux
+/// file name): `policy show --json` prints it, the byte as U+FFFD, as the
+/// audit log does; the text form shows it the same way.
+#[test]
+fn policy_show_json_prints_a_worktree_whose_name_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let s = Scratch::new("non-utf8");
+    let wt = s.0.join(std::ffi::OsStr::from_bytes(b"wt-\xff"));
+    std::fs::create_dir_all(&wt).unwrap();
+    let out = Command::new(BIN)
+        .args(["policy", "show", "--json", "--worktree"])
+        .arg(&wt)
+        .env("HOME", s.0.join("home"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = v["policy"]["worktree"].as_str().unwrap_or_default();
+    assert!(shown.ends_with("/wt-\u{fffd}"), "{v}");
+    // Control: the same with a UTF-8 name shows it as it is.
+    let plain = s.0.join("wt-plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let out = Command::new(BIN)
+        .args(["policy", "show", "--json", "--worktree"])
+        .arg(&plain)
+        .env("HOME", s.0.join("home"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["policy"]["worktree"].as_str(), plain.to_str(), "{v}");
+}
+
 #[test]
 fn rules_grant_the_siblings_of_a_denied_path_and_not_the_path() {
     let s = Scratch::new("rules");

@@ -704,7 +704,13 @@ impl Plan {
             Err(FsError::Open { source, .. })
                 if matches!(source.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) =>
             {
-                self.push_known(&Entry { kind: None, ..*entry }, grant)?;
+                self.push_known(
+                    &Entry {
+                        kind: None,
+                        ..*entry
+                    },
+                    grant,
+                )?;
                 return Ok(());
             }
             // Vanished since its parent was listed: the caller's to judge.

@@ -26,9 +26,9 @@ pub const LANDLOCK_ABI: u8 = 7;
 #[serde(rename_all = "snake_case", tag = "base", content = "path")]
 pub enum PathSpec {
     /// An absolute path (placeholders `{worktree}`, `{home}` and `{state}` already substituted).
-    Absolute(PathBuf),
+    Absolute(#[serde(serialize_with = "crate::audit::lossy::path")] PathBuf),
     /// A path relative to the run's temp dir (`{tmp}` or `{tmp}/sub`).
-    RunTmp(PathBuf),
+    RunTmp(#[serde(serialize_with = "crate::audit::lossy::path")] PathBuf),
 }
 
 impl PathSpec {
@@ -97,6 +97,7 @@ impl NetworkPolicy {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunSettings {
     /// Where run dirs live: `<state_dir>/runs/<id>`.
+    #[serde(serialize_with = "crate::audit::lossy::path")]
     pub state_dir: PathBuf,
     /// How long an idle proxy tunnel lives.
     #[serde(with = "secs")]
@@ -130,14 +131,18 @@ impl EnvTemplate {
     }
 }
 
-/// The effective policy of one run. Immutable once built.
+/// The effective policy of one run. Immutable once built. Paths serialize
+/// as text, a byte that is not UTF-8 as U+FFFD (as in the audit log).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Policy {
     /// The files merged into this policy, outermost first.
+    #[serde(serialize_with = "crate::audit::lossy::paths")]
     pub sources: Vec<PathBuf>,
     /// The worktree: writable, canonical.
+    #[serde(serialize_with = "crate::audit::lossy::path")]
     pub worktree: PathBuf,
     /// The user's home, used by `{home}` and the default secrets.
+    #[serde(serialize_with = "crate::audit::lossy::path")]
     pub home: PathBuf,
     pub fs: FsPolicy,
     pub network: NetworkPolicy,
