@@ -406,6 +406,61 @@ fn an_unlisted_name_gets_403_and_the_host_hears_nothing() {
     );
 }
 
+/// A proxy out of descriptors: the command holds more connections to it
+/// than lockrun's descriptor limit leaves room for, so each accept retry
+/// (every 50 ms) fails with EMFILE. lockrun tells the first failure and
+/// then one count when the proxy stops, not a line per retry; the run
+/// still ends as the command did.
+#[test]
+fn a_proxy_out_of_descriptors_tells_the_first_failure_then_a_count() {
+    let test = "a_proxy_out_of_descriptors_tells_the_first_failure_then_a_count";
+    if !can_run(test) {
+        return;
+    }
+    let sb = Sandbox::new(&Net {
+        allow: vec!["web.test:80".into()],
+        ..Net::default()
+    });
+    let hold = r#"
+import os, socket, time, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+socks = [socket.create_connection((u.hostname, u.port), timeout=5) for _ in range(58)]
+time.sleep(1.5)
+print("held", len(socks))
+"#;
+    let cmd = sb.cmd(&format!("python3 -c '{hold}'"));
+    // lockrun holds ~40 descriptors of its own; with a limit of 64 the
+    // proxy can accept about 20 of the 58 connections.
+    let out = Command::new("prlimit")
+        .arg("--nofile=64:64")
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(sb.wt())
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(text(&out.stdout), "held 58\n", "{err}");
+    let told: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("proxy accept failed"))
+        .collect();
+    assert_eq!(told.len(), 2, "{err}");
+    assert!(
+        told[0].contains("Too many open files") && told[0].contains("reported every 10 s"),
+        "{err}"
+    );
+    let n: u64 = told[1]
+        .split("failed ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {:?}", told[1]));
+    // ~1.5 s of retries every 50 ms.
+    assert!(n >= 10, "only {n} failures counted: {err}");
+}
+
 #[test]
 fn bypassing_the_proxy_is_refused_by_the_kernel() {
     let test = "bypassing_the_proxy_is_refused_by_the_kernel";

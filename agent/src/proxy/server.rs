@@ -171,6 +171,7 @@ pub(crate) async fn serve(
 ) {
     let mut tasks = JoinSet::new();
     let mut prune = tokio::time::interval(super::pool::KEEP / 2);
+    let mut accept_errors = AcceptErrors::default();
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -189,14 +190,79 @@ pub(crate) async fn serve(
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("proxy accept failed: {e}");
+                    match accept_errors.note(Instant::now(), &e) {
+                        Report::First => tracing::warn!(
+                            "proxy accept failed: {e} (more failures are counted, and reported \
+                             every {} s)",
+                            AcceptErrors::EVERY.as_secs()
+                        ),
+                        Report::Since(n) => tracing::warn!(
+                            "proxy accept failed {n} more times in the last {} s; the latest: {e}",
+                            AcceptErrors::EVERY.as_secs()
+                        ),
+                        Report::Counted => {}
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
     }
+    if let Some((n, e)) = accept_errors.unreported() {
+        tracing::warn!("proxy accept failed {n} more times; the latest: {e}");
+    }
     tasks.shutdown().await;
     shared.pool.prune(true);
+}
+
+/// Failed accepts (out of descriptors, most likely: the back-off retries
+/// every 50 ms), told once and then summed up at most every [`Self::EVERY`]
+/// and when the proxy stops, instead of a line per retry.
+#[derive(Default)]
+struct AcceptErrors {
+    /// When a line was last written.
+    told: Option<Instant>,
+    /// Failures since, and the latest.
+    since: u64,
+    latest: Option<String>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Report {
+    /// The first failure: tell it.
+    First,
+    /// Tell it with the count of failures since the last line.
+    Since(u64),
+    /// Counted for the next line.
+    Counted,
+}
+
+impl AcceptErrors {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn note(&mut self, now: Instant, e: &io::Error) -> Report {
+        match self.told {
+            None => {
+                self.told = Some(now);
+                Report::First
+            }
+            Some(t) if now.duration_since(t) >= Self::EVERY => {
+                self.told = Some(now);
+                self.latest = None;
+                Report::Since(std::mem::take(&mut self.since) + 1)
+            }
+            Some(_) => {
+                self.since += 1;
+                self.latest = Some(e.to_string());
+                Report::Counted
+            }
+        }
+    }
+
+    /// Failures counted and not yet told, and the latest.
+    fn unreported(&mut self) -> Option<(u64, String)> {
+        let n = std::mem::take(&mut self.since);
+        self.latest.take().filter(|_| n > 0).map(|e| (n, e))
+    }
 }
 
 async fn too_many(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
@@ -1177,6 +1243,30 @@ async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accept_failures_are_told_once_then_summed_up() {
+        let e = io::Error::from_raw_os_error(libc::EMFILE);
+        let t0 = Instant::now();
+        let mut a = AcceptErrors::default();
+        assert_eq!(a.note(t0, &e), Report::First);
+        for k in 1..=20 {
+            assert_eq!(
+                a.note(t0 + Duration::from_millis(50 * k), &e),
+                Report::Counted
+            );
+        }
+        // The next one after the period tells the count, itself included.
+        assert_eq!(a.note(t0 + AcceptErrors::EVERY, &e), Report::Since(21));
+        assert_eq!(a.unreported(), None);
+        let t1 = t0 + AcceptErrors::EVERY;
+        assert_eq!(a.note(t1 + Duration::from_millis(50), &e), Report::Counted);
+        assert_eq!(a.note(t1 + Duration::from_millis(100), &e), Report::Counted);
+        let (n, latest) = a.unreported().unwrap();
+        assert_eq!(n, 2);
+        assert!(latest.contains("Too many open files"), "{latest}");
+        assert_eq!(a.unreported(), None);
+    }
 
     #[test]
     fn base64_matches_rfc4648() {
