@@ -126,12 +126,15 @@ fn policy_show_json_prints_a_worktree_whose_name_is_not_utf8() {
     let s = Scratch::new("non-utf8");
     let wt = s.0.join(std::ffi::OsStr::from_bytes(b"wt-\xff"));
     std::fs::create_dir_all(&wt).unwrap();
-    let out = Command::new(BIN)
-        .args(["policy", "show", "--json", "--worktree"])
-        .arg(&wt)
-        .env("HOME", s.0.join("home"))
-        .output()
-        .unwrap();
+    let show = |wt: &Path| {
+        Command::new(BIN)
+            .args(["policy", "show", "--json", "--worktree"])
+            .arg(wt)
+            .env("HOME", s.0.join("home"))
+            .output()
+            .unwrap()
+    };
+    let out = show(&wt);
     assert!(out.status.success(), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let shown = v["policy"]["worktree"].as_str().unwrap_or_default();
@@ -139,12 +142,7 @@ fn policy_show_json_prints_a_worktree_whose_name_is_not_utf8() {
     // Control: the same with a UTF-8 name shows it as it is.
     let plain = s.0.join("wt-plain");
     std::fs::create_dir_all(&plain).unwrap();
-    let out = Command::new(BIN)
-        .args(["policy", "show", "--json", "--worktree"])
-        .arg(&plain)
-        .env("HOME", s.0.join("home"))
-        .output()
-        .unwrap();
+    let out = show(&plain);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["policy"]["worktree"].as_str(), plain.to_str(), "{v}");
 }
