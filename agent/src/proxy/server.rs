@@ -208,7 +208,8 @@ pub(crate) async fn serve(
         }
     }
     if let Some((n, e)) = accept_errors.unreported() {
-        tracing::warn!("proxy accept failed {n} more times; the latest: {e}");
+        let s = if n == 1 { "" } else { "s" };
+        tracing::warn!("proxy accept failed {n} more time{s}; the latest: {e}");
     }
     tasks.shutdown().await;
     shared.pool.prune(true);
@@ -248,7 +249,11 @@ impl AcceptErrors {
             Some(t) if now.duration_since(t) >= Self::EVERY => {
                 self.told = Some(now);
                 self.latest = None;
-                Report::Since(std::mem::take(&mut self.since) + 1)
+                match std::mem::take(&mut self.since) {
+                    // Quiet since the last line: a new episode.
+                    0 => Report::First,
+                    n => Report::Since(n + 1),
+                }
             }
             Some(_) => {
                 self.since += 1;
@@ -1266,6 +1271,8 @@ mod tests {
         assert_eq!(n, 2);
         assert!(latest.contains("Too many open files"), "{latest}");
         assert_eq!(a.unreported(), None);
+        // Quiet for a period: the next failure is told as a first one.
+        assert_eq!(a.note(t1 + 3 * AcceptErrors::EVERY, &e), Report::First);
     }
 
     #[test]
