@@ -222,9 +222,8 @@ pub(crate) async fn serve(
 struct AcceptErrors {
     /// When a line was last written.
     told: Option<Instant>,
-    /// Failures since, and the latest.
-    since: u64,
-    latest: Option<String>,
+    /// Failures since, and the latest of them.
+    unreported: Option<(u64, String)>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -248,16 +247,15 @@ impl AcceptErrors {
             }
             Some(t) if now.duration_since(t) >= Self::EVERY => {
                 self.told = Some(now);
-                self.latest = None;
-                match std::mem::take(&mut self.since) {
+                match self.unreported.take() {
                     // Quiet since the last line: a new episode.
-                    0 => Report::First,
-                    n => Report::Since(n + 1),
+                    None => Report::First,
+                    Some((n, _)) => Report::Since(n + 1),
                 }
             }
             Some(_) => {
-                self.since += 1;
-                self.latest = Some(e.to_string());
+                let n = self.unreported.as_ref().map_or(0, |(n, _)| *n);
+                self.unreported = Some((n + 1, e.to_string()));
                 Report::Counted
             }
         }
@@ -265,8 +263,7 @@ impl AcceptErrors {
 
     /// Failures counted and not yet told, and the latest.
     fn unreported(&mut self) -> Option<(u64, String)> {
-        let n = std::mem::take(&mut self.since);
-        self.latest.take().filter(|_| n > 0).map(|e| (n, e))
+        self.unreported.take()
     }
 }
 
