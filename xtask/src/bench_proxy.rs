@@ -37,8 +37,10 @@
 //! connections leave no `TIME_WAIT` behind; it always asks for
 //! `Connection: close`, so the direct path opens one upstream connection per
 //! request, while a proxy may keep its own upstream connection for the next
-//! request, as lockrun's does), best of three 1 s runs: other
-//! tenants of a shared machine only ever slow a path down. Then memory per idle tunnel: the
+//! request, as lockrun's does), best of five 1 s runs: other
+//! tenants of a shared machine only ever slow a path down. The paths are
+//! measured in rounds (one run of each per round, in a shuffled order), so
+//! the machine's swings fall on every path alike. Then memory per idle tunnel: the
 //! lockrun process's `VmRSS` before and after `bench_proxy.c tunnels` opens
 //! N idle CONNECT tunnels from inside the run. And what each download cost
 //! the whole machine in CPU time (`/proc/stat` around it), with the rate
@@ -59,18 +61,22 @@ const HOST_IP: &str = "10.213.252.2";
 const HERE_IP: &str = "10.213.252.1";
 const NET: &str = "10.213.252.0/30";
 const NAME: &str = "bench.test";
-/// Seconds per request-rate measurement, and how many (the best counts:
-/// other tenants of a shared machine only ever make a path slower).
+/// Seconds per request-rate measurement, one at each concurrency per round.
 const LOAD_SECS: u32 = 1;
-const LOAD_RUNS: u32 = 3;
+/// Rounds, each running every path once (see `in_rounds`); of each path's
+/// runs the best counts: other tenants of a shared machine only ever make a
+/// path slower.
+const ROUNDS: u32 = 5;
 const BIG: u64 = 512 << 20;
-/// Downloads per path (srt: two, it is slow); the best counts.
-const DOWNLOADS: u32 = 5;
+/// Rounds with a download per path (srt: two, it is slow).
+const DOWNLOADS: u32 = ROUNDS;
+const SRT_DOWNLOADS: u32 = 2;
 /// Issue 4's figure for idle tunnels; scaled down when the fd limit is lower.
 const IDLE_TARGET: usize = 10_000;
 
 /// Run the proxy bench with the `lockrun` binary at `lockrun`; scratch files
 /// go under `<workspace>/target/bench-proxy`. Returns a Markdown section.
+#[allow(clippy::too_many_lines)]
 pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
     if !is_root() {
         bail!("the proxy bench needs root (network namespaces, cgroups, BPF)");
@@ -107,81 +113,102 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
         policy,
     };
 
-    let mut rows = Vec::new();
     let mut notes = Vec::new();
-
-    let direct = measure(
-        "direct",
-        Command::new("sh")
-            .arg("-c")
-            .arg(script(&tool, HOST_IP, 80, None, DOWNLOADS)),
-    )?;
-    rows.push(direct);
-
-    let mut c = lr.cmd();
-    c.args([
-        "--",
-        "sh",
-        "-c",
-        &script(&tool, NAME, 80, Some("$HTTP_PROXY"), DOWNLOADS),
-    ]);
-    rows.push(measure("lockrun", &mut c)?);
+    // Every path a way to run a script against the upstream; the peers'
+    // proxies and the published run live until all rounds are done.
+    let mut paths: Vec<Way> = Vec::new();
+    paths.push(Way::new("direct", HOST_IP, 80, None, DOWNLOADS, outside));
+    let lr_cmd = |s: &str| {
+        let mut c = lr.cmd();
+        c.args(["--", "sh", "-c", s]);
+        Ok(c)
+    };
+    paths.push(Way::new(
+        "lockrun",
+        NAME,
+        80,
+        Some("$HTTP_PROXY".into()),
+        DOWNLOADS,
+        lr_cmd,
+    ));
     // The same proxy with the clients outside the run: what the proxy costs
     // apart from the confinement of the client (hooks, seccomp, Landlock).
-    rows.push(lr.with_proxy_url(|url| {
-        measure(
-            "lockrun's proxy, clients outside",
-            Command::new("sh")
-                .arg("-c")
-                .arg(script(&tool, NAME, 80, Some(url), DOWNLOADS)),
-        )
-    })?);
-
-    match Local::tinyproxy(&dir) {
-        Ok(tp) => {
-            let px = format!("http://{}", tp.addr);
-            rows.push(measure(
-                "tinyproxy",
-                Command::new("sh")
-                    .arg("-c")
-                    .arg(script(&tool, HOST_IP, 80, Some(&px), DOWNLOADS)),
-            )?);
+    let _published = match lr.published() {
+        Ok((run, url)) => {
+            paths.push(Way::new(
+                "lockrun's proxy, clients outside",
+                NAME,
+                80,
+                Some(url),
+                DOWNLOADS,
+                outside,
+            ));
+            Some(run)
         }
-        Err(e) => notes.push(format!("tinyproxy not measured: {e:#}")),
-    }
-
+        Err(e) => {
+            notes.push(format!(
+                "lockrun's proxy, clients outside: not measured: {e:#}"
+            ));
+            None
+        }
+    };
+    let _tinyproxy = match Local::tinyproxy(&dir) {
+        Ok(tp) => {
+            paths.push(Way::new(
+                "tinyproxy",
+                HOST_IP,
+                80,
+                Some(format!("http://{}", tp.addr)),
+                DOWNLOADS,
+                outside,
+            ));
+            Some(tp)
+        }
+        Err(e) => {
+            notes.push(format!("tinyproxy not measured: {e:#}"));
+            None
+        }
+    };
     // Not a peer: what a mature relay costs here when it does nothing but
     // relay (no HTTP, no policy, no CONNECT), i.e. the price of the second
     // TCP connection every proxy adds.
-    match Local::haproxy(&dir) {
-        Ok(hp) => rows.push(measure(
-            "haproxy, plain TCP relay (reference)",
-            Command::new("sh").arg("-c").arg(script(
-                &tool,
+    let _haproxy = match Local::haproxy(&dir) {
+        Ok(hp) => {
+            paths.push(Way::new(
+                "haproxy, plain TCP relay (reference)",
                 "127.0.0.1",
                 hp.addr.port(),
                 None,
                 DOWNLOADS,
-            )),
-        )?),
-        Err(e) => notes.push(format!("haproxy (reference) not measured: {e:#}")),
-    }
-
+                outside,
+            ));
+            Some(hp)
+        }
+        Err(e) => {
+            notes.push(format!("haproxy (reference) not measured: {e:#}"));
+            None
+        }
+    };
     match Srt::find_or_install(workspace) {
         Ok(srt) => {
-            let mut c = srt.cmd(&dir)?;
-            c.arg(script(&tool, HOST_IP, 80, Some("$HTTP_PROXY"), 2));
-            match measure("sandbox-runtime (srt)", &mut c) {
-                Ok(r) => rows.push(r),
-                Err(e) => notes.push(format!(
-                    "sandbox-runtime not measured: {e:#} (it must reach the private \
-                     address {HOST_IP} through its proxy)"
-                )),
-            }
+            let srt_dir = dir.clone();
+            paths.push(Way::new(
+                "sandbox-runtime (srt)",
+                HOST_IP,
+                80,
+                Some("$HTTP_PROXY".into()),
+                SRT_DOWNLOADS,
+                move |s| {
+                    let mut c = srt.cmd(&srt_dir)?;
+                    c.arg(s);
+                    Ok(c)
+                },
+            ));
         }
         Err(e) => notes.push(format!("sandbox-runtime not measured: {e:#}")),
     }
 
+    let rows = in_rounds(&tool, &mut paths, &mut notes)?;
     let idle = lr.idle_tunnels(&tool, idle_n);
     let elapsed = started.elapsed();
     drop(host);
@@ -260,10 +287,124 @@ struct Load {
     err: u64,
 }
 
-/// The shell script every path runs: the download `runs` times, then the
-/// load at c=1 and c=50. `proxy` is a shell word (it may name a variable
+/// One way to the upstream: a name, and how to run a shell script that
+/// reaches it (`proxy`, when set, is a shell word: it may name a variable
 /// set inside the sandbox).
-fn script(tool: &Path, target: &str, port: u16, proxy: Option<&str>, runs: u32) -> String {
+struct Way<'a> {
+    name: &'static str,
+    target: &'static str,
+    port: u16,
+    proxy: Option<String>,
+    /// Rounds that include a download (srt's are slow: fewer).
+    downloads: u32,
+    cmd: Box<ScriptCmd<'a>>,
+    /// Every round's output, parsed once all rounds are done.
+    out: String,
+}
+
+impl<'a> Way<'a> {
+    fn new(
+        name: &'static str,
+        target: &'static str,
+        port: u16,
+        proxy: Option<String>,
+        downloads: u32,
+        cmd: impl Fn(&str) -> Result<Command> + 'a,
+    ) -> Self {
+        Self {
+            name,
+            target,
+            port,
+            proxy,
+            downloads,
+            cmd: Box::new(cmd),
+            out: String::new(),
+        }
+    }
+}
+
+/// How a path runs a script.
+type ScriptCmd<'a> = dyn Fn(&str) -> Result<Command> + 'a;
+
+/// A script run outside any sandbox.
+#[allow(clippy::unnecessary_wraps)]
+fn outside(script: &str) -> Result<Command> {
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(script);
+    Ok(c)
+}
+
+/// Every path measured in [`ROUNDS`] rounds: one run of each path per round
+/// (a download while the round is within its `downloads`, a load at c=1, a
+/// load at c=50), in an order shuffled each round. The machine here swings
+/// by 2× over tens of seconds (other tenants); measuring each path's runs
+/// back to back put whole swings between paths, and the ratios with them.
+/// A path whose run cannot start is dropped with a note.
+fn in_rounds(tool: &Path, paths: &mut Vec<Way<'_>>, notes: &mut Vec<String>) -> Result<Vec<Row>> {
+    let mut order: Vec<usize> = (0..paths.len()).collect();
+    let mut dropped = vec![false; paths.len()];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for round in 0..ROUNDS {
+        for k in (1..order.len()).rev() {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            order.swap(k, usize::try_from(seed >> 33).unwrap_or(0) % (k + 1));
+        }
+        for &i in &order {
+            let w = &mut paths[i];
+            if dropped[i] {
+                continue;
+            }
+            let s = script(
+                tool,
+                w.target,
+                w.port,
+                w.proxy.as_deref(),
+                round < w.downloads,
+            );
+            let out = (w.cmd)(&s).and_then(|mut c| {
+                c.stdin(Stdio::null())
+                    .output()
+                    .with_context(|| format!("cannot start {c:?}"))
+            });
+            match out {
+                Ok(o) => {
+                    w.out.push_str(&String::from_utf8_lossy(&o.stdout));
+                    if !o.status.success() {
+                        let _ = writeln!(
+                            w.out,
+                            "exit {:?}: {}",
+                            o.status.code(),
+                            String::from_utf8_lossy(&o.stderr).trim()
+                        );
+                    }
+                }
+                Err(e) => {
+                    notes.push(format!("{} not measured: {e:#}", w.name));
+                    dropped[i] = true;
+                }
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, w) in paths.iter().enumerate() {
+        if dropped[i] {
+            continue;
+        }
+        match parse(w.name, &w.out) {
+            Ok(r) => rows.push(r),
+            // Without direct there is nothing to compare with.
+            Err(e) if i == 0 => return Err(e),
+            Err(e) => notes.push(format!("{} not measured: {e:#}", w.name)),
+        }
+    }
+    Ok(rows)
+}
+
+/// The shell script of one path's round: the download if `download`, then
+/// one load at c=1 and one at c=50.
+fn script(tool: &Path, target: &str, port: u16, proxy: Option<&str>, download: bool) -> String {
     let t = tool.display();
     let (curl_px, load_px) = match proxy {
         // --noproxy '': srt puts private ranges in no_proxy; go through the proxy anyway.
@@ -271,38 +412,26 @@ fn script(tool: &Path, target: &str, port: u16, proxy: Option<&str>, runs: u32) 
         None => (String::new(), String::new()),
     };
     let mut s = String::new();
-    // Each download between two reads of the machine's CPU time (`read`, a
+    // The download between two reads of the machine's CPU time (`read`, a
     // shell builtin: no process of its own in the window).
-    for _ in 0..runs {
+    if download {
         let _ = writeln!(
             s,
             "read -r s0 </proc/stat; r=$(curl -s {curl_px} -o /dev/null -w '%{{speed_download}} %{{size_download}} %{{http_code}}' http://{target}:{port}/big); read -r s1 </proc/stat; echo \"tput $r|$s0|$s1\""
         );
     }
     for c in [1, 50] {
-        for _ in 0..LOAD_RUNS {
-            let _ = writeln!(
-                s,
-                "echo \"c{c} $({t} load {target} {port} /small {c} {LOAD_SECS} {load_px})\""
-            );
-        }
+        let _ = writeln!(
+            s,
+            "echo \"c{c} $({t} load {target} {port} /small {c} {LOAD_SECS} {load_px})\""
+        );
     }
     s
 }
 
-fn measure(name: &str, cmd: &mut Command) -> Result<Row> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("{name}: cannot start {cmd:?}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let fail = || {
-        format!(
-            "{name}: exit {:?}\nstdout: {stdout}\nstderr: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    };
+/// One path's figures from the output of all its rounds.
+fn parse(name: &str, stdout: &str) -> Result<Row> {
+    let fail = || format!("{name}: output: {stdout}");
     let mut best = 0f64;
     let mut failed = 0;
     let mut cpu = Vec::new();
@@ -443,16 +572,15 @@ fn report(
             f64::INFINITY
         }
     };
-    let worst_swing = rows
-        .iter()
-        .flat_map(|r| [swing(&r.c1), swing(&r.c50)])
-        .fold(1.0, f64::max);
+    // Judged on the direct path alone: a proxy's own instability (srt's
+    // request rate at c=50 swings by itself) is not the machine's.
+    let worst_swing = swing(&d.c1).max(swing(&d.c50));
     if worst_swing > 1.3 {
         let _ = writeln!(
             s,
-            "**Noisy machine**: one path's request rate varied {worst_swing:.1}× between its own \
-             runs (load average {}); request-rate ratios of this run are not trustworthy, \
-             the download and memory figures less affected.\n",
+            "**Noisy machine**: the direct path's request rate varied {worst_swing:.1}× between \
+             its own runs (load average {}); request-rate ratios of this run are not \
+             trustworthy, the download and memory figures less affected.\n",
             loadavg()
         );
     }
@@ -460,11 +588,12 @@ fn report(
     let _ = writeln!(
         s,
         "Method: upstream in a network namespace over a veth pair ({HOST_IP}); download = \
-         `curl` through a CONNECT tunnel (direct: plain GET), best of {DOWNLOADS} (srt: two); \
+         `curl` through a CONNECT tunnel (direct: plain GET), best of {DOWNLOADS} (srt: {SRT_DOWNLOADS}); \
          req/s = `bench_proxy.c load`, a new TCP connection per request with \
          `Connection: close`, absolute-form GET through the proxy (which may keep its \
-         upstream connection; the upstream keeps it if asked), best of {LOAD_RUNS} runs of {LOAD_SECS} s, with that run's \
-         latencies (connect to last byte). \
+         upstream connection; the upstream keeps it if asked), best of {ROUNDS} runs of {LOAD_SECS} s, with that run's \
+         latencies (connect to last byte). Every path is run once per round, {ROUNDS} rounds, \
+         in an order shuffled each round, so the machine's swings fall on all paths alike. \
          CPU: the machine's busy ticks in `/proc/stat` read (a shell builtin) just before and \
          after each download, so other tenants' work counts too. \
          Idle tunnels: `VmRSS` of the lockrun process (proxy included) before and after \
@@ -913,9 +1042,9 @@ impl Lockrun {
         c
     }
 
-    /// Run `f` with the proxy URL (secret included) of a run that waits
-    /// meanwhile: for measuring the proxy from outside.
-    fn with_proxy_url<T>(&self, f: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+    /// A run that publishes its proxy URL (secret included) and waits until
+    /// dropped: for measuring the proxy from outside.
+    fn published(&self) -> Result<(Run, String)> {
         let wt = self.dir.join("wt");
         let (url_file, done) = (wt.join("proxy-url"), wt.join("done"));
         let _ = std::fs::remove_file(&url_file);
@@ -944,9 +1073,7 @@ impl Lockrun {
         }
         let url = std::fs::read_to_string(&url_file)?;
         let _ = std::fs::remove_file(&url_file);
-        let r = f(url.trim());
-        drop(run);
-        r
+        Ok((run, url.trim().to_owned()))
     }
 
     fn idle_tunnels(&self, tool: &Path, n: usize) -> Result<Idle> {

@@ -51,6 +51,9 @@ enum Cmd {
         /// Repetitions per start-up figure.
         #[arg(long, default_value_t = 30)]
         reps: usize,
+        /// Only the proxy's figures (written to target/bench/proxy.md).
+        #[arg(long)]
+        proxy_only: bool,
     },
     /// Run each cargo-fuzz target (request head, host:port, address guard)
     /// for a while; non-zero on a finding. Installs cargo-fuzz if missing.
@@ -131,10 +134,17 @@ fn real_main() -> Result<ExitCode> {
             fuzz(&root, seconds)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { reps } => {
+        Cmd::Bench { reps, proxy_only } => {
             build(&root, true)?;
             ensure_bpffs()?;
             let lockrun = root.join("target/release/lockrun");
+            if proxy_only {
+                let proxy = bench_proxy::run(&lockrun, &root)?;
+                println!("{proxy}");
+                std::fs::create_dir_all(root.join("target/bench"))?;
+                std::fs::write(root.join("target/bench/proxy.md"), &proxy)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let opts = bench::Options {
                 lockrun: lockrun.clone(),
                 workspace: root.clone(),
