@@ -775,6 +775,148 @@ fn gc_reaps_only_dead_and_old_runs() {
     std::fs::remove_dir_all(w.state.join("runs")).unwrap();
 }
 
+/// Run cgroups no run dir accounts for (lockrun killed, its state dir
+/// deleted): `gc` reaps, once older than the grace period, those whose
+/// recorded lockrun is gone (killing what is in them) and an empty one with
+/// no owner recorded. It leaves a live owner's, a young one, and one with
+/// processes in it and no owner recorded (an earlier lockrun's run may
+/// still be going).
+#[test]
+fn gc_reaps_run_cgroups_whose_lockrun_is_gone() {
+    let w = World::new("gc-cgroups");
+    let mut made = HandMadeCgroups::new();
+    // A dead owner: a pid with a start time that never matches.
+    let dead_empty = made.add("dead-empty", Some("1 1\n"), true);
+    let dead_busy = made.add("dead-busy", Some("1 1\n"), true);
+    let mut killed = sleep_in(&dead_busy);
+    made.add("young", Some("1 1\n"), false);
+    let unknown_empty = made.add("unknown-empty", None, true);
+    let unknown_busy = made.add("unknown-busy", None, true);
+    let mut spared = sleep_in(&unknown_busy);
+    // Made as a run makes its cgroup: this test process is its owner.
+    let live = lockrun::cgroup::RunCgroup::create(&HandMadeCgroups::id("live")).unwrap();
+    age(live.path());
+
+    let out = Command::new(BIN)
+        .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "3600"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let alive_after = spared.try_wait().unwrap().is_none();
+    // Clean up before judging: the processes, and what gc left.
+    let _ = spared.kill();
+    let _ = spared.wait();
+    let _ = killed.kill();
+    let killed_status = killed.wait().unwrap();
+    let live_kept = live.path().exists();
+    drop(live);
+    let id = HandMadeCgroups::id;
+
+    assert!(out.status.success(), "{out:?}");
+    for k in ["dead-empty", "dead-busy", "unknown-empty"] {
+        let reaped = format!("reaped the cgroup of run {}: its lockrun is gone", id(k));
+        assert!(report.contains(&reaped), "{k}: {report}");
+    }
+    assert_absent(&dead_empty);
+    assert_absent(&dead_busy);
+    assert_absent(&unknown_empty);
+    // The process in the dead owner's cgroup was killed by gc (SIGKILL,
+    // from cgroup.kill), before the test's own kill could matter.
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed_status),
+        Some(9)
+    );
+    // Controls.
+    assert!(live_kept, "a live lockrun's cgroup was reaped: {report}");
+    assert!(
+        alive_after,
+        "a process in an unowned cgroup was killed: {report}"
+    );
+    let kept = format!(
+        "kept 1 run cgroup with processes in it whose lockrun is not recorded \
+         (made by an earlier lockrun): {}",
+        id("unknown-busy")
+    );
+    assert!(report.contains(&kept), "{report}");
+    for k in ["young", "unknown-busy", "live"] {
+        assert!(
+            !report.contains(&format!("run {}:", id(k))),
+            "{k}: {report}"
+        );
+    }
+}
+
+/// Run cgroups a test makes by hand in the build's parent, killed and
+/// removed on every path.
+struct HandMadeCgroups {
+    parent: std::path::PathBuf,
+    made: Vec<std::path::PathBuf>,
+}
+
+impl HandMadeCgroups {
+    fn new() -> Self {
+        let parent = lockrun::cgroup::build_parent().unwrap();
+        std::fs::create_dir_all(&parent).unwrap();
+        Self {
+            parent,
+            made: Vec::new(),
+        }
+    }
+
+    fn id(k: &str) -> String {
+        format!("gccg-{}-{k}", std::process::id())
+    }
+
+    /// A cgroup `k`, with `owner` as its recorded lockrun, aged if `old`.
+    fn add(&mut self, k: &str, owner: Option<&str>, old: bool) -> std::path::PathBuf {
+        let p = self.parent.join(Self::id(k));
+        std::fs::create_dir(&p).unwrap();
+        self.made.push(p.clone());
+        if let Some(owner) = owner {
+            let set = "import os,sys; os.setxattr(sys.argv[1], 'trusted.lockrun.owner', sys.argv[2].encode())";
+            let ok = Command::new(python3())
+                .args(["-c", set, s(&p), owner])
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+        if old {
+            age(&p);
+        }
+        p
+    }
+}
+
+impl Drop for HandMadeCgroups {
+    fn drop(&mut self) {
+        for p in &self.made {
+            let _ = std::fs::write(p.join("cgroup.kill"), "1");
+            for _ in 0..250 {
+                if std::fs::remove_dir(p).is_ok() || !p.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Date `p` back to 2000.
+fn age(p: &std::path::Path) {
+    let ok = Command::new("touch")
+        .args(["-d", "2000-01-01", s(p)])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// A `sleep 600` moved into the cgroup `cg`.
+fn sleep_in(cg: &std::path::Path) -> std::process::Child {
+    let child = Command::new("sleep").arg("600").spawn().unwrap();
+    std::fs::write(cg.join("cgroup.procs"), child.id().to_string()).unwrap();
+    child
+}
+
 /// The sweep a run makes at its start (which reads no owner of a young
 /// dir) reaps the same: the dead and old run only.
 #[test]

@@ -17,6 +17,7 @@
 //! destination's `cgroup.procs`, which Landlock refuses (it is outside the
 //! worktree), and lockrun never chowns or chmods anything here.
 
+use std::ffi::CStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -294,6 +295,12 @@ impl RunCgroup {
                 return Err(CgroupError::Stat { path, source });
             }
         };
+        // Bookkeeping for `lockrun gc`, not confinement: without it the
+        // cgroup is only reaped once empty (see `run_cgroups`).
+        let owner = crate::run::Owner::current().to_line();
+        if let Err(e) = crate::sys::fsetxattr(dir.as_fd(), OWNER_XATTR, owner.as_bytes()) {
+            tracing::debug!("recording the owner of {}: {e}", path.display());
+        }
         Ok(Self {
             path,
             id,
@@ -377,6 +384,62 @@ pub fn live_run_cgroup_ids() -> Result<Vec<u64>, CgroupError> {
         }
     }
     Ok(ids)
+}
+
+/// The extended attribute of a run cgroup naming its lockrun (`<pid>
+/// <start>`, as the run dir's `owner` file), set at creation: what tells
+/// `lockrun gc` whether a run cgroup is still someone's when no run dir says
+/// so (the run's state dir is another, or was deleted).
+const OWNER_XATTR: &CStr = c"trusted.lockrun.owner";
+
+/// A run cgroup as `lockrun gc` judges it ([`run_cgroups`]).
+#[derive(Debug)]
+pub struct Found {
+    pub run_id: String,
+    pub path: PathBuf,
+    /// Since its `mkdir` (the directory's modification time, which nothing
+    /// a run does changes).
+    pub age: Duration,
+    /// The owner line recorded at creation; `None` for a cgroup made before
+    /// lockrun recorded owners, or one whose attribute cannot be read.
+    pub owner: Option<String>,
+    pub populated: bool,
+}
+
+/// gc: every run cgroup, in any build's parent.
+pub fn run_cgroups() -> Result<Vec<Found>, CgroupError> {
+    let now = std::time::SystemTime::now();
+    let mut found = Vec::new();
+    for parent in run_parents()? {
+        for run_id in crate::bpf::list_dir(&parent) {
+            if run_id.starts_with(BUILD_PREFIX) {
+                continue;
+            }
+            let path = parent.join(&run_id);
+            let Ok(dir) = File::open(&path) else { continue };
+            let Ok(md) = dir.metadata() else { continue };
+            if !md.is_dir() {
+                continue;
+            }
+            let age = md
+                .modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .unwrap_or_default();
+            let owner = crate::sys::fgetxattr(dir.as_fd(), OWNER_XATTR, 64)
+                .ok()
+                .and_then(|v| String::from_utf8(v).ok());
+            let populated = populated(&path)?;
+            found.push(Found {
+                run_id,
+                path,
+                age,
+                owner,
+                populated,
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// gc: kill and remove a stale run's cgroup. `Ok(false)` when there was none.

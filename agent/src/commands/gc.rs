@@ -38,6 +38,7 @@ pub fn main(args: &GcArgs) -> i32 {
                 r.kept_alive,
                 r.kept_young
             );
+            reap_orphan_cgroups(grace);
             reap_other_builds();
             0
         }
@@ -45,6 +46,29 @@ pub fn main(args: &GcArgs) -> i32 {
             eprintln!("lockrun: gc: reading {}: {e}", runs.display());
             1
         }
+    }
+}
+
+/// Run cgroups no run dir here accounts for; a line for each reaped, and
+/// one for those left because nothing tells whose they are.
+fn reap_orphan_cgroups(grace: Duration) {
+    match crate::run::reap_orphan_cgroups(grace) {
+        Ok(r) => {
+            for id in &r.reaped {
+                println!("reaped the cgroup of run {id}: its lockrun is gone");
+            }
+            if !r.kept_unknown.is_empty() {
+                let n = r.kept_unknown.len();
+                println!(
+                    "kept {n} run cgroup{} with processes in {} whose lockrun is not recorded \
+                     (made by an earlier lockrun): {}",
+                    if n == 1 { "" } else { "s" },
+                    if n == 1 { "it" } else { "them" },
+                    r.kept_unknown.join(", ")
+                );
+            }
+        }
+        Err(e) => eprintln!("lockrun: warning: gc: the run cgroups: {e}"),
     }
 }
 

@@ -229,20 +229,27 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// This process (read once: the run dir's owner file and the run
+    /// cgroup's attribute both name it).
     #[must_use]
     pub fn current() -> Self {
-        let pid = std::process::id();
-        Self {
-            pid,
-            start: start_time(pid).unwrap_or(0),
-        }
+        static CURRENT: std::sync::OnceLock<Owner> = std::sync::OnceLock::new();
+        *CURRENT.get_or_init(|| {
+            let pid = std::process::id();
+            Self {
+                pid,
+                start: start_time(pid).unwrap_or(0),
+            }
+        })
     }
 
-    fn to_line(self) -> String {
+    #[must_use]
+    pub fn to_line(self) -> String {
         format!("{} {}\n", self.pid, self.start)
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
         let mut it = s.split_whitespace();
         Some(Self {
             pid: it.next()?.parse().ok()?,
@@ -351,6 +358,67 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
     }
     // Their entries in the kernel's shared maps, exactly those.
     if let Err(e) = crate::bpf::forget_runs(&reaped_cgroups) {
+        eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
+    }
+    Ok(report)
+}
+
+/// What [`reap_orphan_cgroups`] did.
+#[derive(Debug, Default)]
+pub struct OrphanReport {
+    /// Run ids whose cgroup was removed (its processes killed first).
+    pub reaped: Vec<String>,
+    /// Run cgroups with processes in them and no recorded owner (made by a
+    /// lockrun before owners were recorded): left, they may be running.
+    pub kept_unknown: Vec<String>,
+}
+
+/// `lockrun gc`, after the run dirs: run cgroups that no run dir under this
+/// state dir accounts for (the run's state dir is another, or was deleted,
+/// or lockrun was killed before its teardown). One older than `grace` is
+/// reaped when the lockrun recorded on it ([`crate::cgroup::Found::owner`])
+/// is gone, or, with no owner recorded, when it is empty. A run's cgroup
+/// is briefly empty at its start and at its end, so emptiness alone is not
+/// enough for a cgroup whose owner is known, and for one whose owner is
+/// not, only age makes it safe.
+pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
+    let mut report = OrphanReport::default();
+    let found = crate::cgroup::run_cgroups().map_err(std::io::Error::other)?;
+    let mut reaped_ids = Vec::new();
+    for cg in found {
+        if cg.age < grace {
+            continue;
+        }
+        match cg.owner.as_deref().map(Owner::parse) {
+            Some(Some(owner)) if owner.alive() => continue,
+            Some(Some(_)) => {}
+            // No owner recorded (or unreadable): only an empty cgroup.
+            _ if cg.populated => {
+                report.kept_unknown.push(cg.run_id);
+                continue;
+            }
+            _ => {}
+        }
+        let cgroup_id = crate::cgroup::run_cgroup_id(&cg.run_id);
+        if let Err(e) = crate::cgroup::reap(&cg.run_id) {
+            eprintln!(
+                "lockrun: warning: gc: the cgroup of run {}: {}",
+                cg.run_id,
+                chain(&e)
+            );
+            continue;
+        }
+        if let Err(e) = crate::bpf::unpin(&cg.run_id) {
+            eprintln!(
+                "lockrun: warning: gc: the per-run pins of run {} (earlier builds): {}",
+                cg.run_id,
+                chain(&e)
+            );
+        }
+        reaped_ids.extend(cgroup_id);
+        report.reaped.push(cg.run_id);
+    }
+    if let Err(e) = crate::bpf::forget_runs(&reaped_ids) {
         eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)

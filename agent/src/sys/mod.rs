@@ -36,8 +36,9 @@
 //! parent turns that into exit 125 naming the step.
 #![allow(unsafe_code)]
 
+use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 pub mod notify;
 pub mod spawn;
@@ -137,6 +138,45 @@ pub fn raise_nofile() -> io::Result<Option<libc::rlimit>> {
         rlim_cur: soft,
         rlim_max: hard,
     }))
+}
+
+/// Set the extended attribute `name` of the file open as `fd` to `value`.
+pub fn fsetxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated; `value` is valid for `value.len()`
+    // bytes, which the kernel only reads.
+    let r = unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The extended attribute `name` of the file open as `fd`, if it has one
+/// that fits in `max` bytes.
+pub fn fgetxattr(fd: BorrowedFd<'_>, name: &CStr, max: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; max];
+    // SAFETY: `name` is NUL-terminated; the kernel writes at most
+    // `buf.len()` bytes into `buf`.
+    let r = unsafe {
+        libc::fgetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let n = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
+    buf.truncate(n);
+    Ok(buf)
 }
 
 /// The parent's end of the report pipe.
