@@ -13,7 +13,7 @@ use python::python3;
 mod support;
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -778,18 +778,22 @@ fn gc_reaps_only_dead_and_old_runs() {
 /// Run cgroups no run dir accounts for (lockrun killed, its state dir
 /// deleted): `gc` reaps, once older than the grace period, those whose
 /// recorded lockrun is gone (killing what is in them) and an empty one with
-/// no owner recorded. It leaves a live owner's, a young one, and one with
-/// processes in it and no owner recorded (an earlier lockrun's run may
-/// still be going).
+/// no owner recorded. It leaves a live owner's, a young one, one whose
+/// owner is in another pid namespace, and one with processes in it and no
+/// owner recorded (an earlier lockrun's run may still be going).
 #[test]
 fn gc_reaps_run_cgroups_whose_lockrun_is_gone() {
     let w = World::new("gc-cgroups");
     let mut made = HandMadeCgroups::new();
-    // A dead owner: a pid with a start time that never matches.
-    let dead_empty = made.add("dead-empty", Some("1 1\n"), true);
-    let dead_busy = made.add("dead-busy", Some("1 1\n"), true);
+    // A dead owner: a pid with a start time that never matches, in this
+    // pid namespace; the same in another one cannot be judged from here.
+    let ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    let dead = format!("1 1 {ns}\n");
+    let dead_empty = made.add("dead-empty", Some(&dead), true);
+    let dead_busy = made.add("dead-busy", Some(&dead), true);
     let mut killed = sleep_in(&dead_busy);
-    made.add("young", Some("1 1\n"), false);
+    made.add("young", Some(&dead), false);
+    let elsewhere = made.add("elsewhere", Some(&format!("1 1 {}\n", ns + 1)), true);
     let unknown_empty = made.add("unknown-empty", None, true);
     let unknown_busy = made.add("unknown-busy", None, true);
     let mut spared = sleep_in(&unknown_busy);
@@ -809,6 +813,7 @@ fn gc_reaps_run_cgroups_whose_lockrun_is_gone() {
     let _ = killed.kill();
     let killed_status = killed.wait().unwrap();
     let live_kept = live.path().exists();
+    let elsewhere_kept = elsewhere.exists();
     drop(live);
     let id = HandMadeCgroups::id;
 
@@ -832,6 +837,12 @@ fn gc_reaps_run_cgroups_whose_lockrun_is_gone() {
         alive_after,
         "a process in an unowned cgroup was killed: {report}"
     );
+    assert!(elsewhere_kept, "{report}");
+    let other_ns = format!(
+        "kept the cgroup of run {}: its lockrun is in another pid namespace",
+        id("elsewhere")
+    );
+    assert!(report.contains(&other_ns), "{report}");
     let kept = format!(
         "kept 1 run cgroup with processes in it whose lockrun is not recorded \
          (made by an earlier lockrun): {}",

@@ -297,7 +297,7 @@ impl RunCgroup {
         };
         // Bookkeeping for `lockrun gc`, not confinement: without it the
         // cgroup is only reaped once empty (see `run_cgroups`).
-        let owner = crate::run::Owner::current().to_line();
+        let owner = crate::run::Owner::current().cgroup_tag();
         if let Err(e) = crate::sys::fsetxattr(dir.as_fd(), OWNER_XATTR, owner.as_bytes()) {
             tracing::debug!("recording the owner of {}: {e}", path.display());
         }
@@ -386,8 +386,8 @@ pub fn live_run_cgroup_ids() -> Result<Vec<u64>, CgroupError> {
     Ok(ids)
 }
 
-/// The extended attribute of a run cgroup naming its lockrun (`<pid>
-/// <start>`, as the run dir's `owner` file), set at creation: what tells
+/// The extended attribute of a run cgroup naming its lockrun
+/// ([`crate::run::Owner::cgroup_tag`]), set at creation: what tells
 /// `lockrun gc` whether a run cgroup is still someone's when no run dir says
 /// so (the run's state dir is another, or was deleted).
 const OWNER_XATTR: &CStr = c"trusted.lockrun.owner";

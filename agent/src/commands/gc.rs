@@ -57,6 +57,12 @@ fn reap_orphan_cgroups(grace: Duration) {
             for id in &r.reaped {
                 println!("reaped the cgroup of run {id}: its lockrun is gone");
             }
+            for id in &r.kept_elsewhere {
+                println!(
+                    "kept the cgroup of run {id}: its lockrun is in another pid namespace, \
+                     where only a gc can tell whether it still runs"
+                );
+            }
             if !r.kept_unknown.is_empty() {
                 let n = r.kept_unknown.len();
                 println!(

@@ -248,6 +248,19 @@ impl Owner {
         format!("{} {}\n", self.pid, self.start)
     }
 
+    /// What a run cgroup records of its lockrun: the owner line with the
+    /// pid namespace the pid belongs to, since the cgroup, unlike a run dir,
+    /// is seen by every lockrun on the machine (`<pid> <start> <pidns>`).
+    #[must_use]
+    pub fn cgroup_tag(self) -> String {
+        format!(
+            "{} {} {}\n",
+            self.pid,
+            self.start,
+            pid_namespace().unwrap_or(0)
+        )
+    }
+
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
         let mut it = s.split_whitespace();
@@ -371,6 +384,46 @@ pub struct OrphanReport {
     /// Run cgroups with processes in them and no recorded owner (made by a
     /// lockrun before owners were recorded): left, they may be running.
     pub kept_unknown: Vec<String>,
+    /// Run cgroups whose lockrun is in another pid namespace: left.
+    pub kept_elsewhere: Vec<String>,
+}
+
+/// What a run cgroup's recorded owner ([`Owner::cgroup_tag`]) says, seen
+/// from this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupOwner {
+    Alive,
+    Gone,
+    /// Recorded by a lockrun in another pid namespace: its pid and start
+    /// time cannot be checked from here, and it is never reaped from here.
+    OtherPidNamespace,
+    /// Not an owner tag.
+    Unknown,
+}
+
+impl CgroupOwner {
+    #[must_use]
+    pub fn judge(tag: &str) -> Self {
+        let Some(owner) = Owner::parse(tag) else {
+            return Self::Unknown;
+        };
+        let Some(ns) = tag.split_whitespace().nth(2).and_then(|n| n.parse().ok()) else {
+            return Self::Unknown;
+        };
+        if pid_namespace() != Some(ns) {
+            Self::OtherPidNamespace
+        } else if owner.alive() {
+            Self::Alive
+        } else {
+            Self::Gone
+        }
+    }
+}
+
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`).
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
 /// `lockrun gc`, after the run dirs: run cgroups that no run dir under this
@@ -389,15 +442,19 @@ pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
         if cg.age < grace {
             continue;
         }
-        match cg.owner.as_deref().map(Owner::parse) {
-            Some(Some(owner)) if owner.alive() => continue,
-            Some(Some(_)) => {}
+        match cg.owner.as_deref().map(CgroupOwner::judge) {
+            Some(CgroupOwner::Alive) => continue,
+            // Its pid means nothing here; whether it runs cannot be told.
+            Some(CgroupOwner::OtherPidNamespace) => {
+                report.kept_elsewhere.push(cg.run_id);
+                continue;
+            }
             // No owner recorded (or unreadable): only an empty cgroup.
-            _ if cg.populated => {
+            Some(CgroupOwner::Unknown) | None if cg.populated => {
                 report.kept_unknown.push(cg.run_id);
                 continue;
             }
-            _ => {}
+            Some(CgroupOwner::Gone | CgroupOwner::Unknown) | None => {}
         }
         let cgroup_id = crate::cgroup::run_cgroup_id(&cg.run_id);
         if let Err(e) = crate::cgroup::reap(&cg.run_id) {
@@ -937,6 +994,27 @@ mod tests {
             ..me
         }
         .alive());
+    }
+
+    #[test]
+    fn a_cgroup_owner_is_judged_only_in_its_own_pid_namespace() {
+        let me = Owner::current();
+        let ns = pid_namespace().unwrap();
+        assert_eq!(CgroupOwner::judge(&me.cgroup_tag()), CgroupOwner::Alive);
+        let gone = Owner {
+            start: me.start + 1,
+            ..me
+        };
+        assert_eq!(CgroupOwner::judge(&gone.cgroup_tag()), CgroupOwner::Gone);
+        // The same dead-looking owner, recorded in another namespace.
+        let elsewhere = format!("{} {} {}\n", gone.pid, gone.start, ns + 1);
+        assert_eq!(
+            CgroupOwner::judge(&elsewhere),
+            CgroupOwner::OtherPidNamespace
+        );
+        // A bare owner line (no namespace) and junk say nothing.
+        assert_eq!(CgroupOwner::judge(&gone.to_line()), CgroupOwner::Unknown);
+        assert_eq!(CgroupOwner::judge("x"), CgroupOwner::Unknown);
     }
 
     #[test]
