@@ -212,6 +212,17 @@ fn failed(out: &std::process::Output) -> Result<()> {
     bail!("{}: {}", out.status, why.trim());
 }
 
+/// Shuffle `order` in place (Fisher-Yates on a fixed LCG whose state is
+/// `seed`): each round of a bench in its own order, the same in every run.
+pub fn shuffle(order: &mut [usize], seed: &mut u64) {
+    for k in (1..order.len()).rev() {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        order.swap(k, usize::try_from(*seed >> 33).unwrap_or(0) % (k + 1));
+    }
+}
+
 /// For each prefix (a sandbox), the median and 90th percentile of `reps`
 /// timed runs of `cmd` (after one warm-up), taken in rounds: one run of
 /// each sandbox per round, in an order shuffled each round, so that the
@@ -245,12 +256,7 @@ fn measure_rounds(
         // sandbox's aftermath (bubblewrap's and srt's network namespaces are
         // torn down by a kernel worker after they exit) then falls on every
         // other sandbox alike, not always on the one that follows it.
-        for k in (1..order.len()).rev() {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            order.swap(k, usize::try_from(seed >> 33).unwrap_or(0) % (k + 1));
-        }
+        shuffle(&mut order, &mut seed);
         for &i in &order {
             if let Ok(ts) = &mut times[i] {
                 match once(&argvs[i], dir) {

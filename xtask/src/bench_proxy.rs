@@ -345,12 +345,7 @@ fn in_rounds(tool: &Path, paths: &mut Vec<Way<'_>>, notes: &mut Vec<String>) -> 
     let mut dropped = vec![false; paths.len()];
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for round in 0..ROUNDS {
-        for k in (1..order.len()).rev() {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            order.swap(k, usize::try_from(seed >> 33).unwrap_or(0) % (k + 1));
-        }
+        crate::bench::shuffle(&mut order, &mut seed);
         for &i in &order {
             let w = &mut paths[i];
             if dropped[i] {

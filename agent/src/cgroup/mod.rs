@@ -421,11 +421,7 @@ pub fn run_cgroups() -> Result<Vec<Found>, CgroupError> {
             if !md.is_dir() {
                 continue;
             }
-            let age = md
-                .modified()
-                .ok()
-                .and_then(|m| now.duration_since(m).ok())
-                .unwrap_or_default();
+            let age = crate::run::age(&md, now);
             let owner = crate::sys::fgetxattr(dir.as_fd(), OWNER_XATTR, 64)
                 .ok()
                 .and_then(|v| String::from_utf8(v).ok());

@@ -326,12 +326,7 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
         if !md.is_dir() {
             continue;
         }
-        let age = md
-            .modified()
-            .ok()
-            .and_then(|m| now.duration_since(m).ok())
-            .unwrap_or_default();
-        let young = age < grace;
+        let young = age(&md, now) < grace;
         if young && !owners_of_young {
             report.kept_young += 1;
             continue;
@@ -374,6 +369,14 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
         eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
+}
+
+/// How long ago `md`'s file was modified (zero if in the future).
+pub(crate) fn age(md: &std::fs::Metadata, now: SystemTime) -> Duration {
+    md.modified()
+        .ok()
+        .and_then(|m| now.duration_since(m).ok())
+        .unwrap_or_default()
 }
 
 /// What [`reap_orphan_cgroups`] did.
