@@ -693,9 +693,9 @@ fn hooks_outlive_a_sigkilled_loader() {
     );
     assert!(sink.received().is_some());
     // gc: reap the cgroup, then forget the run in the shared maps.
-    assert!(lockrun::cgroup::reap(&run_id).unwrap());
+    assert_eq!(lockrun::cgroup::reap(&run_id).unwrap(), Some(cg_id));
     assert!(!cg_path.exists());
     lockrun::bpf::forget_runs(&[cg_id]).unwrap();
     assert!(!lockrun::bpf::registered_runs().unwrap().contains(&cg_id));
-    assert!(!lockrun::cgroup::reap(&run_id).unwrap());
+    assert_eq!(lockrun::cgroup::reap(&run_id).unwrap(), None);
 }

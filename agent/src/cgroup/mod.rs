@@ -396,7 +396,6 @@ const OWNER_XATTR: &CStr = c"trusted.lockrun.owner";
 #[derive(Debug)]
 pub struct Found {
     pub run_id: String,
-    pub path: PathBuf,
     /// Since its `mkdir` (the directory's modification time, which nothing
     /// a run does changes).
     pub age: Duration,
@@ -428,7 +427,6 @@ pub fn run_cgroups() -> Result<Vec<Found>, CgroupError> {
             let populated = populated(&path)?;
             found.push(Found {
                 run_id,
-                path,
                 age,
                 owner,
                 populated,
@@ -438,13 +436,19 @@ pub fn run_cgroups() -> Result<Vec<Found>, CgroupError> {
     Ok(found)
 }
 
-/// gc: kill and remove a stale run's cgroup. `Ok(false)` when there was none.
-pub fn reap(run_id: &str) -> Result<bool, CgroupError> {
+/// gc: kill and remove a stale run's cgroup. Its cgroup id (what the shared
+/// maps know the run by), or `None` when there was none.
+pub fn reap(run_id: &str) -> Result<Option<u64>, CgroupError> {
     let Some(path) = find_run(run_id)? else {
-        return Ok(false);
+        return Ok(None);
+    };
+    let id = match fs::metadata(&path) {
+        Ok(m) => m.ino(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(CgroupError::Stat { path, source }),
     };
     kill_and_remove(&path)?;
-    Ok(true)
+    Ok(Some(id))
 }
 
 /// gc: the run ids that have a cgroup, in any build's parent.

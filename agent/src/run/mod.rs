@@ -342,24 +342,11 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
             report.kept_young += 1;
             continue;
         }
-        // The run's processes first (its cgroup), then its hooks, then its files.
+        // The run's processes and hooks first, then its files.
         if let Some(id) = path.file_name().and_then(|n| n.to_str()) {
-            let cgroup_id = crate::cgroup::run_cgroup_id(id);
-            if let Err(e) = crate::cgroup::reap(id) {
-                eprintln!(
-                    "lockrun: warning: gc: the cgroup of run {id}: {}",
-                    chain(&e)
-                );
+            if !reap_run(id, &mut reaped_cgroups) {
                 continue;
             }
-            if let Err(e) = crate::bpf::unpin(id) {
-                eprintln!(
-                    "lockrun: warning: gc: the per-run pins of run {id} (earlier builds): {}",
-                    chain(&e)
-                );
-                continue;
-            }
-            reaped_cgroups.extend(cgroup_id);
         }
         remove_tree(&path);
         report.reaped.push(path);
@@ -369,6 +356,31 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
         eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
+}
+
+/// A dead run's cgroup (its processes killed first) and its per-run pins of
+/// earlier builds, removed; the cgroup's id goes to `cgroup_ids`, for the
+/// shared maps (forgotten once for all the runs reaped). `false`, with a
+/// warning said, when either could not be removed: a later gc tries again.
+fn reap_run(run_id: &str, cgroup_ids: &mut Vec<u64>) -> bool {
+    match crate::cgroup::reap(run_id) {
+        Ok(id) => cgroup_ids.extend(id),
+        Err(e) => {
+            eprintln!(
+                "lockrun: warning: gc: the cgroup of run {run_id}: {}",
+                chain(&e)
+            );
+            return false;
+        }
+    }
+    if let Err(e) = crate::bpf::unpin(run_id) {
+        eprintln!(
+            "lockrun: warning: gc: the per-run pins of run {run_id} (earlier builds): {}",
+            chain(&e)
+        );
+        return false;
+    }
+    true
 }
 
 /// How long ago `md`'s file was modified (zero if in the future).
@@ -459,24 +471,9 @@ pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
             }
             Some(CgroupOwner::Gone | CgroupOwner::Unknown) | None => {}
         }
-        let cgroup_id = crate::cgroup::run_cgroup_id(&cg.run_id);
-        if let Err(e) = crate::cgroup::reap(&cg.run_id) {
-            eprintln!(
-                "lockrun: warning: gc: the cgroup of run {}: {}",
-                cg.run_id,
-                chain(&e)
-            );
-            continue;
+        if reap_run(&cg.run_id, &mut reaped_ids) {
+            report.reaped.push(cg.run_id);
         }
-        if let Err(e) = crate::bpf::unpin(&cg.run_id) {
-            eprintln!(
-                "lockrun: warning: gc: the per-run pins of run {} (earlier builds): {}",
-                cg.run_id,
-                chain(&e)
-            );
-        }
-        reaped_ids.extend(cgroup_id);
-        report.reaped.push(cg.run_id);
     }
     if let Err(e) = crate::bpf::forget_runs(&reaped_ids) {
         eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
