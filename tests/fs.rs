@@ -1273,9 +1273,10 @@ fn lockrun_log_times_each_step_and_warns_on_a_bad_filter() {
     let mut last = 0.0_f64;
     for step in [
         "1. run dir ",
-        "3. Landlock ruleset prepared",
         "4. cgroup created",
         "6. run registered in the hooks",
+        // built beside steps 2–7, taken after them
+        "3. Landlock ruleset received",
         "9. the command ended",
         "10. torn down",
     ] {

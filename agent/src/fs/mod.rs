@@ -81,6 +81,10 @@ pub enum FsError {
     },
     #[error("the ruleset has no file descriptor (Landlock unsupported)")]
     NoFd,
+    #[error(
+        "the thread building the Landlock ruleset panicked (a bug in lockrun; please report it)"
+    )]
+    WalkPanicked,
 }
 
 /// A Landlock ruleset built in the parent, ready for `restrict_self` in the child.
@@ -173,18 +177,25 @@ pub fn kernel_abi() -> Result<i32, FsError> {
     }
 }
 
+/// Whether this kernel's Landlock is there and at least the ABI `policy`
+/// demands (`run.landlock_abi`).
+pub fn check_abi(policy: &Policy) -> Result<(), FsError> {
+    let have = kernel_abi()?;
+    if have < i32::from(policy.run.landlock_abi) {
+        return Err(FsError::AbiTooOld {
+            have,
+            want: policy.run.landlock_abi,
+        });
+    }
+    Ok(())
+}
+
 impl FsSandbox {
     /// Build the ruleset for `policy`, with `run_tmp` writable and the rest of
     /// the state dir (other runs under `runs_dir`, other agents' dirs)
     /// unreadable; writable paths beneath it (a preset's agent dir) stay open.
     pub fn prepare(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Result<Self, FsError> {
-        let have = kernel_abi()?;
-        if have < i32::from(policy.run.landlock_abi) {
-            return Err(FsError::AbiTooOld {
-                have,
-                want: policy.run.landlock_abi,
-            });
-        }
+        check_abi(policy)?;
 
         let ruleset: RulesetCreated = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
@@ -352,34 +363,40 @@ pub fn narrowed(
 /// deepest existing ancestor, so that its real parent is still split and
 /// creating it later does not expose it.
 fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
-    // The secret floor is ~20 paths under the same home, most of them absent:
-    // each directory is resolved once (realpath is a readlink per component).
-    let mut resolved: std::collections::HashMap<PathBuf, Option<PathBuf>> =
-        std::collections::HashMap::new();
+    // The secret floor is ~20 paths under the same home, most of them
+    // absent: each prefix is resolved once, with one `readlink` (realpath
+    // would take one per component, for every path).
+    let mut resolved = std::collections::HashMap::new();
     let mut out = BTreeSet::new();
     for p in paths {
         out.insert(p.clone());
-        let mut base = p.as_path();
-        let mut rest = Vec::new();
-        loop {
-            let c = resolved
-                .entry(base.to_path_buf())
-                .or_insert_with(|| base.canonicalize().ok())
-                .clone();
-            if let Some(c) = c {
-                out.insert(rest.iter().rev().fold(c, |acc, n| acc.join(n)));
-                break;
-            }
-            match (base.parent(), base.file_name()) {
-                (Some(parent), Some(name)) => {
-                    rest.push(name.to_owned());
-                    base = parent;
-                }
-                _ => break,
-            }
-        }
+        out.insert(resolve(p, &mut resolved));
     }
     out
+}
+
+/// `path` canonical, one component at a time on its resolved parent: a
+/// component that is a symlink is resolved whole (`realpath`), one that is
+/// not, or is absent, stands as it is. `cache` holds every prefix resolved.
+fn resolve(path: &Path, cache: &mut std::collections::HashMap<PathBuf, PathBuf>) -> PathBuf {
+    if let Some(c) = cache.get(path) {
+        return c.clone();
+    }
+    let c = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if path.is_absolute() => {
+            let joined = resolve(parent, cache).join(name);
+            if std::fs::read_link(&joined).is_ok() {
+                // A dangling link stands for itself.
+                joined.canonicalize().unwrap_or(joined)
+            } else {
+                joined
+            }
+        }
+        // `/`, a path ending in `..`, or a relative one.
+        _ => path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
+    };
+    cache.insert(path.to_path_buf(), c.clone());
+    c
 }
 
 #[cfg(test)]
@@ -477,6 +494,39 @@ mod tests {
         let real = real.canonicalize().unwrap_or_else(|e| panic!("{e}"));
         assert!(set.contains(&real.join("not-yet/secret")), "{set:?}");
         assert!(set.contains(&link.join("not-yet/secret")), "{set:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_symlinked_denied_path_resolves_to_its_target_and_a_dangling_one_to_itself() {
+        let dir =
+            std::env::temp_dir().join(format!("lockrun-fs-unit-links-{}", std::process::id()));
+        let real = dir.join("home/real-ssh");
+        std::fs::create_dir_all(&real).unwrap_or_else(|e| panic!("{e}"));
+        let home = dir
+            .join("home")
+            .canonicalize()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::os::unix::fs::symlink(&real, home.join(".ssh"));
+        let _ = std::os::unix::fs::symlink(home.join("gone"), home.join(".aws"));
+        let _ = std::os::unix::fs::symlink(&home, dir.join("via"));
+        let set = canonical_set(&[
+            home.join(".ssh"),
+            home.join(".aws"),
+            dir.join("via/.ssh/id_ed25519"),
+            home.join(".absent"),
+        ]);
+        let want: BTreeSet<PathBuf> = [
+            home.join(".ssh"),
+            home.join("real-ssh"),
+            home.join(".aws"),
+            dir.join("via/.ssh/id_ed25519"),
+            home.join("real-ssh/id_ed25519"),
+            home.join(".absent"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(set, want);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,6 +6,8 @@
 //! 1. the run dir `<state>/runs/<id>` with `tmp/` (0700) and `owner`;
 //! 2. sweep stale run dirs (best effort, grace period respected);
 //! 3. the Landlock ruleset ([`crate::fs`]) and seccomp filters ([`crate::seccomp`]);
+//!    the ruleset's walk starts right after step 1, on another CPU
+//!    (`beside`), and is waited for after step 7;
 //! 4. the run's cgroup ([`crate::cgroup`]) → its open `cgroup.procs` fd;
 //! 5. the proxy ([`crate::proxy`]), when any host is allowed → its endpoint and `*_PROXY`;
 //! 6. the eBPF hooks ([`crate::bpf`]): the build's, attached once to the
@@ -21,7 +23,8 @@
 //! 10. teardown, in reverse, on every path: the cgroup killed and removed,
 //!     the seccomp supervisor stopped (after the cgroup: until then a
 //!     descendant may still call), the hooks drained and the run unregistered, the proxy stopped, the kernel audit
-//!     read to its end, the run dir removed.
+//!     read to its end; the run dir is removed beside the rest, once the
+//!     cgroup is gone.
 //!
 //! Each layer's handle also tears itself down in `Drop` (like [`RunDir`]):
 //! bound in setup order inside `run`, they are dropped in reverse on every
@@ -42,6 +45,7 @@ use crate::fs::{FsError, FsSandbox};
 use crate::policy::Policy;
 use crate::seccomp::SeccompError;
 
+mod beside;
 pub mod nested;
 
 /// Why a run could not be set up. Every variant maps to exit 125.
@@ -608,6 +612,9 @@ async fn run(
     use crate::audit::Event;
 
     let runs_dir = policy.runs_dir();
+    // The thread for the side work (see `beside`), started first: it takes
+    // a moment to be running.
+    let beside = beside::Beside::start();
     // Signals are caught from here on, so that lockrun is never killed
     // between creating the run dir and removing it.
     let mut signals = Signals::new().map_err(RunError::Signals)?;
@@ -616,6 +623,21 @@ async fn run(
     let dir = RunDir::create(&runs_dir)?;
     tracing::debug!("1. run dir {}", dir.id());
     let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
+
+    // 3. the Landlock ruleset: its walk (~0.7 ms here, about as long as
+    //    steps 2 and 4–7 together) starts now on another CPU, beside them
+    //    (see `beside`). A policy asking for more Landlock than the kernel
+    //    has is refused first, before any kernel object exists.
+    prepare_writable(policy, dir.tmp());
+    crate::fs::check_abi(policy)?;
+    let walk = {
+        let (policy, tmp, runs_dir) = (policy.clone(), dir.tmp().to_owned(), runs_dir.clone());
+        beside.run(move || {
+            let fs = FsSandbox::prepare(&policy, &tmp, &runs_dir);
+            tracing::debug!("3. Landlock ruleset prepared");
+            fs
+        })
+    };
 
     // 2. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 1)
     if let Err(e) = sweep_at_start(&runs_dir, policy.run.gc_grace) {
@@ -657,13 +679,27 @@ async fn run(
         },
     })?;
 
-    // 3. Landlock ruleset and seccomp filters, both prepared here, before any
-    //    kernel object exists: a policy that cannot be built fails cheaply.
-    //    (Built on a thread of its own beside steps 4–7, the ruleset was not
-    //    faster here: on this 2-vCPU VM the new thread first ran ~0.65 ms
-    //    after it was spawned, the wake-up of an idle vCPU.)
-    prepare_writable(policy, dir.tmp());
-    let fs = FsSandbox::prepare(policy, dir.tmp(), &runs_dir)?;
+    // 3–7, beside the walk. Should both fail, the walk's error is the one
+    // told (a deny list that cannot be built, before what the kernel
+    // refused later); either way nothing ran.
+    let kernel = kernel_side(policy, &dir, audit);
+    let fs = walk.wait().ok_or(FsError::WalkPanicked).and_then(|fs| fs);
+    let (kernel, fs) = match (kernel, fs) {
+        (Ok(kernel), Ok(fs)) => (kernel, fs),
+        (_, Err(e)) => return Err(e.into()),
+        (Err(e), Ok(_)) => return Err(e),
+    };
+    // In setup order, so that they drop in reverse.
+    let KernelSide {
+        seccomp,
+        listener_rx,
+        listener_tx,
+        cgroup,
+        proxy,
+        proxy_env,
+        mut hooks,
+        kernel_audit,
+    } = kernel;
     // A denied path inside a writable dir: the dir cannot be granted whole,
     // and the refusals it brings are explained before they happen.
     for n in fs.narrowed() {
@@ -671,7 +707,144 @@ async fn run(
         audit.record(Event::Narrowed(n.clone()));
     }
     let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
-    tracing::debug!("3. Landlock ruleset prepared");
+    tracing::debug!("3. Landlock ruleset received");
+    let (plan, report) = crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile)
+        .map_err(|source| RunError::Child {
+            what: "report pipe",
+            source,
+        })?;
+    let supervise = crate::supervise::Config {
+        writable: supervise_roots.0,
+        denied: supervise_roots.1,
+        unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
+        cgroup_id: cgroup.id(),
+        audit: audit.clone(),
+    };
+
+    // 8. environment
+    let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);
+
+    // A signal that arrived during setup cancels the run before anything starts.
+    tokio::select! {
+        biased;
+        sig = signals.recv() => {
+            eprintln!("lockrun: {sig} during setup: the command was not started");
+            return Ok(128 + sig as i32);
+        }
+        () = std::future::ready(()) => {}
+    }
+
+    // 9. spawn and supervise
+    let (started, supervisor) = spawn_and_wait(
+        argv,
+        &env,
+        cgroup.dir_fd(),
+        plan,
+        report,
+        (listener_rx, supervise),
+        &mut signals,
+        kernel_audit.as_ref(),
+    )
+    .await?;
+
+    tracing::debug!("9. the command ended");
+
+    // 10. teardown, in reverse: what is left of the run is killed, the hooks
+    //     drained and the run unregistered, the proxy stopped, the kernel audit read to
+    //     its end; the run dir goes last (when `dir` drops).
+    let mut teardown_errors = Vec::new();
+    if let Err(e) = cgroup.remove() {
+        teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
+    }
+    // No process of the run is left (or none that `lockrun gc` will not
+    // kill): the run dir goes now, beside the rest of the teardown.
+    let run_id = dir.id().to_owned();
+    let dir_removed = beside.run(move || drop(dir));
+    // No task of the run is left: the audit stream's end can be marked now,
+    // and the kernel queues it while the rest is torn down.
+    let mut kernel_audit = kernel_audit;
+    if let Some(k) = kernel_audit.as_mut() {
+        k.send_marker();
+    }
+    if let Some(s) = supervisor {
+        s.finish();
+    }
+    if let Some(h) = hooks.take() {
+        if let Err(e) = h.finish(audit) {
+            teardown_errors.push(format!(
+                "unregistering the run from the hooks: {}",
+                chain(&e)
+            ));
+        }
+    }
+    // No process of the run is left to race it: the worktree's git files
+    // go back as they were.
+    if let Some(g) = &git_guard {
+        for change in g.restore(&run_id) {
+            let message = change.to_string();
+            eprintln!("lockrun: git: {message}");
+            audit.record(Event::Notice {
+                layer: crate::audit::Layer::Filesystem,
+                message,
+            });
+        }
+    }
+    if let Some(p) = proxy {
+        p.shutdown().await;
+    }
+    if let Some(k) = kernel_audit {
+        k.finish();
+    }
+    tracing::debug!("10. torn down");
+    for e in &teardown_errors {
+        eprintln!("lockrun: warning: {e} (`lockrun gc` will retry)");
+    }
+
+    let code = match started {
+        Started::Exited(status) => exit_code(status),
+        Started::NotFound(e) => {
+            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
+            exit::NOT_FOUND
+        }
+        Started::NotExecutable(e) => {
+            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
+            exit::NOT_EXECUTABLE
+        }
+    };
+    audit.record(Event::RunEnd {
+        run_id,
+        exit: code,
+        refused: audit.refused(),
+    });
+    // A panic there left what it had not removed to `lockrun gc`.
+    let _ = dir_removed.wait();
+    tracing::debug!("11. run dir removed");
+    Ok(code)
+}
+
+/// What steps 3–7 made, in setup order: the seccomp filter, the listener's
+/// socketpair, the cgroup, the proxy and its variables, the hooks'
+/// registration, the kernel audit reader. Each tears itself down on drop.
+struct KernelSide {
+    seccomp: seccompiler::BpfProgram,
+    listener_rx: std::os::fd::OwnedFd,
+    listener_tx: std::os::fd::OwnedFd,
+    cgroup: crate::cgroup::RunCgroup,
+    proxy: Option<crate::proxy::RunningProxy>,
+    proxy_env: Vec<(OsString, OsString)>,
+    hooks: Option<crate::bpf::NetworkHooks>,
+    kernel_audit: Option<crate::audit::kernel::KernelAudit>,
+}
+
+/// Steps 3 (seccomp) to 7, run while the Landlock walk goes on beside.
+fn kernel_side(
+    policy: &Policy,
+    dir: &RunDir,
+    audit: &std::sync::Arc<crate::audit::AuditLog>,
+) -> Result<KernelSide, RunError> {
+    use crate::audit::Event;
+
+    // 3. the seccomp filters (the Landlock ruleset is on its way, above).
     let seccomp = crate::seccomp::combined()?;
     tracing::debug!("3. seccomp filter compiled");
     // The supervised filter's listener travels from the child to lockrun
@@ -732,7 +905,7 @@ async fn run(
     // 6. the kernel network hooks: the run registered in the build's hooks,
     //    which judge its cgroup from its parent; their refusals stream
     //    into the audit log while the run goes on.
-    let mut hooks = if weaken_hooks {
+    let hooks = if weaken_hooks {
         eprintln!("lockrun: TEST BUILD: the run's cgroup is deliberately outside the network hooks (LOCKRUN_TEST_WEAKEN=hooks)");
         None
     } else {
@@ -764,113 +937,16 @@ async fn run(
     };
 
     tracing::debug!("7. kernel audit reader started");
-    let (plan, report) = crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile)
-        .map_err(|source| RunError::Child {
-            what: "report pipe",
-            source,
-        })?;
-    let supervise = crate::supervise::Config {
-        writable: supervise_roots.0,
-        denied: supervise_roots.1,
-        unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
-        cgroup_id: cgroup.id(),
-        audit: audit.clone(),
-    };
-
-    // 8. environment
-    let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);
-
-    // A signal that arrived during setup cancels the run before anything starts.
-    tokio::select! {
-        biased;
-        sig = signals.recv() => {
-            eprintln!("lockrun: {sig} during setup: the command was not started");
-            return Ok(128 + sig as i32);
-        }
-        () = std::future::ready(()) => {}
-    }
-
-    // 9. spawn and supervise
-    let (started, supervisor) = spawn_and_wait(
-        argv,
-        &env,
-        cgroup.dir_fd(),
-        plan,
-        report,
-        (listener_rx, supervise),
-        &mut signals,
-        kernel_audit.as_ref(),
-    )
-    .await?;
-
-    tracing::debug!("9. the command ended");
-
-    // 10. teardown, in reverse: what is left of the run is killed, the hooks
-    //     drained and the run unregistered, the proxy stopped, the kernel audit read to
-    //     its end; the run dir goes last (when `dir` drops).
-    let mut teardown_errors = Vec::new();
-    if let Err(e) = cgroup.remove() {
-        teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
-    }
-    // No task of the run is left: the audit stream's end can be marked now,
-    // and the kernel queues it while the rest is torn down.
-    let mut kernel_audit = kernel_audit;
-    if let Some(k) = kernel_audit.as_mut() {
-        k.send_marker();
-    }
-    if let Some(s) = supervisor {
-        s.finish();
-    }
-    if let Some(h) = hooks.take() {
-        if let Err(e) = h.finish(audit) {
-            teardown_errors.push(format!(
-                "unregistering the run from the hooks: {}",
-                chain(&e)
-            ));
-        }
-    }
-    // No process of the run is left to race it: the worktree's git files
-    // go back as they were.
-    if let Some(g) = &git_guard {
-        for change in g.restore(dir.id()) {
-            let message = change.to_string();
-            eprintln!("lockrun: git: {message}");
-            audit.record(Event::Notice {
-                layer: crate::audit::Layer::Filesystem,
-                message,
-            });
-        }
-    }
-    if let Some(p) = proxy {
-        p.shutdown().await;
-    }
-    if let Some(k) = kernel_audit {
-        k.finish();
-    }
-    tracing::debug!("10. torn down");
-    for e in &teardown_errors {
-        eprintln!("lockrun: warning: {e} (`lockrun gc` will retry)");
-    }
-
-    let code = match started {
-        Started::Exited(status) => exit_code(status),
-        Started::NotFound(e) => {
-            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
-            exit::NOT_FOUND
-        }
-        Started::NotExecutable(e) => {
-            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
-            exit::NOT_EXECUTABLE
-        }
-    };
-    audit.record(Event::RunEnd {
-        run_id: dir.id().to_owned(),
-        exit: code,
-        refused: audit.refused(),
-    });
-    drop(dir);
-    tracing::debug!("11. run dir removed");
-    Ok(code)
+    Ok(KernelSide {
+        seccomp,
+        listener_rx,
+        listener_tx,
+        cgroup,
+        proxy,
+        proxy_env,
+        hooks,
+        kernel_audit,
+    })
 }
 
 #[allow(clippy::too_many_arguments)] // the pieces of one spawn, prepared by `run`
