@@ -14,9 +14,11 @@
 //! it has not started when its result is waited for is taken back and run
 //! by the waiter: with both CPUs busy (many runs on one machine), the thread
 //! may get its turn late, and a run then costs what it did without it.
-//! Dropping the [`Beside`] waits for every job given to it: no work of a
-//! run outlives the run.
+//! Dropping the [`Beside`] waits for every job given to it that has not
+//! finished: no work of a run outlives the run. (With none left, the idle
+//! thread is not waited for: it ends on its own as the queue closes.)
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -33,6 +35,8 @@ fn take(slot: &Slot) -> Option<Job> {
 pub struct Beside {
     jobs: Option<mpsc::Sender<Slot>>,
     thread: Option<JoinHandle<()>>,
+    /// Jobs given and not finished (a panicked one never is).
+    unfinished: Arc<AtomicUsize>,
 }
 
 /// A job's result, to be waited for.
@@ -60,6 +64,7 @@ impl Beside {
         let none = Self {
             jobs: None,
             thread: None,
+            unfinished: Arc::default(),
         };
         let Some(cpus) = crate::sys::OtherCpus::of_this_thread() else {
             return none;
@@ -83,16 +88,22 @@ impl Beside {
         Self {
             jobs: Some(tx),
             thread: Some(thread),
+            unfinished: Arc::default(),
         }
     }
 
     /// Start `job` beside (or run it now, when there is no thread).
     pub fn run<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> Pending<T> {
         let (tx, result) = mpsc::sync_channel(1);
+        let unfinished = self.unfinished.clone();
+        unfinished.fetch_add(1, Ordering::AcqRel);
         let job: Job = Box::new(move || {
+            let r = job();
+            // Before the send: whoever has the result sees it counted.
+            unfinished.fetch_sub(1, Ordering::AcqRel);
             // The receiver is gone when the run failed meanwhile: the
             // result is dropped here.
-            let _ = tx.send(job());
+            let _ = tx.send(r);
         });
         let slot: Slot = Arc::new(Mutex::new(Some(job)));
         let queued = self
@@ -114,7 +125,9 @@ impl Drop for Beside {
         // Closing the queue ends the thread's loop once every job ran.
         drop(self.jobs.take());
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            if self.unfinished.load(Ordering::Acquire) > 0 {
+                let _ = thread.join();
+            }
         }
     }
 }

@@ -751,7 +751,7 @@ async fn run(
 
     // 10. teardown, in reverse: what is left of the run is killed, the hooks
     //     drained and the run unregistered, the proxy stopped, the kernel audit read to
-    //     its end; the run dir goes last (when `dir` drops).
+    //     its end; the run dir is removed beside, once the cgroup is gone.
     let mut teardown_errors = Vec::new();
     if let Err(e) = cgroup.remove() {
         teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
