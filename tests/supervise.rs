@@ -328,6 +328,82 @@ fn metadata_inside_the_worktree_and_tmpdir_works() {
     assert_eq!(snapshot(&theirs), before);
 }
 
+/// A regular file the command opened for writing has its metadata set
+/// without a look at its name (Landlock let it open it only beneath a
+/// writable root); what it may write outside the roots is judged by name: the
+/// caller's stdout (a root-owned canary outside), through the descriptor it
+/// inherits and reopened through `/proc/self/fd/1`.
+#[test]
+fn metadata_through_descriptors_open_for_writing() {
+    const T: &str = "metadata_through_descriptors_open_for_writing";
+    if !can_run(T) {
+        return;
+    }
+    let w = World::new("sv-meta-w");
+    let canary = root_file(&w.data.join("out"));
+    let before = snapshot(&canary);
+    let results = w.wt.join("results");
+    let audit = w.root.join("audit.jsonl");
+    let mine = w.wt.join("mine");
+    std::fs::write(&mine, b"x").unwrap();
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ops: Vec<Vec<&str>> = vec![
+        // The caller's stdout, a file outside the worktree.
+        vec!["fchmod_fd", "1", "777"],
+        vec!["fchown_fd", "1", "0", "0"],
+        vec!["futime_fd", "1"],
+        vec!["fsetxattr_fd", "1"],
+        vec!["fchmod_w", "/proc/self/fd/1", "777"],
+        vec!["fchown_w", "/proc/self/fd/1", "0", "0"],
+        vec!["futime_w", "/proc/self/fd/1"],
+        vec!["fsetxattr_w", "/proc/self/fd/1"],
+        // The control: a file in the worktree, opened for writing inside.
+        vec!["fchmod_w", s(&mine), "640"],
+        vec!["fchown_w", s(&mine), "0", "0"],
+        vec!["futime_w", s(&mine)],
+        vec!["fsetxattr_w", s(&mine)],
+    ];
+    let mut argv = vec![python3().to_owned(), PROBE.to_owned()];
+    for (i, o) in ops.iter().enumerate() {
+        if i > 0 {
+            argv.push(";".to_owned());
+        }
+        argv.extend(o.iter().map(|x| (*x).to_owned()));
+    }
+    let stdout = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&canary)
+        .unwrap();
+    let out = w
+        .cmd(&["--audit-log", s(&audit)], &argv)
+        .env("PROBE_OUT", &results)
+        .stdout(stdout)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r = std::fs::read_to_string(&results).unwrap();
+    let r: Vec<&str> = r.lines().collect();
+    assert_eq!(r.len(), ops.len(), "{r:?}");
+    for (o, got) in ops[..8].iter().zip(&r) {
+        assert_eq!(*got, "errno=EPERM", "{o:?} must be refused");
+    }
+    assert_eq!(&r[8..], ["ok"; 4], "{:?}", &ops[8..]);
+    assert_eq!(
+        snapshot(&canary),
+        before,
+        "the caller's stdout file changed"
+    );
+    assert_eq!(std::fs::read(&canary).unwrap(), b"canary");
+    let after = snapshot(&mine);
+    assert_eq!(after.mode & 0o7777, 0o640);
+    assert_eq!(after.mtime, (1, 0));
+    assert_eq!(after.xattrs, ["user.pwned"]);
+    // The refusals name the file, as a refusal by name would.
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let by_fd = format!("\"fd 1 ({})\"", canary.display());
+    assert!(log.contains(&by_fd), "{by_fd} missing from {log}");
+}
+
 #[test]
 fn everyday_tools_keep_working() {
     const T: &str = "everyday_tools_keep_working";

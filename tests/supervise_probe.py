@@ -1,7 +1,8 @@
 """Probe for tests/supervise.rs: the metadata calls and unix connects the
 seccomp supervisor answers. usage: python3 supervise_probe.py OP ARGS... [; OP ARGS...]
-Prints one line per op: "ok" or "errno=<NAME>". It never judges itself; the
-test judges from outside (metadata, listeners) and from these lines."""
+Prints one line per op: "ok" or "errno=<NAME>" (to stdout, or to the file
+$PROBE_OUT names when stdout itself is the canary). It never judges itself;
+the test judges from outside (metadata, listeners) and from these lines."""
 import errno
 import os
 import socket
@@ -16,6 +17,11 @@ def ro(path):
 
 def dirfd(d):
     return os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def wo(path):
+    """Open for writing without changing the file (no truncation, no write)."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND)
 
 
 def stream_connect(path, nonblock=False):
@@ -102,6 +108,20 @@ def op(name, a):
         os.fchmod(ro(a[0]), int(a[1], 8))
     elif name == "fchmod_fd":
         os.fchmod(int(a[0]), int(a[1], 8))
+    elif name == "fchmod_w":
+        os.fchmod(wo(a[0]), int(a[1], 8))
+    elif name == "fchown_fd":
+        os.fchown(int(a[0]), int(a[1]), int(a[2]))
+    elif name == "fchown_w":
+        os.fchown(wo(a[0]), int(a[1]), int(a[2]))
+    elif name == "futime_fd":
+        os.utime(int(a[0]), (1, 1))
+    elif name == "futime_w":
+        os.utime(wo(a[0]), (1, 1))
+    elif name == "fsetxattr_fd":
+        os.setxattr(int(a[0]), "user.pwned", b"1")
+    elif name == "fsetxattr_w":
+        os.setxattr(wo(a[0]), "user.pwned", b"1")
     elif name == "fchmod_tmpfile":
         os.fchmod(os.open(a[0], os.O_TMPFILE | os.O_WRONLY, 0o600), int(a[1], 8))
     elif name == "fchmod_memfd":
@@ -158,9 +178,10 @@ def op(name, a):
         serve_dgram(a[0], connect=True)
     else:
         raise SystemExit("unknown op " + name)
-    print("ok")
+    print("ok", file=RESULTS)
 
 
+RESULTS = open(os.environ["PROBE_OUT"], "w") if "PROBE_OUT" in os.environ else sys.stdout
 args = sys.argv[1:]
 while args:
     if ";" in args:
@@ -172,5 +193,5 @@ while args:
     try:
         op(cur[0], cur[1:])
     except OSError as e:
-        print("errno=" + errno.errorcode.get(e.errno, str(e.errno)))
-    sys.stdout.flush()
+        print("errno=" + errno.errorcode.get(e.errno, str(e.errno)), file=RESULTS)
+    RESULTS.flush()

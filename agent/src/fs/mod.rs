@@ -99,6 +99,8 @@ pub struct FsSandbox {
     denied: Vec<PathBuf>,
     /// The writable dirs that could not be granted whole.
     narrowed: Vec<Narrowed>,
+    /// `(st_dev, st_ino)` of what may be written outside the writable roots.
+    written_outside: Vec<(u64, u64)>,
 }
 
 /// The kind of rule a path received.
@@ -221,6 +223,7 @@ impl FsSandbox {
             ruleset: fd.ok_or(FsError::NoFd)?,
             grants: plan.grants,
             narrowed,
+            written_outside: plan.written_outside,
             writable: roots.writable,
             denied: roots.denied.into_iter().collect(),
         })
@@ -249,6 +252,16 @@ impl FsSandbox {
     #[must_use]
     pub fn denied(&self) -> &[PathBuf] {
         &self.denied
+    }
+
+    /// `(st_dev, st_ino)` of the objects the command may write outside the
+    /// writable roots: the devices and the caller's stdio files (a rule on
+    /// a file holds for its inode, whatever name reaches it). With these
+    /// excepted, a regular file the command holds open for writing lies
+    /// beneath a writable root, or did when it was opened.
+    #[must_use]
+    pub fn written_outside(&self) -> &[(u64, u64)] {
+        &self.written_outside
     }
 
     /// The writable dirs that could not be granted whole (see [`Narrowed`]).
@@ -543,6 +556,9 @@ struct Plan {
     grants: Vec<(PathBuf, Grant)>,
     /// The writable dirs listed instead of granted whole, in walk order.
     narrowed: Vec<Narrowed>,
+    /// `(st_dev, st_ino)` of every object granted a write right outside the
+    /// writable roots (devices, the caller's stdio files).
+    written_outside: Vec<(u64, u64)>,
 }
 
 impl Plan {
@@ -628,6 +644,14 @@ impl Plan {
                         source,
                     })?,
             );
+        }
+        if matches!(grant, Grant::Device | Grant::Tty | Grant::Stdio) {
+            use std::os::unix::fs::MetadataExt as _;
+            let st = file.metadata().map_err(|source| FsError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            self.written_outside.push((st.dev(), st.ino()));
         }
         self.grants.push((path.to_path_buf(), grant));
         Ok(())

@@ -706,7 +706,11 @@ async fn run(
         tracing::warn!("{n}");
         audit.record(Event::Narrowed(n.clone()));
     }
-    let supervise_roots = (fs.writable_roots().to_vec(), fs.denied().to_vec());
+    let supervise_roots = (
+        fs.writable_roots().to_vec(),
+        fs.denied().to_vec(),
+        fs.written_outside().to_vec(),
+    );
     tracing::debug!("3. Landlock ruleset received");
     let (plan, report) = crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile)
         .map_err(|source| RunError::Child {
@@ -716,6 +720,7 @@ async fn run(
     let supervise = crate::supervise::Config {
         writable: supervise_roots.0,
         denied: supervise_roots.1,
+        written_outside: supervise_roots.2,
         unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
         cgroup_id: cgroup.id(),
         audit: audit.clone(),

@@ -78,6 +78,9 @@ pub struct Config {
     pub writable: Vec<PathBuf>,
     /// Denied-read paths (nothing beneath them is writable), canonical.
     pub denied: Vec<PathBuf>,
+    /// `(st_dev, st_ino)` of what the command may write outside `writable`
+    /// ([`crate::fs::FsSandbox::written_outside`]).
+    pub written_outside: Vec<(u64, u64)>,
     /// Where the command's pathname sockets may be: the worktree and run tmp.
     pub unix: Vec<PathBuf>,
     /// The run cgroup's id, for audit events.
@@ -91,8 +94,17 @@ pub struct Shared {
     root: OwnedFd,
     fs_roots: Roots,
     unix_roots: Roots,
+    /// [`Config::written_outside`] and the caller's stdio files: a
+    /// descriptor open for writing on one of these is placed by its name.
+    written_outside: Vec<(u64, u64)>,
     cgroup_id: u64,
     audit: Arc<AuditLog>,
+    /// The last task's pidfd, kept for its next call (a tar extracting
+    /// files makes three per file). A pidfd holds its task's `struct pid`,
+    /// and a tid is handed out again only once that is detached: a kept
+    /// pidfd whose tid came back refers to the dead task (`ESRCH`), never
+    /// to the new one.
+    last_pidfd: std::sync::Mutex<Option<(u32, Arc<OwnedFd>)>>,
 }
 
 /// How a notification is answered.
@@ -127,8 +139,8 @@ impl Shared {
 pub struct Task<'a> {
     s: &'a Shared,
     n: Notif,
-    /// Opened on the first [`Task::getfd`]: calls that name a path need none.
-    pidfd: std::cell::OnceCell<OwnedFd>,
+    /// Taken on the first [`Task::getfd`]: calls that name a path need none.
+    pidfd: std::cell::RefCell<Option<Arc<OwnedFd>>>,
 }
 
 impl<'a> Task<'a> {
@@ -136,7 +148,7 @@ impl<'a> Task<'a> {
         Self {
             s,
             n,
-            pidfd: std::cell::OnceCell::new(),
+            pidfd: std::cell::RefCell::new(None),
         }
     }
 
@@ -196,19 +208,48 @@ impl<'a> Task<'a> {
 
     /// A duplicate of the task's descriptor `fd` (`EBADF` if it has none).
     pub fn getfd(&self, fd: i32) -> Result<OwnedFd, Errno> {
-        let pidfd = if let Some(p) = self.pidfd.get() {
-            p
-        } else {
-            // Failing: the task is gone. A reused tid gets a pidfd of the
-            // wrong task, whose descriptors are then taken: the
-            // notification is no longer valid then, checked before acting.
-            let p = notify::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?;
-            self.pidfd.get_or_init(|| p)
+        let (pidfd, kept) = self.pidfd()?;
+        let r = match notify::pidfd_getfd(pidfd.as_fd(), fd) {
+            // The kept pidfd was an earlier task's with this tid: open ours.
+            Err(e) if kept && e.raw_os_error() == Some(libc::ESRCH) => {
+                let fresh = self.open_pidfd()?;
+                notify::pidfd_getfd(fresh.as_fd(), fd)
+            }
+            r => r,
         };
-        notify::pidfd_getfd(pidfd.as_fd(), fd).map_err(|e| match e.raw_os_error() {
+        r.map_err(|e| match e.raw_os_error() {
             Some(libc::EBADF) | None => libc::EBADF,
             Some(e) => e,
         })
+    }
+
+    /// The task's pidfd, and whether it was kept from an earlier call.
+    fn pidfd(&self) -> Result<(Arc<OwnedFd>, bool), Errno> {
+        if let Some(p) = self.pidfd.borrow().as_ref() {
+            return Ok((p.clone(), false));
+        }
+        let kept = self.s.last_pidfd.lock().ok().and_then(|g| {
+            g.as_ref()
+                .filter(|(tid, _)| *tid == self.n.pid)
+                .map(|(_, p)| p.clone())
+        });
+        if let Some(p) = kept {
+            *self.pidfd.borrow_mut() = Some(p.clone());
+            return Ok((p, true));
+        }
+        Ok((self.open_pidfd()?, false))
+    }
+
+    fn open_pidfd(&self) -> Result<Arc<OwnedFd>, Errno> {
+        // Failing: the task is gone. A reused tid gets a pidfd of the
+        // wrong task, whose descriptors are then taken: the notification
+        // is no longer valid then, checked before acting.
+        let p = Arc::new(notify::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?);
+        *self.pidfd.borrow_mut() = Some(p.clone());
+        if let Ok(mut g) = self.s.last_pidfd.lock() {
+            *g = Some((self.n.pid, p.clone()));
+        }
+        Ok(p)
     }
 
     /// The task's working directory.
@@ -280,13 +321,25 @@ impl Supervisor {
         }
         let fs_roots = Roots::open(root.as_fd(), &config.writable, &config.denied);
         let unix_roots = Roots::open(root.as_fd(), &config.unix, &config.denied);
+        let mut written_outside = config.written_outside;
+        // The command inherits lockrun's stdio: whatever file it is on, and
+        // however it is open, it is judged by its name.
+        for fd in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+            if let Ok(st) = nix::sys::stat::fstat(fd) {
+                if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                    written_outside.push((st.st_dev, st.st_ino));
+                }
+            }
+        }
         let shared = Arc::new(Shared {
             listener,
             root,
             fs_roots,
             unix_roots,
+            written_outside,
             cgroup_id: config.cgroup_id,
             audit: config.audit,
+            last_pidfd: std::sync::Mutex::new(None),
         });
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let thread = std::thread::Builder::new()

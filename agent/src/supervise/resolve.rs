@@ -72,13 +72,21 @@ pub enum Object {
     /// No path reaches it (pipe, socket, anonymous inode, memfd): only
     /// descriptor holders see its metadata.
     Anonymous(OwnedFd),
+    /// A regular file the command opened for writing, and not one of the
+    /// few it may write outside the writable roots: Landlock let it open
+    /// it for writing, so it lay beneath a writable root when opened (see
+    /// [`locate_fd`]).
+    Written(OwnedFd),
 }
 
 impl Object {
     #[must_use]
     pub fn fd(&self) -> BorrowedFd<'_> {
         match self {
-            Object::Dir(fd) | Object::Anonymous(fd) | Object::Entry { obj: fd, .. } => fd.as_fd(),
+            Object::Dir(fd)
+            | Object::Anonymous(fd)
+            | Object::Written(fd)
+            | Object::Entry { obj: fd, .. } => fd.as_fd(),
         }
     }
 
@@ -213,12 +221,37 @@ pub enum Unplaced {
     Refused(String),
 }
 
-/// Place a descriptor taken from the command.
-pub fn locate_fd(root: BorrowedFd<'_>, fd: OwnedFd) -> Result<Object, Unplaced> {
+/// Place a descriptor taken from the command. `written_outside`: the
+/// descriptor is open for writing, and these `(st_dev, st_ino)` are what
+/// Landlock lets the command write outside the writable roots
+/// ([`crate::fs::FsSandbox::written_outside`]) or it inherited from the
+/// caller.
+///
+/// A regular file open for writing and not among those is taken as it is
+/// ([`Object::Written`]), without looking up its name: the command could
+/// open it for writing only beneath a writable root (Landlock's
+/// `WRITE_FILE`, which a rule on a file grants to its inode whatever the
+/// name), every descriptor it did not open itself was closed before its
+/// exec but stdio, and it can be handed no other (pathname unix sockets only
+/// in the worktree and the run's temp dir, abstract ones and ptrace scoped
+/// to the sandbox). What it may write, it may set the mode, owner and times
+/// of, as the kernel's own checks allow. The one difference from judging by
+/// name: such a file moved out of the writable roots by a process outside,
+/// while the command holds it open, still takes its metadata from it.
+pub fn locate_fd(
+    root: BorrowedFd<'_>,
+    fd: OwnedFd,
+    written_outside: Option<&[(u64, u64)]>,
+) -> Result<Object, Unplaced> {
     let st = stat(fd.as_fd()).map_err(Unplaced::Errno)?;
     let kind = st.st_mode & libc::S_IFMT;
     if kind == libc::S_IFDIR {
         return Ok(Object::Dir(fd));
+    }
+    if kind == libc::S_IFREG
+        && written_outside.is_some_and(|o| !o.contains(&(st.st_dev, st.st_ino)))
+    {
+        return Ok(Object::Written(fd));
     }
     let link = nix::fcntl::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str())
         .map_err(|e| Unplaced::Errno(nix_errno(e)))?;
@@ -351,7 +384,7 @@ impl Roots {
     /// Whether `obj` lies beneath a writable root.
     pub fn judge(&self, obj: &Object) -> Result<bool, Errno> {
         match obj {
-            Object::Anonymous(_) => Ok(true),
+            Object::Anonymous(_) | Object::Written(_) => Ok(true),
             Object::Dir(fd) => self.judge_dir(fd.as_fd()),
             Object::Entry { parent, .. } => self.judge_dir(parent.as_fd()),
         }

@@ -447,21 +447,44 @@ fn capset(d: &[CapData; 2]) -> io::Result<()> {
 /// `trusted.*` xattrs, write permission on a socket) judge as they would for
 /// the command.
 pub struct EffectiveCapsDropped {
-    saved: [CapData; 2],
+    /// What to set back on drop; `None` when an outer guard of this thread
+    /// already dropped them (it alone raises them again).
+    saved: Option<[CapData; 2]>,
     /// Not `Send`: the credentials belong to this thread.
     _thread: std::marker::PhantomData<*const ()>,
 }
 
+thread_local! {
+    /// This thread's capabilities as the first guard found them: they change
+    /// only through the guards (and back), so one `capget` per thread does.
+    static HELD: std::cell::Cell<Option<[CapData; 2]>> = const { std::cell::Cell::new(None) };
+    /// Whether a guard of this thread is alive.
+    static DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl EffectiveCapsDropped {
     pub fn new() -> io::Result<Self> {
-        let saved = capget()?;
+        if DROPPED.get() {
+            return Ok(Self {
+                saved: None,
+                _thread: std::marker::PhantomData,
+            });
+        }
+        let saved = if let Some(held) = HELD.get() {
+            held
+        } else {
+            let held = capget()?;
+            HELD.set(Some(held));
+            held
+        };
         let mut d = saved;
         for x in &mut d {
             x.effective = 0;
         }
         capset(&d)?;
+        DROPPED.set(true);
         Ok(Self {
-            saved,
+            saved: Some(saved),
             _thread: std::marker::PhantomData,
         })
     }
@@ -469,14 +492,63 @@ impl EffectiveCapsDropped {
 
 impl Drop for EffectiveCapsDropped {
     fn drop(&mut self) {
-        // Raising effective caps back within the kept permitted set cannot
-        // fail; if it did, this thread stays unprivileged (fails closed).
-        let _ = capset(&self.saved);
+        if let Some(saved) = self.saved {
+            // Raising effective caps back within the kept permitted set
+            // cannot fail; if it did, this thread stays unprivileged (fails
+            // closed): the next guard then finds nothing to drop or raise.
+            if capset(&saved).is_err() {
+                HELD.set(Some([CapData::default(); 2]));
+            }
+            DROPPED.set(false);
+        }
     }
 }
 
 /// Drop this thread's effective capabilities for good (threads that only
 /// act for the command).
 pub fn drop_thread_caps_for_good() -> io::Result<()> {
-    capset(&[CapData::default(); 2])
+    capset(&[CapData::default(); 2])?;
+    HELD.set(Some([CapData::default(); 2]));
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::EffectiveCapsDropped;
+
+    fn thread_cap_eff() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let hex = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .unwrap();
+        u64::from_str_radix(hex.trim(), 16).unwrap()
+    }
+
+    #[test]
+    fn guards_drop_effective_caps_and_only_the_outer_one_raises_them() {
+        const T: &str = "guards_drop_effective_caps_and_only_the_outer_one_raises_them";
+        std::thread::spawn(|| {
+            let full = thread_cap_eff();
+            if full == 0 {
+                assert!(
+                    std::env::var_os("CI").is_none_or(|v| v != "true"),
+                    "{T}: needs effective capabilities (root) under CI=true"
+                );
+                eprintln!("skipped: {T}: needs effective capabilities (root)");
+                return;
+            }
+            for round in ["first (capget)", "second (kept)"] {
+                let outer = EffectiveCapsDropped::new().unwrap();
+                assert_eq!(thread_cap_eff(), 0, "{round}: dropped");
+                drop(EffectiveCapsDropped::new().unwrap());
+                assert_eq!(thread_cap_eff(), 0, "{round}: an inner guard raised them");
+                drop(outer);
+                assert_eq!(thread_cap_eff(), full, "{round}: raised back");
+            }
+        })
+        .join()
+        .unwrap();
+    }
 }
