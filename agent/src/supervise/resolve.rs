@@ -152,14 +152,15 @@ pub fn resolve(
     if path.is_empty() {
         return Err(libc::ENOENT);
     }
-    let mut base: OwnedFd = start.try_clone_to_owned().map_err(|e| errno(&e))?;
+    // `None`: still at `start` (borrowed, not duplicated).
+    let mut base: Option<OwnedFd> = None;
     let mut path = path.to_vec();
     for _ in 0..=MAX_HOPS {
         let (b, rel): (BorrowedFd<'_>, &[u8]) = if path[0] == b'/' {
             let i = path.iter().position(|c| *c != b'/').unwrap_or(path.len());
             (root, &path[i..])
         } else {
-            (base.as_fd(), &path[..])
+            (base.as_ref().map_or(start, AsFd::as_fd), &path[..])
         };
         if rel.is_empty() {
             return Ok(Object::Dir(open_at(b, b".", DIR, no_magic)?));
@@ -196,7 +197,7 @@ pub fn resolve(
             if path.is_empty() {
                 return Err(libc::ENOENT);
             }
-            base = parent;
+            base = Some(parent);
             continue;
         }
         if kind == libc::S_IFDIR {
