@@ -342,6 +342,8 @@ fn metadata_through_descriptors_open_for_writing() {
     let w = World::new("sv-meta-w");
     let canary = root_file(&w.data.join("out"));
     let before = snapshot(&canary);
+    let other = root_file(&w.data.join("other"));
+    let other_before = snapshot(&other);
     let results = w.wt.join("results");
     let audit = w.root.join("audit.jsonl");
     let mine = w.wt.join("mine");
@@ -357,6 +359,9 @@ fn metadata_through_descriptors_open_for_writing() {
         vec!["fchown_w", "/proc/self/fd/1", "0", "0"],
         vec!["futime_w", "/proc/self/fd/1"],
         vec!["fsetxattr_w", "/proc/self/fd/1"],
+        // Another file outside, opened with access mode 3 (no read, no
+        // write): Landlock asks no right for it.
+        vec!["fchmod_acc3", s(&other), "777"],
         // The control: a file in the worktree, opened for writing inside.
         vec!["fchmod_w", s(&mine), "640"],
         vec!["fchown_w", s(&mine), "0", "0"],
@@ -384,10 +389,15 @@ fn metadata_through_descriptors_open_for_writing() {
     let r = std::fs::read_to_string(&results).unwrap();
     let r: Vec<&str> = r.lines().collect();
     assert_eq!(r.len(), ops.len(), "{r:?}");
-    for (o, got) in ops[..8].iter().zip(&r) {
+    for (o, got) in ops[..9].iter().zip(&r) {
         assert_eq!(*got, "errno=EPERM", "{o:?} must be refused");
     }
-    assert_eq!(&r[8..], ["ok"; 4], "{:?}", &ops[8..]);
+    assert_eq!(&r[9..], ["ok"; 4], "{:?}", &ops[9..]);
+    assert_eq!(
+        snapshot(&other),
+        other_before,
+        "the file opened with access mode 3 changed"
+    );
     assert_eq!(
         snapshot(&canary),
         before,

@@ -110,6 +110,10 @@ def op(name, a):
         os.fchmod(int(a[0]), int(a[1], 8))
     elif name == "fchmod_w":
         os.fchmod(wo(a[0]), int(a[1], 8))
+    elif name == "fchmod_acc3":
+        # Access mode 3: neither read nor write, for ioctls; the kernel checks
+        # both permissions, Landlock neither.
+        os.fchmod(os.open(a[0], os.O_WRONLY | os.O_RDWR), int(a[1], 8))
     elif name == "fchown_fd":
         os.fchown(int(a[0]), int(a[1]), int(a[2]))
     elif name == "fchown_w":

@@ -399,7 +399,12 @@ fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
             if flags & libc::O_PATH != 0 {
                 return Err(libc::EBADF);
             }
-            let written = flags & libc::O_ACCMODE != libc::O_RDONLY;
+            // Open for writing: Landlock asked `WRITE_FILE` of it. Not
+            // access mode 3 (`O_WRONLY | O_RDWR`, for ioctls only): the
+            // kernel's DAC checks both read and write for it, but the file
+            // gets neither mode, and Landlock asks no right at all.
+            let accmode = flags & libc::O_ACCMODE;
+            let written = accmode == libc::O_WRONLY || accmode == libc::O_RDWR;
             Ok(Named::Fd(f, format!("fd {fd}"), written))
         }
         Target::Path {

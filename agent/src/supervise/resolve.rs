@@ -223,7 +223,9 @@ pub enum Unplaced {
 }
 
 /// Place a descriptor taken from the command. `written_outside`: the
-/// descriptor is open for writing, and these `(st_dev, st_ino)` are what
+/// descriptor is open for writing (access mode `O_WRONLY` or `O_RDWR`; not
+/// mode 3, which Landlock lets open anything it can reach), and these
+/// `(st_dev, st_ino)` are what
 /// Landlock lets the command write outside the writable roots
 /// ([`crate::fs::FsSandbox::written_outside`]) or it inherited from the
 /// caller.
