@@ -33,8 +33,8 @@ fn can_run(test: &str) -> bool {
     false
 }
 
-/// Run the probe inside; its result lines. Asserts lockrun exited 0.
-fn probe<'a, O: AsRef<[&'a str]>>(w: &World, extra: &[&str], ops: &[O]) -> Vec<String> {
+/// The probe's command line for `ops`, one after another.
+fn probe_argv<'a, O: AsRef<[&'a str]>>(ops: &[O]) -> Vec<String> {
     let mut argv = vec![python3().to_owned(), PROBE.to_owned()];
     for (i, op) in ops.iter().enumerate() {
         if i > 0 {
@@ -42,7 +42,12 @@ fn probe<'a, O: AsRef<[&'a str]>>(w: &World, extra: &[&str], ops: &[O]) -> Vec<S
         }
         argv.extend(op.as_ref().iter().map(|s| (*s).to_owned()));
     }
-    let out = w.run(extra, &argv);
+    argv
+}
+
+/// Run the probe inside; its result lines. Asserts lockrun exited 0.
+fn probe<'a, O: AsRef<[&'a str]>>(w: &World, extra: &[&str], ops: &[O]) -> Vec<String> {
+    let out = w.run(extra, &probe_argv(ops));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -203,16 +208,7 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     // chattr (FS_IOC_SETFLAGS on a read-only fd): inode flags are metadata too.
     ops.push(vec!["chattr_nodump".to_owned(), s(&f).to_owned()]);
     ops.push(vec!["chattr_nodump".to_owned(), s(&link).to_owned()]);
-    let mut cmd = w.cmd(&["--audit-log", s(&audit)], &{
-        let mut argv = vec![python3().to_owned(), PROBE.to_owned()];
-        for (i, o) in ops.iter().enumerate() {
-            if i > 0 {
-                argv.push(";".to_owned());
-            }
-            argv.extend(o.iter().cloned());
-        }
-        argv
-    });
+    let mut cmd = w.cmd(&["--audit-log", s(&audit)], &probe_argv(&as_refs(&ops)));
     let out = cmd
         .stdin(std::fs::File::open(&f).unwrap())
         .output()
@@ -368,13 +364,7 @@ fn metadata_through_descriptors_open_for_writing() {
         vec!["futime_w", s(&mine)],
         vec!["fsetxattr_w", s(&mine)],
     ];
-    let mut argv = vec![python3().to_owned(), PROBE.to_owned()];
-    for (i, o) in ops.iter().enumerate() {
-        if i > 0 {
-            argv.push(";".to_owned());
-        }
-        argv.extend(o.iter().map(|x| (*x).to_owned()));
-    }
+    let argv = probe_argv(&ops);
     let stdout = std::fs::OpenOptions::new()
         .append(true)
         .open(&canary)

@@ -706,25 +706,21 @@ async fn run(
         tracing::warn!("{n}");
         audit.record(Event::Narrowed(n.clone()));
     }
-    let supervise_roots = (
-        fs.writable_roots().to_vec(),
-        fs.denied().to_vec(),
-        fs.written_outside().to_vec(),
-    );
+    // What the supervisor judges by, taken before the ruleset goes to the child.
+    let supervise = crate::supervise::Config {
+        writable: fs.writable_roots().to_vec(),
+        denied: fs.denied().to_vec(),
+        written_outside: fs.written_outside().to_vec(),
+        unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
+        cgroup_id: cgroup.id(),
+        audit: audit.clone(),
+    };
     tracing::debug!("3. Landlock ruleset received");
     let (plan, report) = crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile)
         .map_err(|source| RunError::Child {
             what: "report pipe",
             source,
         })?;
-    let supervise = crate::supervise::Config {
-        writable: supervise_roots.0,
-        denied: supervise_roots.1,
-        written_outside: supervise_roots.2,
-        unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
-        cgroup_id: cgroup.id(),
-        audit: audit.clone(),
-    };
 
     // 8. environment
     let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);

@@ -139,17 +139,11 @@ impl Shared {
 pub struct Task<'a> {
     s: &'a Shared,
     n: Notif,
-    /// Taken on the first [`Task::getfd`]: calls that name a path need none.
-    pidfd: std::cell::RefCell<Option<Arc<OwnedFd>>>,
 }
 
 impl<'a> Task<'a> {
     fn new(s: &'a Shared, n: Notif) -> Self {
-        Self {
-            s,
-            n,
-            pidfd: std::cell::RefCell::new(None),
-        }
+        Self { s, n }
     }
 
     /// Whether the task is still waiting on this notification: call after
@@ -207,15 +201,17 @@ impl<'a> Task<'a> {
     }
 
     /// A duplicate of the task's descriptor `fd` (`EBADF` if it has none).
+    /// Calls that name a path take none, and open no pidfd.
     pub fn getfd(&self, fd: i32) -> Result<OwnedFd, Errno> {
-        let (pidfd, kept) = self.pidfd()?;
-        let r = match notify::pidfd_getfd(pidfd.as_fd(), fd) {
-            // The kept pidfd was an earlier task's with this tid: open ours.
-            Err(e) if kept && e.raw_os_error() == Some(libc::ESRCH) => {
-                let fresh = self.open_pidfd()?;
-                notify::pidfd_getfd(fresh.as_fd(), fd)
-            }
-            r => r,
+        let r = match self.kept_pidfd() {
+            Some(p) => match notify::pidfd_getfd(p.as_fd(), fd) {
+                // Kept for an earlier task with this tid, gone since: open ours.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    notify::pidfd_getfd(self.open_pidfd()?.as_fd(), fd)
+                }
+                r => r,
+            },
+            None => notify::pidfd_getfd(self.open_pidfd()?.as_fd(), fd),
         };
         r.map_err(|e| match e.raw_os_error() {
             Some(libc::EBADF) | None => libc::EBADF,
@@ -223,31 +219,22 @@ impl<'a> Task<'a> {
         })
     }
 
-    /// The task's pidfd, and whether it was kept from an earlier call.
-    fn pidfd(&self) -> Result<(Arc<OwnedFd>, bool), Errno> {
-        if let Some(p) = self.pidfd.borrow().as_ref() {
-            return Ok((p.clone(), false));
-        }
-        let kept = self.s.last_pidfd.lock().ok().and_then(|g| {
-            g.as_ref()
-                .filter(|(tid, _)| *tid == self.n.pid)
-                .map(|(_, p)| p.clone())
-        });
-        if let Some(p) = kept {
-            *self.pidfd.borrow_mut() = Some(p.clone());
-            return Ok((p, true));
-        }
-        Ok((self.open_pidfd()?, false))
+    /// The pidfd kept from the last call, if it was this tid's.
+    fn kept_pidfd(&self) -> Option<Arc<OwnedFd>> {
+        let kept = self.s.last_pidfd.lock().ok()?;
+        kept.as_ref()
+            .filter(|(tid, _)| *tid == self.n.pid)
+            .map(|(_, p)| p.clone())
     }
 
+    /// A new pidfd for the task, kept for its next call.
     fn open_pidfd(&self) -> Result<Arc<OwnedFd>, Errno> {
         // Failing: the task is gone. A reused tid gets a pidfd of the
         // wrong task, whose descriptors are then taken: the notification
         // is no longer valid then, checked before acting.
         let p = Arc::new(notify::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?);
-        *self.pidfd.borrow_mut() = Some(p.clone());
-        if let Ok(mut g) = self.s.last_pidfd.lock() {
-            *g = Some((self.n.pid, p.clone()));
+        if let Ok(mut kept) = self.s.last_pidfd.lock() {
+            *kept = Some((self.n.pid, p.clone()));
         }
         Ok(p)
     }
