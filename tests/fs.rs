@@ -1966,7 +1966,7 @@ fn the_proxy_gets_the_hard_descriptor_limit_and_the_command_the_callers() {
     let hold = "import os, socket, sys, time, urllib.parse\n\
                 u = urllib.parse.urlparse(os.environ['HTTPS_PROXY'])\n\
                 s = [socket.create_connection((u.hostname, u.port)) for _ in range(800)]\n\
-                print('held', len(s), flush=True)\n\
+                os.write(1, b'held %d\\n' % len(s))\n\
                 open(os.environ['TMPDIR'] + '/held.' + str(os.getpid()), 'w').close()\n\
                 time.sleep(30)\n";
     // 1,600 connections held open to the proxy, then one real request: an
