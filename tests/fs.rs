@@ -421,6 +421,7 @@ fn deny_read_paths_are_unreadable_by_every_path() {
     std::fs::create_dir_all(&vault).unwrap();
     let secret = w.canary(&vault.join("secret"));
     let notes = w.canary(&w.home.join("notes"));
+    let mine = w.canary(&w.wt.join("mine"));
     // A symlink sibling pointing into the denied dir: must not grant it.
     std::os::unix::fs::symlink(&ssh, w.home.join("link")).unwrap();
     std::os::unix::fs::symlink(&key, w.wt.join("key")).unwrap();
@@ -437,9 +438,15 @@ fn deny_read_paths_are_unreadable_by_every_path() {
             &["read", s(&secret)],
             &["read", &secret_via_root],
             &["listdir", s(&vault)],
-            // Controls: siblings stay readable.
+            // A second name for a denied file, made inside the run, in the
+            // readable worktree: Landlock refuses a link or rename that
+            // would give the file more rights than it has where it is.
+            &["link", s(&key), s(&w.wt.join("key-link"))],
+            &["rename", s(&secret), s(&w.wt.join("secret-moved"))],
+            // Controls: siblings stay readable; a worktree file can be linked.
             &["read", s(&notes)],
             &["read", "/etc/os-release"],
+            &["link", s(&mine), s(&w.wt.join("mine-link"))],
         ],
     );
     assert_eq!(
@@ -453,10 +460,19 @@ fn deny_read_paths_are_unreadable_by_every_path() {
             "errno=EACCES",
             "errno=EACCES",
             "errno=EACCES",
+            "errno=EXDEV",
+            "errno=EACCES",
+            "ok",
             "ok",
             "ok"
         ]
     );
+    // Judged from outside: no second name exists, the secrets are where they were.
+    assert_absent(&w.wt.join("key-link"));
+    assert_absent(&w.wt.join("secret-moved"));
+    assert_canary(&key);
+    assert_canary(&secret);
+    assert!(w.wt.join("mine-link").exists());
 }
 
 #[test]
@@ -2220,4 +2236,64 @@ fn a_path_denied_beneath_a_writable_dir_in_a_denied_dir_stays_denied() {
         .unwrap_or_default()
         .contains("canary"));
     assert_canary(&env);
+}
+
+/// `Cpus_allowed_list` of a process: "0-1", "0,2-3".
+fn cpus_allowed(status: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or_else(|| panic!("no Cpus_allowed_list in {status:?}"))
+        .trim()
+        .to_owned()
+}
+
+fn cpu_list(list: &str) -> Vec<u32> {
+    list.split(',')
+        .flat_map(|part| {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()
+        })
+        .collect()
+}
+
+/// lockrun pins the thread it starts beside to the CPUs it is not on (see
+/// `run::beside`); the command must still get exactly the caller's CPUs,
+/// which `make -j$(nproc)` and test runners size themselves by. A caller
+/// pinned to one CPU leaves no CPU beside: the run does all its work in
+/// place, and still runs the command there.
+#[test]
+fn the_command_runs_on_exactly_the_callers_cpus() {
+    let w = World::new("cpus");
+    let outside = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let read = ["cat", "/proc/self/status"];
+    let out = w.run(&[], &read);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(cpus_allowed(&String::from_utf8_lossy(&out.stdout)), outside);
+    for cpu in cpu_list(&outside) {
+        let c = w.cmd(&[], &read);
+        let mut pinned = Command::new("taskset");
+        pinned
+            .args(["-c", &cpu.to_string()])
+            .arg(c.get_program())
+            .args(c.get_args())
+            .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .current_dir(&w.wt);
+        let out = pinned.output().unwrap();
+        assert!(
+            out.status.success(),
+            "on CPU {cpu}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            cpus_allowed(&String::from_utf8_lossy(&out.stdout)),
+            cpu.to_string(),
+            "a caller pinned to CPU {cpu}"
+        );
+        w.assert_no_run_dirs();
+    }
 }

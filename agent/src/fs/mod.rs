@@ -30,9 +30,11 @@
 //! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`, `removexattr`)
 //! — the seccomp supervisor ([`crate::supervise`]) performs them for the
 //! command only beneath [`FsSandbox::writable_roots`] (set-id bits stay
-//! refused by [`crate::seccomp`]); inode flags (`FS_IOC_SETFLAGS`, `chattr`)
-//! are not covered; hard links that already exist outside a denied dir are
-//! readable through their other name.
+//! refused by [`crate::seccomp`]), and so are the inode-attribute ioctls
+//! (`FS_IOC_SETFLAGS` for `chattr`, `FS_IOC_FSSETXATTR`, …: see
+//! [`crate::seccomp::NOTIFY_IOCTLS`]). Hard links that already exist outside
+//! a denied dir are readable through their other name (the command cannot
+//! make one: Landlock refuses a link that would widen a file's rights).
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
