@@ -89,6 +89,12 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
             name: "bare",
             argv: vec![],
         },
+        // A process that starts the command and does nothing else: what
+        // any sandbox launched as a program pays before its own work.
+        Runner {
+            name: "`env` (launcher only, no sandbox)",
+            argv: vec!["env".into()],
+        },
         Runner {
             name: "lockrun",
             argv: vec![
