@@ -81,6 +81,7 @@ fn install_peers(peers: &Path) -> Vec<String> {
     notes
 }
 
+#[allow(clippy::too_many_lines)] // one entry per sandbox, each with its own arguments
 fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Runner>, Vec<String>) {
     let wt = worktree.display().to_string();
     let mut notes = Vec::new();
