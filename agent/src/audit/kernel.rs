@@ -32,7 +32,7 @@ use nix::sys::socket::{
     SockProtocol, SockType,
 };
 
-use super::{AuditLog, Event, FsEvent, Layer};
+use super::{AuditLog, Event, FsEvent, Layer, ScopeEvent, ScopeTarget};
 
 const AUDIT_GET: u16 = 1000;
 const AUDIT_SET: u16 = 1001;
@@ -223,7 +223,7 @@ fn parse_record(ty: u16, payload: &[u8]) -> Option<AuditRecord> {
         } else {
             let end = after.find(' ').unwrap_or(after.len());
             let raw = &after[..end];
-            let decoded = if matches!(key.as_str(), "path" | "comm" | "exe" | "name") {
+            let decoded = if matches!(key.as_str(), "path" | "comm" | "ocomm" | "exe" | "name") {
                 unhex(raw)
             } else {
                 None
@@ -262,7 +262,7 @@ struct Correlator {
 }
 
 impl Correlator {
-    fn push(&mut self, rec: AuditRecord, child: u32, out: &mut Vec<FsEvent>) {
+    fn push(&mut self, rec: AuditRecord, child: u32, out: &mut Vec<Event>) {
         if rec.ty == AUDIT_EOE {
             if let Some(group) = self.pending.remove(&rec.serial) {
                 self.finish(&group, child, out);
@@ -277,7 +277,7 @@ impl Correlator {
         }
     }
 
-    fn flush(&mut self, child: u32, out: &mut Vec<FsEvent>) {
+    fn flush(&mut self, child: u32, out: &mut Vec<Event>) {
         let mut serials: Vec<u64> = self.pending.keys().copied().collect();
         serials.sort_unstable();
         for s in serials {
@@ -287,7 +287,7 @@ impl Correlator {
         }
     }
 
-    fn finish(&mut self, group: &[AuditRecord], child: u32, out: &mut Vec<FsEvent>) {
+    fn finish(&mut self, group: &[AuditRecord], child: u32, out: &mut Vec<Event>) {
         for r in group.iter().filter(|r| r.ty == AUDIT_LANDLOCK_DOMAIN) {
             let created_by_child =
                 r.fields.get("pid").and_then(|p| p.parse::<u32>().ok()) == Some(child);
@@ -325,7 +325,17 @@ impl Correlator {
                 .unwrap_or_else(|| "(unknown: no SYSCALL record)".into());
             let mut raw: Vec<&str> = vec![r.text.as_str()];
             raw.extend(syscall.map(|s| s.text.as_str()));
-            out.push(FsEvent {
+            let raw = raw.join("\n");
+            if let Some(target) = scope_target(blockers, &r.fields) {
+                out.push(Event::Scope(ScopeEvent {
+                    pid,
+                    comm,
+                    target,
+                    raw,
+                }));
+                continue;
+            }
+            out.push(Event::Filesystem(FsEvent {
                 pid,
                 comm,
                 path: r.fields.get("path").cloned(),
@@ -334,9 +344,29 @@ impl Correlator {
                     .filter(|b| !b.is_empty())
                     .map(str::to_owned)
                     .collect(),
-                raw: raw.join("\n"),
-            });
+                raw,
+            }));
         }
+    }
+}
+
+/// What a scoping denial tried to reach: `blockers=scope.signal` names the
+/// process (`opid`, `ocomm`), `blockers=scope.abstract_unix_socket` the
+/// socket (`path`, hex-encoded, starting with its NUL). `None` for any
+/// other blocker (the filesystem's).
+fn scope_target(blockers: &str, fields: &HashMap<String, String>) -> Option<ScopeTarget> {
+    match blockers {
+        "scope.signal" => Some(ScopeTarget::Signal {
+            to_pid: fields.get("opid").and_then(|p| p.parse().ok()).unwrap_or(0),
+            to_comm: fields.get("ocomm").cloned().unwrap_or_default(),
+        }),
+        "scope.abstract_unix_socket" => Some(ScopeTarget::AbstractUnixSocket {
+            name: fields
+                .get("path")
+                .map(|p| p.strip_prefix('\0').unwrap_or(p).to_owned())
+                .unwrap_or_default(),
+        }),
+        _ => None,
     }
 }
 
@@ -525,7 +555,7 @@ fn read_loop(
             }
         }
         for e in events.drain(..) {
-            log.record(Event::Filesystem(e));
+            log.record(e);
         }
         if done {
             break;
@@ -533,7 +563,7 @@ fn read_loop(
     }
     corr.flush(child.load(Ordering::SeqCst), &mut events);
     for e in events.drain(..) {
-        log.record(Event::Filesystem(e));
+        log.record(e);
     }
 }
 
@@ -548,7 +578,7 @@ mod tests {
     const DOMAIN: &str = r#"audit(1795938126.349:3): domain=1049acb18 status=allocated mode=enforcing pid=9245 uid=0 exe="/usr/bin/python3.11" comm="python3""#;
     const SYSCALL: &str = r#"audit(1795938126.349:3): arch=c000003e syscall=257 success=no exit=-13 a0=ffffff9c items=0 ppid=9115 pid=9245 auid=4294967295 uid=0 comm="sh" exe="/usr/bin/dash" key=(null)"#;
 
-    fn feed(child: u32, records: &[(u16, &str)]) -> Vec<FsEvent> {
+    fn feed(child: u32, records: &[(u16, &str)]) -> Vec<Event> {
         let mut c = Correlator::default();
         let mut out = Vec::new();
         for (ty, text) in records {
@@ -614,11 +644,69 @@ mod tests {
                 (AUDIT_SYSCALL, SYSCALL),
             ],
         );
-        assert_eq!(ev.len(), 1);
-        assert_eq!(ev[0].pid, 9245);
-        assert_eq!(ev[0].comm, "sh");
-        assert_eq!(ev[0].path.as_deref(), Some("/tmp"));
-        assert_eq!(ev[0].access, vec!["fs.make_reg".to_owned()]);
+        let [Event::Filesystem(f)] = ev.as_slice() else {
+            panic!("not one filesystem event: {ev:?}");
+        };
+        assert_eq!(f.pid, 9245);
+        assert_eq!(f.comm, "sh");
+        assert_eq!(f.path.as_deref(), Some("/tmp"));
+        assert_eq!(f.access, vec!["fs.make_reg".to_owned()]);
+    }
+
+    /// Records as this kernel printed them for `kill` of a process outside
+    /// the run, and for `connect` to the abstract socket `@s15abs` bound
+    /// outside it: scoping refusals, named as such, not filesystem ones.
+    #[test]
+    fn scoping_denials_name_the_process_or_the_socket() {
+        let signal = r#"audit(1795938126.349:3): domain=1049acb18 blockers=scope.signal opid=2637 ocomm="bash""#;
+        let abstract_socket = "audit(1795938126.349:3): domain=1049acb18 blockers=scope.abstract_unix_socket path=00733135616273";
+        for (access, syscall, want) in [
+            (
+                signal,
+                "kill",
+                ScopeTarget::Signal {
+                    to_pid: 2637,
+                    to_comm: "bash".into(),
+                },
+            ),
+            (
+                abstract_socket,
+                "connect",
+                ScopeTarget::AbstractUnixSocket {
+                    name: "s15abs".into(),
+                },
+            ),
+        ] {
+            let sys = SYSCALL.replace("syscall=257", &format!("syscall={syscall}"));
+            let ev = feed(
+                9245,
+                &[
+                    (AUDIT_LANDLOCK_ACCESS, access),
+                    (AUDIT_LANDLOCK_DOMAIN, DOMAIN),
+                    (AUDIT_SYSCALL, &sys),
+                ],
+            );
+            let [Event::Scope(sc)] = ev.as_slice() else {
+                panic!("not one scoping event: {ev:?}");
+            };
+            assert_eq!((sc.pid, sc.comm.as_str()), (9245, "sh"));
+            assert_eq!(sc.target, want);
+        }
+        assert_eq!(
+            ScopeTarget::AbstractUnixSocket {
+                name: "s15abs".into()
+            }
+            .to_string(),
+            "abstract unix socket @s15abs"
+        );
+        assert_eq!(
+            ScopeTarget::Signal {
+                to_pid: 2637,
+                to_comm: "bash".into()
+            }
+            .to_string(),
+            "signal to pid 2637 (bash)"
+        );
     }
 
     #[test]

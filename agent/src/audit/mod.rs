@@ -43,6 +43,9 @@ pub enum Layer {
     Filesystem,
     KernelNetwork,
     Proxy,
+    /// Landlock's scoping: signals to, and abstract unix sockets of,
+    /// processes outside the run.
+    Scope,
 }
 
 /// Where a refused connection or datagram was headed.
@@ -113,6 +116,41 @@ pub struct FsEvent {
     pub raw: String,
 }
 
+/// A reach outside the run that Landlock's scoping refused (ABI 6; from the
+/// kernel audit records): the command signalled a process outside the run,
+/// or connected to an abstract unix socket bound outside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeEvent {
+    pub pid: u32,
+    pub comm: String,
+    pub target: ScopeTarget,
+    /// The raw audit records.
+    pub raw: String,
+}
+
+/// What a [`ScopeEvent`] tried to reach.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ScopeTarget {
+    /// `kill`, `tgkill`, `pidfd_send_signal`, … to a process outside the run
+    /// (`opid`, `ocomm` of the record; 0 and empty when not given).
+    Signal { to_pid: u32, to_comm: String },
+    /// `connect` or `sendto` to an abstract unix socket (`@name`).
+    AbstractUnixSocket { name: String },
+}
+
+impl fmt::Display for ScopeTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Signal { to_pid, to_comm } if to_comm.is_empty() => {
+                write!(f, "signal to pid {to_pid}")
+            }
+            Self::Signal { to_pid, to_comm } => write!(f, "signal to pid {to_pid} ({to_comm})"),
+            Self::AbstractUnixSocket { name } => write!(f, "abstract unix socket @{name}"),
+        }
+    }
+}
+
 /// One line of the audit log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -132,6 +170,7 @@ pub enum Event {
     },
     Proxy(ProxyEvent),
     Filesystem(FsEvent),
+    Scope(ScopeEvent),
     /// A writable dir the ruleset could not grant whole, because a denied
     /// path lies beneath it ([`crate::fs::Narrowed`]): creating, removing
     /// or renaming directly in it is refused.
@@ -177,6 +216,7 @@ struct Tally {
     absent: BTreeMap<Destination, (u64, Vec<String>)>,
     proxy: BTreeMap<String, u64>,
     fs: BTreeMap<String, (u64, Vec<String>)>,
+    scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
 }
 
 /// The run's audit sink. Cheap to share (`Arc<AuditLog>`); writes are
@@ -279,6 +319,14 @@ impl AuditLog {
                 };
                 *t.proxy.entry(key).or_default() += 1;
             }
+            Event::Scope(sc) => {
+                *t.refused.entry(Layer::Scope).or_default() += 1;
+                let e = t.scope.entry(sc.target.clone()).or_default();
+                e.0 += 1;
+                if !e.1.contains(&sc.comm) {
+                    e.1.push(sc.comm.clone());
+                }
+            }
             Event::Filesystem(f) => {
                 *t.refused.entry(Layer::Filesystem).or_default() += 1;
                 let key = f.path.clone().unwrap_or_else(|| "(path unknown)".into());
@@ -369,6 +417,26 @@ impl AuditLog {
                 parts.join(", ")
             ));
         }
+        let n_scope: u64 = t.scope.values().map(|(n, _)| n).sum();
+        if n_scope > 0 {
+            let parts: Vec<String> = t
+                .scope
+                .iter()
+                .map(|(target, (n, comms))| {
+                    let times = if *n > 1 {
+                        format!(" ×{n}")
+                    } else {
+                        String::new()
+                    };
+                    format!("{target}{times} ({})", comms.join(", "))
+                })
+                .collect();
+            lines.push(format!(
+                "lockrun: {n_scope} {} to reach processes outside the run refused (Landlock scoping; no policy allows it): {}",
+                plural(n_scope, "attempt", "attempts"),
+                parts.join(", ")
+            ));
+        }
         if !lines.is_empty() {
             if let Some(p) = &self.path {
                 lines.push(format!(
@@ -442,6 +510,41 @@ mod tests {
                     .to_owned()
             ]
         );
+    }
+
+    #[test]
+    fn scoping_refusals_are_their_own_line_and_layer() {
+        let log = AuditLog::open(None).unwrap();
+        let sc = |target: ScopeTarget, comm: &str| {
+            Event::Scope(ScopeEvent {
+                pid: 7,
+                comm: comm.into(),
+                target,
+                raw: String::new(),
+            })
+        };
+        let sig = ScopeTarget::Signal {
+            to_pid: 42,
+            to_comm: "sshd".into(),
+        };
+        log.record(sc(sig.clone(), "kill"));
+        log.record(sc(sig, "sh"));
+        log.record(sc(
+            ScopeTarget::AbstractUnixSocket {
+                name: "dbus-x".into(),
+            },
+            "gdbus",
+        ));
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: 3 attempts to reach processes outside the run refused (Landlock \
+                 scoping; no policy allows it): signal to pid 42 (sshd) ×2 (kill, sh), abstract \
+                 unix socket @dbus-x (gdbus)"
+                    .to_owned()
+            ]
+        );
+        assert_eq!(log.refused(), BTreeMap::from([(Layer::Scope, 3)]));
     }
 
     #[test]

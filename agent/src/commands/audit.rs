@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::audit::{Destination, Event, FsEvent, KernelNetEvent, Layer, ProxyEvent, Record};
+use crate::audit::{
+    Destination, Event, FsEvent, KernelNetEvent, Layer, ProxyEvent, Record, ScopeTarget,
+};
 use crate::cli::AuditArgs;
 use crate::policy::{HostName, Overrides, PathSpec, Policy};
 
@@ -310,47 +312,65 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 *run.refused.entry(Layer::KernelNetwork).or_default() += count;
                 run.lost_kernel_events += count;
             }
-            Event::Proxy(p) if !p.allowed => {
-                let target = format!("{}:{}", show_host(&p.host), p.port);
-                let detail = format!("{} → {}: {}", p.method, p.status, p.reason);
-                add(
-                    &mut run,
-                    Layer::Proxy,
-                    target,
-                    detail,
-                    None,
-                    suggest_proxy(p),
-                );
-            }
-            Event::Proxy(_) => {}
-            Event::KernelNetwork(k) => {
-                let target = show_dest(&k.destination);
-                let detail = format!("{} {} ({})", k.family, k.protocol, k.hook);
-                add(
-                    &mut run,
-                    Layer::KernelNetwork,
-                    target,
-                    detail,
-                    Some(&k.comm),
-                    suggest_kernel(k),
-                );
-            }
-            Event::Filesystem(f) => {
-                let target = f.path.clone().unwrap_or_else(|| "(path not named)".into());
-                let kind = if is_write(&f.access) { "write" } else { "read" };
-                let detail = format!("{kind} ({})", f.access.join(", "));
-                add(
-                    &mut run,
-                    Layer::Filesystem,
-                    target,
-                    detail,
-                    Some(&f.comm),
-                    suggest_fs(f, ctx, is_dir),
-                );
+            _ => {
+                if let Some(r) = refusal(event, ctx, is_dir) {
+                    add(&mut run, r.0, r.1, r.2, r.3, r.4);
+                }
             }
         }
     }
     run
+}
+
+/// A refusal event as `lockrun audit` groups it: its layer, target and
+/// detail, the process that made it (when known), and what to do about it.
+/// `None` for what is not a refusal.
+fn refusal<'e>(
+    event: &'e Event,
+    ctx: &FsContext,
+    is_dir: &dyn Fn(&Path) -> bool,
+) -> Option<(Layer, String, String, Option<&'e str>, Suggestion)> {
+    Some(match event {
+        Event::Proxy(p) if !p.allowed => (
+            Layer::Proxy,
+            format!("{}:{}", show_host(&p.host), p.port),
+            format!("{} → {}: {}", p.method, p.status, p.reason),
+            None,
+            suggest_proxy(p),
+        ),
+        Event::KernelNetwork(k) => (
+            Layer::KernelNetwork,
+            show_dest(&k.destination),
+            format!("{} {} ({})", k.family, k.protocol, k.hook),
+            Some(&k.comm),
+            suggest_kernel(k),
+        ),
+        Event::Scope(sc) => (
+            Layer::Scope,
+            sc.target.to_string(),
+            match sc.target {
+                ScopeTarget::Signal { .. } => "signal (Landlock scope.signal)",
+                ScopeTarget::AbstractUnixSocket { .. } => {
+                    "connect (Landlock scope.abstract_unix_socket)"
+                }
+            }
+            .to_owned(),
+            Some(&sc.comm),
+            suggest_scope(&sc.target),
+        ),
+        Event::Filesystem(f) => (
+            Layer::Filesystem,
+            f.path.clone().unwrap_or_else(|| "(path not named)".into()),
+            format!(
+                "{} ({})",
+                if is_write(&f.access) { "write" } else { "read" },
+                f.access.join(", ")
+            ),
+            Some(&f.comm),
+            suggest_fs(f, ctx, is_dir),
+        ),
+        _ => return None,
+    })
 }
 
 /// The filesystem context of a run on this host: the secret floor, the run's
@@ -695,6 +715,23 @@ fn is_write(access: &[String]) -> bool {
     access.iter().any(|a| !READ_RIGHTS.contains(&a.as_str()))
 }
 
+/// A reach outside the run is never allowed: a run is a box around its
+/// processes, and lockrun has no option to open it.
+#[must_use]
+pub fn suggest_scope(target: &ScopeTarget) -> Suggestion {
+    let what = match target {
+        ScopeTarget::Signal { .. } => "signal a process",
+        ScopeTarget::AbstractUnixSocket { .. } => "connect to an abstract unix socket",
+    };
+    Suggestion::Never {
+        reason: format!(
+            "a run may not {what} outside it (Landlock scoping); no policy allows it. Start the \
+             other process inside the same run, or talk to it through a pathname socket in the \
+             worktree or the run's temp dir."
+        ),
+    }
+}
+
 /// The line that would allow a filesystem refusal, or why there is none.
 #[must_use]
 pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool) -> Suggestion {
@@ -925,6 +962,7 @@ fn layer_name(l: Layer) -> &'static str {
         Layer::Filesystem => "filesystem",
         Layer::KernelNetwork => "kernel network",
         Layer::Proxy => "proxy",
+        Layer::Scope => "processes outside the run",
     }
 }
 
@@ -1002,7 +1040,12 @@ pub fn render_text(runs: &[RunSummary]) -> String {
                 .collect();
             let _ = writeln!(out, "  by process: {}", procs.join(", "));
         }
-        for layer in [Layer::Filesystem, Layer::KernelNetwork, Layer::Proxy] {
+        for layer in [
+            Layer::Filesystem,
+            Layer::KernelNetwork,
+            Layer::Proxy,
+            Layer::Scope,
+        ] {
             let group: Vec<&Refusal> = run.refusals.iter().filter(|r| r.layer == layer).collect();
             if group.is_empty() {
                 continue;
