@@ -400,17 +400,7 @@ impl AuditLog {
         }
         let n_fs: u64 = t.fs.values().map(|(n, _)| n).sum();
         if n_fs > 0 {
-            let parts: Vec<String> =
-                t.fs.iter()
-                    .map(|(p, (n, comms))| {
-                        let times = if *n > 1 {
-                            format!(" ×{n}")
-                        } else {
-                            String::new()
-                        };
-                        format!("{p}{times} ({})", comms.join(", "))
-                    })
-                    .collect();
+            let parts = counted(&t.fs, String::clone);
             lines.push(format!(
                 "lockrun: {n_fs} filesystem {} refused: {}",
                 plural(n_fs, "access", "accesses"),
@@ -419,18 +409,7 @@ impl AuditLog {
         }
         let n_scope: u64 = t.scope.values().map(|(n, _)| n).sum();
         if n_scope > 0 {
-            let parts: Vec<String> = t
-                .scope
-                .iter()
-                .map(|(target, (n, comms))| {
-                    let times = if *n > 1 {
-                        format!(" ×{n}")
-                    } else {
-                        String::new()
-                    };
-                    format!("{target}{times} ({})", comms.join(", "))
-                })
-                .collect();
+            let parts = counted(&t.scope, ToString::to_string);
             lines.push(format!(
                 "lockrun: {n_scope} {} to reach processes outside the run refused (Landlock scoping; no policy allows it): {}",
                 plural(n_scope, "attempt", "attempts"),
@@ -451,14 +430,20 @@ impl AuditLog {
 
 /// `127.0.0.1:6379 ×2 (redis-cli)` for each destination.
 fn by_destination(m: &BTreeMap<Destination, (u64, Vec<String>)>) -> Vec<String> {
+    counted(m, show_dest)
+}
+
+/// `<target> ×2 (cmd, cmd)` for each target of a tally, in its order (no
+/// `×1`).
+fn counted<K>(m: &BTreeMap<K, (u64, Vec<String>)>, show: impl Fn(&K) -> String) -> Vec<String> {
     m.iter()
-        .map(|(dest, (n, comms))| {
+        .map(|(k, (n, comms))| {
             let times = if *n > 1 {
                 format!(" ×{n}")
             } else {
                 String::new()
             };
-            format!("{}{times} ({})", show_dest(dest), comms.join(", "))
+            format!("{}{times} ({})", show(k), comms.join(", "))
         })
         .collect()
 }
