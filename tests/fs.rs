@@ -1760,10 +1760,16 @@ fn a_path_denied_inside_the_worktree_is_warned_about_with_its_limits() {
 
 /// `inner` (a lockrun command of `w`) run by a shell after `ulimit ARGS`.
 fn with_ulimit(args: &str, w: &World, inner: &Command) -> Output {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit {args} && exec \"$@\""))
-        .arg("sh")
+    let script = format!("ulimit {args} && exec \"$@\"");
+    wrapped(&["sh", "-c", &script, "sh"], w, inner)
+}
+
+/// `inner` (a [`World::cmd`]) run by `wrapper`, a program that runs the
+/// command given after its own arguments (`taskset -c 1`), with the
+/// test's home, in the worktree.
+fn wrapped(wrapper: &[&str], w: &World, inner: &Command) -> Output {
+    Command::new(wrapper[0])
+        .args(&wrapper[1..])
         .arg(inner.get_program())
         .args(inner.get_args())
         .env("HOME", &w.home)
@@ -2297,15 +2303,7 @@ fn the_command_runs_on_exactly_the_callers_cpus() {
     );
     assert_eq!(cpus_allowed(&String::from_utf8_lossy(&out.stdout)), outside);
     for cpu in cpu_list(&outside) {
-        let c = w.cmd(&[], &read);
-        let mut pinned = Command::new("taskset");
-        pinned
-            .args(["-c", &cpu.to_string()])
-            .arg(c.get_program())
-            .args(c.get_args())
-            .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
-            .current_dir(&w.wt);
-        let out = pinned.output().unwrap();
+        let out = wrapped(&["taskset", "-c", &cpu.to_string()], &w, &w.cmd(&[], &read));
         assert!(
             out.status.success(),
             "on CPU {cpu}: {}",
