@@ -513,6 +513,82 @@ fn kill_and_ptrace_of_an_outside_process_fail() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
 }
 
+/// Reading another process's environment, memory or working directory
+/// through `/proc` is a ptrace-mode access, which Landlock refuses for a
+/// process outside the run. The outside process here holds no capability,
+/// so the capability check (which refuses first against one holding
+/// capabilities the command lacks, and writes no record) passes and it is
+/// Landlock that refuses; the summary names the process.
+#[test]
+fn proc_files_of_an_outside_process_are_unreadable() {
+    let w = World::new("procptrace");
+    let secret = format!("s16-secret-{}", std::process::id());
+    let mut outside = Outside(
+        Command::new("setpriv")
+            .args([
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--bounding-set=-all",
+                "--",
+                "sleep",
+                "300",
+            ])
+            .env("LOCKRUN_TEST_SECRET", &secret)
+            .spawn()
+            .unwrap(),
+    );
+    let pid = outside.pid().to_string();
+    // setpriv execs sleep in the same process once the capabilities are gone.
+    let t = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap() != "sleep\n" {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "setpriv did not exec sleep"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("CapPrm:\t0000000000000000\n"), "{status}");
+    let environ = format!("/proc/{pid}/environ");
+    let cwd = format!("/proc/{pid}/cwd");
+    let ops: &[&[&str]] = &[&["read", &environ], &["readlink", &cwd]];
+    let out = w.run(&[], &support::probe_argv(ops));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["errno=EACCES", "errno=EACCES"]
+    );
+    assert!(!stdout.contains(&secret));
+    outside.assert_alive_untraced();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("2 attempts to reach processes outside the run refused")
+            && err.contains(&format!(
+                "ptrace or /proc access to pid {pid} (sleep) ×2 (python3)"
+            )),
+        "stderr: {err}"
+    );
+    assert!(!err.contains("filesystem"), "stderr: {err}");
+    // Controls: the same probe outside reads them, and inside, a process of
+    // the run is readable.
+    assert_eq!(w.probe_outside(ops), ["ok", "ok"]);
+    let out = w.run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "sleep 300 & python3 -c \"$0\" read /proc/$!/environ \\; readlink /proc/$!/cwd; kill $!",
+            PROBE,
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["ok", "ok"]
+    );
+}
+
 #[test]
 fn abstract_unix_socket_outside_is_unreachable() {
     use std::os::linux::net::SocketAddrExt;

@@ -48,6 +48,8 @@ def op(name, a):
         with open(a[0], "a") as f: f.write("pwned")
     elif name == "read":
         with open(a[0], "rb") as f: f.read(1)
+    elif name == "readlink":
+        os.readlink(a[0])
     elif name == "listdir":
         os.listdir(a[0])
     elif name == "open_read":

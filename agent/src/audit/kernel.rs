@@ -350,15 +350,22 @@ impl Correlator {
     }
 }
 
-/// What a scoping denial tried to reach: `blockers=scope.signal` names the
-/// process (`opid`, `ocomm`), `blockers=scope.abstract_unix_socket` the
-/// socket (`path`, hex-encoded, starting with its NUL). `None` for any
-/// other blocker (the filesystem's).
+/// What a denial of a reach outside the run tried to reach:
+/// `blockers=scope.signal` and `blockers=ptrace` name the process (`opid`,
+/// `ocomm`), `blockers=scope.abstract_unix_socket` the socket (`path`,
+/// hex-encoded, starting with its NUL). `None` for any other blocker (the
+/// filesystem's).
 fn scope_target(blockers: &str, fields: &HashMap<String, String>) -> Option<ScopeTarget> {
+    let opid = || fields.get("opid").and_then(|p| p.parse().ok()).unwrap_or(0);
+    let ocomm = || fields.get("ocomm").cloned().unwrap_or_default();
     match blockers {
         "scope.signal" => Some(ScopeTarget::Signal {
-            to_pid: fields.get("opid").and_then(|p| p.parse().ok()).unwrap_or(0),
-            to_comm: fields.get("ocomm").cloned().unwrap_or_default(),
+            to_pid: opid(),
+            to_comm: ocomm(),
+        }),
+        "ptrace" => Some(ScopeTarget::Ptrace {
+            to_pid: opid(),
+            to_comm: ocomm(),
         }),
         "scope.abstract_unix_socket" => Some(ScopeTarget::AbstractUnixSocket {
             name: fields
@@ -654,12 +661,16 @@ mod tests {
     }
 
     /// Records as this kernel printed them for `kill` of a process outside
-    /// the run, and for `connect` to the abstract socket `@s15abs` bound
-    /// outside it: scoping refusals, named as such, not filesystem ones.
+    /// the run, for `connect` to the abstract socket `@s15abs` bound
+    /// outside it, and for reading `/proc/<pid>/environ` of a process
+    /// outside it: refusals of a reach outside the run, named as such, not
+    /// filesystem ones.
     #[test]
     fn scoping_denials_name_the_process_or_the_socket() {
         let signal = r#"audit(1795938126.349:3): domain=1049acb18 blockers=scope.signal opid=2637 ocomm="bash""#;
         let abstract_socket = "audit(1795938126.349:3): domain=1049acb18 blockers=scope.abstract_unix_socket path=00733135616273";
+        let ptrace =
+            r#"audit(1795938126.349:3): domain=1049acb18 blockers=ptrace opid=26780 ocomm="sleep""#;
         for (access, syscall, want) in [
             (
                 signal,
@@ -674,6 +685,14 @@ mod tests {
                 "connect",
                 ScopeTarget::AbstractUnixSocket {
                     name: "s15abs".into(),
+                },
+            ),
+            (
+                ptrace,
+                "257",
+                ScopeTarget::Ptrace {
+                    to_pid: 26780,
+                    to_comm: "sleep".into(),
                 },
             ),
         ] {
@@ -706,6 +725,14 @@ mod tests {
             }
             .to_string(),
             "signal to pid 2637 (bash)"
+        );
+        assert_eq!(
+            ScopeTarget::Ptrace {
+                to_pid: 26780,
+                to_comm: "sleep".into()
+            }
+            .to_string(),
+            "ptrace or /proc access to pid 26780 (sleep)"
         );
     }
 

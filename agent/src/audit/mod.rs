@@ -116,9 +116,10 @@ pub struct FsEvent {
     pub raw: String,
 }
 
-/// A reach outside the run that Landlock's scoping refused (ABI 6; from the
-/// kernel audit records): the command signalled a process outside the run,
-/// or connected to an abstract unix socket bound outside it.
+/// A reach outside the run that Landlock refused (from the kernel audit
+/// records): the command signalled a process outside the run or connected
+/// to an abstract unix socket bound outside it (scoping, ABI 6), or asked
+/// for ptrace-mode access to a process outside it (ABI 1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScopeEvent {
     pub pid: u32,
@@ -137,6 +138,13 @@ pub enum ScopeTarget {
     Signal { to_pid: u32, to_comm: String },
     /// `connect` or `sendto` to an abstract unix socket (`@name`).
     AbstractUnixSocket { name: String },
+    /// A ptrace-mode access check on a process outside the run: reading its
+    /// `/proc/<pid>/environ`, `mem`, `cwd`, `root`, `fd/`, …, or
+    /// `process_vm_readv`, `pidfd_getfd`, `kcmp` (`ptrace` itself is
+    /// refused earlier, by seccomp). Logged only when Landlock is what
+    /// refused: against a process holding capabilities the command lacks,
+    /// the capability check refuses first and the kernel writes no record.
+    Ptrace { to_pid: u32, to_comm: String },
 }
 
 impl fmt::Display for ScopeTarget {
@@ -147,6 +155,12 @@ impl fmt::Display for ScopeTarget {
             }
             Self::Signal { to_pid, to_comm } => write!(f, "signal to pid {to_pid} ({to_comm})"),
             Self::AbstractUnixSocket { name } => write!(f, "abstract unix socket @{name}"),
+            Self::Ptrace { to_pid, to_comm } if to_comm.is_empty() => {
+                write!(f, "ptrace or /proc access to pid {to_pid}")
+            }
+            Self::Ptrace { to_pid, to_comm } => {
+                write!(f, "ptrace or /proc access to pid {to_pid} ({to_comm})")
+            }
         }
     }
 }
@@ -411,7 +425,7 @@ impl AuditLog {
         if n_scope > 0 {
             let parts = counted(&t.scope, ToString::to_string);
             lines.push(format!(
-                "lockrun: {n_scope} {} to reach processes outside the run refused (Landlock scoping; no policy allows it): {}",
+                "lockrun: {n_scope} {} to reach processes outside the run refused (Landlock; no policy allows it): {}",
                 plural(n_scope, "attempt", "attempts"),
                 parts.join(", ")
             ));
@@ -520,16 +534,23 @@ mod tests {
             },
             "gdbus",
         ));
+        log.record(sc(
+            ScopeTarget::Ptrace {
+                to_pid: 7,
+                to_comm: "agent".into(),
+            },
+            "cat",
+        ));
         assert_eq!(
             log.summary(),
             vec![
-                "lockrun: 3 attempts to reach processes outside the run refused (Landlock \
-                 scoping; no policy allows it): signal to pid 42 (sshd) ×2 (kill, sh), abstract \
-                 unix socket @dbus-x (gdbus)"
+                "lockrun: 4 attempts to reach processes outside the run refused (Landlock; no \
+                 policy allows it): signal to pid 42 (sshd) ×2 (kill, sh), abstract unix socket \
+                 @dbus-x (gdbus), ptrace or /proc access to pid 7 (agent) (cat)"
                     .to_owned()
             ]
         );
-        assert_eq!(log.refused(), BTreeMap::from([(Layer::Scope, 3)]));
+        assert_eq!(log.refused(), BTreeMap::from([(Layer::Scope, 4)]));
     }
 
     #[test]

@@ -353,6 +353,7 @@ fn refusal<'e>(
                 ScopeTarget::AbstractUnixSocket { .. } => {
                     "connect (Landlock scope.abstract_unix_socket)"
                 }
+                ScopeTarget::Ptrace { .. } => "ptrace-mode access (Landlock)",
             }
             .to_owned(),
             Some(&sc.comm),
@@ -722,10 +723,11 @@ pub fn suggest_scope(target: &ScopeTarget) -> Suggestion {
     let what = match target {
         ScopeTarget::Signal { .. } => "signal a process",
         ScopeTarget::AbstractUnixSocket { .. } => "connect to an abstract unix socket",
+        ScopeTarget::Ptrace { .. } => "trace or inspect a process (its memory, environment, files)",
     };
     Suggestion::Never {
         reason: format!(
-            "a run may not {what} outside it (Landlock scoping); no policy allows it. Start the \
+            "a run may not {what} outside it (Landlock); no policy allows it. Start the \
              other process inside the same run, or talk to it through a pathname socket in the \
              worktree or the run's temp dir."
         ),
