@@ -101,6 +101,8 @@ pub struct FsSandbox {
     denied: Vec<PathBuf>,
     /// The writable dirs that could not be granted whole.
     narrowed: Vec<Narrowed>,
+    /// The listed dirs whose entries cost each run many rules.
+    crowded: Vec<Crowded>,
     /// `(st_dev, st_ino)` of what may be written outside the writable roots.
     written_outside: Vec<(u64, u64)>,
 }
@@ -220,11 +222,13 @@ impl FsSandbox {
             plan.push_stdio(fd)?;
         }
         let narrowed = plan.take_narrowed();
+        let crowded = plan.take_crowded();
         let fd: Option<OwnedFd> = plan.ruleset.take().and_then(Into::into);
         Ok(Self {
             ruleset: fd.ok_or(FsError::NoFd)?,
             grants: plan.grants,
             narrowed,
+            crowded,
             written_outside: plan.written_outside,
             writable: roots.writable,
             denied: roots.denied.into_iter().collect(),
@@ -270,6 +274,13 @@ impl FsSandbox {
     #[must_use]
     pub fn narrowed(&self) -> &[Narrowed] {
         &self.narrowed
+    }
+
+    /// The dirs the walk listed that hold so many entries that granting
+    /// them one by one is a noticeable part of every run's start-up.
+    #[must_use]
+    pub fn crowded(&self) -> &[Crowded] {
+        &self.crowded
     }
 
     /// Give up the ruleset descriptor (moved into the child's plan).
@@ -360,6 +371,48 @@ impl std::fmt::Display for Narrowed {
     }
 }
 
+/// A directory listed on the way to a denied path that holds so many
+/// entries (at least [`CROWDED_ENTRIES`]) that the rule for each, made on
+/// every run, shows in the start-up: a state dir in a shared `/tmp` of
+/// thousands of entries costs a run ~6 µs for each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crowded {
+    pub dir: PathBuf,
+    /// Its entries, each granted by a rule of its own (or skipped: a symlink,
+    /// a socket).
+    pub entries: usize,
+    /// Its entries at or beneath which a denied path lies: what made the
+    /// walk list it.
+    pub toward: Vec<PathBuf>,
+    /// What listing it and granting its entries took in this run (the dirs
+    /// listed beneath it not included).
+    pub took: std::time::Duration,
+}
+
+/// From how many entries a listed dir is [`Crowded`].
+pub const CROWDED_ENTRIES: usize = 1000;
+
+impl std::fmt::Display for Crowded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let toward: Vec<String> = self
+            .toward
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        write!(
+            f,
+            "{dir} holds {n} entries, and each gets a Landlock rule of its own on every run \
+             ({ms:.1} ms in this one), because denied paths lie at or beneath {toward} (Landlock \
+             only grants, so a denied path's siblings are granted one by one); a state dir \
+             (--state-dir) or denied path in a less crowded directory starts faster",
+            dir = self.dir.display(),
+            n = self.entries,
+            ms = self.took.as_secs_f64() * 1000.0,
+            toward = toward.join(", ")
+        )
+    }
+}
+
 /// The writable dirs `policy` cannot grant whole here (see [`Narrowed`]),
 /// found by the same walk a run makes, without building a ruleset: what
 /// `policy show` warns of.
@@ -428,6 +481,53 @@ mod tests {
         assert!(!b("/rootkit/x", "/root"));
         assert!(!b("/root", "/root/.ssh"));
         assert!(!b("/", "/"));
+    }
+
+    /// A dir of at least [`CROWDED_ENTRIES`] entries is found once, even
+    /// when listed twice, naming each of its entries that leads to a denied
+    /// path once (`a`
+    /// and `a-b` sort apart among the denied paths: `a`, `a-b/x`, `a/y`);
+    /// a dir of fewer entries is not.
+    #[test]
+    fn crowded_dirs_name_the_entries_that_lead_to_denied_paths() {
+        let dir = std::env::temp_dir().join(format!("lockrun-fs-crowded-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let many = dir.join("many");
+        for d in ["a", "a-b", "few/v"] {
+            std::fs::create_dir_all(many.join(d)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        for i in 0..CROWDED_ENTRIES - 3 {
+            std::fs::write(many.join(format!("f{i}")), b"").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let many = many.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+        let denied: BTreeSet<PathBuf> = [
+            many.join("a"),
+            many.join("a-b/x"),
+            many.join("a/y"),
+            many.join("few/v"),
+        ]
+        .into_iter()
+        .collect();
+        // Listed twice, as a writable root over a denied path is: found once.
+        let mut plan = Plan::default();
+        for grant in [Grant::Read, Grant::ReadWrite] {
+            plan.grant_except(&many, grant, &denied)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let got: Vec<(PathBuf, usize, Vec<PathBuf>)> = plan
+            .take_crowded()
+            .into_iter()
+            .map(|c| (c.dir, c.entries, c.toward))
+            .collect();
+        assert_eq!(
+            got,
+            [(
+                many.clone(),
+                CROWDED_ENTRIES,
+                vec![many.join("a"), many.join("a-b"), many.join("few")]
+            )]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -558,6 +658,10 @@ struct Plan {
     grants: Vec<(PathBuf, Grant)>,
     /// The writable dirs listed instead of granted whole, in walk order.
     narrowed: Vec<Narrowed>,
+    /// The listed dirs of at least [`CROWDED_ENTRIES`] entries.
+    crowded: Vec<Crowded>,
+    /// The time spent listing dirs and granting their entries, so far.
+    listed: std::time::Duration,
     /// `(st_dev, st_ino)` of every object granted a write right outside the
     /// writable roots (devices, the caller's stdio files).
     written_outside: Vec<(u64, u64)>,
@@ -577,6 +681,24 @@ impl Plan {
         n.sort_by(|a, b| a.dir.cmp(&b.dir));
         n.dedup_by(|a, b| a.dir == b.dir);
         n
+    }
+
+    /// The crowded dirs, each once: a dir listed by both the read walk and
+    /// a writable root's costs both times.
+    fn take_crowded(&mut self) -> Vec<Crowded> {
+        let mut merged: Vec<Crowded> = Vec::new();
+        for c in std::mem::take(&mut self.crowded) {
+            match merged.iter_mut().find(|m| m.dir == c.dir) {
+                Some(m) => {
+                    m.took += c.took;
+                    m.toward.extend(c.toward);
+                    m.toward.sort();
+                    m.toward.dedup();
+                }
+                None => merged.push(c),
+            }
+        }
+        merged
     }
 
     /// Open `path` without following a final symlink and add a rule.
@@ -809,12 +931,15 @@ impl Plan {
         let opener = dir.try_clone().map_err(list_error)?;
         let mut listing =
             nix::dir::Dir::from(dir).map_err(|e| list_error(std::io::Error::from(e)))?;
+        let (started, listed_before, mut entries) =
+            (std::time::Instant::now(), self.listed, 0usize);
         for item in listing.iter() {
             let item = item.map_err(|e| list_error(std::io::Error::from(e)))?;
             let name = item.file_name();
             if matches!(name.to_bytes(), b"." | b"..") {
                 continue;
             }
+            entries += 1;
             let child = root.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
             let child = Entry {
                 path: &child,
@@ -828,7 +953,47 @@ impl Plan {
                 r => r?,
             }
         }
+        self.note_listed(root, entries, denied, started, listed_before);
         Ok(())
+    }
+
+    /// Account for a listed dir: its own time (the dirs listed beneath it
+    /// count for themselves), and a [`Crowded`] finding if it held at least
+    /// [`CROWDED_ENTRIES`] entries.
+    fn note_listed(
+        &mut self,
+        root: &Path,
+        entries: usize,
+        denied: &BTreeSet<PathBuf>,
+        started: std::time::Instant,
+        listed_before: std::time::Duration,
+    ) {
+        use std::os::unix::ffi::OsStrExt as _;
+        let total = started.elapsed();
+        let took = total.saturating_sub(self.listed.saturating_sub(listed_before));
+        self.listed = listed_before + total;
+        if entries < CROWDED_ENTRIES {
+            return;
+        }
+        let prefix = root.as_os_str().as_bytes().len();
+        let mut toward: Vec<PathBuf> = denied
+            .iter()
+            .filter(|d| strictly_beneath(d, root))
+            .filter_map(|d| {
+                let rest = d.as_os_str().as_bytes().get(prefix..)?;
+                let name = rest.strip_prefix(b"/").unwrap_or(rest);
+                let name = name.split(|b| *b == b'/').next()?;
+                Some(root.join(std::ffi::OsStr::from_bytes(name)))
+            })
+            .collect();
+        toward.sort();
+        toward.dedup();
+        self.crowded.push(Crowded {
+            dir: root.to_path_buf(),
+            entries,
+            toward,
+            took,
+        });
     }
 }
 

@@ -706,6 +706,16 @@ async fn run(
         tracing::warn!("{n}");
         audit.record(Event::Narrowed(n.clone()));
     }
+    // A denied path among thousands of siblings: a cost of every run, said
+    // so that it can be moved rather than paid unexplained.
+    for c in fs.crowded() {
+        let message = c.to_string();
+        tracing::warn!("{message}");
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Filesystem,
+            message,
+        });
+    }
     // What the supervisor judges by, taken before the ruleset goes to the child.
     let supervise = crate::supervise::Config {
         writable: fs.writable_roots().to_vec(),
