@@ -23,6 +23,55 @@ struct Runner {
     argv: Vec<String>,
 }
 
+/// sandbox-runtime leaves its mux proxy's socket behind in the temp dir
+/// (node's `os.tmpdir()`: `$TMPDIR`, else `/tmp`), `srt-mux-<pid>-<n>.sock`,
+/// one per run: it unlinks it only on a `close` that its exit skips. This
+/// VM's `/tmp` had gathered 1,828 of them from earlier benches. Taken when
+/// the bench starts; on drop, every such socket that appeared since and
+/// whose srt is gone is removed. Nothing else there is touched.
+pub struct SrtLeftovers {
+    before: std::collections::HashSet<std::ffi::OsString>,
+}
+
+impl SrtLeftovers {
+    fn sockets() -> impl Iterator<Item = (std::ffi::OsString, Option<u32>)> {
+        std::fs::read_dir(std::env::temp_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name();
+                let pid = name
+                    .to_str()?
+                    .strip_prefix("srt-mux-")?
+                    .strip_suffix(".sock")?
+                    .split('-')
+                    .next()?
+                    .parse()
+                    .ok();
+                Some((name, pid))
+            })
+    }
+
+    #[must_use]
+    pub fn snapshot() -> Self {
+        Self {
+            before: Self::sockets().map(|(name, _)| name).collect(),
+        }
+    }
+}
+
+impl Drop for SrtLeftovers {
+    fn drop(&mut self) {
+        for (name, pid) in Self::sockets() {
+            let alive = pid.is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+            if !self.before.contains(&name) && !alive {
+                let _ = std::fs::remove_file(std::env::temp_dir().join(&name));
+            }
+        }
+    }
+}
+
 /// Options of one bench run.
 pub struct Options {
     pub lockrun: PathBuf,

@@ -138,6 +138,7 @@ fn real_main() -> Result<ExitCode> {
             build(&root, true)?;
             ensure_bpffs()?;
             let lockrun = root.join("target/release/lockrun");
+            let _srt = bench::SrtLeftovers::snapshot();
             if proxy_only {
                 let proxy = bench_proxy::run(&lockrun, &root)?;
                 println!("{proxy}");
