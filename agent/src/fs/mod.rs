@@ -353,20 +353,21 @@ pub struct Narrowed {
     pub denied: Vec<PathBuf>,
 }
 
+/// `paths`, shown and joined with `, `.
+fn joined(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shown.join(", ")
+}
+
 impl std::fmt::Display for Narrowed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let denied: Vec<String> = self
-            .denied
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
         write!(
             f,
             "{dir} is writable but holds the denied {denied}: Landlock only grants, so nothing \
              can be created, removed or renamed directly in {dir} (what is in it stays writable); \
              keep what must not be read out of writable dirs",
             dir = self.dir.display(),
-            denied = denied.join(", ")
+            denied = joined(&self.denied)
         )
     }
 }
@@ -374,7 +375,7 @@ impl std::fmt::Display for Narrowed {
 /// A directory listed on the way to a denied path that holds so many
 /// entries (at least [`CROWDED_ENTRIES`]) that the rule for each, made on
 /// every run, shows in the start-up: a state dir in a shared `/tmp` of
-/// thousands of entries costs a run ~6 µs for each.
+/// thousands of entries costs a run ~1–5 µs for each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Crowded {
     pub dir: PathBuf,
@@ -394,11 +395,6 @@ pub const CROWDED_ENTRIES: usize = 1000;
 
 impl std::fmt::Display for Crowded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let toward: Vec<String> = self
-            .toward
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
         write!(
             f,
             "{dir} holds {n} entries, and each gets a Landlock rule of its own on every run \
@@ -408,7 +404,7 @@ impl std::fmt::Display for Crowded {
             dir = self.dir.display(),
             n = self.entries,
             ms = self.took.as_secs_f64() * 1000.0,
-            toward = toward.join(", ")
+            toward = joined(&self.toward)
         )
     }
 }
