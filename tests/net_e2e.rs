@@ -546,7 +546,11 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
         .parse()
         .unwrap();
 
-    // SIGKILL: lockrun gets no chance to tear anything down.
+    // SIGKILL: lockrun gets no chance to tear anything down. Until this
+    // test's own gc, no other test's may reap the orphan.
+    let kept = support::ORPHAN_KEPT
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     bg.0.kill().unwrap();
     bg.0.wait().unwrap();
     let at_kill = rounds().len();
@@ -586,7 +590,8 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
     assert!(w.state.join("runs").join(&run_id).exists());
 
     // gc reaps it: processes, cgroup, pins, run dir.
-    let out = w.gc();
+    let out = w.gc_keeping(&kept);
+    drop(kept);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(

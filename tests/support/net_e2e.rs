@@ -168,8 +168,21 @@ impl World {
             .collect()
     }
 
-    /// `lockrun gc --state-dir S --grace-secs 0`.
+    /// `lockrun gc --state-dir S --grace-secs 0`, once no test of this
+    /// binary keeps an orphaned run on purpose (see [`ORPHAN_KEPT`]).
     pub fn gc(&self) -> Output {
+        let _no_orphan_kept = ORPHAN_KEPT
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.run_gc()
+    }
+
+    /// [`gc`](Self::gc) by the test that keeps the orphan, holding the lock.
+    pub fn gc_keeping(&self, _kept: &std::sync::RwLockWriteGuard<'_, ()>) -> Output {
+        self.run_gc()
+    }
+
+    fn run_gc(&self) -> Output {
         Command::new(BIN)
             .args(["gc", "--grace-secs", "0", "--state-dir"])
             .arg(&self.state)
@@ -177,6 +190,14 @@ impl World {
             .unwrap()
     }
 }
+
+/// `lockrun gc --grace-secs 0` reaps every run cgroup whose lockrun is
+/// gone, whichever state dir the run was in: so it should, as an orphan's
+/// state dir may be gone too. A test that SIGKILLs its lockrun and expects
+/// the run to go on until its own gc holds this for writing meanwhile: the
+/// gc of another test of this binary finishing at the same time (each
+/// `World` runs one when dropped) would reap that run under it.
+pub static ORPHAN_KEPT: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 impl Drop for World {
     fn drop(&mut self) {
