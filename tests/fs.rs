@@ -551,14 +551,19 @@ fn proc_files_of_an_outside_process_are_unreadable() {
     assert!(status.contains("CapPrm:\t0000000000000000\n"), "{status}");
     let environ = format!("/proc/{pid}/environ");
     let cwd = format!("/proc/{pid}/cwd");
-    let ops: &[&[&str]] = &[&["read", &environ], &["readlink", &cwd]];
-    let out = w.run(&[], &support::probe_argv(ops));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Copy the environment into the worktree, where the caller would find it.
+    let leak = w.wt.join("leak");
+    let out = w.run(
+        &[],
+        &support::probe_argv(&[&["copy", &environ, s(&leak)], &["readlink", &cwd]]),
+    );
     assert_eq!(
-        stdout.lines().collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
         ["errno=EACCES", "errno=EACCES"]
     );
-    assert!(!stdout.contains(&secret));
+    assert_absent(&leak);
     outside.assert_alive_untraced();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -569,15 +574,23 @@ fn proc_files_of_an_outside_process_are_unreadable() {
         "stderr: {err}"
     );
     assert!(!err.contains("filesystem"), "stderr: {err}");
-    // Controls: the same probe outside reads them, and inside, a process of
-    // the run is readable.
-    assert_eq!(w.probe_outside(ops), ["ok", "ok"]);
+    // Controls: the same probe outside copies the secret (so the judge
+    // above would see it), and inside, a process of the run is readable.
+    let copied = w.root.join("copied");
+    assert_eq!(
+        w.probe_outside(&[&["copy", &environ, s(&copied)], &["readlink", &cwd]]),
+        ["ok", "ok"]
+    );
+    let copied = std::fs::read(&copied).unwrap();
+    assert!(copied
+        .split(|b| *b == 0)
+        .any(|v| v == format!("LOCKRUN_TEST_SECRET={secret}").as_bytes()));
     let out = w.run(
         &[],
         &[
             "sh",
             "-c",
-            "sleep 300 & python3 -c \"$0\" read /proc/$!/environ \\; readlink /proc/$!/cwd; kill $!",
+            "LOCKRUN_TEST_SECRET=inside sleep 300 & python3 -c \"$0\" copy /proc/$!/environ made \\; readlink /proc/$!/cwd; kill $!",
             PROBE,
         ],
     );
@@ -587,6 +600,10 @@ fn proc_files_of_an_outside_process_are_unreadable() {
             .collect::<Vec<_>>(),
         ["ok", "ok"]
     );
+    let made = std::fs::read(w.wt.join("made")).unwrap();
+    assert!(made
+        .split(|b| *b == 0)
+        .any(|v| v == b"LOCKRUN_TEST_SECRET=inside"));
 }
 
 #[test]

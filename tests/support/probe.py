@@ -48,6 +48,9 @@ def op(name, a):
         with open(a[0], "a") as f: f.write("pwned")
     elif name == "read":
         with open(a[0], "rb") as f: f.read(1)
+    elif name == "copy":
+        with open(a[0], "rb") as f: data = f.read()
+        with open(a[1], "wb") as f: f.write(data)
     elif name == "readlink":
         os.readlink(a[0])
     elif name == "listdir":

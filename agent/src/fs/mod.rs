@@ -481,9 +481,8 @@ mod tests {
 
     /// A dir of at least [`CROWDED_ENTRIES`] entries is found once, even
     /// when listed twice, naming each of its entries that leads to a denied
-    /// path once (`a`
-    /// and `a-b` sort apart among the denied paths: `a`, `a-b/x`, `a/y`);
-    /// a dir of fewer entries is not.
+    /// path once (`a` and `a-b` sort apart among the denied paths: `a`,
+    /// `a-b/x`, `a/y`); a dir of fewer entries (`few`) is not.
     #[test]
     fn crowded_dirs_name_the_entries_that_lead_to_denied_paths() {
         let dir = std::env::temp_dir().join(format!("lockrun-fs-crowded-{}", std::process::id()));
