@@ -40,6 +40,18 @@ fn lockrun(s: &Scratch, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `text` without `policy show`'s warning that the temp dir, where the
+/// scratch dirs and so the denied state dir lie, is crowded: that depends
+/// on the machine, not on the test.
+fn without_tmp_crowding(text: &str) -> String {
+    let tmp = std::env::temp_dir().canonicalize().unwrap();
+    let crowding = format!("  warning: {} holds ", tmp.display());
+    text.lines()
+        .filter(|l| !l.starts_with(&crowding))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 fn policies_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
 }
@@ -69,7 +81,7 @@ fn policy_show_of_every_policy_file_is_stable() {
             ],
         );
         assert!(out.status.success(), "{name}: {out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = without_tmp_crowding(&String::from_utf8(out.stdout).unwrap());
         let text = text
             .replace(
                 &path.canonicalize().unwrap().display().to_string(),
@@ -392,7 +404,7 @@ fn policy_show_warns_of_a_writable_dir_where_code_runs_later() {
             plain.to_str().unwrap(),
         ],
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = without_tmp_crowding(&String::from_utf8_lossy(&out.stdout));
     assert!(
         out.status.success(),
         "{}",
@@ -408,5 +420,75 @@ fn policy_show_warns_of_a_writable_dir_where_code_runs_later() {
             bin.display()
         )],
         "{text}"
+    );
+}
+
+/// A denied path among thousands of siblings costs every run a rule for
+/// each; `policy show` says so before any run, naming the dir, its entry
+/// count and the denied path behind it, in text and JSON. Control: a denied
+/// path among a few siblings is not warned of.
+#[test]
+fn policy_show_warns_of_a_crowded_dir_on_the_way_to_a_denied_path() {
+    let s = Scratch::new("crowded");
+    let crowd = s.0.join("crowd");
+    let few = s.0.join("few");
+    for d in [crowd.join("vault"), few.join("vault")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for i in 0..1200 {
+        std::fs::write(crowd.join(format!("f{i}")), b"").unwrap();
+    }
+    let args = |json: bool| {
+        let mut a = vec!["policy", "show"];
+        if json {
+            a.push("--json");
+        }
+        a.extend(["--worktree", "wt", "--state-dir", "state"]);
+        a
+    };
+    let mut text_args = args(false);
+    let vault = crowd.join("vault");
+    let few_vault = few.join("vault");
+    text_args.extend(["--deny-read", vault.to_str().unwrap()]);
+    text_args.extend(["--deny-read", few_vault.to_str().unwrap()]);
+    let out = lockrun(&s, &text_args);
+    assert!(out.status.success(), "{out:?}");
+    let text = without_tmp_crowding(&String::from_utf8_lossy(&out.stdout));
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(
+        warnings,
+        [format!(
+            "  warning: {} holds 1201 entries, and each gets a Landlock rule of its own on every \
+             run, because denied paths lie at or beneath {} (Landlock only grants, so a denied \
+             path's siblings are granted one by one); a state dir (--state-dir) or denied path in \
+             a less crowded directory starts faster",
+            crowd.display(),
+            vault.display()
+        )],
+        "{text}"
+    );
+    // It follows the deny-read list it explains.
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |needle: &str| lines.iter().position(|l| l.trim_start() == needle);
+    assert!(
+        at(vault.to_str().unwrap()) < lines.iter().position(|l| l.contains("warning:")),
+        "{text}"
+    );
+
+    let mut json_args = args(true);
+    json_args.extend(["--deny-read", vault.to_str().unwrap()]);
+    let out = lockrun(&s, &json_args);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let crowded: Vec<&str> = v["crowded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        crowded
+            .iter()
+            .any(|c| c.starts_with(&format!("{} holds 1201 entries", crowd.display()))),
+        "{v}"
     );
 }

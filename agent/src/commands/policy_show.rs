@@ -60,6 +60,11 @@ pub struct View<'a> {
     /// ([`crate::fs::Narrowed`]): each a warning line.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub narrowed: Vec<String>,
+    /// Dirs of so many entries, listed on the way to a denied path, that
+    /// every run's start-up pays for them ([`crate::fs::Crowded`]): each a
+    /// warning line.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub crowded: Vec<String>,
     /// Where the run's temp dir will be.
     pub run_tmp: String,
     pub landlock_abi: u8,
@@ -140,17 +145,15 @@ impl<'a> View<'a> {
             .collect();
         let runs_dir = policy.runs_dir();
         let run_tmp = runs_dir.join("<run-id>/tmp");
-        // A dir that cannot be listed refuses the run itself, with its reason.
-        let narrowed = crate::fs::narrowed(policy, &run_tmp, &runs_dir)
-            .unwrap_or_default()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let found = crate::fs::findings(policy, &run_tmp, &runs_dir);
+        let narrowed = found.narrowed.iter().map(ToString::to_string).collect();
+        let crowded = found.crowded.iter().map(ToString::to_string).collect();
         Self {
             policy,
             writable,
             runs_later,
             narrowed,
+            crowded,
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
@@ -193,6 +196,9 @@ impl<'a> View<'a> {
         );
         for d in &self.deny_read {
             let _ = writeln!(s, "  {d}");
+        }
+        for c in &self.crowded {
+            let _ = writeln!(s, "  warning: {c}");
         }
         if let Some(rules) = &self.rules {
             let _ = writeln!(

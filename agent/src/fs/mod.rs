@@ -386,8 +386,9 @@ pub struct Crowded {
     /// walk list it.
     pub toward: Vec<PathBuf>,
     /// What listing it and granting its entries took in this run (the dirs
-    /// listed beneath it not included).
-    pub took: std::time::Duration,
+    /// listed beneath it not included); `None` for a walk that made no rules
+    /// (`policy show`).
+    pub took: Option<std::time::Duration>,
 }
 
 /// From how many entries a listed dir is [`Crowded`].
@@ -397,29 +398,45 @@ impl std::fmt::Display for Crowded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{dir} holds {n} entries, and each gets a Landlock rule of its own on every run \
-             ({ms:.1} ms in this one), because denied paths lie at or beneath {toward} (Landlock \
-             only grants, so a denied path's siblings are granted one by one); a state dir \
-             (--state-dir) or denied path in a less crowded directory starts faster",
+            "{dir} holds {n} entries, and each gets a Landlock rule of its own on every run",
             dir = self.dir.display(),
             n = self.entries,
-            ms = self.took.as_secs_f64() * 1000.0,
+        )?;
+        if let Some(took) = self.took {
+            write!(f, " ({:.1} ms in this one)", took.as_secs_f64() * 1000.0)?;
+        }
+        write!(
+            f,
+            ", because denied paths lie at or beneath {toward} (Landlock only grants, so a \
+             denied path's siblings are granted one by one); a state dir (--state-dir) or denied \
+             path in a less crowded directory starts faster",
             toward = joined(&self.toward)
         )
     }
 }
 
-/// The writable dirs `policy` cannot grant whole here (see [`Narrowed`]),
-/// found by the same walk a run makes, without building a ruleset: what
-/// `policy show` warns of.
-pub fn narrowed(
-    policy: &Policy,
-    run_tmp: &Path,
-    runs_dir: &Path,
-) -> Result<Vec<Narrowed>, FsError> {
+/// What the walk a run makes finds in `policy`, here, before any run: the
+/// writable dirs it cannot grant whole ([`Narrowed`]) and the crowded dirs
+/// it lists ([`Crowded`]). What `policy show` warns of.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub narrowed: Vec<Narrowed>,
+    pub crowded: Vec<Crowded>,
+}
+
+/// The [`Findings`] of the walk a run makes for `policy`, made without a
+/// ruleset. A dir that cannot be listed ends that part of the walk here; a
+/// run refuses to start then, with its reason.
+#[must_use]
+pub fn findings(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Findings {
+    let roots = Roots::of(policy, run_tmp, runs_dir);
     let mut plan = Plan::default();
-    Roots::of(policy, run_tmp, runs_dir).grant_writable(&mut plan)?;
-    Ok(plan.take_narrowed())
+    let _ = plan.grant_except(Path::new("/"), Grant::Read, &roots.denied);
+    let _ = roots.grant_writable(&mut plan);
+    Findings {
+        narrowed: plan.take_narrowed(),
+        crowded: plan.take_crowded(),
+    }
 }
 
 /// Denied paths as written and canonical (a symlinked `~/.ssh` denies its
@@ -685,7 +702,10 @@ impl Plan {
         for c in std::mem::take(&mut self.crowded) {
             match merged.iter_mut().find(|m| m.dir == c.dir) {
                 Some(m) => {
-                    m.took += c.took;
+                    m.took = match (m.took, c.took) {
+                        (Some(a), Some(b)) => Some(a + b),
+                        (a, b) => a.or(b),
+                    };
                     m.toward.extend(c.toward);
                     m.toward.sort();
                     m.toward.dedup();
@@ -987,7 +1007,7 @@ impl Plan {
             dir: root.to_path_buf(),
             entries,
             toward,
-            took,
+            took: self.ruleset.is_some().then_some(took),
         });
     }
 }
