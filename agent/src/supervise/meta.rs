@@ -4,8 +4,9 @@
 //! Each call is decoded from its registers ([`decode`]), its memory
 //! arguments read once (path, times, xattr name and value), its target
 //! resolved like the kernel would ([`super::resolve`]) and judged, and the
-//! operation done through `/proc/self/fd/N` of the object the supervisor
-//! holds, with its effective capabilities dropped. A regular file handed by
+//! operation done on the descriptor of the object the supervisor holds
+//! (`AT_EMPTY_PATH`; xattrs through `/proc/self/fd/N`), with its effective
+//! capabilities dropped. A regular file handed by
 //! a descriptor the command opened for writing needs no name: Landlock
 //! placed it when it let the command open it ([`resolve::locate_fd`]); a
 //! `tar x` setting owner, mode and times per file pays ten system calls
@@ -541,16 +542,17 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
 }
 
 fn perform(obj: &Object, op: &Op) -> Result<(), Errno> {
-    let path = obj.proc_path();
     let _unprivileged = notify::EffectiveCapsDropped::new().map_err(|_| libc::EPERM)?;
     let r = match op {
         // fchmodat2(AT_SYMLINK_NOFOLLOW) on a symlink: the kernel's answer.
         Op::Chmod(_) if obj.is_symlink() => return Err(libc::EOPNOTSUPP),
-        Op::Chmod(mode) => notify::chmod(&path, *mode),
-        Op::Chown(u, g) => notify::chown(&path, *u, *g),
-        Op::Times(ts) => notify::utimens(&path, ts),
-        Op::SetXattr { name, value, flags } => notify::setxattr(&path, name, value, *flags),
-        Op::RemoveXattr { name } => notify::removexattr(&path, name),
+        Op::Chmod(mode) => notify::chmod(obj.fd(), *mode),
+        Op::Chown(u, g) => notify::chown(obj.fd(), *u, *g),
+        Op::Times(ts) => notify::utimens(obj.fd(), ts),
+        Op::SetXattr { name, value, flags } => {
+            notify::setxattr(&obj.proc_path(), name, value, *flags)
+        }
+        Op::RemoveXattr { name } => notify::removexattr(&obj.proc_path(), name),
         // On the command's own open file (taken with pidfd_getfd).
         Op::Ioctl { cmd, buf } => notify::ioctl_buf(obj.fd(), *cmd, &mut buf.clone()),
         Op::Refused(_) => Err(std::io::Error::from_raw_os_error(libc::EPERM)),

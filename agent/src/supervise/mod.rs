@@ -24,8 +24,9 @@
 //! # Acting with the command's privileges
 //! The operation runs on a supervisor thread whose **effective capabilities
 //! are dropped** ([`crate::sys::notify::EffectiveCapsDropped`]; the command
-//! runs with lockrun's uid and groups and no capability), through
-//! `/proc/self/fd/N` of the object the supervisor opened. So the kernel's
+//! runs with lockrun's uid and groups and no capability), on the descriptor
+//! of the object the supervisor opened (`AT_EMPTY_PATH`; xattrs through
+//! `/proc/self/fd/N`). So the kernel's
 //! own checks still refuse what it would refuse the command (another
 //! owner's file, `chown` to another uid, `trusted.*` xattrs); set-id modes
 //! never get here (the deny filter's `EPERM` takes precedence over

@@ -363,22 +363,49 @@ pub fn sendto_unix(
     }
 }
 
-/// `fchmodat(AT_FDCWD, path, mode, 0)`.
-pub fn chmod(path: &CStr, mode: u32) -> io::Result<()> {
-    // SAFETY: path is NUL-terminated.
-    unit_result(unsafe { libc::fchmodat(libc::AT_FDCWD, path.as_ptr(), mode, 0) }.into())
+/// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: the mode of what `fd` (`O_PATH`
+/// or not) refers to, itself; no name is looked up (a path through
+/// `/proc/self/fd/N` costs a walk of procfs, twice what the change does).
+pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    // SAFETY: the path is a NUL-terminated empty string; no other pointer.
+    unit_result(unsafe {
+        libc::syscall(
+            crate::seccomp::SYS_FCHMODAT2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            mode,
+            libc::AT_EMPTY_PATH,
+        )
+    })
 }
 
-/// `fchownat(AT_FDCWD, path, uid, gid, 0)`; `u32::MAX` leaves one unchanged.
-pub fn chown(path: &CStr, uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: path is NUL-terminated.
-    unit_result(unsafe { libc::fchownat(libc::AT_FDCWD, path.as_ptr(), uid, gid, 0) }.into())
+/// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH)`; `u32::MAX` leaves one
+/// unchanged.
+pub fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: the path is a NUL-terminated empty string.
+    unit_result(
+        unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) }
+            .into(),
+    )
 }
 
-/// `utimensat(AT_FDCWD, path, times, 0)` (`UTIME_NOW`/`UTIME_OMIT` as given).
-pub fn utimens(path: &CStr, times: &[libc::timespec; 2]) -> io::Result<()> {
-    // SAFETY: path is NUL-terminated and times is a live array of two.
-    unit_result(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) }.into())
+/// `utimensat(fd, "", times, AT_EMPTY_PATH)` (`UTIME_NOW`/`UTIME_OMIT` as
+/// given): the path form, whose permission checks are the inode's, not the
+/// open file's.
+pub fn utimens(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
+    // SAFETY: the path is a NUL-terminated empty string and times is a live
+    // array of two.
+    unit_result(
+        unsafe {
+            libc::utimensat(
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                times.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        }
+        .into(),
+    )
 }
 
 /// `setxattr(path, name, value, flags)`.
