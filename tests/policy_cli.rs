@@ -46,10 +46,12 @@ fn lockrun(s: &Scratch, args: &[&str]) -> Output {
 fn without_tmp_crowding(text: &str) -> String {
     let tmp = std::env::temp_dir().canonicalize().unwrap();
     let crowding = format!("  warning: {} holds ", tmp.display());
-    text.lines()
-        .filter(|l| !l.starts_with(&crowding))
-        .map(|l| format!("{l}\n"))
-        .collect()
+    let mut out = String::new();
+    for l in text.lines().filter(|l| !l.starts_with(&crowding)) {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
 }
 
 fn policies_dir() -> PathBuf {

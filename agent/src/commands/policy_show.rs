@@ -162,14 +162,8 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The human-readable form.
-    #[must_use]
-    pub fn text(&self) -> String {
-        let p = self.policy;
-        let mut s = String::new();
-        let sources: Vec<String> = p.sources.iter().map(|s| s.display().to_string()).collect();
-        let _ = writeln!(s, "policy: {}", sources.join(" <- "));
-        let _ = writeln!(s, "worktree: {}", p.worktree.display());
+    /// The `[filesystem]` section of [`text`](Self::text).
+    fn filesystem_text(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\n[filesystem]  (Landlock, ABI >= {}; every filesystem right handled)",
@@ -210,6 +204,17 @@ impl<'a> View<'a> {
                 let _ = writeln!(s, "  {path}: {rights}");
             }
         }
+    }
+
+    /// The human-readable form.
+    #[must_use]
+    pub fn text(&self) -> String {
+        let p = self.policy;
+        let mut s = String::new();
+        let sources: Vec<String> = p.sources.iter().map(|s| s.display().to_string()).collect();
+        let _ = writeln!(s, "policy: {}", sources.join(" <- "));
+        let _ = writeln!(s, "worktree: {}", p.worktree.display());
+        self.filesystem_text(&mut s);
         let n = &p.network;
         let _ = writeln!(
             s,
