@@ -739,3 +739,55 @@ fn a_dead_supervisor_fails_closed() {
     assert!(tcp.accept().is_ok(), "the TCP control reached its listener");
     assert_eq!(snapshot(&out_f), before);
 }
+
+/// A task that is not dumpable (it runs a program it cannot read) refuses
+/// ptrace-mode access to any but `CAP_SYS_PTRACE`. The supervisor runs
+/// without capabilities and reads such a task's memory, descriptors and cwd
+/// again with them: its calls inside work (judged from outside), and one
+/// outside is still refused, the canary unchanged.
+#[test]
+fn a_task_that_is_not_dumpable_is_still_supervised() {
+    const T: &str = "a_task_that_is_not_dumpable_is_still_supervised";
+    if !can_run(T) {
+        return;
+    }
+    let w = World::new("sv-undumpable");
+    // The interpreter, owned by nobody and execute-only: a uid 0 without
+    // capabilities can run it, not read it.
+    let py = w.root.join("python-x");
+    std::fs::copy(python3(), &py).unwrap();
+    std::os::unix::fs::chown(&py, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o111)).unwrap();
+    let f = root_file(&w.wt.join("f"));
+    let g = root_file(&w.wt.join("g"));
+    let canary = root_file(&w.data.join("canary"));
+    let before = snapshot(&canary);
+    let mut argv = probe_argv(&[
+        vec!["dumpable"],
+        vec!["chmod", "f", "600"], // a relative path: its cwd, its memory
+        vec!["fchmod_w", s(&g), "640"], // its descriptor
+        vec!["utime", s(&f)],
+        vec!["serve_stream", "s.sock"], // a unix connect, supervised too
+        vec!["chmod", s(&canary), "600"],
+    ]);
+    argv[0] = s(&py).to_owned();
+    let out = w.run(&[], &argv);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        r,
+        ["dumpable=0", "ok", "ok", "ok", "ok", "errno=EPERM"],
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(snapshot(&f).mode & 0o7777, 0o600);
+    assert_eq!(snapshot(&g).mode & 0o7777, 0o640);
+    assert_eq!(snapshot(&f).mtime, (1, 0));
+    assert_eq!(snapshot(&canary), before, "the canary's metadata changed");
+}

@@ -100,6 +100,12 @@ def chattr_nodump(path):
 def op(name, a):
     if name == "cd":
         os.chdir(a[0])
+    elif name == "dumpable":
+        # prctl(PR_GET_DUMPABLE): 0 after running a program it cannot read.
+        import ctypes
+        v = ctypes.CDLL(None, use_errno=True).prctl(3, 0, 0, 0, 0)
+        print("dumpable=%d" % v, file=RESULTS)
+        return
     elif name == "chmod":
         os.chmod(a[0], int(a[1], 8))
     elif name == "chmod_dirfd":

@@ -24,7 +24,13 @@
 //! # Acting with the command's privileges
 //! The operation runs on a supervisor thread whose **effective capabilities
 //! are dropped** ([`crate::sys::notify::EffectiveCapsDropped`]; the command
-//! runs with lockrun's uid and groups and no capability), on the descriptor
+//! runs with lockrun's uid and groups and no capability). The receiving
+//! thread drops them once, for its life: its own reads of a task (memory,
+//! descriptors, cwd) and its placing of objects are retried with them only
+//! when refused without ([`crate::sys::notify::with_caps`]: a task that is
+//! not dumpable, a dir above that the command cannot search), never the
+//! resolution of a path for the command nor the operation. The operation
+//! acts on the descriptor
 //! of the object the supervisor opened (`AT_EMPTY_PATH`; xattrs through
 //! `/proc/self/fd/N`). So the kernel's
 //! own checks still refuse what it would refuse the command (another
@@ -163,14 +169,20 @@ impl<'a> Task<'a> {
             return Err(libc::EFAULT);
         }
         let mut buf = vec![0u8; len];
-        let n = nix::sys::uio::process_vm_readv(
-            nix::unistd::Pid::from_raw(self.n.pid.cast_signed()),
-            &mut [std::io::IoSliceMut::new(&mut buf)],
-            &[nix::sys::uio::RemoteIoVec {
-                base: addr as usize,
-                len,
-            }],
-        )
+        let mut readv = || {
+            nix::sys::uio::process_vm_readv(
+                nix::unistd::Pid::from_raw(self.n.pid.cast_signed()),
+                &mut [std::io::IoSliceMut::new(&mut buf)],
+                &[nix::sys::uio::RemoteIoVec {
+                    base: addr as usize,
+                    len,
+                }],
+            )
+        };
+        let n = match readv() {
+            Err(nix::errno::Errno::EPERM) => privileged(readv),
+            r => r,
+        }
         .map_err(|_| libc::EFAULT)?;
         if n != len {
             return Err(libc::EFAULT);
@@ -205,14 +217,14 @@ impl<'a> Task<'a> {
     /// Calls that name a path take none, and open no pidfd.
     pub fn getfd(&self, fd: i32) -> Result<OwnedFd, Errno> {
         let r = match self.kept_pidfd() {
-            Some(p) => match notify::pidfd_getfd(p.as_fd(), fd) {
+            Some(p) => match getfd_of(p.as_fd(), fd) {
                 // Kept for an earlier task with this tid, gone since: open ours.
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                    notify::pidfd_getfd(self.open_pidfd()?.as_fd(), fd)
+                    getfd_of(self.open_pidfd()?.as_fd(), fd)
                 }
                 r => r,
             },
-            None => notify::pidfd_getfd(self.open_pidfd()?.as_fd(), fd),
+            None => getfd_of(self.open_pidfd()?.as_fd(), fd),
         };
         r.map_err(|e| match e.raw_os_error() {
             Some(libc::EBADF) | None => libc::EBADF,
@@ -243,8 +255,14 @@ impl<'a> Task<'a> {
     /// The task's working directory.
     pub fn cwd(&self) -> Result<OwnedFd, Errno> {
         let p = std::ffi::CString::new(format!("proc/{}/cwd", self.n.pid)).unwrap_or_default();
-        notify::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0)
-            .map_err(|_| libc::ESRCH)
+        let open = || notify::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0);
+        match open() {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                privileged(open)
+            }
+            r => r,
+        }
+        .map_err(|_| libc::ESRCH)
     }
 
     #[must_use]
@@ -286,6 +304,25 @@ impl<'a> Task<'a> {
                     .and_then(|v| v.trim().parse().ok())
             })
             .unwrap_or(self.n.pid)
+    }
+}
+
+/// `f`, one of the supervisor's own reads of a task, again with lockrun's
+/// capabilities: it failed without them ([`receive`] runs without), as a
+/// task that is not dumpable (it ran a program it cannot read) refuses
+/// ptrace-mode access to any but `CAP_SYS_PTRACE`.
+fn privileged<T>(f: impl FnOnce() -> T) -> T {
+    notify::with_caps(f)
+}
+
+/// The task's descriptor `fd` through its pidfd, retried with capabilities
+/// if refused without ([`privileged`]).
+fn getfd_of(pidfd: BorrowedFd<'_>, fd: i32) -> std::io::Result<OwnedFd> {
+    match notify::pidfd_getfd(pidfd, fd) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            privileged(|| notify::pidfd_getfd(pidfd, fd))
+        }
+        r => r,
     }
 }
 
@@ -359,6 +396,12 @@ impl Drop for Supervisor {
 }
 
 fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
+    // Without effective capabilities for good: what the supervisor does for
+    // the command is done without them anyway, and its own reads of the
+    // task that need them are retried with them ([`privileged`]), so a call
+    // costs no `capset` (two each, ~3.5 µs of a ~16 µs call here). Should
+    // this fail, the guards around each operation drop them (or refuse).
+    let _unprivileged = notify::EffectiveCapsDropped::new();
     loop {
         let mut fds = [
             PollFd::new(s.listener.as_fd(), PollFlags::POLLIN),

@@ -293,27 +293,34 @@ pub fn locate_fd(
     let (dir, name) = (&link[..i], &link[i + 1..]);
     let dir = dir.strip_prefix(b"/").unwrap_or(dir);
     let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
-    let parent = open_at(
-        root,
-        dir,
-        libc::O_PATH | libc::O_DIRECTORY,
-        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-    )
-    .map_err(|_| refused())?;
-    if deleted {
-        return Ok(Object::Entry {
+    // With lockrun's capabilities if need be, as every read of the
+    // supervisor's own: the dirs above may not be searchable without.
+    let place = || -> Result<(OwnedFd, bool), ()> {
+        let parent = open_at(
+            root,
+            dir,
+            libc::O_PATH | libc::O_DIRECTORY,
+            libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        )
+        .map_err(|_| ())?;
+        if deleted {
+            return Ok((parent, true));
+        }
+        let named = nix::sys::stat::fstatat(
+            Some(parent.as_raw_fd()),
+            std::ffi::OsStr::from_bytes(name),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(|_| ())?;
+        Ok((
             parent,
-            obj: fd,
-            mode: st.st_mode,
-        });
-    }
-    let named = nix::sys::stat::fstatat(
-        Some(parent.as_raw_fd()),
-        std::ffi::OsStr::from_bytes(name),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .map_err(|_| refused())?;
-    if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino) {
+            (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino),
+        ))
+    };
+    let (parent, same) = place()
+        .or_else(|()| notify::with_caps(place))
+        .map_err(|()| refused())?;
+    if !same {
         return Err(refused());
     }
     Ok(Object::Entry {
@@ -385,12 +392,18 @@ impl Roots {
     }
 
     /// Whether `obj` lies beneath a writable root.
+    /// The walk up may need lockrun's capabilities (a dir above that the
+    /// command cannot search): retried with them if it fails without. Only
+    /// a failure differs: the walk compares what it reaches, it acts on
+    /// nothing.
     pub fn judge(&self, obj: &Object) -> Result<bool, Errno> {
-        match obj {
-            Object::Anonymous(_) | Object::Written(_) => Ok(true),
-            Object::Dir(fd) => self.judge_dir(fd.as_fd()),
-            Object::Entry { parent, .. } => self.judge_dir(parent.as_fd()),
-        }
+        let dir = match obj {
+            Object::Anonymous(_) | Object::Written(_) => return Ok(true),
+            Object::Dir(fd) => fd.as_fd(),
+            Object::Entry { parent, .. } => parent.as_fd(),
+        };
+        self.judge_dir(dir)
+            .or_else(|_| notify::with_caps(|| self.judge_dir(dir)))
     }
 }
 

@@ -531,6 +531,33 @@ impl Drop for EffectiveCapsDropped {
     }
 }
 
+/// Run `f` with this thread's capabilities raised again, when a guard has
+/// dropped them, and drop them again after. For the supervisor's own work
+/// only, never around an operation it performs for the command: reading the
+/// task (its memory, descriptors and `/proc/<pid>/cwd` need `CAP_SYS_PTRACE`
+/// when it is not dumpable) and placing an object (walking up through a dir
+/// the command cannot search). If they cannot be dropped again, the thread
+/// counts as not dropped: the next guard drops them itself, or fails and
+/// its caller refuses.
+pub fn with_caps<T>(f: impl FnOnce() -> T) -> T {
+    let (true, Some(held)) = (DROPPED.get(), HELD.get()) else {
+        return f();
+    };
+    if capset(&held).is_err() {
+        return f();
+    }
+    DROPPED.set(false);
+    let r = f();
+    let mut d = held;
+    for x in &mut d {
+        x.effective = 0;
+    }
+    if capset(&d).is_ok() {
+        DROPPED.set(true);
+    }
+    r
+}
+
 /// Drop this thread's effective capabilities for good (threads that only
 /// act for the command).
 pub fn drop_thread_caps_for_good() -> io::Result<()> {
