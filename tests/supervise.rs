@@ -47,7 +47,12 @@ fn probe_argv<'a, O: AsRef<[&'a str]>>(ops: &[O]) -> Vec<String> {
 
 /// Run the probe inside; its result lines. Asserts lockrun exited 0.
 fn probe<'a, O: AsRef<[&'a str]>>(w: &World, extra: &[&str], ops: &[O]) -> Vec<String> {
-    let out = w.run(extra, &probe_argv(ops));
+    probe_by(w, extra, &probe_argv(ops))
+}
+
+/// [`probe`] with the probe's whole command line given.
+fn probe_by(w: &World, extra: &[&str], argv: &[String]) -> Vec<String> {
+    let out = w.run(extra, argv);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -771,20 +776,9 @@ fn a_task_that_is_not_dumpable_is_still_supervised() {
         vec!["chmod", s(&canary), "600"],
     ]);
     argv[0] = s(&py).to_owned();
-    let out = w.run(&[], &argv);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{:?}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Vec<&str> = stdout.lines().collect();
     assert_eq!(
-        r,
-        ["dumpable=0", "ok", "ok", "ok", "ok", "errno=EPERM"],
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+        probe_by(&w, &[], &argv),
+        ["dumpable=0", "ok", "ok", "ok", "ok", "errno=EPERM"]
     );
     assert_eq!(snapshot(&f).mode & 0o7777, 0o600);
     assert_eq!(snapshot(&g).mode & 0o7777, 0o640);
