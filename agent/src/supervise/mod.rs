@@ -30,13 +30,11 @@
 //! when refused without ([`crate::sys::notify::with_caps`]: a task that is
 //! not dumpable, a dir above that the command cannot search), never the
 //! resolution of a path for the command nor the operation. The operation
-//! acts on the descriptor
-//! of the object the supervisor opened (`AT_EMPTY_PATH`; xattrs through
-//! `/proc/self/fd/N`). So the kernel's
-//! own checks still refuse what it would refuse the command (another
-//! owner's file, `chown` to another uid, `trusted.*` xattrs); set-id modes
-//! never get here (the deny filter's `EPERM` takes precedence over
-//! `USER_NOTIF`).
+//! acts on the descriptor of the object the supervisor opened
+//! (`AT_EMPTY_PATH`; xattrs through `/proc/self/fd/N`). So the kernel's own
+//! checks still refuse what it would refuse the command (another owner's
+//! file, `chown` to another uid, `trusted.*` xattrs); set-id modes never get
+//! here (the deny filter's `EPERM` takes precedence over `USER_NOTIF`).
 //!
 //! # Liveness
 //! One thread receives (poll on the listener and a stop pipe). Metadata
