@@ -167,7 +167,7 @@ impl<'a> Task<'a> {
             return Err(libc::EFAULT);
         }
         let mut buf = vec![0u8; len];
-        let mut readv = || {
+        let readv = || {
             nix::sys::uio::process_vm_readv(
                 nix::unistd::Pid::from_raw(self.n.pid.cast_signed()),
                 &mut [std::io::IoSliceMut::new(&mut buf)],
@@ -177,11 +177,8 @@ impl<'a> Task<'a> {
                 }],
             )
         };
-        let n = match readv() {
-            Err(nix::errno::Errno::EPERM) => privileged(readv),
-            r => r,
-        }
-        .map_err(|_| libc::EFAULT)?;
+        let n = notify::retry_with_caps(readv, |e| *e == nix::errno::Errno::EPERM)
+            .map_err(|_| libc::EFAULT)?;
         if n != len {
             return Err(libc::EFAULT);
         }
@@ -254,12 +251,9 @@ impl<'a> Task<'a> {
     pub fn cwd(&self) -> Result<OwnedFd, Errno> {
         let p = std::ffi::CString::new(format!("proc/{}/cwd", self.n.pid)).unwrap_or_default();
         let open = || notify::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0);
-        match open() {
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
-                privileged(open)
-            }
-            r => r,
-        }
+        notify::retry_with_caps(open, |e| {
+            matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        })
         .map_err(|_| libc::ESRCH)
     }
 
@@ -305,23 +299,13 @@ impl<'a> Task<'a> {
     }
 }
 
-/// `f`, one of the supervisor's own reads of a task, again with lockrun's
-/// capabilities: it failed without them ([`receive`] runs without), as a
-/// task that is not dumpable (it ran a program it cannot read) refuses
-/// ptrace-mode access to any but `CAP_SYS_PTRACE`.
-fn privileged<T>(f: impl FnOnce() -> T) -> T {
-    notify::with_caps(f)
-}
-
 /// The task's descriptor `fd` through its pidfd, retried with capabilities
-/// if refused without ([`privileged`]).
+/// if refused without (a task that is not dumpable).
 fn getfd_of(pidfd: BorrowedFd<'_>, fd: i32) -> std::io::Result<OwnedFd> {
-    match notify::pidfd_getfd(pidfd, fd) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            privileged(|| notify::pidfd_getfd(pidfd, fd))
-        }
-        r => r,
-    }
+    notify::retry_with_caps(
+        || notify::pidfd_getfd(pidfd, fd),
+        |e| e.raw_os_error() == Some(libc::EPERM),
+    )
 }
 
 /// The running supervisor; stops (and joins its receiving thread) when
@@ -396,7 +380,7 @@ impl Drop for Supervisor {
 fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
     // Without effective capabilities for good: what the supervisor does for
     // the command is done without them anyway, and its own reads of the
-    // task that need them are retried with them ([`privileged`]), so a call
+    // task that need them are retried with them ([`notify::retry_with_caps`]), so a call
     // costs no `capset` (two each, ~3.5 µs of a ~16 µs call here). Should
     // this fail, the guards around each operation drop them (or refuse).
     let _unprivileged = notify::EffectiveCapsDropped::new();

@@ -317,9 +317,7 @@ pub fn locate_fd(
             (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino),
         ))
     };
-    let (parent, same) = place()
-        .or_else(|()| notify::with_caps(place))
-        .map_err(|()| refused())?;
+    let (parent, same) = notify::retry_with_caps(place, |()| true).map_err(|()| refused())?;
     if !same {
         return Err(refused());
     }
@@ -402,8 +400,7 @@ impl Roots {
             Object::Dir(fd) => fd.as_fd(),
             Object::Entry { parent, .. } => parent.as_fd(),
         };
-        self.judge_dir(dir)
-            .or_else(|_| notify::with_caps(|| self.judge_dir(dir)))
+        notify::retry_with_caps(|| self.judge_dir(dir), |_| true)
     }
 }
 

@@ -558,6 +558,20 @@ pub fn with_caps<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// `f` as this thread is, and once more under [`with_caps`] if it failed
+/// with an error `refused` says capabilities may lift: the one shape of
+/// every supervisor read that a task which is not dumpable, or a dir the
+/// command cannot search, refuses without them.
+pub fn retry_with_caps<T, E>(
+    mut f: impl FnMut() -> Result<T, E>,
+    refused: impl FnOnce(&E) -> bool,
+) -> Result<T, E> {
+    match f() {
+        Err(e) if refused(&e) => with_caps(f),
+        r => r,
+    }
+}
+
 /// Drop this thread's effective capabilities for good (threads that only
 /// act for the command).
 pub fn drop_thread_caps_for_good() -> io::Result<()> {
@@ -569,7 +583,7 @@ pub fn drop_thread_caps_for_good() -> io::Result<()> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::EffectiveCapsDropped;
+    use super::{retry_with_caps, with_caps, EffectiveCapsDropped};
 
     fn thread_cap_eff() -> u64 {
         let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
@@ -598,6 +612,22 @@ mod tests {
                 assert_eq!(thread_cap_eff(), 0, "{round}: dropped");
                 drop(EffectiveCapsDropped::new().unwrap());
                 assert_eq!(thread_cap_eff(), 0, "{round}: an inner guard raised them");
+                assert_eq!(with_caps(thread_cap_eff), full, "{round}: raised for f");
+                assert_eq!(thread_cap_eff(), 0, "{round}: dropped again after f");
+                let mut tries = Vec::new();
+                let r: Result<(), u64> = retry_with_caps(
+                    || {
+                        tries.push(thread_cap_eff());
+                        Err(tries.len() as u64)
+                    },
+                    |e| *e == 1,
+                );
+                assert_eq!((r, tries), (Err(2), vec![0, full]), "{round}: one retry");
+                assert_eq!(
+                    thread_cap_eff(),
+                    0,
+                    "{round}: dropped again after the retry"
+                );
                 drop(outer);
                 assert_eq!(thread_cap_eff(), full, "{round}: raised back");
             }
