@@ -19,6 +19,10 @@ mod skip;
 #[path = "support/net_e2e.rs"]
 mod support;
 
+/// One link per program: `connect4`/`6`, `sendmsg4`/`6`, `sock_create`,
+/// `ingress`, `egress`, `connect_unix`, `sendmsg_unix`.
+const PROGRAMS: usize = 9;
+
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -147,7 +151,12 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     }
     // It made its own parent and pins, and attached every program there.
     assert!(other.parent.is_dir(), "{}", other.parent.display());
-    assert_eq!(other.links_to_parent(), 7, "{}", other.pins.display());
+    assert_eq!(
+        other.links_to_parent(),
+        PROGRAMS,
+        "{}",
+        other.pins.display()
+    );
     let runs_map = aya::maps::MapInfo::from_pin(other.pins.join("RUNS"))
         .unwrap()
         .id();
@@ -165,7 +174,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
         "{out}"
     );
     assert!(other.parent.is_dir());
-    assert_eq!(other.links_to_parent(), 7);
+    assert_eq!(other.links_to_parent(), PROGRAMS);
     // What a gc leaves when a run of that build made the parent again and
     // attached just before the gc moved the pins aside (and the gc was then
     // killed): the live run's links in a moved directory. The next gc
@@ -179,7 +188,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     );
     assert!(other.pins.is_dir(), "the live run's pins were removed");
     assert!(!moved.exists(), "the moved pins were not put back");
-    assert_eq!(other.links_to_parent(), 7);
+    assert_eq!(other.links_to_parent(), PROGRAMS);
     // And the run is still judged by its hooks, from outside: the allowed
     // endpoint gets the bytes, the other refuses with EPERM and gets nothing.
     std::fs::write(&go, "").unwrap();

@@ -512,6 +512,214 @@ fn bypassing_the_proxy_is_refused_by_the_kernel() {
     );
 }
 
+/// What a program inside that listens on every address hears, written to
+/// `$WT/heard.log` one line per connection or datagram: TCP on a dual-stack
+/// `[::]` socket (accepted, answered, closed) and UDP on another; the ports
+/// go to `$WT/ports`; `$WT/stop` ends it.
+const LISTENER: &str = r#"
+import os, select, socket, time
+wt = os.environ["WT"]
+def dual(kind):
+    s = socket.socket(socket.AF_INET6, kind)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::", 0))
+    return s
+t, u = dual(socket.SOCK_STREAM), dual(socket.SOCK_DGRAM)
+t.listen(16)
+with open(wt + "/ports.tmp", "w") as f:
+    f.write("%d %d\n" % (t.getsockname()[1], u.getsockname()[1]))
+os.rename(wt + "/ports.tmp", wt + "/ports")
+log = open(wt + "/heard.log", "a", buffering=1)
+deadline = time.time() + 60
+while not os.path.exists(wt + "/stop") and time.time() < deadline:
+    for s in select.select([t, u], [], [], 0.05)[0]:
+        if s is t:
+            c, a = t.accept()
+            log.write("tcp %s\n" % a[0])
+            c.sendall(b"served from inside\n")
+            c.close()
+        else:
+            d, a = u.recvfrom(100)
+            log.write("udp %s %s\n" % (a[0], d.decode()))
+"#;
+
+/// From a test host's namespace: a TCP connect to `ip:port` (`connected:`
+/// and the first line it got, `timeout`, or the error) and a UDP datagram
+/// `from-outside` to `ip:udp`.
+fn knock_from(th: &TestHost, ip: IpAddr, tcp: u16, udp: u16) -> String {
+    let script = format!(
+        r#"
+import socket
+a = ("{ip}", {tcp})
+try:
+    c = socket.create_connection(a, timeout=2.5)
+except socket.timeout:
+    print("tcp=timeout")
+except OSError as e:
+    print("tcp=" + type(e).__name__)
+else:
+    c.settimeout(0.5)
+    try:
+        print("tcp=connected:" + c.recv(100).decode().strip())
+    except socket.timeout:
+        print("tcp=connected:")
+f = socket.AF_INET6 if ":" in a[0] else socket.AF_INET
+socket.socket(f, socket.SOCK_DGRAM).sendto(b"from-outside", ("{ip}", {udp}))
+"#
+    );
+    let out = Command::new("ip")
+        .args(["netns", "exec", &th.ns, python::python3(), "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_listener_inside_takes_nothing_from_outside() {
+    let test = "a_listener_inside_takes_nothing_from_outside";
+    if !can_run(test) {
+        return;
+    }
+    // A test host, over IPv4 and IPv6 (a ULA pair on the same veth).
+    let th = TestHost::new(RANGE);
+    let octet = match th.host_ip {
+        IpAddr::V4(v4) => v4.octets()[2],
+        IpAddr::V6(_) => unreachable!("test hosts are IPv4"),
+    };
+    let (host6, ns6): (IpAddr, IpAddr) = (
+        format!("fd13:213:{octet}::1").parse().unwrap(),
+        format!("fd13:213:{octet}::2").parse().unwrap(),
+    );
+    support::sh(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{host6}/64"),
+        "dev",
+        &th.here,
+        "nodad",
+    ]);
+    support::sh(&[
+        "ip",
+        "-n",
+        &th.ns,
+        "addr",
+        "add",
+        &format!("{ns6}/64"),
+        "dev",
+        &th.there(),
+        "nodad",
+    ]);
+
+    let sb = Sandbox::new(&Net::default());
+    std::fs::write(sb.wt().join("listen.py"), LISTENER).unwrap();
+    let run = sb
+        .cmd(r#"exec python3 "$WT/listen.py""#)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ports_file = sb.wt().join("ports");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ports_file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the listener inside never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ports = std::fs::read_to_string(&ports_file).unwrap();
+    let (tcp, udp): (u16, u16) = {
+        let mut it = ports.split_whitespace().map(|p| p.parse().unwrap());
+        (it.next().unwrap(), it.next().unwrap())
+    };
+
+    // Control: the test host reaches this host — a listener outside the
+    // run, on the same address, accepts it.
+    let outside = TcpListener::bind(SocketAddr::new(th.host_ip, 0)).unwrap();
+    let knocked = knock_from(&th, th.host_ip, outside.local_addr().unwrap().port(), udp);
+    assert_eq!(
+        knocked, "tcp=connected:",
+        "a listener outside the run must be reachable"
+    );
+    drop(outside);
+
+    // The escape: the test host connects to the run's port on both
+    // families and sends it datagrams. Nothing gets through: the SYN is
+    // dropped (a timeout, not a refusal), so no byte of the run reaches it.
+    for ip in [th.host_ip, host6] {
+        assert_eq!(knock_from(&th, ip, tcp, udp), "tcp=timeout", "from {ip}");
+    }
+
+    // Control: loopback, outside the run, reaches the same listener.
+    for ip in ["127.0.0.1", "::1"] {
+        let mut c = std::net::TcpStream::connect((ip.parse::<IpAddr>().unwrap(), tcp)).unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "served from inside\n", "from {ip}");
+    }
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"from-loopback", ("127.0.0.1", udp))
+        .unwrap();
+    let heard_file = sb.wt().join("heard.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&heard_file)
+        .unwrap_or_default()
+        .contains("from-loopback")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the loopback datagram never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(sb.wt().join("stop"), "").unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Judged inside's own log: exactly the loopback peers, no test host.
+    let heard = std::fs::read_to_string(&heard_file).unwrap();
+    let mut lines: Vec<&str> = heard.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "tcp ::1",
+            "tcp ::ffff:127.0.0.1",
+            "udp ::ffff:127.0.0.1 from-loopback"
+        ],
+        "what the listener inside heard"
+    );
+
+    // The audit log names each drop: the outside peer, the run's port.
+    let k = sb.kernel_events();
+    for (peer, port, protocol) in [
+        (th.ns_ip, tcp, "tcp"),
+        (ns6, tcp, "tcp"),
+        (th.ns_ip, udp, "udp"),
+        (ns6, udp, "udp"),
+    ] {
+        assert!(
+            k.iter().any(|e| e.hook == "ingress"
+                && e.direction == lockrun::audit::Direction::Inbound
+                && matches!(e.destination, Destination::Inet(a) if a.ip() == peer)
+                && e.local_port == port
+                && e.protocol == protocol),
+            "no ingress drop from {peer} to {protocol} port {port} in {k:?}"
+        );
+    }
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("from outside dropped")
+            && stderr.contains(&format!("from {} to port {tcp} (tcp)", th.ns_ip))
+            && stderr.contains(&format!("from {ns6} to port {udp} (udp)")),
+        "summary: {stderr}"
+    );
+}
+
 #[test]
 fn allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed() {
     let test = "allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed";

@@ -13,6 +13,10 @@ mod skip;
 #[path = "net_support.rs"]
 mod support;
 
+/// One link per program: `connect4`/`6`, `sendmsg4`/`6`, `sock_create`,
+/// `ingress`, `egress`, `connect_unix`, `sendmsg_unix`.
+const PROGRAMS: usize = 9;
+
 use support::{assert_eperm, assert_event, Run, TcpSink};
 
 #[test]
@@ -69,7 +73,7 @@ fn hooks_are_attached_again_to_a_parent_made_again() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("link-"))
         .collect();
-    assert_eq!(links.len(), 7, "{links:?}");
+    assert_eq!(links.len(), PROGRAMS, "{links:?}");
     assert!(
         links.iter().all(|n| n.ends_with(&format!("-{new_id}"))),
         "{links:?}"

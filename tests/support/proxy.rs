@@ -151,6 +151,11 @@ impl TestHost {
         th
     }
 
+    /// The veth end inside the namespace.
+    pub fn there(&self) -> String {
+        self.here.replacen("lrph", "lrpn", 1)
+    }
+
     pub fn www(&self) -> PathBuf {
         self.dir.0.join("www")
     }

@@ -65,6 +65,27 @@ impl fmt::Display for Destination {
     }
 }
 
+/// Which way a refused packet or connection went, from the run's side.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The command reached out: a connect, a send, a packet it sent.
+    #[default]
+    Outbound,
+    /// An outside host reached in: a packet for a socket of the run (a port
+    /// it listens on) from beyond loopback, dropped by the `ingress` hook.
+    Inbound,
+}
+
+impl Direction {
+    #[must_use]
+    pub fn is_outbound(&self) -> bool {
+        *self == Self::Outbound
+    }
+}
+
 /// A connect or send refused by the cgroup hooks, as the kernel reported it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelNetEvent {
@@ -72,18 +93,31 @@ pub struct KernelNetEvent {
     pub tgid: u32,
     pub comm: String,
     pub cgroup_id: u64,
-    /// `connect4`, `connect6`, `sendmsg4`, `sendmsg6`, `connect_unix`, `sendmsg_unix`;
+    /// `connect4`, `connect6`, `sendmsg4`, `sendmsg6`, `sock_create`,
+    /// `connect_unix`, `sendmsg_unix`, `ingress`, `egress`;
     /// `seccomp_connect_unix`, `seccomp_sendto_unix` when the seccomp supervisor refused.
     pub hook: String,
     /// `inet`, `inet6`, `unix`.
     pub family: String,
     /// `tcp`, `udp`, `icmp`, `mptcp`, or the number.
     pub protocol: String,
+    /// Where it was headed; for an [`Direction::Inbound`] packet, where it
+    /// came from (the outside peer).
     pub destination: Destination,
     /// A unix destination that does not exist on the host: the connect would
     /// have failed anyway (glibc probes nscd's socket on every user lookup).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub target_absent: bool,
+    #[serde(default, skip_serializing_if = "Direction::is_outbound")]
+    pub direction: Direction,
+    /// The run's own port of a dropped packet (0: not known, or no packet).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub local_port: u16,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u16) -> bool {
+    *n == 0
 }
 
 /// A proxy decision.
@@ -228,6 +262,9 @@ struct Tally {
     kernel: BTreeMap<Destination, (u64, Vec<String>)>,
     /// Connects to unix sockets that do not exist on the host (harmless).
     absent: BTreeMap<Destination, (u64, Vec<String>)>,
+    /// Packets from outside dropped, by peer address, the run's port and
+    /// the protocol.
+    inbound: BTreeMap<(std::net::IpAddr, u16, String), u64>,
     proxy: BTreeMap<String, u64>,
     fs: BTreeMap<String, (u64, Vec<String>)>,
     scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
@@ -305,6 +342,13 @@ impl AuditLog {
         match event {
             Event::KernelNetwork(k) => {
                 *t.refused.entry(Layer::KernelNetwork).or_default() += 1;
+                if let (Direction::Inbound, Destination::Inet(peer)) = (k.direction, &k.destination)
+                {
+                    *t.inbound
+                        .entry((peer.ip(), k.local_port, k.protocol.clone()))
+                        .or_default() += 1;
+                    return;
+                }
                 let e = if k.target_absent {
                     t.absent.entry(k.destination.clone())
                 } else {
@@ -372,6 +416,26 @@ impl AuditLog {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut lines = Vec::new();
+        let n_inbound: u64 = t.inbound.values().sum();
+        if n_inbound > 0 {
+            let parts: Vec<String> = t
+                .inbound
+                .iter()
+                .map(|((ip, port, protocol), n)| {
+                    let times = if *n > 1 {
+                        format!(" ×{n}")
+                    } else {
+                        String::new()
+                    };
+                    format!("from {ip} to port {port} ({protocol}){times}")
+                })
+                .collect();
+            lines.push(format!(
+                "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
+                plural(n_inbound, "packet", "packets"),
+                parts.join(", ")
+            ));
+        }
         let n_kernel: u64 = t.kernel.values().map(|(n, _)| n).sum::<u64>() + t.lost;
         if n_kernel > 0 {
             let mut parts = by_destination(&t.kernel);
@@ -457,7 +521,16 @@ fn counted<K>(m: &BTreeMap<K, (u64, Vec<String>)>, show: impl Fn(&K) -> String) 
             } else {
                 String::new()
             };
-            format!("{}{times} ({})", show(k), comms.join(", "))
+            let comms: Vec<&str> = comms
+                .iter()
+                .map(String::as_str)
+                .filter(|c| !c.is_empty())
+                .collect();
+            if comms.is_empty() {
+                format!("{}{times}", show(k))
+            } else {
+                format!("{}{times} ({})", show(k), comms.join(", "))
+            }
         })
         .collect()
 }
@@ -493,6 +566,8 @@ mod tests {
             protocol: "tcp".into(),
             destination: Destination::Inet(dest.parse().unwrap()),
             target_absent: false,
+            direction: Direction::Outbound,
+            local_port: 0,
         })
     }
 
@@ -509,6 +584,39 @@ mod tests {
                     .to_owned()
             ]
         );
+    }
+
+    #[test]
+    fn inbound_drops_are_their_own_line_by_peer_and_port() {
+        let log = AuditLog::open(None).unwrap();
+        let inbound = |peer: &str, port: u16, protocol: &str| {
+            Event::KernelNetwork(KernelNetEvent {
+                pid: 0,
+                tgid: 0,
+                comm: String::new(),
+                cgroup_id: 7,
+                hook: "ingress".into(),
+                family: "inet".into(),
+                protocol: protocol.into(),
+                destination: Destination::Inet(peer.parse().unwrap()),
+                target_absent: false,
+                direction: Direction::Inbound,
+                local_port: port,
+            })
+        };
+        // Two SYNs of one connection attempt, from two source ports.
+        log.record(inbound("10.1.2.3:40000", 8080, "tcp"));
+        log.record(inbound("10.1.2.3:40001", 8080, "tcp"));
+        log.record(inbound("[fd00::2]:5353", 9000, "udp"));
+        log.record(k("127.0.0.1:6379", "redis-cli"));
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: 3 packets from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): from 10.1.2.3 to port 8080 (tcp) ×2, from fd00::2 to port 9000 (udp)".to_owned(),
+                "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
+            ]
+        );
+        assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&4));
     }
 
     #[test]

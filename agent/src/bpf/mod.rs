@@ -7,6 +7,7 @@
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | the endpoints of `ALLOWED_ENDPOINTS` (the proxy, `network.local`) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
 //! | `cgroup/sock_create` | 4.10 | no ICMP ping or raw inet sockets (ping `sendto` runs no sendmsg hook on 6.18) |
+//! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
@@ -66,7 +67,7 @@ use lockrun_common::{
     UNIX_PATH_MAX,
 };
 
-use crate::audit::{AuditLog, Destination, Event, KernelNetEvent};
+use crate::audit::{AuditLog, Destination, Direction, Event, KernelNetEvent};
 use crate::cgroup::{check_run_id, RunCgroup};
 
 /// Where bpffs is mounted (and mounted by lockrun when it is not).
@@ -317,8 +318,8 @@ fn prefix_keys(cgroup_id: u64, dir: &Path) -> Vec<UnixPrefixKey> {
 /// Per-hook refusal counts read from `COUNTERS` (summed over CPUs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Refusals per hook, in [`Hook`] order.
-    pub refused: [u64; 7],
+    /// Refusals per hook, in [`Hook::ALL`] order.
+    pub refused: [u64; Hook::ALL.len()],
     /// Refusals whose event did not fit the ring buffer.
     pub lost: u64,
 }
@@ -593,8 +594,8 @@ impl NetworkHooks {
             })?;
         let mut c = Counters::default();
         for cpu in per_cpu.iter() {
-            for (i, slot) in c.refused.iter_mut().enumerate() {
-                *slot += cpu.slots[i];
+            for (n, hook) in c.refused.iter_mut().zip(Hook::ALL) {
+                *n += cpu.slots[hook as usize];
             }
             c.lost += cpu.slots[COUNTER_LOST as usize];
         }
@@ -1248,7 +1249,7 @@ fn names(dir: &Path) -> Vec<String> {
 
 /// The programs: name (the object's section, or a hand-assembled unix hook),
 /// program type, attach type.
-const PROGRAMS: [(&str, u32, u32); 7] = [
+const PROGRAMS: [(&str, u32, u32); 9] = [
     (
         "connect4",
         raw::PROG_TYPE_CGROUP_SOCK_ADDR,
@@ -1274,6 +1275,12 @@ const PROGRAMS: [(&str, u32, u32); 7] = [
         raw::PROG_TYPE_CGROUP_SOCK,
         raw::ATTACH_INET_SOCK_CREATE,
     ),
+    (
+        "ingress",
+        raw::PROG_TYPE_CGROUP_SKB,
+        raw::ATTACH_INET_INGRESS,
+    ),
+    ("egress", raw::PROG_TYPE_CGROUP_SKB, raw::ATTACH_INET_EGRESS),
     (
         "connect_unix",
         raw::PROG_TYPE_CGROUP_SOCK_ADDR,
@@ -1485,6 +1492,12 @@ pub fn decode(bytes: &[u8]) -> Option<KernelNetEvent> {
         protocol: protocol_name(d.family, d.sock_type, d.protocol),
         destination,
         target_absent: false,
+        direction: if d.hook == Hook::Ingress as u32 {
+            Direction::Inbound
+        } else {
+            Direction::Outbound
+        },
+        local_port: d.local_port,
     })
 }
 
@@ -1536,7 +1549,8 @@ fn bytemuck_read(bytes: &[u8]) -> Option<Denial> {
         addr,
         comm,
         path,
-        _pad: [0; 4],
+        local_port: u16_at(172),
+        _pad: [0; 2],
     })
 }
 

@@ -14,10 +14,16 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+/// `BPF_PROG_TYPE_CGROUP_SKB` (4.10).
+pub const PROG_TYPE_CGROUP_SKB: u32 = 8;
 /// `BPF_PROG_TYPE_CGROUP_SOCK` (4.10).
 pub const PROG_TYPE_CGROUP_SOCK: u32 = 9;
 /// `BPF_PROG_TYPE_CGROUP_SOCK_ADDR` (4.17).
 pub const PROG_TYPE_CGROUP_SOCK_ADDR: u32 = 18;
+/// `BPF_CGROUP_INET_INGRESS`.
+pub const ATTACH_INET_INGRESS: u32 = 0;
+/// `BPF_CGROUP_INET_EGRESS`.
+pub const ATTACH_INET_EGRESS: u32 = 1;
 /// `BPF_CGROUP_INET_SOCK_CREATE`.
 pub const ATTACH_INET_SOCK_CREATE: u32 = 2;
 /// `BPF_CGROUP_INET4_CONNECT`.

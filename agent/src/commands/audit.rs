@@ -340,9 +340,16 @@ fn refusal<'e>(
         ),
         Event::KernelNetwork(k) => (
             Layer::KernelNetwork,
-            show_dest(&k.destination),
+            match (k.direction, &k.destination) {
+                // By the peer's address: its port changes with each connection.
+                (crate::audit::Direction::Inbound, Destination::Inet(peer)) => {
+                    format!("from {} to port {}", peer.ip(), k.local_port)
+                }
+                _ => show_dest(&k.destination),
+            },
             format!("{} {} ({})", k.family, k.protocol, k.hook),
-            Some(&k.comm),
+            // A packet judged in no task's context names no process.
+            (!k.comm.is_empty()).then_some(&k.comm),
             suggest_kernel(k),
         ),
         Event::Scope(sc) => (
@@ -638,6 +645,20 @@ fn find_ip(text: &str) -> Option<IpAddr> {
 /// The line that would allow a kernel network refusal, or why there is none.
 #[must_use]
 pub fn suggest_kernel(ev: &KernelNetEvent) -> Suggestion {
+    if let (crate::audit::Direction::Inbound, Destination::Inet(peer)) =
+        (ev.direction, &ev.destination)
+    {
+        return Suggestion::Never {
+            reason: format!(
+                "a packet from {} to the run's port {}: a program of the run listens where hosts \
+                 beyond loopback can reach it, and lockrun drops everything they send (an \
+                 accepted connection would be a way out no connect hook sees). Listen on \
+                 127.0.0.1 or ::1; nothing from outside the host can reach a run.",
+                peer.ip(),
+                ev.local_port
+            ),
+        };
+    }
     let addr = match &ev.destination {
         Destination::Unix(path) if ev.target_absent => {
             return Suggestion::Harmless {
@@ -1132,6 +1153,8 @@ mod tests {
             protocol: protocol.into(),
             destination: dest,
             target_absent: false,
+            direction: crate::audit::Direction::Outbound,
+            local_port: 0,
         }
     }
 

@@ -80,7 +80,7 @@ pub fn host_checks() -> Vec<Check> {
     ));
     checks.push(check(
         "BPF cgroup hooks",
-        "network: connect4/6, sendmsg4/6, sock_create, connect_unix, sendmsg_unix",
+        "network: connect4/6, sendmsg4/6, sock_create, connect_unix, sendmsg_unix, ingress/egress",
         attach_probe(),
     ));
     checks.push(check(

@@ -150,6 +150,8 @@ fn refused(task: &Task<'_>, s: &Shared, sock: &OwnedFd, path: &[u8], hook: &str)
         protocol,
         destination: Destination::Unix(String::from_utf8_lossy(path).into_owned()),
         target_absent: false, // AuditLog::record judges it
+        direction: crate::audit::Direction::Outbound,
+        local_port: 0,
     }));
 }
 

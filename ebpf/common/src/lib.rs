@@ -4,13 +4,16 @@
 //!
 //! # Maps
 //!
-//! The seven programs (the object's `connect4/6`, `sendmsg4/6`, `sock_create`
-//! and the loader's hand-assembled `connect_unix`, `sendmsg_unix`) are
+//! The nine programs (the object's `connect4/6`, `sendmsg4/6`, `sock_create`,
+//! `ingress`, `egress` and the loader's hand-assembled `connect_unix`,
+//! `sendmsg_unix`) are
 //! verified **once** per lockrun build, pinned under
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` with the shared maps, and
 //! attached once to the build's parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`,
 //! under which every run's cgroup is created. They find the run's state by
-//! the cgroup id of the task (`bpf_get_current_cgroup_id`).
+//! the cgroup id of the task (`bpf_get_current_cgroup_id`); the packet
+//! programs `ingress` and `egress` by the cgroup id of the packet's socket
+//! (`bpf_skb_cgroup_id`), which may be judged in no task's context.
 //!
 //! | map | kind | key | value | written by |
 //! |---|---|---|---|---|
@@ -62,8 +65,8 @@ pub const MAX_ALLOWED_ENDPOINTS_ALL_RUNS: u32 = 65536;
 pub const MAX_RUNS: u32 = 8192;
 /// Size of a run's ring buffer (a power of two, a multiple of the page size).
 pub const DENIALS_RING_BYTES: u32 = 256 * 1024;
-/// Slots in [`RunCounters`].
-pub const COUNTER_SLOTS: u32 = 8;
+/// Slots in [`RunCounters`] (a power of two: the programs mask the index).
+pub const COUNTER_SLOTS: u32 = 16;
 /// The [`RunCounters`] slot counting refusals whose event did not fit the ring buffer.
 pub const COUNTER_LOST: u32 = 7;
 
@@ -176,11 +179,19 @@ pub enum Hook {
     SendmsgUnix = 5,
     /// `cgroup/sock_create`: an ICMP ping or raw inet socket, refused at creation.
     SockCreate = 6,
+    // 7 is [`COUNTER_LOST`].
+    /// `cgroup_skb/ingress`: a packet for a socket of the run from beyond
+    /// loopback (an outside host reaching a port the command listens on).
+    Ingress = 8,
+    /// `cgroup_skb/egress`: a packet from a socket of the run to beyond
+    /// loopback that no `connect`/`sendmsg` hook judged (a reply on a
+    /// connection accepted from outside).
+    Egress = 9,
 }
 
 impl Hook {
     /// Every hook, in slot order.
-    pub const ALL: [Hook; 7] = [
+    pub const ALL: [Hook; 9] = [
         Hook::Connect4,
         Hook::Connect6,
         Hook::Sendmsg4,
@@ -188,6 +199,8 @@ impl Hook {
         Hook::ConnectUnix,
         Hook::SendmsgUnix,
         Hook::SockCreate,
+        Hook::Ingress,
+        Hook::Egress,
     ];
 
     /// The hook's name as the audit log prints it.
@@ -201,6 +214,8 @@ impl Hook {
             Hook::ConnectUnix => "connect_unix",
             Hook::SendmsgUnix => "sendmsg_unix",
             Hook::SockCreate => "sock_create",
+            Hook::Ingress => "ingress",
+            Hook::Egress => "egress",
         }
     }
 
@@ -214,6 +229,8 @@ impl Hook {
             4 => Some(Hook::ConnectUnix),
             5 => Some(Hook::SendmsgUnix),
             6 => Some(Hook::SockCreate),
+            8 => Some(Hook::Ingress),
+            9 => Some(Hook::Egress),
             _ => None,
         }
     }
@@ -226,7 +243,9 @@ impl Hook {
 /// `protocol: u32` (`IPPROTO_*`, 0 for unix), `family: u16` (`AF_*` of the
 /// destination as the socket sees it), `port: u16` (host order), `addr: [u8; 16]`
 /// (as in [`Endpoint`], IPv6 unmodified), `comm: [u8; 16]` (NUL-padded),
-/// `path: [u8; 108]` (unix destinations; NUL-padded), 4 bytes of zero padding.
+/// `path: [u8; 108]` (unix destinations; NUL-padded), `local_port: u16` (host
+/// order; the run's own port, for [`Hook::Ingress`] and [`Hook::Egress`],
+/// else 0), 2 bytes of zero padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Denial {
@@ -241,8 +260,9 @@ pub struct Denial {
     pub addr: [u8; 16],
     pub comm: [u8; 16],
     pub path: [u8; UNIX_PATH_MAX],
+    pub local_port: u16,
     /// Explicit tail padding (always zero), so the record has no hidden bytes.
-    pub _pad: [u8; 4],
+    pub _pad: [u8; 2],
 }
 
 /// Byte offsets inside [`Denial`], for the hand-assembled unix hooks.
@@ -258,12 +278,14 @@ pub mod denial_offset {
     pub const ADDR: i16 = 32;
     pub const COMM: i16 = 48;
     pub const PATH: i16 = 64;
+    pub const LOCAL_PORT: i16 = 172;
     pub const SIZE: i16 = 176;
 }
 
 const _: () = {
     assert!(core::mem::size_of::<Denial>() == denial_offset::SIZE as usize);
     assert!(core::mem::offset_of!(Denial, path) == denial_offset::PATH as usize);
+    assert!(core::mem::offset_of!(Denial, local_port) == denial_offset::LOCAL_PORT as usize);
     assert!(core::mem::offset_of!(Denial, comm) == denial_offset::COMM as usize);
     assert!(core::mem::offset_of!(Denial, family) == denial_offset::FAMILY as usize);
     assert!(core::mem::offset_of!(Denial, sock_type) == denial_offset::SOCK_TYPE as usize);

@@ -11,6 +11,7 @@
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | `sendto`/`sendmsg` with an address on an unconnected UDP socket |
 //!
 //! | `cgroup/sock_create` | 4.10 | every inet socket except ICMP ping (`SOCK_DGRAM` + `IPPROTO_ICMP`/`ICMPV6`) and raw ones |
+//! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | every packet to or from a socket of a run: only loopback peers |
 //!
 //! Why `sock_create`: on kernel 6.18 `sendto()` on an ICMP ping socket runs no
 //! cgroup sendmsg program (`ping_v4_sendmsg` has no hook; `connect()` does run
@@ -18,7 +19,18 @@
 //! Measured by `tests/net.rs::icmp_ping_socket_is_refused`; the socket is now
 //! refused when it is created.
 //!
-//! A program returning 0 makes the syscall fail with `EPERM`; 1 lets it pass.
+//! Why the packet programs: the address hooks judge only what a task
+//! *names* (`connect`, `sendto`). A socket that listens (on `0.0.0.0`, or on
+//! the host's own address) names nobody: an outside host connected to it,
+//! and the command answered it on the accepted connection, which no address
+//! hook sees. Every peer a run may have is on loopback (its proxy, and the
+//! policy's `local` endpoints, which must be loopback), so a packet of a
+//! run's socket from or to any other address is dropped: the SYN of such a
+//! connection never reaches the listener, and no datagram from outside is
+//! delivered. Measured by `tests/net_e2e.rs::a_listener_inside_takes_nothing_from_outside`.
+//!
+//! A program returning 0 makes the syscall fail with `EPERM` (a packet
+//! program: the packet is dropped); 1 lets it pass.
 //! Every refusal writes a `Denial` to the run's ring buffer (`RUNS`, `RINGS`)
 //! and bumps its hook's slot in the run's `COUNTERS` entry; a full ring buffer
 //! bumps `COUNTER_LOST` instead, so no refusal of a run goes uncounted.
@@ -32,15 +44,15 @@ use aya_ebpf::{
     bindings::{bpf_map_def, bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_F_NO_PREALLOC},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_map_lookup_elem, bpf_ringbuf_output,
+        bpf_map_lookup_elem, bpf_ringbuf_output, bpf_skb_cgroup_id, bpf_skb_load_bytes,
     },
-    macros::{cgroup_sock, cgroup_sock_addr, map},
+    macros::{cgroup_skb, cgroup_sock, cgroup_sock_addr, map},
     maps::{HashMap, PerCpuHashMap},
-    programs::{SockAddrContext, SockContext},
+    programs::{SkBuffContext, SockAddrContext, SockContext},
 };
 use lockrun_common::{
     Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, AF_INET, AF_INET6, COUNTER_LOST,
-    MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
+    COUNTER_SLOTS, MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
 };
 
 const ALLOW: i32 = 1;
@@ -188,7 +200,7 @@ fn bump(cgroup_id: u64, slot: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(&cgroup_id) {
         // SAFETY: the run's per-CPU entry; this program is the only writer on
         // this CPU while it runs. `slot` < COUNTER_SLOTS (a Hook or COUNTER_LOST).
-        unsafe { (*p).slots[(slot & 7) as usize] += 1 };
+        unsafe { (*p).slots[(slot & (COUNTER_SLOTS - 1)) as usize] += 1 };
     }
 }
 
@@ -196,7 +208,31 @@ fn bump(cgroup_id: u64, slot: u32) {
 fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, addr: [u8; 16]) {
     // SAFETY: helper without arguments.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    bump(cgroup_id, hook as u32);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let mut denial = Denial {
+        cgroup_id,
+        pid: pid_tgid as u32,
+        tgid: (pid_tgid >> 32) as u32,
+        hook: hook as u32,
+        sock_type,
+        protocol,
+        family,
+        port,
+        addr,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        path: [0; UNIX_PATH_MAX],
+        local_port: 0,
+        _pad: [0; 2],
+    };
+    record(&mut denial);
+}
+
+/// Count `denial` in its run's counters and write it to the run's ring
+/// buffer (or count it lost).
+#[inline(always)]
+fn record(denial: &mut Denial) {
+    let cgroup_id = denial.cgroup_id;
+    bump(cgroup_id, denial.hook);
     // SAFETY: a read-only lookup; the slot is copied out.
     let Some(slot) = (unsafe { RUNS.get(&cgroup_id) }).map(|c| c.slot) else {
         bump(cgroup_id, COUNTER_LOST);
@@ -211,27 +247,12 @@ fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, add
         bump(cgroup_id, COUNTER_LOST);
         return;
     }
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let mut denial = Denial {
-        cgroup_id,
-        pid: pid_tgid as u32,
-        tgid: (pid_tgid >> 32) as u32,
-        hook: hook as u32,
-        sock_type,
-        protocol,
-        family,
-        port,
-        addr,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-        path: [0; UNIX_PATH_MAX],
-        _pad: [0; 4],
-    };
     // SAFETY: `ring` is a ring buffer map from RINGS; the record is on
     // the stack and its size is the size passed.
     let written = unsafe {
         bpf_ringbuf_output(
             ring,
-            core::ptr::from_mut(&mut denial).cast::<c_void>(),
+            core::ptr::from_mut(denial).cast::<c_void>(),
             core::mem::size_of::<Denial>() as u64,
             0,
         )
@@ -239,6 +260,115 @@ fn refuse(hook: Hook, family: u16, sock_type: u32, protocol: u32, port: u16, add
     if written != 0 {
         bump(cgroup_id, COUNTER_LOST);
     }
+}
+
+/// `N` bytes of the packet at `offset` (from the network header) into `buf`;
+/// false if the packet is shorter.
+#[inline(always)]
+fn load<const N: usize>(ctx: &SkBuffContext, offset: u32, buf: &mut [u8; N]) -> bool {
+    // SAFETY: the program's own context; `buf` is `N` writable bytes on the
+    // stack, and `N` is a constant the verifier checks against it.
+    unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb.cast_const().cast(),
+            offset,
+            buf.as_mut_ptr().cast::<c_void>(),
+            N as u32,
+        ) == 0
+    }
+}
+
+/// `ETH_P_IP` and `ETH_P_IPV6` as `__sk_buff.protocol` holds them (network order).
+const ETH_P_IP_BE: u32 = 0x0800_u16.to_be() as u32;
+const ETH_P_IPV6_BE: u32 = 0x86DD_u16.to_be() as u32;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+
+#[cgroup_skb(ingress)]
+pub fn ingress(ctx: SkBuffContext) -> i32 {
+    judge_packet(&ctx, Hook::Ingress)
+}
+
+#[cgroup_skb(egress)]
+pub fn egress(ctx: SkBuffContext) -> i32 {
+    judge_packet(&ctx, Hook::Egress)
+}
+
+/// A packet of a run's socket passes only if its peer — the source of what
+/// comes in, the destination of what goes out — is a loopback address
+/// (`127.0.0.0/8`, `::1`). The kernel already drops a packet with a loopback
+/// source that arrived on another device. Anything unreadable or not IP is
+/// dropped. The data starts at the network header in both directions.
+#[inline(always)]
+fn judge_packet(ctx: &SkBuffContext, hook: Hook) -> i32 {
+    let inbound = matches!(hook, Hook::Ingress);
+    let protocol = ctx.skb.protocol();
+    let (family, peer, ip_proto, ports_at) = if protocol == ETH_P_IP_BE {
+        let mut h = [0u8; 20];
+        if !load(ctx, 0, &mut h) {
+            return DENY;
+        }
+        let at = if inbound { 12 } else { 16 };
+        if h[at] == 127 {
+            return ALLOW;
+        }
+        let mut peer = [0u8; 16];
+        peer[0] = h[at];
+        peer[1] = h[at + 1];
+        peer[2] = h[at + 2];
+        peer[3] = h[at + 3];
+        (AF_INET, peer, h[9], u32::from(h[0] & 0x0f) * 4)
+    } else if protocol == ETH_P_IPV6_BE {
+        let mut h = [0u8; 40];
+        if !load(ctx, 0, &mut h) {
+            return DENY;
+        }
+        let at = if inbound { 8 } else { 24 };
+        let mut peer = [0u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            peer[i] = h[at + i];
+            i += 1;
+        }
+        if peer == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] {
+            return ALLOW;
+        }
+        (AF_INET6, peer, h[6], 40)
+    } else {
+        (0, [0u8; 16], 0, 0)
+    };
+    // The peer's port and the run's own, from TCP and UDP headers.
+    let (mut peer_port, mut own_port) = (0u16, 0u16);
+    if ip_proto == IPPROTO_TCP || ip_proto == IPPROTO_UDP {
+        let mut p = [0u8; 4];
+        if load(ctx, ports_at, &mut p) {
+            let (src, dst) = (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            );
+            (peer_port, own_port) = if inbound { (src, dst) } else { (dst, src) };
+        }
+    }
+    // No task to name: an inbound packet is judged in no task's context,
+    // and an outbound one often in none of the run's (a retransmit).
+    let mut denial = Denial {
+        // SAFETY: the helper takes the program's own context.
+        cgroup_id: unsafe { bpf_skb_cgroup_id(ctx.skb.skb) },
+        pid: 0,
+        tgid: 0,
+        hook: hook as u32,
+        sock_type: 0,
+        protocol: u32::from(ip_proto),
+        family,
+        port: peer_port,
+        addr: peer,
+        comm: [0; 16],
+        path: [0; UNIX_PATH_MAX],
+        local_port: own_port,
+        _pad: [0; 2],
+    };
+    record(&mut denial);
+    DENY
 }
 
 #[cfg(not(test))]
