@@ -263,8 +263,8 @@ struct Tally {
     /// Connects to unix sockets that do not exist on the host (harmless).
     absent: BTreeMap<Destination, (u64, Vec<String>)>,
     /// Packets from outside dropped, by peer address, the run's port and
-    /// the protocol.
-    inbound: BTreeMap<(std::net::IpAddr, u16, String), u64>,
+    /// the protocol. No commands: a packet is judged in no task's context.
+    inbound: BTreeMap<(std::net::IpAddr, u16, String), (u64, Vec<String>)>,
     proxy: BTreeMap<String, u64>,
     fs: BTreeMap<String, (u64, Vec<String>)>,
     scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
@@ -344,9 +344,10 @@ impl AuditLog {
                 *t.refused.entry(Layer::KernelNetwork).or_default() += 1;
                 if let (Direction::Inbound, Destination::Inet(peer)) = (k.direction, &k.destination)
                 {
-                    *t.inbound
+                    t.inbound
                         .entry((peer.ip(), k.local_port, k.protocol.clone()))
-                        .or_default() += 1;
+                        .or_default()
+                        .0 += 1;
                     return;
                 }
                 let e = if k.target_absent {
@@ -416,20 +417,11 @@ impl AuditLog {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut lines = Vec::new();
-        let n_inbound: u64 = t.inbound.values().sum();
+        let n_inbound: u64 = t.inbound.values().map(|(n, _)| n).sum();
         if n_inbound > 0 {
-            let parts: Vec<String> = t
-                .inbound
-                .iter()
-                .map(|((ip, port, protocol), n)| {
-                    let times = if *n > 1 {
-                        format!(" ×{n}")
-                    } else {
-                        String::new()
-                    };
-                    format!("from {ip} to port {port} ({protocol}){times}")
-                })
-                .collect();
+            let parts = counted(&t.inbound, |(ip, port, protocol)| {
+                format!("from {ip} to port {port} ({protocol})")
+            });
             lines.push(format!(
                 "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
                 plural(n_inbound, "packet", "packets"),
