@@ -616,6 +616,114 @@ fn helper_loader_that_gets_killed() {
     drop((hooks, cg));
 }
 
+/// Helper for `a_new_build_attached_by_many_threads_at_once_loads_once`
+/// (run with `LOCKRUN_TEST_BUILD_ID` naming a build no one has loaded):
+/// eight threads create a run cgroup each, then attach at once. One
+/// `ATTACH ok` or `ATTACH <error>` line per thread.
+#[test]
+#[ignore = "helper process for a_new_build_attached_by_many_threads_at_once_loads_once"]
+fn helper_many_threads_attach_a_new_build() {
+    const THREADS: usize = 8;
+    let Ok(prefix) = std::env::var("LOCKRUN_TEST_HELPER_RUN_ID") else {
+        return;
+    };
+    let barrier = std::sync::Barrier::new(THREADS);
+    let results: Vec<String> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (prefix, barrier) = (&prefix, &barrier);
+                s.spawn(move || {
+                    let run_id = format!("{prefix}t{i}");
+                    let cg = lockrun::cgroup::RunCgroup::create(&run_id);
+                    barrier.wait();
+                    let cg = cg.map_err(|e| format!("cgroup: {e}"))?;
+                    let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[])
+                        .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))?;
+                    drop((hooks, cg));
+                    Ok::<(), String>(())
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap().err().unwrap_or_else(|| "ok".into()))
+            .collect()
+    });
+    for r in results {
+        println!("ATTACH {r}");
+    }
+}
+
+/// The first runs of a build load its programs, each into a directory of
+/// its own, and the first to rename it into place wins. Threads of one
+/// process (a program using the library) once shared one such directory,
+/// pinning into and clearing each other's: `EEXIST`/`ENOENT` from
+/// `BPF_OBJ_PIN`, or a build directory missing programs.
+#[test]
+fn a_new_build_attached_by_many_threads_at_once_loads_once() {
+    const T: &str = "a_new_build_attached_by_many_threads_at_once_loads_once";
+    /// The new build's parent cgroup and pins, removed on every path.
+    struct NewBuild(String);
+    impl Drop for NewBuild {
+        fn drop(&mut self) {
+            let cg = lockrun::cgroup::cgroup2_mount()
+                .unwrap()
+                .join(lockrun::cgroup::PARENT)
+                .join(format!("{}{}", lockrun::cgroup::BUILD_PREFIX, self.0));
+            let _ = std::fs::remove_dir(cg);
+            for n in leftovers(&self.0) {
+                let _ = std::fs::remove_dir_all(shared_root().join(n));
+            }
+        }
+    }
+    fn shared_root() -> std::path::PathBuf {
+        std::path::Path::new(lockrun::bpf::BPFFS).join(lockrun::bpf::SHARED_ROOT)
+    }
+    fn leftovers(id: &str) -> Vec<String> {
+        std::fs::read_dir(shared_root())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n == id || n.starts_with(&format!("{id}-")))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    if !nix::unistd::Uid::effective().is_root() {
+        support::skip(T, "needs root");
+        return;
+    }
+    let build = NewBuild(format!("threads{}", std::process::id()));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_many_threads_attach_a_new_build",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("LOCKRUN_TEST_BUILD_ID", &build.0)
+        .env("LOCKRUN_TEST_HELPER_RUN_ID", support::run_id(T))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let attached: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ATTACH "))
+        .collect();
+    assert_eq!(
+        attached,
+        ["ok"; 8],
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One complete build directory, and no load left half done.
+    assert_eq!(leftovers(&build.0), std::slice::from_ref(&build.0));
+    let dir = shared_root().join(&build.0);
+    for program in ["connect4", "ingress", "egress", "sendmsg_unix"] {
+        assert!(dir.join(program).exists(), "{program} pinned");
+    }
+}
+
 #[test]
 fn hooks_outlive_a_sigkilled_loader() {
     use std::io::BufRead as _;

@@ -726,7 +726,7 @@ fn test_build_id() -> Option<String> {
 
 /// Whether `name` (under [`SHARED_ROOT`], or after `build-` in the cgroup
 /// tree) is a build's: letters and digits only. A load in progress
-/// (`<id>-loading-<pid>`) or a build being reaped (`<id>-reaping-<pid>`) is not.
+/// (`<id>-loading-<pid>-<n>`) or a build being reaped (`<id>-reaping-<pid>`) is not.
 fn is_build_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric())
 }
@@ -736,6 +736,9 @@ fn is_build_name(name: &str) -> bool {
 pub fn shared_dir() -> PathBuf {
     Path::new(BPFFS).join(SHARED_ROOT).join(build_id())
 }
+
+/// Loads this process has begun: each names its own loading directory.
+static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Shared {
     /// Open this build's pinned programs, loading and pinning them first if
@@ -755,7 +758,11 @@ impl Shared {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(source) => return Err(BpfError::Mkdir { path: root, source }),
         }
-        let tmp = root.join(format!("{hash}-loading-{}", std::process::id()));
+        // One directory per load, not per process: two threads of one
+        // process loading at once must not pin into (or clear) each
+        // other's directory.
+        let load = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = root.join(format!("{hash}-loading-{}-{load}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
         fs::create_dir(&tmp).map_err(|source| BpfError::Mkdir {
             path: tmp.clone(),
@@ -1061,8 +1068,9 @@ fn forget(shared: &mut Shared, gone: &[u64]) {
     }
 }
 
-/// Remove `<hash>-loading-<pid>` directories whose loader is gone (killed
-/// while loading the programs; a finished load renames its directory).
+/// Remove `<hash>-loading-<pid>-<n>` directories whose loader is gone
+/// (killed while loading the programs; a finished load renames its
+/// directory).
 fn remove_abandoned_loads() {
     let root = Path::new(BPFFS).join(SHARED_ROOT);
     let Ok(entries) = fs::read_dir(&root) else {
@@ -1073,7 +1081,7 @@ fn remove_abandoned_loads() {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.rsplit_once("-loading-"))
-            .and_then(|(_, pid)| pid.parse::<i32>().ok())
+            .and_then(|(_, load)| load.split('-').next()?.parse::<i32>().ok())
         else {
             continue;
         };
