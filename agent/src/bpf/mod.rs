@@ -673,8 +673,9 @@ const LAYOUT_VERSION: u32 = 2;
 /// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
 /// Everything a run would reuse from an earlier run of the same build goes
 /// into it: the object, the hand-assembled unix programs (with stand-in map
-/// fds) and `LAYOUT_VERSION`, so a lockrun that changed any of them never
-/// attaches another build's programs.
+/// fds), the programs the loader attaches and how ([`PROGRAMS`]), and
+/// `LAYOUT_VERSION`, so a lockrun that changed any of them never attaches
+/// another build's programs.
 #[must_use]
 pub fn build_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -683,32 +684,43 @@ pub fn build_id() -> &'static str {
         if let Some(id) = test_build_id() {
             return id;
         }
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |bytes: &[u8]| {
-            for &b in bytes {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        eat(OBJECT_HASH.as_bytes());
-        eat(&LAYOUT_VERSION.to_le_bytes());
-        let stand_in = unix::UnixMaps {
-            runs: 1,
-            unix_prefixes: 2,
-            rings: 3,
-            counters: 4,
-        };
-        // The programs by whole instructions: thousands of them, hashed on
-        // every run (a byte at a time, that was ~35 µs of each start-up).
-        for hook in [Hook::ConnectUnix, Hook::SendmsgUnix] {
-            for insn in unix::program(hook, &stand_in) {
-                h ^= insn;
-                h = h.wrapping_mul(0x0100_0000_01b3);
-                h ^= h >> 32; // the immediates (high half) reach the low bits too
-            }
-        }
-        format!("{h:016x}")
+        hash_build(&PROGRAMS)
     })
+}
+
+/// [`build_id`] of this object and these `programs`.
+fn hash_build(programs: &[(&str, u32, u32)]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(OBJECT_HASH.as_bytes());
+    eat(&LAYOUT_VERSION.to_le_bytes());
+    for (name, prog_type, attach_type) in programs {
+        eat(name.as_bytes());
+        eat(&[0]);
+        eat(&prog_type.to_le_bytes());
+        eat(&attach_type.to_le_bytes());
+    }
+    let stand_in = unix::UnixMaps {
+        runs: 1,
+        unix_prefixes: 2,
+        rings: 3,
+        counters: 4,
+    };
+    // The programs by whole instructions: thousands of them, hashed on
+    // every run (a byte at a time, that was ~35 µs of each start-up).
+    for hook in [Hook::ConnectUnix, Hook::SendmsgUnix] {
+        for insn in unix::program(hook, &stand_in) {
+            h ^= insn;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+            h ^= h >> 32; // the immediates (high half) reach the low bits too
+        }
+    }
+    format!("{h:016x}")
 }
 
 /// TEST BUILDS ONLY (`weaken-for-tests`): `LOCKRUN_TEST_BUILD_ID` names
@@ -1566,6 +1578,23 @@ fn bytemuck_read(bytes: &[u8]) -> Option<Denial> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_id_follows_the_programs_attached_and_how() {
+        let id = hash_build(&PROGRAMS);
+        assert_eq!(id, hash_build(&PROGRAMS), "the same build, the same id");
+        let mut other_attach = PROGRAMS;
+        other_attach.iter_mut().find(|p| p.0 == "egress").unwrap().2 = raw::ATTACH_INET_INGRESS;
+        let mut renamed = PROGRAMS;
+        renamed[0].0 = "connect4x";
+        for (what, programs) in [
+            ("an attach type changed", &other_attach[..]),
+            ("a program renamed", &renamed[..]),
+            ("a program fewer", &PROGRAMS[..8]),
+        ] {
+            assert_ne!(id, hash_build(programs), "{what}");
+        }
+    }
 
     #[test]
     fn link_pins_name_their_parent() {
