@@ -720,6 +720,185 @@ fn a_listener_inside_takes_nothing_from_outside() {
     );
 }
 
+/// Inside: a UDP socket on `0.0.0.0` logs what it hears until `stop`
+/// appears; then the run tries a connection of its own to `$TARGET`, port 9
+/// (a refusal that must reach the audit log), and writes how it ended.
+const FLOODED: &str = r#"
+import errno, os, socket, time
+wt = os.environ["WT"]
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", 0))
+with open(wt + "/port.tmp", "w") as f:
+    f.write("%d\n" % u.getsockname()[1])
+os.rename(wt + "/port.tmp", wt + "/port")
+u.settimeout(0.05)
+log = open(wt + "/heard.log", "a", buffering=1)
+deadline = time.time() + 60
+while not os.path.exists(wt + "/stop") and time.time() < deadline:
+    try:
+        d, a = u.recvfrom(100)
+        log.write("udp %s %s\n" % (a[0], d.decode()))
+    except socket.timeout:
+        pass
+c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:
+    c.connect((os.environ["TARGET"], 9))
+    r = "connected"
+except OSError as e:
+    r = errno.errorcode.get(e.errno, str(e.errno))
+with open(wt + "/connect", "w") as f:
+    f.write(r)
+"#;
+
+/// CPUs the kernel may run a program on (`/sys/devices/system/cpu/possible`).
+fn possible_cpus() -> u64 {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    list.trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+#[test]
+fn a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemized() {
+    const SENT: u64 = 3000;
+    let test = "a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemized";
+    if !can_run(test) {
+        return;
+    }
+    let th = TestHost::new(RANGE);
+    let sb = Sandbox::new(&Net::default());
+    std::fs::write(sb.wt().join("flooded.py"), FLOODED).unwrap();
+    let run = sb
+        .cmd(r#"exec python3 "$WT/flooded.py""#)
+        .env("TARGET", th.ns_ip.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let port_file = sb.wt().join("port");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !port_file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the listener inside never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let port: u16 = std::fs::read_to_string(&port_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    // The flood: the test host sends SENT datagrams at the run's port, in
+    // bursts small enough for the veth's backlog to take whole.
+    let flood = format!(
+        r#"
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range({SENT}):
+    s.sendto(b"flood %d" % i, ("{ip}", {port}))
+    if i % 100 == 99:
+        time.sleep(0.002)
+print("sent")
+"#,
+        ip = th.host_ip
+    );
+    let out = Command::new("ip")
+        .args(["netns", "exec", &th.ns, python::python3(), "-c", &flood])
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout).trim(), "sent", "{}", text(&out.stderr));
+
+    // Control: the run still hears loopback after the flood.
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"from-loopback", ("127.0.0.1", port))
+        .unwrap();
+    let heard_file = sb.wt().join("heard.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&heard_file)
+        .unwrap_or_default()
+        .contains("from-loopback")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the loopback datagram never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(sb.wt().join("stop"), "").unwrap();
+    let out = run.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+
+    // Nothing from outside was heard; the run's own connection was refused.
+    assert_eq!(
+        std::fs::read_to_string(&heard_file).unwrap(),
+        "udp 127.0.0.1 from-loopback\n",
+        "what the socket inside heard"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.wt().join("connect")).unwrap(),
+        "EPERM"
+    );
+
+    // The kernel counted every datagram, itemized at most its per-CPU
+    // share, and the run's own refusal was itemized, not lost.
+    let events = sb.events();
+    let itemized = events
+        .iter()
+        .filter(|e| {
+            matches!(e, Event::KernelNetwork(k) if k.hook == "ingress"
+            && matches!(k.destination, Destination::Inet(a) if a.ip() == th.ns_ip)
+            && k.local_port == port)
+        })
+        .count() as u64;
+    let counted: u64 = events
+        .iter()
+        .map(|e| match e {
+            Event::InboundNotItemized { count, per_cpu } => {
+                assert_eq!(*per_cpu, 32);
+                *count
+            }
+            _ => 0,
+        })
+        .sum();
+    let bound = 32 * possible_cpus();
+    assert!(
+        (1..=bound).contains(&itemized),
+        "{itemized} inbound drops itemized, at most {bound} may be"
+    );
+    assert_eq!(
+        itemized + counted,
+        SENT,
+        "every datagram dropped is counted ({itemized} itemized)"
+    );
+    assert!(
+        events.iter().any(|e| matches!(e, Event::KernelNetwork(k)
+            if k.hook == "connect4"
+                && matches!(k.destination, Destination::Inet(a) if a.ip() == th.ns_ip && a.port() == 9))),
+        "the run's own refusal is itemized"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::KernelEventsLost { .. })),
+        "nothing lost"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "lockrun: {SENT} packets from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): from {} to port {port} (udp) ×{itemized}, {counted} more not itemized (only the first 32 on each CPU are)",
+            th.ns_ip
+        )),
+        "summary: {stderr}"
+    );
+}
+
 #[test]
 fn allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed() {
     let test = "allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed";

@@ -216,6 +216,13 @@ pub enum Event {
     KernelEventsLost {
         count: u64,
     },
+    /// Packets from outside dropped past the first `per_cpu` on each CPU,
+    /// which have events of their own: counted, not itemized (an outside
+    /// host sets their number).
+    InboundNotItemized {
+        count: u64,
+        per_cpu: u64,
+    },
     Proxy(ProxyEvent),
     Filesystem(FsEvent),
     Scope(ScopeEvent),
@@ -258,6 +265,9 @@ pub enum AuditError {
 struct Tally {
     refused: BTreeMap<Layer, u64>,
     lost: u64,
+    /// Packets from outside counted but not itemized, and how many per CPU are.
+    inbound_unitemized: u64,
+    inbound_per_cpu: u64,
     /// Kernel network refusals by destination: count and the commands seen.
     kernel: BTreeMap<Destination, (u64, Vec<String>)>,
     /// Connects to unix sockets that do not exist on the host (harmless).
@@ -365,6 +375,11 @@ impl AuditLog {
                 *t.refused.entry(Layer::KernelNetwork).or_default() += count;
                 t.lost += count;
             }
+            Event::InboundNotItemized { count, per_cpu } => {
+                *t.refused.entry(Layer::KernelNetwork).or_default() += count;
+                t.inbound_unitemized += count;
+                t.inbound_per_cpu = *per_cpu;
+            }
             // 407 is the credentials challenge (git asks once without them):
             // not a policy refusal.
             Event::Proxy(p) if !p.allowed && p.status != 407 => {
@@ -417,11 +432,17 @@ impl AuditLog {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut lines = Vec::new();
-        let n_inbound: u64 = t.inbound.values().map(|(n, _)| n).sum();
+        let n_inbound: u64 = t.inbound.values().map(|(n, _)| n).sum::<u64>() + t.inbound_unitemized;
         if n_inbound > 0 {
-            let parts = counted(&t.inbound, |(ip, port, protocol)| {
+            let mut parts = counted(&t.inbound, |(ip, port, protocol)| {
                 format!("from {ip} to port {port} ({protocol})")
             });
+            if t.inbound_unitemized > 0 {
+                parts.push(format!(
+                    "{} more not itemized (only the first {} on each CPU are)",
+                    t.inbound_unitemized, t.inbound_per_cpu
+                ));
+            }
             lines.push(format!(
                 "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
                 plural(n_inbound, "packet", "packets"),
@@ -609,6 +630,35 @@ mod tests {
             ]
         );
         assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&4));
+    }
+
+    #[test]
+    fn inbound_drops_past_the_itemized_ones_are_counted_on_the_same_line() {
+        let log = AuditLog::open(None).unwrap();
+        log.record(Event::KernelNetwork(KernelNetEvent {
+            pid: 0,
+            tgid: 0,
+            comm: String::new(),
+            cgroup_id: 7,
+            hook: "ingress".into(),
+            family: "inet".into(),
+            protocol: "udp".into(),
+            destination: Destination::Inet("10.1.2.3:40000".parse().unwrap()),
+            target_absent: false,
+            direction: Direction::Inbound,
+            local_port: 9000,
+        }));
+        log.record(Event::InboundNotItemized {
+            count: 4999,
+            per_cpu: 32,
+        });
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: 5000 packets from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): from 10.1.2.3 to port 9000 (udp), 4999 more not itemized (only the first 32 on each CPU are)".to_owned(),
+            ]
+        );
+        assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&5000));
     }
 
     #[test]

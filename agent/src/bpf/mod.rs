@@ -62,9 +62,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use aya::maps::{HashMap, LpmTrie, Map, MapData, PerCpuHashMap, PerCpuValues, RingBuf};
 use lockrun_common::{
     Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, UnixPrefixKey, AF_INET6, AF_UNIX,
-    COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_RINGS, MAP_RUNS,
-    MAX_ALLOWED_ENDPOINTS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES, MAX_UNIX_PREFIXES_ALL_RUNS,
-    UNIX_PATH_MAX,
+    COUNTER_INBOUND_UNITEMIZED, COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS,
+    MAP_COUNTERS, MAP_RINGS, MAP_RUNS, MAX_ALLOWED_ENDPOINTS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES,
+    MAX_UNIX_PREFIXES_ALL_RUNS, UNIX_PATH_MAX,
 };
 
 use crate::audit::{AuditLog, Destination, Direction, Event, KernelNetEvent};
@@ -322,6 +322,9 @@ pub struct Counters {
     pub refused: [u64; Hook::ALL.len()],
     /// Refusals whose event did not fit the ring buffer.
     pub lost: u64,
+    /// Packets from outside dropped past the ones itemized in the ring
+    /// buffer (counted in `refused` too).
+    pub inbound_unitemized: u64,
 }
 
 impl Counters {
@@ -598,6 +601,7 @@ impl NetworkHooks {
                 *n += cpu.slots[hook as usize];
             }
             c.lost += cpu.slots[COUNTER_LOST as usize];
+            c.inbound_unitemized += cpu.slots[COUNTER_INBOUND_UNITEMIZED as usize];
         }
         Ok(c)
     }
@@ -609,7 +613,8 @@ impl NetworkHooks {
     }
 
     /// Teardown: stop the reader, drain the last events, read the counters
-    /// (lost events are recorded as [`Event::KernelEventsLost`]), remove the
+    /// (lost events are recorded as [`Event::KernelEventsLost`], packets
+    /// from outside past those itemized as [`Event::InboundNotItemized`]), remove the
     /// run from the shared maps. Call after the run's cgroup is empty.
     pub fn finish(mut self, audit: &AuditLog) -> Result<Counters, BpfError> {
         self.finished = true;
@@ -621,6 +626,12 @@ impl NetworkHooks {
         if let Ok(c) = &counters {
             if c.lost > 0 {
                 audit.record(Event::KernelEventsLost { count: c.lost });
+            }
+            if c.inbound_unitemized > 0 {
+                audit.record(Event::InboundNotItemized {
+                    count: c.inbound_unitemized,
+                    per_cpu: lockrun_common::INBOUND_RECORDS_PER_CPU,
+                });
             }
         }
         self.unregister()?;

@@ -123,6 +123,10 @@ pub struct RunSummary {
     pub refused: BTreeMap<Layer, u64>,
     /// Kernel refusals counted but not delivered (ring buffer full).
     pub lost_kernel_events: u64,
+    /// Packets from outside dropped and counted past those itemized (the
+    /// kernel itemizes the first `inbound_per_cpu` on each CPU).
+    pub inbound_not_itemized: u64,
+    pub inbound_per_cpu: u64,
     pub by_process: BTreeMap<String, u64>,
     pub refusals: Vec<Refusal>,
     pub notices: Vec<String>,
@@ -311,6 +315,11 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
             Event::KernelEventsLost { count } => {
                 *run.refused.entry(Layer::KernelNetwork).or_default() += count;
                 run.lost_kernel_events += count;
+            }
+            Event::InboundNotItemized { count, per_cpu } => {
+                *run.refused.entry(Layer::KernelNetwork).or_default() += count;
+                run.inbound_not_itemized += count;
+                run.inbound_per_cpu = *per_cpu;
             }
             _ => {
                 if let Some(r) = refusal(event, ctx, is_dir) {
@@ -1055,6 +1064,13 @@ pub fn render_text(runs: &[RunSummary]) -> String {
                 run.lost_kernel_events
             );
         }
+        if run.inbound_not_itemized > 0 {
+            let _ = writeln!(
+                out,
+                "            ({} packets from outside dropped and counted, not itemized: only the first {} on each CPU are)",
+                run.inbound_not_itemized, run.inbound_per_cpu
+            );
+        }
         if !run.by_process.is_empty() {
             let procs: Vec<String> = run
                 .by_process
@@ -1599,6 +1615,10 @@ mod tests {
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
             line(Event::KernelEventsLost { count: 2 }),
+            line(Event::InboundNotItemized {
+                count: 9,
+                per_cpu: 32,
+            }),
             line(Event::RunEnd {
                 run_id: "r1".into(),
                 exit: 2,
@@ -1615,12 +1635,17 @@ mod tests {
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].refusals.len(), 1);
         assert_eq!(runs[0].refusals[0].count, 2);
-        assert_eq!(runs[0].refused.get(&Layer::KernelNetwork), Some(&4));
+        assert_eq!(runs[0].refused.get(&Layer::KernelNetwork), Some(&13));
+        assert_eq!(runs[0].inbound_not_itemized, 9);
         assert_eq!(runs[0].by_process.get("probe"), Some(&2));
         assert_eq!(runs[0].exit, Some(2));
         assert!(runs[1].refusals.is_empty());
         let text = render_text(&runs);
         assert!(text.contains("--allow-local 127.0.0.1:5432"), "{text}");
         assert!(text.contains("nothing refused"), "{text}");
+        assert!(
+            text.contains("(9 packets from outside dropped and counted, not itemized: only the first 32 on each CPU are)"),
+            "{text}"
+        );
     }
 }

@@ -69,6 +69,14 @@ pub const DENIALS_RING_BYTES: u32 = 256 * 1024;
 pub const COUNTER_SLOTS: u32 = 16;
 /// The [`RunCounters`] slot counting refusals whose event did not fit the ring buffer.
 pub const COUNTER_LOST: u32 = 7;
+/// The [`RunCounters`] slot counting packets from outside dropped by
+/// [`Hook::Ingress`] beyond the first [`INBOUND_RECORDS_PER_CPU`] on a CPU:
+/// counted in the hook's slot and here, not written to the ring buffer. An
+/// outside host decides how many packets come in; it must not decide how
+/// much the run's ring buffer and audit log carry.
+pub const COUNTER_INBOUND_UNITEMIZED: u32 = 10;
+/// Inbound drops a run's ring buffer receives per CPU, each as a [`Denial`].
+pub const INBOUND_RECORDS_PER_CPU: u64 = 32;
 
 /// Key of [`MAP_ALLOWED_ENDPOINTS`]: one destination one run may reach.
 /// 32 bytes: the run's cgroup id, the [`Endpoint`], 4 zero bytes (explicit,
@@ -99,7 +107,8 @@ pub const UNIX_MODE_PREFIXES: u32 = 0;
 /// seccomp supervisor connects for it).
 pub const UNIX_MODE_SUPERVISED: u32 = 1;
 
-/// Value of [`MAP_COUNTERS`]: refusals per [`Hook`] slot, and [`COUNTER_LOST`].
+/// Value of [`MAP_COUNTERS`]: refusals per [`Hook`] slot, [`COUNTER_LOST`]
+/// and [`COUNTER_INBOUND_UNITEMIZED`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunCounters {
@@ -187,6 +196,7 @@ pub enum Hook {
     /// loopback that no `connect`/`sendmsg` hook judged (a reply on a
     /// connection accepted from outside).
     Egress = 9,
+    // 10 is [`COUNTER_INBOUND_UNITEMIZED`].
 }
 
 impl Hook {

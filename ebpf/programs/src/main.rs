@@ -34,6 +34,8 @@
 //! Every refusal writes a `Denial` to the run's ring buffer (`RUNS`, `RINGS`)
 //! and bumps its hook's slot in the run's `COUNTERS` entry; a full ring buffer
 //! bumps `COUNTER_LOST` instead, so no refusal of a run goes uncounted.
+//! Packets from outside are itemized only up to `INBOUND_RECORDS_PER_CPU`
+//! per CPU; the rest are counted in `COUNTER_INBOUND_UNITEMIZED`.
 #![no_std]
 #![no_main]
 
@@ -51,8 +53,8 @@ use aya_ebpf::{
     programs::{SkBuffContext, SockAddrContext, SockContext},
 };
 use lockrun_common::{
-    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, AF_INET, AF_INET6, COUNTER_LOST,
-    COUNTER_SLOTS, MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
+    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, AF_INET, AF_INET6, COUNTER_INBOUND_UNITEMIZED,
+    COUNTER_LOST, COUNTER_SLOTS, INBOUND_RECORDS_PER_CPU, MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
 };
 
 const ALLOW: i32 = 1;
@@ -199,7 +201,7 @@ fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -
 fn bump(cgroup_id: u64, slot: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(&cgroup_id) {
         // SAFETY: the run's per-CPU entry; this program is the only writer on
-        // this CPU while it runs. `slot` < COUNTER_SLOTS (a Hook or COUNTER_LOST).
+        // this CPU while it runs. `slot` < COUNTER_SLOTS (a Hook or a COUNTER_ slot).
         unsafe { (*p).slots[(slot & (COUNTER_SLOTS - 1)) as usize] += 1 };
     }
 }
@@ -259,6 +261,20 @@ fn record(denial: &mut Denial) {
     };
     if written != 0 {
         bump(cgroup_id, COUNTER_LOST);
+    }
+}
+
+/// Whether an inbound drop gets a record of its own: only the first
+/// [`INBOUND_RECORDS_PER_CPU`] on this CPU do (the hook's per-CPU count so
+/// far). Past them a flood from outside is only counted, so it can neither
+/// fill the run's ring buffer, and lose the run's own refusals with it, nor
+/// grow its audit log by a line per packet.
+#[inline(always)]
+fn itemize_inbound(cgroup_id: u64) -> bool {
+    // SAFETY: a read of this CPU's entry; a count, copied out.
+    match unsafe { COUNTERS.get(&cgroup_id) } {
+        Some(c) => c.slots[Hook::Ingress as usize] < INBOUND_RECORDS_PER_CPU,
+        None => true,
     }
 }
 
@@ -349,11 +365,17 @@ fn judge_packet(ctx: &SkBuffContext, hook: Hook) -> i32 {
             (peer_port, own_port) = if inbound { (src, dst) } else { (dst, src) };
         }
     }
+    // SAFETY: the helper takes the program's own context.
+    let cgroup_id = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
+    if inbound && !itemize_inbound(cgroup_id) {
+        bump(cgroup_id, hook as u32);
+        bump(cgroup_id, COUNTER_INBOUND_UNITEMIZED);
+        return DENY;
+    }
     // No task to name: an inbound packet is judged in no task's context,
     // and an outbound one often in none of the run's (a retransmit).
     let mut denial = Denial {
-        // SAFETY: the helper takes the program's own context.
-        cgroup_id: unsafe { bpf_skb_cgroup_id(ctx.skb.skb) },
+        cgroup_id,
         pid: 0,
         tgid: 0,
         hook: hook as u32,
