@@ -544,6 +544,50 @@ while not os.path.exists(wt + "/stop") and time.time() < deadline:
             log.write("udp %s %s\n" % (a[0], d.decode()))
 "#;
 
+/// The ports a listener inside wrote to `$WT/<name>` once bound, waited for.
+fn ports_written(sb: &Sandbox, name: &str) -> Vec<u16> {
+    let file = sb.wt().join(name);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the listener inside never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::read_to_string(&file)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+/// The control that ends a listener's run: a datagram from loopback,
+/// outside the run, must be heard inside (`$WT/heard.log`); then `stop`,
+/// and the run must exit 0. Its output.
+fn heard_from_loopback_then_stopped(sb: &Sandbox, udp: u16, run: std::process::Child) -> Output {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"from-loopback", ("127.0.0.1", udp))
+        .unwrap();
+    let heard_file = sb.wt().join("heard.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&heard_file)
+        .unwrap_or_default()
+        .contains("from-loopback")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the loopback datagram never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(sb.wt().join("stop"), "").unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    out
+}
+
 /// From a test host's namespace: a TCP connect to `ip:port` (`connected:`
 /// and the first line it got, `timeout`, or the error) and a UDP datagram
 /// `from-outside` to `ip:udp`.
@@ -621,19 +665,8 @@ fn a_listener_inside_takes_nothing_from_outside() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let ports_file = sb.wt().join("ports");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ports_file.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the listener inside never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let ports = std::fs::read_to_string(&ports_file).unwrap();
-    let (tcp, udp): (u16, u16) = {
-        let mut it = ports.split_whitespace().map(|p| p.parse().unwrap());
-        (it.next().unwrap(), it.next().unwrap())
+    let [tcp, udp] = ports_written(&sb, "ports")[..] else {
+        panic!("two ports expected")
     };
 
     // Control: the test host reaches this host — a listener outside the
@@ -660,28 +693,10 @@ fn a_listener_inside_takes_nothing_from_outside() {
         c.read_to_string(&mut got).unwrap();
         assert_eq!(got, "served from inside\n", "from {ip}");
     }
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .send_to(b"from-loopback", ("127.0.0.1", udp))
-        .unwrap();
-    let heard_file = sb.wt().join("heard.log");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&heard_file)
-        .unwrap_or_default()
-        .contains("from-loopback")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the loopback datagram never arrived"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::fs::write(sb.wt().join("stop"), "").unwrap();
-    let out = run.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = heard_from_loopback_then_stopped(&sb, udp, run);
 
     // Judged inside's own log: exactly the loopback peers, no test host.
-    let heard = std::fs::read_to_string(&heard_file).unwrap();
+    let heard = std::fs::read_to_string(sb.wt().join("heard.log")).unwrap();
     let mut lines: Vec<&str> = heard.lines().collect();
     lines.sort_unstable();
     assert_eq!(
@@ -779,20 +794,9 @@ fn a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemiz
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let port_file = sb.wt().join("port");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !port_file.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the listener inside never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let port: u16 = std::fs::read_to_string(&port_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let [port] = ports_written(&sb, "port")[..] else {
+        panic!("one port expected")
+    };
 
     // The flood: the test host sends SENT datagrams at the run's port, in
     // bursts small enough for the veth's backlog to take whole.
@@ -815,30 +819,12 @@ print("sent")
     assert_eq!(text(&out.stdout).trim(), "sent", "{}", text(&out.stderr));
 
     // Control: the run still hears loopback after the flood.
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .send_to(b"from-loopback", ("127.0.0.1", port))
-        .unwrap();
-    let heard_file = sb.wt().join("heard.log");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&heard_file)
-        .unwrap_or_default()
-        .contains("from-loopback")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the loopback datagram never arrived"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::fs::write(sb.wt().join("stop"), "").unwrap();
-    let out = run.wait_with_output().unwrap();
+    let out = heard_from_loopback_then_stopped(&sb, port, run);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
 
     // Nothing from outside was heard; the run's own connection was refused.
     assert_eq!(
-        std::fs::read_to_string(&heard_file).unwrap(),
+        std::fs::read_to_string(sb.wt().join("heard.log")).unwrap(),
         "udp 127.0.0.1 from-loopback\n",
         "what the socket inside heard"
     );

@@ -599,24 +599,26 @@ mod tests {
         );
     }
 
+    /// A packet from `peer` to the run's `port`, dropped by `ingress`.
+    fn inbound(peer: &str, port: u16, protocol: &str) -> Event {
+        Event::KernelNetwork(KernelNetEvent {
+            pid: 0,
+            tgid: 0,
+            comm: String::new(),
+            cgroup_id: 7,
+            hook: "ingress".into(),
+            family: "inet".into(),
+            protocol: protocol.into(),
+            destination: Destination::Inet(peer.parse().unwrap()),
+            target_absent: false,
+            direction: Direction::Inbound,
+            local_port: port,
+        })
+    }
+
     #[test]
     fn inbound_drops_are_their_own_line_by_peer_and_port() {
         let log = AuditLog::open(None).unwrap();
-        let inbound = |peer: &str, port: u16, protocol: &str| {
-            Event::KernelNetwork(KernelNetEvent {
-                pid: 0,
-                tgid: 0,
-                comm: String::new(),
-                cgroup_id: 7,
-                hook: "ingress".into(),
-                family: "inet".into(),
-                protocol: protocol.into(),
-                destination: Destination::Inet(peer.parse().unwrap()),
-                target_absent: false,
-                direction: Direction::Inbound,
-                local_port: port,
-            })
-        };
         // Two SYNs of one connection attempt, from two source ports.
         log.record(inbound("10.1.2.3:40000", 8080, "tcp"));
         log.record(inbound("10.1.2.3:40001", 8080, "tcp"));
@@ -635,19 +637,7 @@ mod tests {
     #[test]
     fn inbound_drops_past_the_itemized_ones_are_counted_on_the_same_line() {
         let log = AuditLog::open(None).unwrap();
-        log.record(Event::KernelNetwork(KernelNetEvent {
-            pid: 0,
-            tgid: 0,
-            comm: String::new(),
-            cgroup_id: 7,
-            hook: "ingress".into(),
-            family: "inet".into(),
-            protocol: "udp".into(),
-            destination: Destination::Inet("10.1.2.3:40000".parse().unwrap()),
-            target_absent: false,
-            direction: Direction::Inbound,
-            local_port: 9000,
-        }));
+        log.record(inbound("10.1.2.3:40000", 9000, "udp"));
         log.record(Event::InboundNotItemized {
             count: 4999,
             per_cpu: 32,
