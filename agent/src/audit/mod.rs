@@ -115,6 +115,18 @@ pub struct KernelNetEvent {
     pub local_port: u16,
 }
 
+impl KernelNetEvent {
+    /// The outside peer of a packet dropped on its way in (`ingress`):
+    /// what the summary, `lockrun audit` and its suggestion name it by.
+    #[must_use]
+    pub fn inbound_peer(&self) -> Option<std::net::IpAddr> {
+        match (self.direction, &self.destination) {
+            (Direction::Inbound, Destination::Inet(peer)) => Some(peer.ip()),
+            _ => None,
+        }
+    }
+}
+
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
 fn is_zero(n: &u16) -> bool {
     *n == 0
@@ -352,10 +364,9 @@ impl AuditLog {
         match event {
             Event::KernelNetwork(k) => {
                 *t.refused.entry(Layer::KernelNetwork).or_default() += 1;
-                if let (Direction::Inbound, Destination::Inet(peer)) = (k.direction, &k.destination)
-                {
+                if let Some(peer) = k.inbound_peer() {
                     t.inbound
-                        .entry((peer.ip(), k.local_port, k.protocol.clone()))
+                        .entry((peer, k.local_port, k.protocol.clone()))
                         .or_default()
                         .0 += 1;
                     return;

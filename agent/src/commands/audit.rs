@@ -349,12 +349,10 @@ fn refusal<'e>(
         ),
         Event::KernelNetwork(k) => (
             Layer::KernelNetwork,
-            match (k.direction, &k.destination) {
+            match k.inbound_peer() {
                 // By the peer's address: its port changes with each connection.
-                (crate::audit::Direction::Inbound, Destination::Inet(peer)) => {
-                    format!("from {} to port {}", peer.ip(), k.local_port)
-                }
-                _ => show_dest(&k.destination),
+                Some(peer) => format!("from {peer} to port {}", k.local_port),
+                None => show_dest(&k.destination),
             },
             format!("{} {} ({})", k.family, k.protocol, k.hook),
             // A packet judged in no task's context names no process.
@@ -654,16 +652,13 @@ fn find_ip(text: &str) -> Option<IpAddr> {
 /// The line that would allow a kernel network refusal, or why there is none.
 #[must_use]
 pub fn suggest_kernel(ev: &KernelNetEvent) -> Suggestion {
-    if let (crate::audit::Direction::Inbound, Destination::Inet(peer)) =
-        (ev.direction, &ev.destination)
-    {
+    if let Some(peer) = ev.inbound_peer() {
         return Suggestion::Never {
             reason: format!(
-                "a packet from {} to the run's port {}: a program of the run listens where hosts \
-                 beyond loopback can reach it, and lockrun drops everything they send (an \
+                "a packet from {peer} to the run's port {}: a program of the run listens where \
+                 hosts beyond loopback can reach it, and lockrun drops everything they send (an \
                  accepted connection would be a way out no connect hook sees). Listen on \
                  127.0.0.1 or ::1; nothing from outside the host can reach a run.",
-                peer.ip(),
                 ev.local_port
             ),
         };

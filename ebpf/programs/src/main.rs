@@ -27,7 +27,8 @@
 //! policy's `local` endpoints, which must be loopback), so a packet of a
 //! run's socket from or to any other address is dropped: the SYN of such a
 //! connection never reaches the listener, and no datagram from outside is
-//! delivered. Measured by `tests/net_e2e.rs::a_listener_inside_takes_nothing_from_outside`.
+//! delivered. Measured by `tests/proxy_e2e.rs::a_listener_inside_takes_nothing_from_outside`
+//! (and, for the flood cap below, `a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemized`).
 //!
 //! A program returning 0 makes the syscall fail with `EPERM` (a packet
 //! program: the packet is dropped); 1 lets it pass.
@@ -53,8 +54,9 @@ use aya_ebpf::{
     programs::{SkBuffContext, SockAddrContext, SockContext},
 };
 use lockrun_common::{
-    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, AF_INET, AF_INET6, COUNTER_INBOUND_UNITEMIZED,
-    COUNTER_LOST, COUNTER_SLOTS, INBOUND_RECORDS_PER_CPU, MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
+    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, AF_INET, AF_INET6,
+    COUNTER_INBOUND_UNITEMIZED, COUNTER_LOST, COUNTER_SLOTS, INBOUND_RECORDS_PER_CPU,
+    MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
 };
 
 const ALLOW: i32 = 1;
@@ -242,9 +244,8 @@ fn record(denial: &mut Denial) {
     };
     // SAFETY: the outer map's address and a key on the stack; the result is
     // the slot's ring buffer (a map pointer, only passed to a helper) or null.
-    let ring = unsafe {
-        bpf_map_lookup_elem(RINGS.0.get().cast(), core::ptr::from_ref(&slot).cast())
-    };
+    let ring =
+        unsafe { bpf_map_lookup_elem(RINGS.0.get().cast(), core::ptr::from_ref(&slot).cast()) };
     if ring.is_null() {
         bump(cgroup_id, COUNTER_LOST);
         return;
