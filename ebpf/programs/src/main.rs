@@ -38,10 +38,15 @@
 //! Packets from outside are itemized only up to `INBOUND_RECORDS_PER_CPU`
 //! per CPU; the rest are counted in `COUNTER_INBOUND_UNITEMIZED`.
 #![no_std]
+// `atomic_xadd`: see `bump`. The build sets RUSTC_BOOTSTRAP already (for
+// `-Z build-std=core`).
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 #![no_main]
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{
     bindings::{bpf_map_def, bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_F_NO_PREALLOC},
@@ -202,9 +207,26 @@ fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -
 #[inline(always)]
 fn bump(cgroup_id: u64, slot: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(&cgroup_id) {
-        // SAFETY: the run's per-CPU entry; this program is the only writer on
-        // this CPU while it runs. `slot` < COUNTER_SLOTS (a Hook or a COUNTER_ slot).
-        unsafe { (*p).slots[(slot & (COUNTER_SLOTS - 1)) as usize] += 1 };
+        // An atomic add, though the entry is this CPU's own: a program runs
+        // with migration disabled, not bottom halves or preemption, so
+        // `ingress` (and `egress` sending an ACK) in a softirq can interrupt
+        // `connect4` or `egress` in a task on this CPU, and under a
+        // preemptible kernel another task's program can too; both may bump
+        // `COUNTER_LOST` or the same hook's slot, and a plain `+= 1` would
+        // lose one. The result is unused, so this is `BPF_XADD`, which every
+        // kernel with these hooks verifies.
+        //
+        // SAFETY: the run's per-CPU entry, a live map value, 8-aligned
+        // (`RunCounters` is `[u64; COUNTER_SLOTS]`); `slot` < COUNTER_SLOTS
+        // (a Hook or a COUNTER_ slot), masked for the verifier.
+        // (The stable `AtomicU64::fetch_add` needs compare-and-swap, which
+        // the target does not claim; the intrinsic lowers to the add alone.)
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                core::ptr::addr_of_mut!((*p).slots[(slot & (COUNTER_SLOTS - 1)) as usize]),
+                1,
+            );
+        }
     }
 }
 
