@@ -14,8 +14,11 @@ mod python;
 #[path = "support/skip.rs"]
 mod skip;
 use python::{python3, python3_command};
+#[path = "support/build.rs"]
+mod build;
 #[path = "net_support.rs"]
 mod support;
+use build::TestBuild;
 
 use support::{assert_eperm, assert_event, Run, TcpSink, UdpSink};
 
@@ -662,38 +665,11 @@ fn helper_many_threads_attach_a_new_build() {
 #[test]
 fn a_new_build_attached_by_many_threads_at_once_loads_once() {
     const T: &str = "a_new_build_attached_by_many_threads_at_once_loads_once";
-    /// The new build's parent cgroup and pins, removed on every path.
-    struct NewBuild(String);
-    impl Drop for NewBuild {
-        fn drop(&mut self) {
-            let cg = lockrun::cgroup::cgroup2_mount()
-                .unwrap()
-                .join(lockrun::cgroup::PARENT)
-                .join(format!("{}{}", lockrun::cgroup::BUILD_PREFIX, self.0));
-            let _ = std::fs::remove_dir(cg);
-            for n in leftovers(&self.0) {
-                let _ = std::fs::remove_dir_all(shared_root().join(n));
-            }
-        }
-    }
-    fn shared_root() -> std::path::PathBuf {
-        std::path::Path::new(lockrun::bpf::BPFFS).join(lockrun::bpf::SHARED_ROOT)
-    }
-    fn leftovers(id: &str) -> Vec<String> {
-        std::fs::read_dir(shared_root())
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n == id || n.starts_with(&format!("{id}-")))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
     if !nix::unistd::Uid::effective().is_root() {
         support::skip(T, "needs root");
         return;
     }
-    let build = NewBuild(format!("threads{}", std::process::id()));
+    let build = TestBuild::new("threads");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -717,8 +693,8 @@ fn a_new_build_attached_by_many_threads_at_once_loads_once() {
         String::from_utf8_lossy(&out.stderr)
     );
     // One complete build directory, and no load left half done.
-    assert_eq!(leftovers(&build.0), std::slice::from_ref(&build.0));
-    let dir = shared_root().join(&build.0);
+    assert_eq!(build.pinned(), std::slice::from_ref(&build.0));
+    let dir = build.dir();
     for program in ["connect4", "ingress", "egress", "sendmsg_unix"] {
         assert!(dir.join(program).exists(), "{program} pinned");
     }

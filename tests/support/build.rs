@@ -1,0 +1,53 @@
+//! A lockrun build of a test's own (`LOCKRUN_TEST_BUILD_ID`, a
+//! `weaken-for-tests` build): the real programs under a name no one else
+//! uses, so a test can load a build afresh or attach it differently
+//! without touching the build every other test shares.
+#![allow(dead_code)] // not every test crate that shares this module uses all of it
+
+use std::path::{Path, PathBuf};
+
+/// A build id of a test's own. Its parent cgroup and its pins (and any load
+/// of it left half done) are removed when dropped, on every path.
+pub struct TestBuild(pub String);
+
+impl TestBuild {
+    /// `<tag><pid>`: letters and digits, as a build id must be.
+    pub fn new(tag: &str) -> Self {
+        Self(format!("{tag}{}", std::process::id()))
+    }
+
+    /// What of this build is pinned: its directory and any
+    /// `<id>-loading-…` left by a load.
+    pub fn pinned(&self) -> Vec<String> {
+        std::fs::read_dir(shared_root())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| *n == self.0 || n.starts_with(&format!("{}-", self.0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Where the build's programs are pinned.
+    pub fn dir(&self) -> PathBuf {
+        shared_root().join(&self.0)
+    }
+}
+
+impl Drop for TestBuild {
+    fn drop(&mut self) {
+        let cg = lockrun::cgroup::cgroup2_mount()
+            .unwrap()
+            .join(lockrun::cgroup::PARENT)
+            .join(format!("{}{}", lockrun::cgroup::BUILD_PREFIX, self.0));
+        let _ = std::fs::remove_dir(cg);
+        for n in self.pinned() {
+            let _ = std::fs::remove_dir_all(shared_root().join(n));
+        }
+    }
+}
+
+fn shared_root() -> PathBuf {
+    Path::new(lockrun::bpf::BPFFS).join(lockrun::bpf::SHARED_ROOT)
+}
