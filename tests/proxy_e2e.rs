@@ -20,6 +20,8 @@
     clippy::manual_assert
 )]
 
+#[path = "support/build.rs"]
+mod build;
 #[path = "support/python.rs"]
 mod python;
 #[path = "support/skip.rs"]
@@ -34,6 +36,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use build::TestBuild;
 use lockrun::audit::{Destination, Event, KernelNetEvent, ProxyEvent, Record};
 use lockrun::policy::IpNet;
 use support::{can_netns, skip, Range, Scratch, TestHost};
@@ -544,6 +547,22 @@ while not os.path.exists(wt + "/stop") and time.time() < deadline:
             log.write("udp %s %s\n" % (a[0], d.decode()))
 "#;
 
+/// A lockrun running in the background: ended with SIGTERM (which it
+/// passes on to the command, then tears the run down) and waited for if
+/// the test fails first, so no run outlives its test — nor keeps a test
+/// build's parent cgroup busy.
+struct Running(Option<std::process::Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The ports a listener inside wrote to `$WT/<name>` once bound, waited for.
 fn ports_written(sb: &Sandbox, name: &str) -> Vec<u16> {
     let file = sb.wt().join(name);
@@ -565,7 +584,7 @@ fn ports_written(sb: &Sandbox, name: &str) -> Vec<u16> {
 /// The control that ends a listener's run: a datagram from loopback,
 /// outside the run, must be heard inside (`$WT/heard.log`); then `stop`,
 /// and the run must exit 0. Its output.
-fn heard_from_loopback_then_stopped(sb: &Sandbox, udp: u16, run: std::process::Child) -> Output {
+fn heard_from_loopback_then_stopped(sb: &Sandbox, udp: u16, mut run: Running) -> Output {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .send_to(b"from-loopback", ("127.0.0.1", udp))
@@ -583,7 +602,7 @@ fn heard_from_loopback_then_stopped(sb: &Sandbox, udp: u16, run: std::process::C
         std::thread::sleep(Duration::from_millis(20));
     }
     std::fs::write(sb.wt().join("stop"), "").unwrap();
-    let out = run.wait_with_output().unwrap();
+    let out = run.0.take().unwrap().wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     out
 }
@@ -659,12 +678,13 @@ fn a_listener_inside_takes_nothing_from_outside() {
 
     let sb = Sandbox::new(&Net::default());
     std::fs::write(sb.wt().join("listen.py"), LISTENER).unwrap();
-    let run = sb
-        .cmd(r#"exec python3 "$WT/listen.py""#)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = Running(Some(
+        sb.cmd(r#"exec python3 "$WT/listen.py""#)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     let [tcp, udp] = ports_written(&sb, "ports")[..] else {
         panic!("two ports expected")
     };
@@ -735,6 +755,85 @@ fn a_listener_inside_takes_nothing_from_outside() {
     );
 }
 
+/// `egress` on its own: the second of the packet programs, which drops
+/// what a run's sockets send to beyond loopback. With `ingress` left out
+/// (a test build of this test's own, `LOCKRUN_TEST_WEAKEN`), an outside
+/// host's SYN reaches the listener inside; the listener's SYN-ACK is the
+/// run's first packet to that host, and `egress` drops it, so the
+/// connection is never made and the listener never hears of it. The
+/// control leaves `egress` out too: the same knock is then accepted and
+/// served, which is the hole `egress` closes. Both builds deliver the
+/// outside host's datagram (what only `ingress` stops), which shows each
+/// weakening took effect.
+#[test]
+fn egress_alone_keeps_an_outside_host_from_connecting_to_a_listener_inside() {
+    let test = "egress_alone_keeps_an_outside_host_from_connecting_to_a_listener_inside";
+    if !can_run(test) {
+        return;
+    }
+    let th = TestHost::new(RANGE);
+    for (weaken, knocked) in [
+        ("no-ingress", "tcp=timeout"),
+        ("no-packet-programs", "tcp=connected:served from inside"),
+    ] {
+        let build = TestBuild::new(&weaken.replace('-', ""));
+        let sb = Sandbox::new(&Net::default());
+        std::fs::write(sb.wt().join("listen.py"), LISTENER).unwrap();
+        let run = Running(Some(
+            sb.cmd(r#"exec python3 "$WT/listen.py""#)
+                .env("LOCKRUN_TEST_BUILD_ID", &build.0)
+                .env("LOCKRUN_TEST_WEAKEN", weaken)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ));
+        let [tcp, udp] = ports_written(&sb, "ports")[..] else {
+            panic!("two ports expected")
+        };
+        assert_eq!(
+            knock_from(&th, th.host_ip, tcp, udp),
+            knocked,
+            "{weaken}: the test host's knock"
+        );
+        let out = heard_from_loopback_then_stopped(&sb, udp, run);
+
+        let heard = std::fs::read_to_string(sb.wt().join("heard.log")).unwrap();
+        let outside = format!("::ffff:{}", th.ns_ip);
+        let mut expected = vec![
+            format!("udp {outside} from-outside"),
+            "udp ::ffff:127.0.0.1 from-loopback".to_owned(),
+        ];
+        if weaken == "no-packet-programs" {
+            expected.push(format!("tcp {outside}"));
+        }
+        let mut lines: Vec<&str> = heard.lines().collect();
+        lines.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(lines, expected, "{weaken}: what the listener inside heard");
+
+        let k = sb.kernel_events();
+        assert!(
+            !k.iter().any(|e| e.hook == "ingress"),
+            "{weaken}: ingress was left out, yet judged: {k:?}"
+        );
+        let dropped_synack = k.iter().any(|e| {
+            e.hook == "egress"
+                && e.direction == lockrun::audit::Direction::Outbound
+                && matches!(e.destination, Destination::Inet(a) if a.ip() == th.ns_ip)
+                && e.local_port == tcp
+                && e.protocol == "tcp"
+        });
+        assert_eq!(
+            dropped_synack,
+            weaken == "no-ingress",
+            "{weaken}: egress's drop of the SYN-ACK to {} from port {tcp} in {k:?}\n{}",
+            th.ns_ip,
+            text(&out.stderr)
+        );
+    }
+}
+
 /// Inside: a UDP socket on `0.0.0.0` logs what it hears until `stop`
 /// appears; then the run tries a connection of its own to `$TARGET`, port 9
 /// (a refusal that must reach the audit log), and writes how it ended.
@@ -787,13 +886,14 @@ fn a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemiz
     let th = TestHost::new(RANGE);
     let sb = Sandbox::new(&Net::default());
     std::fs::write(sb.wt().join("flooded.py"), FLOODED).unwrap();
-    let run = sb
-        .cmd(r#"exec python3 "$WT/flooded.py""#)
-        .env("TARGET", th.ns_ip.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = Running(Some(
+        sb.cmd(r#"exec python3 "$WT/flooded.py""#)
+            .env("TARGET", th.ns_ip.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     let [port] = ports_written(&sb, "port")[..] else {
         panic!("one port expected")
     };

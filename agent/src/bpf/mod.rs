@@ -695,7 +695,7 @@ pub fn build_id() -> &'static str {
         if let Some(id) = test_build_id() {
             return id;
         }
-        hash_build(&PROGRAMS)
+        hash_build(attached_programs())
     })
 }
 
@@ -859,7 +859,7 @@ impl Shared {
             })?
             .ino();
         let mut attached_now = false;
-        for (name, _, attach_type) in PROGRAMS {
+        for &(name, _, attach_type) in attached_programs() {
             let pin = self.dir.join(link_pin(name, parent_id));
             let live = || {
                 matches!(
@@ -1323,6 +1323,34 @@ const PROGRAMS: [(&str, u32, u32); 9] = [
         raw::ATTACH_UNIX_SENDMSG,
     ),
 ];
+
+/// The programs a run's hooks are: every one of [`PROGRAMS`] (all are
+/// loaded and pinned), except in a TEST BUILD (`weaken-for-tests`) told by
+/// `LOCKRUN_TEST_WEAKEN` to attach fewer: `no-ingress`, or
+/// `no-packet-programs` (neither `ingress` nor `egress`), which is how
+/// `tests/proxy_e2e.rs` shows what `egress` stops on its own. The build id
+/// hashes this list, so a weakened build never shares the real one's parent.
+fn attached_programs() -> &'static [(&'static str, u32, u32)] {
+    #[cfg(feature = "weaken-for-tests")]
+    {
+        static ATTACHED: std::sync::OnceLock<Vec<(&str, u32, u32)>> = std::sync::OnceLock::new();
+        ATTACHED.get_or_init(|| {
+            let left_out: &[&str] = match std::env::var("LOCKRUN_TEST_WEAKEN").as_deref() {
+                Ok("no-ingress") => &["ingress"],
+                Ok("no-packet-programs") => &["ingress", "egress"],
+                _ => &[],
+            };
+            PROGRAMS
+                .into_iter()
+                .filter(|(name, _, _)| !left_out.contains(name))
+                .collect()
+        })
+    }
+    #[cfg(not(feature = "weaken-for-tests"))]
+    {
+        &PROGRAMS
+    }
+}
 
 /// Parse the embedded object, create its maps (`RINGS` with a ring buffer as
 /// its inner-map template) and the loader's `SLOT_OWNERS` and

@@ -29,6 +29,8 @@
 //! connection never reaches the listener, and no datagram from outside is
 //! delivered. Measured by `tests/proxy_e2e.rs::a_listener_inside_takes_nothing_from_outside`
 //! (and, for the flood cap below, `a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemized`).
+//! `egress` alone, with `ingress` left out, drops the listener's SYN-ACK:
+//! `egress_alone_keeps_an_outside_host_from_connecting_to_a_listener_inside`.
 //!
 //! A program returning 0 makes the syscall fail with `EPERM` (a packet
 //! program: the packet is dropped); 1 lets it pass.
