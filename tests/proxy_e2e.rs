@@ -831,6 +831,29 @@ fn egress_alone_keeps_an_outside_host_from_connecting_to_a_listener_inside() {
             th.ns_ip,
             text(&out.stderr)
         );
+        if !dropped_synack {
+            continue;
+        }
+        // Shown as what it is: packets of the run's to outside, which no
+        // policy line allows, not connections the command made.
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("packets to outside dropped")
+                && stderr.contains(&format!("from port {tcp} to {}:", th.ns_ip))
+                && !stderr.contains("connections refused"),
+            "summary: {stderr}"
+        );
+        let audit = Command::new(BIN)
+            .args(["audit", sb.audit_path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        let explained = text(&audit.stdout);
+        assert!(
+            explained.contains(&format!("from port {tcp} to {}:", th.ns_ip))
+                && explained.contains("no policy line changes that"),
+            "lockrun audit: {explained}{}",
+            text(&audit.stderr)
+        );
     }
 }
 

@@ -125,6 +125,21 @@ impl KernelNetEvent {
             _ => None,
         }
     }
+
+    /// The outside peer of a packet a run's socket sent, dropped on its way
+    /// out (`egress`): no connect or send of the command named it (a reply
+    /// on a connection from outside, a retransmit), so it is shown apart
+    /// from the connections refused, and no policy line allows it.
+    #[must_use]
+    pub fn outbound_packet_peer(&self) -> Option<SocketAddr> {
+        match (
+            &self.destination,
+            self.hook == lockrun_common::Hook::Egress.name(),
+        ) {
+            (Destination::Inet(peer), true) => Some(*peer),
+            _ => None,
+        }
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -287,6 +302,9 @@ struct Tally {
     /// Packets from outside dropped, by peer address, the run's port and
     /// the protocol. No commands: a packet is judged in no task's context.
     inbound: BTreeMap<(std::net::IpAddr, u16, String), (u64, Vec<String>)>,
+    /// Packets of the run's sockets to outside dropped, by the run's port,
+    /// the peer and the protocol.
+    outbound_packets: BTreeMap<(u16, SocketAddr, String), (u64, Vec<String>)>,
     proxy: BTreeMap<String, u64>,
     fs: BTreeMap<String, (u64, Vec<String>)>,
     scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
@@ -367,6 +385,13 @@ impl AuditLog {
                 if let Some(peer) = k.inbound_peer() {
                     t.inbound
                         .entry((peer, k.local_port, k.protocol.clone()))
+                        .or_default()
+                        .0 += 1;
+                    return;
+                }
+                if let Some(peer) = k.outbound_packet_peer() {
+                    t.outbound_packets
+                        .entry((k.local_port, peer, k.protocol.clone()))
                         .or_default()
                         .0 += 1;
                     return;
@@ -457,6 +482,17 @@ impl AuditLog {
             lines.push(format!(
                 "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
                 plural(n_inbound, "packet", "packets"),
+                parts.join(", ")
+            ));
+        }
+        let n_out: u64 = t.outbound_packets.values().map(|(n, _)| n).sum();
+        if n_out > 0 {
+            let parts = counted(&t.outbound_packets, |(port, peer, protocol)| {
+                format!("from port {port} to {peer} ({protocol})")
+            });
+            lines.push(format!(
+                "lockrun: {n_out} {} to outside dropped (a run's sockets exchange packets only with loopback, and no policy changes that): {}",
+                plural(n_out, "packet", "packets"),
                 parts.join(", ")
             ));
         }
@@ -639,6 +675,36 @@ mod tests {
             log.summary(),
             vec![
                 "lockrun: 3 packets from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): from 10.1.2.3 to port 8080 (tcp) ×2, from fd00::2 to port 9000 (udp)".to_owned(),
+                "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
+            ]
+        );
+        assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&4));
+    }
+
+    #[test]
+    fn packets_dropped_on_their_way_out_are_their_own_line() {
+        let log = AuditLog::open(None).unwrap();
+        let egress = |peer: &str, port: u16| {
+            Event::KernelNetwork(KernelNetEvent {
+                hook: "egress".into(),
+                direction: Direction::Outbound,
+                destination: Destination::Inet(peer.parse().unwrap()),
+                local_port: port,
+                ..match inbound("10.1.2.3:1", 0, "tcp") {
+                    Event::KernelNetwork(k) => k,
+                    _ => unreachable!(),
+                }
+            })
+        };
+        // A SYN-ACK and its retransmit, then another connection's.
+        log.record(egress("10.1.2.3:40000", 8080));
+        log.record(egress("10.1.2.3:40000", 8080));
+        log.record(egress("10.1.2.3:40001", 8080));
+        log.record(k("127.0.0.1:6379", "redis-cli"));
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: 3 packets to outside dropped (a run's sockets exchange packets only with loopback, and no policy changes that): from port 8080 to 10.1.2.3:40000 (tcp) ×2, from port 8080 to 10.1.2.3:40001 (tcp)".to_owned(),
                 "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
             ]
         );

@@ -349,10 +349,11 @@ fn refusal<'e>(
         ),
         Event::KernelNetwork(k) => (
             Layer::KernelNetwork,
-            match k.inbound_peer() {
+            match (k.inbound_peer(), k.outbound_packet_peer()) {
                 // By the peer's address: its port changes with each connection.
-                Some(peer) => format!("from {peer} to port {}", k.local_port),
-                None => show_dest(&k.destination),
+                (Some(peer), _) => format!("from {peer} to port {}", k.local_port),
+                (None, Some(peer)) => format!("from port {} to {peer}", k.local_port),
+                (None, None) => show_dest(&k.destination),
             },
             format!("{} {} ({})", k.family, k.protocol, k.hook),
             // A packet judged in no task's context names no process.
@@ -659,6 +660,17 @@ pub fn suggest_kernel(ev: &KernelNetEvent) -> Suggestion {
                  hosts beyond loopback can reach it, and lockrun drops everything they send (an \
                  accepted connection would be a way out no connect hook sees). Listen on \
                  127.0.0.1 or ::1; nothing from outside the host can reach a run.",
+                ev.local_port
+            ),
+        };
+    }
+    if let Some(peer) = ev.outbound_packet_peer() {
+        return Suggestion::Never {
+            reason: format!(
+                "a packet from the run's port {} to {peer} that no connect or send of the run \
+                 named (a reply on a connection an outside host opened, or a retransmit); a \
+                 run's sockets exchange packets only with loopback peers, and no policy line \
+                 changes that.",
                 ev.local_port
             ),
         };
