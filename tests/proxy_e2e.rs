@@ -563,6 +563,27 @@ impl Drop for Running {
     }
 }
 
+/// `python3 $WT/<name>` (`script`) run in `sb`, lockrun given `env`, its
+/// output piped; and the ports it wrote to `$WT/<ports>` once bound.
+fn listening(
+    sb: &Sandbox,
+    name: &str,
+    script: &str,
+    env: &[(&str, &str)],
+    ports: &str,
+) -> (Running, Vec<u16>) {
+    std::fs::write(sb.wt().join(name), script).unwrap();
+    let run = Running(Some(
+        sb.cmd(&format!(r#"exec python3 "$WT/{name}""#))
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    (run, ports_written(sb, ports))
+}
+
 /// The ports a listener inside wrote to `$WT/<name>` once bound, waited for.
 fn ports_written(sb: &Sandbox, name: &str) -> Vec<u16> {
     let file = sb.wt().join(name);
@@ -677,15 +698,8 @@ fn a_listener_inside_takes_nothing_from_outside() {
     ]);
 
     let sb = Sandbox::new(&Net::default());
-    std::fs::write(sb.wt().join("listen.py"), LISTENER).unwrap();
-    let run = Running(Some(
-        sb.cmd(r#"exec python3 "$WT/listen.py""#)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
-    let [tcp, udp] = ports_written(&sb, "ports")[..] else {
+    let (run, ports) = listening(&sb, "listen.py", LISTENER, &[], "ports");
+    let [tcp, udp] = ports[..] else {
         panic!("two ports expected")
     };
 
@@ -778,17 +792,12 @@ fn egress_alone_keeps_an_outside_host_from_connecting_to_a_listener_inside() {
     ] {
         let build = TestBuild::new(&weaken.replace('-', ""));
         let sb = Sandbox::new(&Net::default());
-        std::fs::write(sb.wt().join("listen.py"), LISTENER).unwrap();
-        let run = Running(Some(
-            sb.cmd(r#"exec python3 "$WT/listen.py""#)
-                .env("LOCKRUN_TEST_BUILD_ID", &build.0)
-                .env("LOCKRUN_TEST_WEAKEN", weaken)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ));
-        let [tcp, udp] = ports_written(&sb, "ports")[..] else {
+        let env = [
+            ("LOCKRUN_TEST_BUILD_ID", build.0.as_str()),
+            ("LOCKRUN_TEST_WEAKEN", weaken),
+        ];
+        let (run, ports) = listening(&sb, "listen.py", LISTENER, &env, "ports");
+        let [tcp, udp] = ports[..] else {
             panic!("two ports expected")
         };
         assert_eq!(
@@ -908,16 +917,9 @@ fn a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemiz
     }
     let th = TestHost::new(RANGE);
     let sb = Sandbox::new(&Net::default());
-    std::fs::write(sb.wt().join("flooded.py"), FLOODED).unwrap();
-    let run = Running(Some(
-        sb.cmd(r#"exec python3 "$WT/flooded.py""#)
-            .env("TARGET", th.ns_ip.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
-    let [port] = ports_written(&sb, "port")[..] else {
+    let target = th.ns_ip.to_string();
+    let (run, ports) = listening(&sb, "flooded.py", FLOODED, &[("TARGET", &target)], "port");
+    let [port] = ports[..] else {
         panic!("one port expected")
     };
 
