@@ -10,6 +10,8 @@
 //! test may be making meanwhile (cargo runs test binaries one after another).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
+#[path = "support/build.rs"]
+mod build;
 #[path = "net_support.rs"]
 mod net_support;
 #[path = "support/python.rs"]
@@ -23,10 +25,9 @@ mod support;
 /// `ingress`, `egress`, `connect_unix`, `sendmsg_unix`.
 const PROGRAMS: usize = 9;
 
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use build::TestBuild;
 use net_support::TcpSink;
 use support::{assert_eperm, s, wait_for, Background, World};
 
@@ -49,59 +50,6 @@ for port in ports:
 with open(report, "a") as r: r.write("\n".join(res) + "\n")
 "#;
 
-/// The other build's parent cgroup and pin directory; removed on every path.
-struct OtherBuild {
-    id: String,
-    parent: PathBuf,
-    pins: PathBuf,
-}
-
-impl OtherBuild {
-    fn new() -> Self {
-        let id = format!("test{}", std::process::id());
-        let parent = lockrun::cgroup::cgroup2_mount()
-            .unwrap()
-            .join(lockrun::cgroup::PARENT)
-            .join(format!("{}{id}", lockrun::cgroup::BUILD_PREFIX));
-        let pins = Path::new(lockrun::bpf::BPFFS)
-            .join(lockrun::bpf::SHARED_ROOT)
-            .join(&id);
-        Self { id, parent, pins }
-    }
-
-    /// The link pins named after the parent as it is now.
-    fn links_to_parent(&self) -> usize {
-        let ino = std::fs::metadata(&self.parent).unwrap().ino();
-        std::fs::read_dir(&self.pins)
-            .unwrap()
-            .flatten()
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.starts_with("link-") && n.ends_with(&format!("-{ino}"))
-            })
-            .count()
-    }
-
-    /// Entries under the shared root that belong to this build, moved or not.
-    fn leftovers(&self) -> Vec<String> {
-        std::fs::read_dir(self.pins.parent().unwrap())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n == &self.id || n.starts_with(&format!("{}-", self.id)))
-            .collect()
-    }
-}
-
-impl Drop for OtherBuild {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.parent);
-        for n in self.leftovers() {
-            let _ = std::fs::remove_dir_all(self.pins.parent().unwrap().join(n));
-        }
-    }
-}
-
 /// `lockrun gc` (the world's), which must succeed without a warning; its stdout.
 fn gc(w: &World) -> String {
     let out = w.gc();
@@ -117,7 +65,13 @@ fn gc(w: &World) -> String {
 fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     const T: &str = "gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left";
     let Some(w) = World::new(T) else { return };
-    let other = OtherBuild::new();
+    // This build is loaded and attached first, by a run of its own, so the
+    // control below (gc left it alone) judges a build that existed: this
+    // binary may be the first to run a freshly built object.
+    let own = w.cmd::<&str>(&[], &["true"]).output().unwrap();
+    assert!(own.status.success(), "{own:?}");
+    assert!(lockrun::bpf::shared_dir().is_dir());
+    let other = TestBuild::new("test");
     let allowed = TcpSink::bind("127.0.0.1");
     let refused = TcpSink::bind("127.0.0.1");
     let go = w.wt.join("go");
@@ -137,7 +91,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
                 &refused.port().to_string(),
             ],
         )
-        .env("LOCKRUN_TEST_BUILD_ID", &other.id)
+        .env("LOCKRUN_TEST_BUILD_ID", &other.0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -150,17 +104,17 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
         return;
     }
     // It made its own parent and pins, and attached every program there.
-    assert!(other.parent.is_dir(), "{}", other.parent.display());
+    assert!(other.parent().is_dir(), "{}", other.parent().display());
     assert_eq!(
         other.links_to_parent(),
         PROGRAMS,
         "{}",
-        other.pins.display()
+        other.dir().display()
     );
-    let runs_map = aya::maps::MapInfo::from_pin(other.pins.join("RUNS"))
+    let runs_map = aya::maps::MapInfo::from_pin(other.dir().join("RUNS"))
         .unwrap()
         .id();
-    let program = aya::programs::ProgramInfo::from_pin(other.pins.join("connect4"))
+    let program = aya::programs::ProgramInfo::from_pin(other.dir().join("connect4"))
         .unwrap()
         .id();
 
@@ -169,24 +123,21 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     assert!(
         out.contains(&format!(
             "kept build {}: runs are still in its parent cgroup",
-            other.id
+            other.0
         )),
         "{out}"
     );
-    assert!(other.parent.is_dir());
+    assert!(other.parent().is_dir());
     assert_eq!(other.links_to_parent(), PROGRAMS);
     // What a gc leaves when a run of that build made the parent again and
     // attached just before the gc moved the pins aside (and the gc was then
     // killed): the live run's links in a moved directory. The next gc
     // must not remove them (the run's hooks hang on them): it puts them back.
-    let moved = other.pins.with_file_name(format!("{}-reaping-1", other.id));
-    std::fs::rename(&other.pins, &moved).unwrap();
+    let moved = other.dir().with_file_name(format!("{}-reaping-1", other.0));
+    std::fs::rename(other.dir(), &moved).unwrap();
     let out = gc(&w);
-    assert!(
-        !out.contains(&format!("reaped build {}", other.id)),
-        "{out}"
-    );
-    assert!(other.pins.is_dir(), "the live run's pins were removed");
+    assert!(!out.contains(&format!("reaped build {}", other.0)), "{out}");
+    assert!(other.dir().is_dir(), "the live run's pins were removed");
     assert!(!moved.exists(), "the moved pins were not put back");
     assert_eq!(other.links_to_parent(), PROGRAMS);
     // And the run is still judged by its hooks, from outside: the allowed
@@ -213,12 +164,12 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     assert!(
         out.contains(&format!(
             "reaped build {}: its parent cgroup and pinned programs",
-            other.id
+            other.0
         )),
         "{out}"
     );
-    assert!(!other.parent.exists(), "{}", other.parent.display());
-    assert_eq!(other.leftovers(), Vec::<String>::new());
+    assert!(!other.parent().exists(), "{}", other.parent().display());
+    assert_eq!(other.pinned(), Vec::<String>::new());
     // The kernel freed them: with the last pin went the last reference
     // (freeing is deferred past an RCU grace period).
     wait_for("the other build's map and program to be freed", || {

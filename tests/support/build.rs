@@ -1,7 +1,7 @@
 //! A lockrun build of a test's own (`LOCKRUN_TEST_BUILD_ID`, a
 //! `weaken-for-tests` build): the real programs under a name no one else
-//! uses, so a test can load a build afresh or attach it differently
-//! without touching the build every other test shares.
+//! uses, so a test can load a build afresh, attach it differently or have
+//! `lockrun gc` judge it, without touching the build every other test shares.
 #![allow(dead_code)] // not every test crate that shares this module uses all of it
 
 use std::path::{Path, PathBuf};
@@ -33,15 +33,33 @@ impl TestBuild {
     pub fn dir(&self) -> PathBuf {
         shared_root().join(&self.0)
     }
+
+    /// The build's parent cgroup, `<cgroup2>/lockrun/build-<id>`.
+    pub fn parent(&self) -> PathBuf {
+        lockrun::cgroup::cgroup2_mount()
+            .unwrap()
+            .join(lockrun::cgroup::PARENT)
+            .join(format!("{}{}", lockrun::cgroup::BUILD_PREFIX, self.0))
+    }
+
+    /// The link pins named after the parent cgroup as it is now.
+    pub fn links_to_parent(&self) -> usize {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(self.parent()).unwrap().ino();
+        std::fs::read_dir(self.dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("link-") && n.ends_with(&format!("-{ino}"))
+            })
+            .count()
+    }
 }
 
 impl Drop for TestBuild {
     fn drop(&mut self) {
-        let cg = lockrun::cgroup::cgroup2_mount()
-            .unwrap()
-            .join(lockrun::cgroup::PARENT)
-            .join(format!("{}{}", lockrun::cgroup::BUILD_PREFIX, self.0));
-        let _ = std::fs::remove_dir(cg);
+        let _ = std::fs::remove_dir(self.parent());
         for n in self.pinned() {
             let _ = std::fs::remove_dir_all(shared_root().join(n));
         }
