@@ -646,21 +646,27 @@ mod tests {
         );
     }
 
-    /// A packet from `peer` to the run's `port`, dropped by `ingress`.
-    fn inbound(peer: &str, port: u16, protocol: &str) -> Event {
+    /// A packet between `peer` and the run's `port` that a packet program
+    /// (`hook`) dropped: judged in no task's context, so no process.
+    fn packet(hook: &str, direction: Direction, peer: &str, port: u16, protocol: &str) -> Event {
         Event::KernelNetwork(KernelNetEvent {
             pid: 0,
             tgid: 0,
             comm: String::new(),
             cgroup_id: 7,
-            hook: "ingress".into(),
+            hook: hook.into(),
             family: "inet".into(),
             protocol: protocol.into(),
             destination: Destination::Inet(peer.parse().unwrap()),
             target_absent: false,
-            direction: Direction::Inbound,
+            direction,
             local_port: port,
         })
+    }
+
+    /// A packet from `peer` to the run's `port`, dropped by `ingress`.
+    fn inbound(peer: &str, port: u16, protocol: &str) -> Event {
+        packet("ingress", Direction::Inbound, peer, port, protocol)
     }
 
     #[test]
@@ -684,18 +690,7 @@ mod tests {
     #[test]
     fn packets_dropped_on_their_way_out_are_their_own_line() {
         let log = AuditLog::open(None).unwrap();
-        let egress = |peer: &str, port: u16| {
-            Event::KernelNetwork(KernelNetEvent {
-                hook: "egress".into(),
-                direction: Direction::Outbound,
-                destination: Destination::Inet(peer.parse().unwrap()),
-                local_port: port,
-                ..match inbound("10.1.2.3:1", 0, "tcp") {
-                    Event::KernelNetwork(k) => k,
-                    _ => unreachable!(),
-                }
-            })
-        };
+        let egress = |peer, port| packet("egress", Direction::Outbound, peer, port, "tcp");
         // A SYN-ACK and its retransmit, then another connection's.
         log.record(egress("10.1.2.3:40000", 8080));
         log.record(egress("10.1.2.3:40000", 8080));

@@ -216,13 +216,12 @@ fn bump(cgroup_id: u64, slot: u32) {
         // preemptible kernel another task's program can too; both may bump
         // `COUNTER_LOST` or the same hook's slot, and a plain `+= 1` would
         // lose one. The result is unused, so this is `BPF_XADD`, which every
-        // kernel with these hooks verifies.
+        // kernel with these hooks verifies. (The stable `AtomicU64::fetch_add`
+        // needs compare-and-swap, which the target does not claim.)
         //
         // SAFETY: the run's per-CPU entry, a live map value, 8-aligned
         // (`RunCounters` is `[u64; COUNTER_SLOTS]`); `slot` < COUNTER_SLOTS
         // (a Hook or a COUNTER_ slot), masked for the verifier.
-        // (The stable `AtomicU64::fetch_add` needs compare-and-swap, which
-        // the target does not claim; the intrinsic lowers to the add alone.)
         unsafe {
             atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
                 core::ptr::addr_of_mut!((*p).slots[(slot & (COUNTER_SLOTS - 1)) as usize]),
