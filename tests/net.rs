@@ -20,7 +20,7 @@ mod build;
 mod support;
 use build::TestBuild;
 
-use support::{assert_eperm, assert_event, Run, TcpSink, UdpSink};
+use support::{assert_eperm, assert_event, Run, TcpSink, UdpLiteSink, UdpSink};
 
 #[test]
 fn tcp_to_unlisted_loopback_ports_is_refused() {
@@ -315,6 +315,55 @@ fn icmp_ping_socket_is_refused() {
     assert_event(&events, cg, "sock_create", "0.0.0.0:0");
     assert_event(&events, cg, "sock_create", "[::]:0");
     assert!(events.iter().all(|e| e.protocol == "icmp"), "{events:#?}");
+}
+
+#[test]
+fn udp_lite_and_other_socket_kinds_are_refused() {
+    const T: &str = "udp_lite_and_other_socket_kinds_are_refused";
+    let udp = UdpSink::bind("127.0.0.1:0").unwrap();
+    let lite = UdpLiteSink::bind("127.0.0.1");
+    let lite6 = UdpLiteSink::bind("::1");
+    let (port, port6) = (lite.addr.port().to_string(), lite6.addr.port().to_string());
+    // Control of the judge: outside any run, a UDP-Lite datagram arrives.
+    assert_eq!(
+        Run::probe_outside(&["udplite_connect", "127.0.0.1", &port]),
+        "ok"
+    );
+    // Both sinks are allowed endpoints: what is refused is the kind of socket.
+    let Some(run) = Run::start(T, &[udp.addr, lite.addr, lite6.addr], &[]) else {
+        return;
+    };
+    // Control inside: plain UDP sockets are made and reach what is allowed.
+    assert_eq!(
+        run.probe(&["udp_connect", "127.0.0.1", &udp.addr.port().to_string()]),
+        "ok"
+    );
+    assert!(udp.received().is_some());
+    // On kernel 6.18 connect() on a UDP-Lite socket runs no connect hook: the
+    // send after it went anywhere on loopback before sock_create refused the kind.
+    assert_eperm(
+        "udplite connect",
+        &run.probe(&["udplite_connect", "127.0.0.1", &port]),
+    );
+    assert_eperm(
+        "udplite sendto",
+        &run.probe(&["udplite_sendto", "127.0.0.1", &port]),
+    );
+    assert_eperm(
+        "udplite6 connect",
+        &run.probe(&["udplite_connect", "::1", &port6]),
+    );
+    assert_eq!(lite.received(), ["escaped-connect"]);
+    assert_eq!(lite6.received(), Vec::<String>::new());
+    let cg = run.cgroup_id();
+    let events = run.finish();
+    assert_eq!(events.len(), 3, "{events:#?}");
+    assert_event(&events, cg, "sock_create", "0.0.0.0:0");
+    assert_event(&events, cg, "sock_create", "[::]:0");
+    assert!(
+        events.iter().all(|e| e.protocol == "udplite"),
+        "{events:#?}"
+    );
 }
 
 /// A worktree, a run temp dir and an "outside" holding stand-ins for

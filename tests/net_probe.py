@@ -67,6 +67,23 @@ def udp_connect(host, port):
     return go
 
 
+def udplite_sendto(host, port):
+    def go():
+        s = socket.socket(fam(host), socket.SOCK_DGRAM, 136)  # IPPROTO_UDPLITE
+        s.sendto(b"escaped-sendto", (host, port))
+        s.close()
+    return go
+
+
+def udplite_connect(host, port):
+    def go():
+        s = socket.socket(fam(host), socket.SOCK_DGRAM, 136)
+        s.connect((host, port))
+        s.send(b"escaped-connect")
+        s.close()
+    return go
+
+
 def dns(host, port):
     # A minimal query for example.com A: header + question.
     q = (b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
@@ -159,7 +176,8 @@ def flood(host, port):
 PROBES = {
     "flood": flood,
     "tcp": tcp, "mptcp": mptcp, "tfo": tfo, "udp_sendto": udp_sendto,
-    "udp_connect": udp_connect, "dns": dns, "ping": ping, "ping_connect": ping_connect,
+    "udp_connect": udp_connect, "udplite_sendto": udplite_sendto,
+    "udplite_connect": udplite_connect, "dns": dns, "ping": ping, "ping_connect": ping_connect,
     "unix_stream": unix_stream, "unix_dgram": unix_dgram,
     "unix_abstract": unix_abstract, "unix_socketpair": unix_socketpair,
 }

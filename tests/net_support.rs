@@ -254,6 +254,83 @@ impl UdpSink {
     }
 }
 
+/// A UDP-Lite socket outside any run, bound on loopback: the judge for
+/// UDP-Lite probes. Neither std nor nix makes one, so it is a python3
+/// process that prints its port, and, once told the test is done, every
+/// datagram it got.
+pub struct UdpLiteSink {
+    child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl UdpLiteSink {
+    const SCRIPT: &'static str = r#"
+import socket, sys
+host = sys.argv[1]
+s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM, 136)
+s.bind((host, 0))
+print(s.getsockname()[1], flush=True)
+sys.stdin.readline()
+s.setblocking(False)
+while True:
+    try:
+        print(s.recv(512).decode(errors="replace").strip(), flush=True)
+    except BlockingIOError:
+        break
+"#;
+
+    pub fn bind(ip: &str) -> Self {
+        let mut child = python3_command()
+            .args(["-c", Self::SCRIPT, ip])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut port = String::new();
+        let mut out = child.stdout.take().unwrap();
+        let mut byte = [0u8; 1];
+        while out.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+            port.push(char::from(byte[0]));
+        }
+        child.stdout = Some(out);
+        let ip: std::net::IpAddr = ip.parse().unwrap();
+        let port: u16 = port.trim().parse().expect("the UDP-Lite sink's port");
+        Self {
+            child,
+            addr: SocketAddr::new(ip, port),
+        }
+    }
+
+    /// Every datagram received, one per line, in order. Ends the sink.
+    pub fn received(mut self) -> Vec<String> {
+        self.child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"done\n")
+            .unwrap();
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert!(
+            self.child.wait().unwrap().success(),
+            "the UDP-Lite sink failed"
+        );
+        out.lines().map(str::to_owned).collect()
+    }
+}
+
+impl Drop for UdpLiteSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The refusal must be EPERM, exactly.
 pub fn assert_eperm(what: &str, out: &str) {
     assert!(

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | the endpoints of `ALLOWED_ENDPOINTS` (the proxy, `network.local`) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
-//! | `cgroup/sock_create` | 4.10 | no ICMP ping or raw inet sockets (ping `sendto` runs no sendmsg hook on 6.18) |
+//! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
 //!
@@ -1565,7 +1565,10 @@ fn protocol_name(family: u16, sock_type: u32, protocol: u32) -> String {
     const IPPROTO_TCP: u32 = 6;
     const IPPROTO_UDP: u32 = 17;
     const IPPROTO_ICMPV6: u32 = 58;
+    const IPPROTO_SCTP: u32 = 132;
+    const IPPROTO_UDPLITE: u32 = 136;
     const IPPROTO_MPTCP: u32 = 262;
+    const SOCK_RAW: u32 = 3;
     if family == AF_UNIX {
         return match sock_type {
             1 => "unix_stream".into(),
@@ -1574,12 +1577,19 @@ fn protocol_name(family: u16, sock_type: u32, protocol: u32) -> String {
             t => format!("unix_type_{t}"),
         };
     }
-    match protocol {
+    let name = match protocol {
         IPPROTO_TCP => "tcp".into(),
         IPPROTO_UDP => "udp".into(),
         IPPROTO_ICMP | IPPROTO_ICMPV6 => "icmp".into(),
+        IPPROTO_SCTP => "sctp".into(),
+        IPPROTO_UDPLITE => "udplite".into(),
         IPPROTO_MPTCP => "mptcp".into(),
         p => p.to_string(),
+    };
+    if sock_type == SOCK_RAW {
+        format!("raw {name}")
+    } else {
+        name
     }
 }
 

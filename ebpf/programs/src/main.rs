@@ -10,14 +10,21 @@
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | `connect(2)` (TCP, UDP, ICMP ping, TFO, io_uring) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | `sendto`/`sendmsg` with an address on an unconnected UDP socket |
 //!
-//! | `cgroup/sock_create` | 4.10 | every inet socket except ICMP ping (`SOCK_DGRAM` + `IPPROTO_ICMP`/`ICMPV6`) and raw ones |
+//! | `cgroup/sock_create` | 4.10 | every inet socket: only TCP, MPTCP and UDP ones are made |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | every packet to or from a socket of a run: only loopback peers |
 //!
-//! Why `sock_create`: on kernel 6.18 `sendto()` on an ICMP ping socket runs no
-//! cgroup sendmsg program (`ping_v4_sendmsg` has no hook; `connect()` does run
-//! connect4), so an unconnected ping socket could send echo requests anywhere.
-//! Measured by `tests/net.rs::icmp_ping_socket_is_refused`; the socket is now
-//! refused when it is created.
+//! Why `sock_create`: the address hooks above see every way out of a TCP,
+//! MPTCP or UDP socket, and not of some other kinds, so a run may make only
+//! those three. Measured on kernel 6.18:
+//! - `sendto()` on an ICMP ping socket runs no cgroup sendmsg program
+//!   (`ping_v4_sendmsg` has no hook), so an unconnected ping socket could send
+//!   echo requests anywhere (`tests/net.rs::icmp_ping_socket_is_refused`);
+//! - `connect()` on a UDP-Lite socket runs no connect program, and `send()`
+//!   on it then reached an unlisted loopback port
+//!   (`tests/net.rs::udp_lite_and_other_socket_kinds_are_refused`).
+//!
+//! SCTP, DCCP, L2TP/IP and whatever a future kernel adds are refused the same
+//! way, unexamined: an allow list, not a list of known holes.
 //!
 //! Why the packet programs: the address hooks judge only what a task
 //! *names* (`connect`, `sendto`). A socket that listens (on `0.0.0.0`, or on
@@ -123,9 +130,14 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
     judge_v6(&ctx, Hook::Sendmsg6)
 }
 
-const IPPROTO_ICMP: u32 = 1;
-const IPPROTO_ICMPV6: u32 = 58;
-const SOCK_RAW: u32 = 3;
+/// A socket's type and protocol as `sock_create` sees them (`u32` fields).
+mod kind {
+    pub const STREAM: u32 = 1;
+    pub const DGRAM: u32 = 2;
+    pub const TCP: u32 = 6;
+    pub const UDP: u32 = 17;
+    pub const MPTCP: u32 = 262;
+}
 
 #[cgroup_sock(sock_create)]
 pub fn sock_create(ctx: SockContext) -> i32 {
@@ -134,16 +146,22 @@ pub fn sock_create(ctx: SockContext) -> i32 {
         let sk = &*ctx.sock;
         (sk.family, sk.type_, sk.protocol)
     };
-    if protocol == IPPROTO_ICMP || protocol == IPPROTO_ICMPV6 || sock_type == SOCK_RAW {
-        let family = if family == u32::from(AF_INET6) {
-            AF_INET6
-        } else {
-            AF_INET
-        };
-        refuse(Hook::SockCreate, family, sock_type, protocol, 0, [0; 16]);
-        return DENY;
+    // `protocol` is the one the kernel chose: `socket(AF_INET, SOCK_STREAM, 0)`
+    // arrives here as IPPROTO_TCP.
+    let allowed = matches!(
+        (sock_type, protocol),
+        (kind::STREAM, kind::TCP | kind::MPTCP) | (kind::DGRAM, kind::UDP)
+    );
+    if allowed {
+        return ALLOW;
     }
-    ALLOW
+    let family = if family == u32::from(AF_INET6) {
+        AF_INET6
+    } else {
+        AF_INET
+    };
+    refuse(Hook::SockCreate, family, sock_type, protocol, 0, [0; 16]);
+    DENY
 }
 
 #[inline(always)]
