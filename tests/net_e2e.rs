@@ -263,8 +263,8 @@ fn icmp_seen(raw: &std::os::fd::OwnedFd, token: &str) -> bool {
 }
 
 #[test]
-fn icmp_raw_and_packet_sockets_are_refused() {
-    const T: &str = "icmp_raw_and_packet_sockets_are_refused";
+fn icmp_raw_packet_and_udp_lite_sockets_are_refused() {
+    const T: &str = "icmp_raw_packet_and_udp_lite_sockets_are_refused";
     let Some(w) = World::new(T) else { return };
     let _range = net_support::PingGroupRange::allow_root();
     // The judge: every ICMP packet on this host, seen from outside.
@@ -284,11 +284,22 @@ fn icmp_raw_and_packet_sockets_are_refused() {
     std::thread::sleep(Duration::from_millis(100));
     assert!(icmp_seen(&raw, &format!("lockrun-e2e-ping-{t_out}")));
 
+    // The judge for UDP-Lite, and its control outside any run.
+    let lite = net_support::UdpLiteSink::bind("127.0.0.1");
+    let lite_port = p(lite.addr.port());
+    assert_eq!(
+        probe_outside(&[&["udplite", "connect", "127.0.0.1", &lite_port]]),
+        ["ok"]
+    );
+
     let udp = UdpSink::bind("127.0.0.1:0").unwrap();
     let Some(o) = w.probe(
-        &[udp.addr],
+        // The UDP-Lite sink is allowed too: what is refused is the kind of socket.
+        &[udp.addr, lite.addr],
         &[
             &["udp_sendto", "127.0.0.1", &p(udp.addr.port())],
+            &["udplite", "connect", "127.0.0.1", &lite_port],
+            &["udplite", "sendto", "127.0.0.1", &lite_port],
             &["ping", "127.0.0.1", &t_in],
             &["ping", "::1", &t_in],
             &["raw", "inet"],
@@ -302,9 +313,12 @@ fn icmp_raw_and_packet_sockets_are_refused() {
     // Control inside: datagram sockets are still made and reach what is allowed.
     assert_eq!(o.lines[0], "ok");
     assert!(udp.received().is_some());
-    // Ping sockets: refused at creation by the sock_create hook (sendto on
-    // one runs no cgroup sendmsg hook). Raw: no CAP_NET_RAW. Packet: seccomp.
+    // UDP-Lite and ping sockets: refused at creation by the sock_create hook
+    // (connect on the one, sendto on the other, runs no cgroup address hook).
+    // Raw: no CAP_NET_RAW. Packet: seccomp.
     for (what, line) in [
+        "udplite connect",
+        "udplite sendto",
         "ping",
         "ping6",
         "raw inet",
@@ -322,10 +336,40 @@ fn icmp_raw_and_packet_sockets_are_refused() {
         !icmp_seen(&raw, &format!("lockrun-e2e-ping-{t_in}")),
         "the refused ping was sent"
     );
+    assert_eq!(lite.received(), ["escaped-connect"], "only the control's");
     o.assert_events(&[
+        ("sock_create", "0.0.0.0:0", "udplite"),
+        ("sock_create", "0.0.0.0:0", "udplite"),
         ("sock_create", "0.0.0.0:0", "icmp"),
         ("sock_create", "[::]:0", "icmp"),
     ]);
+    // Shown as sockets of a kind no policy allows, not as connections to 0.0.0.0:0.
+    assert!(
+        o.stderr.contains(
+            "lockrun: 4 sockets refused (a run may make inet sockets of three kinds only, \
+             TCP, MPTCP and UDP, and no policy changes that): inet icmp (python3), \
+             inet udplite ×2 (python3), inet6 icmp (python3)\n"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("0.0.0.0:0"), "{}", o.stderr);
+    let audit = Command::new(support::BIN)
+        .arg("audit")
+        .arg(&w.audit)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&audit.stdout);
+    assert!(audit.status.success(), "{shown}");
+    assert!(
+        shown.contains("socket inet udplite — refused when made (sock_create) ×2 [python3]"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("a socket of a kind a run may not make (inet udplite)"),
+        "{shown}"
+    );
+    assert!(!shown.contains("0.0.0.0:0"), "{shown}");
 }
 
 #[test]

@@ -68,6 +68,16 @@ def udp_connect(host, port):
     s.close()
 
 
+def udplite(how, host, port):
+    s = socket.socket(fam(host), socket.SOCK_DGRAM, 136)  # IPPROTO_UDPLITE
+    if how == "connect":
+        s.connect((host, int(port)))
+        s.send(b"escaped-connect")
+    else:
+        s.sendto(b"escaped-sendto", (host, int(port)))
+    s.close()
+
+
 def dns(host, port):
     # A query for example.com A: header + question.
     q = (b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
@@ -185,7 +195,7 @@ def grandchild(*rest):
 
 OPS = {
     "tcp": tcp, "mptcp": mptcp, "tfo": tfo, "udp_sendto": udp_sendto,
-    "udp_connect": udp_connect, "dns": dns, "ping": ping, "raw": raw,
+    "udp_connect": udp_connect, "udplite": udplite, "dns": dns, "ping": ping, "raw": raw,
     "unix_stream": unix_stream, "unix_abstract": unix_abstract,
     "unix_pair_in": unix_pair_in, "cgroup_move": cgroup_move, "cgroup": cgroup,
     "bpf": bpf, "exec": exec_, "grandchild": grandchild,

@@ -123,6 +123,7 @@ impl World {
         );
         let o = Outcome {
             lines,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
             run_id,
             cgroup_id: cg_id.parse().unwrap(),
             events: self.events(),
@@ -208,10 +209,12 @@ impl Drop for World {
     }
 }
 
-/// What one run of the probe left: one line per op (after `cgroup`), the
-/// run id, the run's cgroup id as seen from inside, and its kernel events.
+/// What one run of the probe left: one line per op (after `cgroup`), its
+/// stderr, the run id, the run's cgroup id as seen from inside, and its kernel events.
 pub struct Outcome {
     pub lines: Vec<String>,
+    /// lockrun's own lines (its end-of-run summary) and the command's.
+    pub stderr: String,
     pub run_id: String,
     pub cgroup_id: u64,
     pub events: Vec<KernelNetEvent>,

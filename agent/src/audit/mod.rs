@@ -140,6 +140,15 @@ impl KernelNetEvent {
             _ => None,
         }
     }
+
+    /// The kind of a socket the run was not let make (`sock_create`), as
+    /// `inet udplite`: no destination was named yet, so it is shown apart
+    /// from the connections refused, and no policy line allows it.
+    #[must_use]
+    pub fn refused_socket_kind(&self) -> Option<String> {
+        (self.hook == lockrun_common::Hook::SockCreate.name())
+            .then(|| format!("{} {}", self.family, self.protocol))
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -305,9 +314,47 @@ struct Tally {
     /// Packets of the run's sockets to outside dropped, by the run's port,
     /// the peer and the protocol.
     outbound_packets: BTreeMap<(u16, SocketAddr, String), (u64, Vec<String>)>,
+    /// Sockets of a kind a run may not make, by kind (`inet udplite`).
+    sockets: BTreeMap<String, (u64, Vec<String>)>,
     proxy: BTreeMap<String, u64>,
     fs: BTreeMap<String, (u64, Vec<String>)>,
     scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
+}
+
+impl Tally {
+    /// The summary's lines for packets the packet programs dropped: from
+    /// outside (`ingress`), and of the run's sockets to outside (`egress`).
+    fn packet_lines(&self, lines: &mut Vec<String>) {
+        let n_inbound: u64 =
+            self.inbound.values().map(|(n, _)| n).sum::<u64>() + self.inbound_unitemized;
+        if n_inbound > 0 {
+            let mut parts = counted(&self.inbound, |(ip, port, protocol)| {
+                format!("from {ip} to port {port} ({protocol})")
+            });
+            if self.inbound_unitemized > 0 {
+                parts.push(format!(
+                    "{} more not itemized (only the first {} on each CPU are)",
+                    self.inbound_unitemized, self.inbound_per_cpu
+                ));
+            }
+            lines.push(format!(
+                "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
+                plural(n_inbound, "packet", "packets"),
+                parts.join(", ")
+            ));
+        }
+        let n_out: u64 = self.outbound_packets.values().map(|(n, _)| n).sum();
+        if n_out > 0 {
+            let parts = counted(&self.outbound_packets, |(port, peer, protocol)| {
+                format!("from port {port} to {peer} ({protocol})")
+            });
+            lines.push(format!(
+                "lockrun: {n_out} {} to outside dropped (a run's sockets exchange packets only with loopback, and no policy changes that): {}",
+                plural(n_out, "packet", "packets"),
+                parts.join(", ")
+            ));
+        }
+    }
 }
 
 /// The run's audit sink. Cheap to share (`Arc<AuditLog>`); writes are
@@ -396,12 +443,13 @@ impl AuditLog {
                         .0 += 1;
                     return;
                 }
-                let e = if k.target_absent {
-                    t.absent.entry(k.destination.clone())
+                let e = if let Some(kind) = k.refused_socket_kind() {
+                    t.sockets.entry(kind).or_default()
+                } else if k.target_absent {
+                    t.absent.entry(k.destination.clone()).or_default()
                 } else {
-                    t.kernel.entry(k.destination.clone())
-                }
-                .or_default();
+                    t.kernel.entry(k.destination.clone()).or_default()
+                };
                 e.0 += 1;
                 if !e.1.contains(&k.comm) {
                     e.1.push(k.comm.clone());
@@ -468,34 +516,7 @@ impl AuditLog {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut lines = Vec::new();
-        let n_inbound: u64 = t.inbound.values().map(|(n, _)| n).sum::<u64>() + t.inbound_unitemized;
-        if n_inbound > 0 {
-            let mut parts = counted(&t.inbound, |(ip, port, protocol)| {
-                format!("from {ip} to port {port} ({protocol})")
-            });
-            if t.inbound_unitemized > 0 {
-                parts.push(format!(
-                    "{} more not itemized (only the first {} on each CPU are)",
-                    t.inbound_unitemized, t.inbound_per_cpu
-                ));
-            }
-            lines.push(format!(
-                "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
-                plural(n_inbound, "packet", "packets"),
-                parts.join(", ")
-            ));
-        }
-        let n_out: u64 = t.outbound_packets.values().map(|(n, _)| n).sum();
-        if n_out > 0 {
-            let parts = counted(&t.outbound_packets, |(port, peer, protocol)| {
-                format!("from port {port} to {peer} ({protocol})")
-            });
-            lines.push(format!(
-                "lockrun: {n_out} {} to outside dropped (a run's sockets exchange packets only with loopback, and no policy changes that): {}",
-                plural(n_out, "packet", "packets"),
-                parts.join(", ")
-            ));
-        }
+        t.packet_lines(&mut lines);
         let n_kernel: u64 = t.kernel.values().map(|(n, _)| n).sum::<u64>() + t.lost;
         if n_kernel > 0 {
             let mut parts = by_destination(&t.kernel);
@@ -506,6 +527,14 @@ impl AuditLog {
                 "lockrun: {n_kernel} {} refused: {}",
                 plural(n_kernel, "connection", "connections"),
                 parts.join(", ")
+            ));
+        }
+        let n_sockets: u64 = t.sockets.values().map(|(n, _)| n).sum();
+        if n_sockets > 0 {
+            lines.push(format!(
+                "lockrun: {n_sockets} {} refused (a run may make inet sockets of three kinds only, TCP, MPTCP and UDP, and no policy changes that): {}",
+                plural(n_sockets, "socket", "sockets"),
+                counted(&t.sockets, String::clone).join(", ")
             ));
         }
         let n_absent: u64 = t.absent.values().map(|(n, _)| n).sum();
@@ -701,6 +730,38 @@ mod tests {
             vec![
                 "lockrun: 3 packets to outside dropped (a run's sockets exchange packets only with loopback, and no policy changes that): from port 8080 to 10.1.2.3:40000 (tcp) ×2, from port 8080 to 10.1.2.3:40001 (tcp)".to_owned(),
                 "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
+            ]
+        );
+        assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&4));
+    }
+
+    #[test]
+    fn sockets_of_a_refused_kind_are_their_own_line() {
+        let log = AuditLog::open(None).unwrap();
+        let socket = |family: &str, protocol: &str, comm: &str| {
+            Event::KernelNetwork(KernelNetEvent {
+                pid: 9,
+                tgid: 9,
+                comm: comm.into(),
+                cgroup_id: 7,
+                hook: "sock_create".into(),
+                family: family.into(),
+                protocol: protocol.into(),
+                destination: Destination::Inet("0.0.0.0:0".parse().unwrap()),
+                target_absent: false,
+                direction: Direction::Outbound,
+                local_port: 0,
+            })
+        };
+        log.record(socket("inet", "udplite", "python3"));
+        log.record(socket("inet", "udplite", "python3"));
+        log.record(socket("inet6", "icmp", "ping"));
+        log.record(k("127.0.0.1:6379", "redis-cli"));
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
+                "lockrun: 3 sockets refused (a run may make inet sockets of three kinds only, TCP, MPTCP and UDP, and no policy changes that): inet udplite ×2 (python3), inet6 icmp (ping)".to_owned(),
             ]
         );
         assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&4));

@@ -353,9 +353,16 @@ fn refusal<'e>(
                 // By the peer's address: its port changes with each connection.
                 (Some(peer), _) => format!("from {peer} to port {}", k.local_port),
                 (None, Some(peer)) => format!("from port {} to {peer}", k.local_port),
-                (None, None) => show_dest(&k.destination),
+                (None, None) => k.refused_socket_kind().map_or_else(
+                    || show_dest(&k.destination),
+                    |kind| format!("socket {kind}"),
+                ),
             },
-            format!("{} {} ({})", k.family, k.protocol, k.hook),
+            if k.refused_socket_kind().is_some() {
+                format!("refused when made ({})", k.hook)
+            } else {
+                format!("{} {} ({})", k.family, k.protocol, k.hook)
+            },
             // A packet judged in no task's context names no process.
             (!k.comm.is_empty()).then_some(&k.comm),
             suggest_kernel(k),
@@ -672,6 +679,16 @@ pub fn suggest_kernel(ev: &KernelNetEvent) -> Suggestion {
                  run's sockets exchange packets only with loopback peers, and no policy line \
                  changes that.",
                 ev.local_port
+            ),
+        };
+    }
+    if let Some(kind) = ev.refused_socket_kind() {
+        return Suggestion::Never {
+            reason: format!(
+                "a socket of a kind a run may not make ({kind}): a run makes inet sockets of \
+                 three kinds only, TCP, MPTCP and UDP, whose every way out the kernel hooks \
+                 judge (on Linux 6.18 none judges sendto on an ICMP ping socket, or connect on \
+                 a UDP-Lite one); no policy line changes that. Use a TCP or UDP socket."
             ),
         };
     }
