@@ -71,6 +71,7 @@ const DENY_ALWAYS: &[(i64, &str)] = &[
     (libc::SYS_pivot_root, "pivot_root"),
     (libc::SYS_move_mount, "move_mount"),
     (libc::SYS_open_tree, "open_tree"),
+    (SYS_OPEN_TREE_ATTR, "open_tree_attr"),
     (libc::SYS_fsopen, "fsopen"),
     (libc::SYS_fsmount, "fsmount"),
     (libc::SYS_fsconfig, "fsconfig"),
@@ -358,6 +359,10 @@ const AUDIT_ARCH: u32 = 0xb7 | 0x8000_0000 | 0x4000_0000;
 /// `fchmodat2` (Linux 6.6; one number on every arch, and missing from the
 /// libc crate's aarch64 glibc module).
 pub const SYS_FCHMODAT2: i64 = 452;
+
+/// `open_tree_attr` (Linux 6.15: `open_tree` that also sets the clone's
+/// mount attributes; one number on every arch, missing from the libc crate).
+pub const SYS_OPEN_TREE_ATTR: i64 = 467;
 
 /// `setxattrat` and `removexattrat` (Linux 6.13; one number on every arch).
 pub const SYS_SETXATTRAT: i64 = 463;
@@ -679,6 +684,35 @@ mod tests {
         let (f, _) = super::filters().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(f.len(), 2);
         assert!(f.iter().all(|p| !p.is_empty() && p.len() < u16::MAX.into()));
+    }
+
+    /// Each call of the deny list gets EPERM from the loaded program,
+    /// whatever its arguments; the list holds the whole mount family,
+    /// including the calls newer kernels added to it.
+    #[test]
+    fn every_call_of_the_deny_list_gets_eperm() {
+        let all = super::combined().unwrap();
+        for (nr, name) in super::DENY_ALWAYS {
+            for a in [[0; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]] {
+                assert_eq!(run(&all, *nr, a), super::RET_ERRNO | 1, "{name} {a:?}");
+            }
+        }
+        let names: Vec<&str> = super::DENY_ALWAYS.iter().map(|(_, n)| *n).collect();
+        for call in [
+            "mount",
+            "umount2",
+            "pivot_root",
+            "move_mount",
+            "open_tree",
+            "open_tree_attr",
+            "fsopen",
+            "fsmount",
+            "fsconfig",
+            "fspick",
+            "mount_setattr",
+        ] {
+            assert!(names.contains(&call), "{call} is not refused");
+        }
     }
 
     /// The front changes no verdict but the x32 ones: for every number up
