@@ -651,12 +651,17 @@ fn inside_no_capabilities_no_new_privs_seccomp() {
     }
 }
 
+/// Each refusal of the deny list is seen: the filter hands the call to
+/// lockrun's supervisor, which answers EPERM, records it and sums it up on
+/// stderr. The controls, and `clone3`'s ENOSYS (glibc falls back to
+/// `clone`), are not refusals and are not reported.
 #[test]
 fn seccomp_denials_and_controls() {
     let w = World::new("seccomp");
-    let r = w.probe(
-        &[],
-        &[
+    let log = w.root.join("audit.jsonl");
+    let out = w.run(
+        &["--audit-log", s(&log)],
+        &support::probe_argv(&[
             &["bpf"],
             &["unshare"],
             &["mount"],
@@ -670,10 +675,16 @@ fn seccomp_denials_and_controls() {
             &["socket", "inet6"],
             &["socket", "unix"],
             &["socket", "netlink", "0"],
-        ],
+        ]),
     );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{out:?}");
+    w.assert_no_run_dirs();
     assert_eq!(
-        r,
+        stdout.lines().collect::<Vec<_>>(),
         [
             "errno=EPERM",
             "errno=EPERM",
@@ -688,6 +699,40 @@ fn seccomp_denials_and_controls() {
             "ok",
             "ok"
         ]
+    );
+    let calls: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| match serde_json::from_str(l).unwrap() {
+            lockrun::audit::Record {
+                event: lockrun::audit::Event::Syscall(sc),
+                ..
+            } => {
+                assert_eq!(sc.comm, "python3");
+                Some(sc.call)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "bpf",
+            "unshare",
+            "mount",
+            "socket(AF_PACKET)",
+            "socket(AF_NETLINK, protocol 4)",
+            "clone with CLONE_NEWUSER"
+        ]
+    );
+    assert!(
+        stderr.contains(
+            "lockrun: 6 system calls refused (seccomp: calls that would widen the sandbox, \
+             which no policy allows): bpf (python3), clone with CLONE_NEWUSER (python3), \
+             mount (python3), socket(AF_NETLINK, protocol 4) (python3), socket(AF_PACKET) \
+             (python3), unshare (python3)\n"
+        ),
+        "{stderr}"
     );
     // NETLINK_ROUTE is what `ip addr` needs.
     let out = w.run(&[], &["ip", "addr", "show", "lo"]);

@@ -46,6 +46,19 @@ pub enum Layer {
     /// Landlock's scoping: signals to, and abstract unix sockets of,
     /// processes outside the run.
     Scope,
+    /// The seccomp deny list: calls that would widen the sandbox.
+    Syscall,
+}
+
+impl Layer {
+    /// Every layer, in the order reports show them.
+    pub const ALL: [Self; 5] = [
+        Self::Filesystem,
+        Self::KernelNetwork,
+        Self::Proxy,
+        Self::Scope,
+        Self::Syscall,
+    ];
 }
 
 /// Where a refused connection or datagram was headed.
@@ -199,6 +212,21 @@ pub struct ScopeEvent {
     pub raw: String,
 }
 
+/// A call of the seccomp deny list ([`crate::seccomp::refused_call`]),
+/// refused with `EPERM` by lockrun's supervisor, which the filter handed it
+/// to so that it is seen: `unshare`, `mount`, `bpf`, `socket(AF_PACKET)`, …
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallEvent {
+    pub pid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    /// The call, with the arguments that refused it where there are
+    /// (`clone with CLONE_NEWUSER`, `socket(AF_PACKET)`).
+    pub call: String,
+    /// How it would widen the sandbox.
+    pub why: crate::seccomp::Widens,
+}
+
 /// What a [`ScopeEvent`] tried to reach.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -262,6 +290,7 @@ pub enum Event {
     Proxy(ProxyEvent),
     Filesystem(FsEvent),
     Scope(ScopeEvent),
+    Syscall(SyscallEvent),
     /// A writable dir the ruleset could not grant whole, because a denied
     /// path lies beneath it ([`crate::fs::Narrowed`]): creating, removing
     /// or renaming directly in it is refused.
@@ -319,6 +348,7 @@ struct Tally {
     proxy: BTreeMap<String, u64>,
     fs: BTreeMap<String, (u64, Vec<String>)>,
     scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
+    syscalls: BTreeMap<String, (u64, Vec<String>)>,
 }
 
 impl Tally {
@@ -485,6 +515,14 @@ impl AuditLog {
                     e.1.push(sc.comm.clone());
                 }
             }
+            Event::Syscall(sc) => {
+                *t.refused.entry(Layer::Syscall).or_default() += 1;
+                let e = t.syscalls.entry(sc.call.clone()).or_default();
+                e.0 += 1;
+                if !e.1.contains(&sc.comm) {
+                    e.1.push(sc.comm.clone());
+                }
+            }
             Event::Filesystem(f) => {
                 *t.refused.entry(Layer::Filesystem).or_default() += 1;
                 let key = f.path.clone().unwrap_or_else(|| "(path unknown)".into());
@@ -581,6 +619,14 @@ impl AuditLog {
                 "lockrun: {n_scope} {} to reach processes outside the run refused (Landlock; no policy allows it): {}",
                 plural(n_scope, "attempt", "attempts"),
                 parts.join(", ")
+            ));
+        }
+        let n_calls: u64 = t.syscalls.values().map(|(n, _)| n).sum();
+        if n_calls > 0 {
+            lines.push(format!(
+                "lockrun: {n_calls} system {} refused (seccomp: calls that would widen the sandbox, which no policy allows): {}",
+                plural(n_calls, "call", "calls"),
+                counted(&t.syscalls, String::clone).join(", ")
             ));
         }
         if !lines.is_empty() {
@@ -733,6 +779,30 @@ mod tests {
             ]
         );
         assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&4));
+    }
+
+    #[test]
+    fn refused_system_calls_are_their_own_line_and_layer() {
+        let log = AuditLog::open(None).unwrap();
+        let call = |call: &str, comm: &str| {
+            Event::Syscall(SyscallEvent {
+                pid: 9,
+                comm: comm.into(),
+                cgroup_id: 7,
+                call: call.into(),
+                why: crate::seccomp::Widens::Namespaces,
+            })
+        };
+        log.record(call("unshare", "bwrap"));
+        log.record(call("unshare", "bwrap"));
+        log.record(call("clone with CLONE_NEWUSER", "chrome"));
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: 3 system calls refused (seccomp: calls that would widen the sandbox, which no policy allows): clone with CLONE_NEWUSER (chrome), unshare ×2 (bwrap)".to_owned(),
+            ]
+        );
+        assert_eq!(log.refused(), BTreeMap::from([(Layer::Syscall, 3)]));
     }
 
     #[test]

@@ -381,6 +381,19 @@ fn refusal<'e>(
             Some(&sc.comm),
             suggest_scope(&sc.target),
         ),
+        Event::Syscall(sc) => (
+            Layer::Syscall,
+            sc.call.clone(),
+            "refused with EPERM (seccomp)".to_owned(),
+            Some(&sc.comm),
+            Suggestion::Never {
+                reason: format!(
+                    "{}; lockrun refuses it in every run, and no policy line allows it \
+                     (`lockrun policy show` lists every refused call).",
+                    sc.why.reason()
+                ),
+            },
+        ),
         Event::Filesystem(f) => (
             Layer::Filesystem,
             f.path.clone().unwrap_or_else(|| "(path not named)".into()),
@@ -1019,6 +1032,7 @@ fn layer_name(l: Layer) -> &'static str {
         Layer::KernelNetwork => "kernel network",
         Layer::Proxy => "proxy",
         Layer::Scope => "processes outside the run",
+        Layer::Syscall => "system calls",
     }
 }
 
@@ -1103,12 +1117,7 @@ pub fn render_text(runs: &[RunSummary]) -> String {
                 .collect();
             let _ = writeln!(out, "  by process: {}", procs.join(", "));
         }
-        for layer in [
-            Layer::Filesystem,
-            Layer::KernelNetwork,
-            Layer::Proxy,
-            Layer::Scope,
-        ] {
+        for layer in Layer::ALL {
             let group: Vec<&Refusal> = run.refusals.iter().filter(|r| r.layer == layer).collect();
             if group.is_empty() {
                 continue;

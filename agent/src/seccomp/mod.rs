@@ -5,35 +5,43 @@
 //! Compiled in the parent, loaded in the child (see [`crate::sys`]) as one
 //! program ([`combined`]). It opens with a front that kills any other
 //! architecture, refuses every x32-ABI call (EPERM) and sends only the
-//! calls a part decides on to the three default-allow parts:
+//! calls a part decides on to the four default-allow parts:
 //!
-//! 1. **`clone3` and `openat2` → ENOSYS.** Their flags/mode live in a struct
+//! 1. **the deny list → the supervisor, which answers EPERM**: tracing and
+//!    cross-process memory (`ptrace`, `process_vm_*`), `bpf`,
+//!    `perf_event_open`, every mount API, `setns`, `unshare`, `clone` with
+//!    any `CLONE_NEW*` flag, the kernel keyring, module loading, kexec,
+//!    reboot, swap, `userfaultfd`, `io_uring` (its `IORING_OP_SOCKET`/
+//!    `OP_CONNECT` run socket creation and connects in the kernel where this
+//!    filter never sees them), and `socket`/`socketpair` for any family but
+//!    `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK` with protocol
+//!    `NETLINK_ROUTE` (read-only without `CAP_NET_ADMIN`; `ip addr` needs
+//!    it, glibc's `getaddrinfo` uses it for `AI_ADDRCONFIG`). Raw `AF_INET`
+//!    sockets need `CAP_NET_RAW`, which is gone. These are handed over
+//!    (`USER_NOTIF`) only to be seen: the supervisor decides on the number
+//!    alone ([`refused_call`]), records the call and answers `EPERM`, so
+//!    the user learns what a tool was refused (`lockrun: 1 system call
+//!    refused …: unshare (bwrap)`). If lockrun is gone, the kernel fails
+//!    them with `ENOSYS`.
+//! 2. **refused in the kernel → EPERM**: **set-id mode bits** (`S_ISUID`/
+//!    `S_ISGID`) in `chmod`, `fchmod`, `fchmodat(2)`, `open`, `openat`,
+//!    `creat`, `mknod(at)` (a setuid-root file left in the worktree would
+//!    widen someone's privileges after the run), and `ioctl` `TIOCSTI` and
+//!    `TIOCLINUX` (typing into the caller's terminal, which runs once
+//!    lockrun exits; `dev.tty.legacy_tiocsti` is on here). Never handed
+//!    over: the supervisor performs the chmod family and judges ioctls.
+//! 3. **`clone3` and `openat2` → ENOSYS.** Their flags/mode live in a struct
 //!    seccomp cannot read, so they cannot be told apart from a
 //!    namespace-creating call or a set-id file creation. ENOSYS (not EPERM)
 //!    makes glibc fall back to `clone` / callers to `openat`, whose
 //!    arguments *are* checked — so threads and fork keep working.
-//! 2. **the deny list → EPERM**: tracing and cross-process memory (`ptrace`,
-//!    `process_vm_*`), `bpf`, `perf_event_open`, every mount API, `setns`,
-//!    `unshare`, `clone` with any `CLONE_NEW*` flag, `ioctl` `TIOCSTI` and
-//!    `TIOCLINUX` (typing into the caller's terminal, which runs once lockrun
-//!    exits; `dev.tty.legacy_tiocsti` is on here), the kernel keyring,
-//!    module loading, kexec, reboot, swap, `userfaultfd`, `io_uring` (its
-//!    `IORING_OP_SOCKET`/`OP_CONNECT` run socket creation and connects in the
-//!    kernel where this filter never sees them), and `socket`/`socketpair`
-//!    for any family but `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK`
-//!    with protocol `NETLINK_ROUTE` (read-only without `CAP_NET_ADMIN`;
-//!    `ip addr` needs it, glibc's `getaddrinfo` uses it for `AI_ADDRCONFIG`).
-//!    Raw `AF_INET` sockets need `CAP_NET_RAW`, which is gone. Also **set-id
-//!    mode bits** (`S_ISUID`/`S_ISGID`) in `chmod`, `fchmod`, `fchmodat(2)`,
-//!    `open`, `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
-//!    worktree would widen someone's privileges after the run.
 //!
-//! The third part, [`notify_filter`], hands syscalls to lockrun's supervisor
+//! The last part, [`notify_filter`], hands syscalls to lockrun's supervisor
 //! (`SECCOMP_RET_USER_NOTIF`, Linux 5.0; see [`crate::supervise`]): the
 //! metadata calls Landlock does not cover, and `connect`/`sendto` whose
-//! address length is not that of an inet address. The deny list comes
-//! first, so whatever it refuses (set-id modes) stays refused without
-//! reaching the supervisor.
+//! address length is not that of an inet address. Each part's verdict is
+//! final, and the earlier parts decide on other calls, so what they refuse
+//! (set-id modes) stays refused without reaching the supervisor.
 
 use std::collections::BTreeMap;
 
@@ -59,55 +67,134 @@ pub enum SeccompError {
     TooLong(usize),
 }
 
-/// Syscalls refused whatever their arguments, with the names `policy show` prints.
-const DENY_ALWAYS: &[(i64, &str)] = &[
-    (libc::SYS_ptrace, "ptrace"),
-    (libc::SYS_process_vm_readv, "process_vm_readv"),
-    (libc::SYS_process_vm_writev, "process_vm_writev"),
-    (libc::SYS_bpf, "bpf"),
-    (libc::SYS_perf_event_open, "perf_event_open"),
-    (libc::SYS_mount, "mount"),
-    (libc::SYS_umount2, "umount2"),
-    (libc::SYS_pivot_root, "pivot_root"),
-    (libc::SYS_move_mount, "move_mount"),
-    (libc::SYS_open_tree, "open_tree"),
-    (SYS_OPEN_TREE_ATTR, "open_tree_attr"),
-    (libc::SYS_fsopen, "fsopen"),
-    (libc::SYS_fsmount, "fsmount"),
-    (libc::SYS_fsconfig, "fsconfig"),
-    (libc::SYS_fspick, "fspick"),
-    (libc::SYS_mount_setattr, "mount_setattr"),
-    (libc::SYS_setns, "setns"),
-    (libc::SYS_unshare, "unshare"),
-    (libc::SYS_keyctl, "keyctl"),
-    (libc::SYS_add_key, "add_key"),
-    (libc::SYS_request_key, "request_key"),
-    (libc::SYS_init_module, "init_module"),
-    (libc::SYS_finit_module, "finit_module"),
-    (libc::SYS_delete_module, "delete_module"),
-    (libc::SYS_kexec_load, "kexec_load"),
-    (libc::SYS_kexec_file_load, "kexec_file_load"),
-    (libc::SYS_reboot, "reboot"),
-    (libc::SYS_swapon, "swapon"),
-    (libc::SYS_swapoff, "swapoff"),
-    (libc::SYS_userfaultfd, "userfaultfd"),
-    (libc::SYS_io_uring_setup, "io_uring_setup"),
-    (libc::SYS_io_uring_enter, "io_uring_enter"),
-    (libc::SYS_io_uring_register, "io_uring_register"),
-    (libc::SYS_open_by_handle_at, "open_by_handle_at"),
-    (libc::SYS_name_to_handle_at, "name_to_handle_at"),
+/// How a refused call would widen the sandbox: the reason `lockrun audit`
+/// gives for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Widens {
+    OtherProcesses,
+    KernelPrograms,
+    Mounts,
+    Namespaces,
+    Keyring,
+    Machine,
+    FaultStall,
+    IoUring,
+    FileHandles,
+    SocketFamily,
+}
+
+impl Widens {
+    #[must_use]
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::OtherProcesses => "it traces, or reads and writes the memory of, another process",
+            Self::KernelPrograms => {
+                "it loads programs into the kernel or watches the kernel's events"
+            }
+            Self::Mounts => {
+                "it changes mounts, which could hide or replace what the sandbox's rules name"
+            }
+            Self::Namespaces => {
+                "it makes or enters namespaces (nested sandboxes, containers, `unshare`): a new \
+                 user namespace hands back every capability lockrun dropped"
+            }
+            Self::Keyring => "it reaches the kernel keyring, shared with processes outside the run",
+            Self::Machine => {
+                "it changes the running kernel or the machine (modules, kexec, reboot, swap)"
+            }
+            Self::FaultStall => "it stalls the kernel on page faults, a staple of kernel exploits",
+            Self::IoUring => {
+                "io_uring opens sockets and connects inside the kernel, where the filter and the \
+                 network hooks never see it; programs fall back to plain calls"
+            }
+            Self::FileHandles => "it opens files by handle, past every path the rules name",
+            Self::SocketFamily => {
+                "a socket family other than unix, inet, inet6 and netlink route reaches networks \
+                 and kernel interfaces no hook of lockrun judges"
+            }
+        }
+    }
+}
+
+/// Syscalls refused whatever their arguments, with the names `policy show`
+/// prints and what they would widen.
+const DENY_ALWAYS: &[(i64, &str, Widens)] = &[
+    (libc::SYS_ptrace, "ptrace", Widens::OtherProcesses),
+    (
+        libc::SYS_process_vm_readv,
+        "process_vm_readv",
+        Widens::OtherProcesses,
+    ),
+    (
+        libc::SYS_process_vm_writev,
+        "process_vm_writev",
+        Widens::OtherProcesses,
+    ),
+    (libc::SYS_bpf, "bpf", Widens::KernelPrograms),
+    (
+        libc::SYS_perf_event_open,
+        "perf_event_open",
+        Widens::KernelPrograms,
+    ),
+    (libc::SYS_mount, "mount", Widens::Mounts),
+    (libc::SYS_umount2, "umount2", Widens::Mounts),
+    (libc::SYS_pivot_root, "pivot_root", Widens::Mounts),
+    (libc::SYS_move_mount, "move_mount", Widens::Mounts),
+    (libc::SYS_open_tree, "open_tree", Widens::Mounts),
+    (SYS_OPEN_TREE_ATTR, "open_tree_attr", Widens::Mounts),
+    (libc::SYS_fsopen, "fsopen", Widens::Mounts),
+    (libc::SYS_fsmount, "fsmount", Widens::Mounts),
+    (libc::SYS_fsconfig, "fsconfig", Widens::Mounts),
+    (libc::SYS_fspick, "fspick", Widens::Mounts),
+    (libc::SYS_mount_setattr, "mount_setattr", Widens::Mounts),
+    (libc::SYS_setns, "setns", Widens::Namespaces),
+    (libc::SYS_unshare, "unshare", Widens::Namespaces),
+    (libc::SYS_keyctl, "keyctl", Widens::Keyring),
+    (libc::SYS_add_key, "add_key", Widens::Keyring),
+    (libc::SYS_request_key, "request_key", Widens::Keyring),
+    (libc::SYS_init_module, "init_module", Widens::Machine),
+    (libc::SYS_finit_module, "finit_module", Widens::Machine),
+    (libc::SYS_delete_module, "delete_module", Widens::Machine),
+    (libc::SYS_kexec_load, "kexec_load", Widens::Machine),
+    (
+        libc::SYS_kexec_file_load,
+        "kexec_file_load",
+        Widens::Machine,
+    ),
+    (libc::SYS_reboot, "reboot", Widens::Machine),
+    (libc::SYS_swapon, "swapon", Widens::Machine),
+    (libc::SYS_swapoff, "swapoff", Widens::Machine),
+    (libc::SYS_userfaultfd, "userfaultfd", Widens::FaultStall),
+    (libc::SYS_io_uring_setup, "io_uring_setup", Widens::IoUring),
+    (libc::SYS_io_uring_enter, "io_uring_enter", Widens::IoUring),
+    (
+        libc::SYS_io_uring_register,
+        "io_uring_register",
+        Widens::IoUring,
+    ),
+    (
+        libc::SYS_open_by_handle_at,
+        "open_by_handle_at",
+        Widens::FileHandles,
+    ),
+    (
+        libc::SYS_name_to_handle_at,
+        "name_to_handle_at",
+        Widens::FileHandles,
+    ),
 ];
 
 /// Every `CLONE_NEW*` flag `clone` accepts (`CLONE_NEWTIME` shares its bit
 /// with the exit signal there and is clone3/unshare-only).
-const CLONE_NS_FLAGS: &[u64] = &[
-    libc::CLONE_NEWNS as u64,
-    libc::CLONE_NEWCGROUP as u64,
-    libc::CLONE_NEWUTS as u64,
-    libc::CLONE_NEWIPC as u64,
-    libc::CLONE_NEWUSER as u64,
-    libc::CLONE_NEWPID as u64,
-    libc::CLONE_NEWNET as u64,
+const CLONE_NS_FLAGS: &[(u64, &str)] = &[
+    (libc::CLONE_NEWNS as u64, "CLONE_NEWNS"),
+    (libc::CLONE_NEWCGROUP as u64, "CLONE_NEWCGROUP"),
+    (libc::CLONE_NEWUTS as u64, "CLONE_NEWUTS"),
+    (libc::CLONE_NEWIPC as u64, "CLONE_NEWIPC"),
+    (libc::CLONE_NEWUSER as u64, "CLONE_NEWUSER"),
+    (libc::CLONE_NEWPID as u64, "CLONE_NEWPID"),
+    (libc::CLONE_NEWNET as u64, "CLONE_NEWNET"),
 ];
 
 const NETLINK_ROUTE: u64 = 0;
@@ -141,8 +228,9 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
     )?)
 }
 
-/// The seccompiler-built parts of [`combined`], in its order: the deny list
-/// → EPERM, then `clone3` and friends → ENOSYS.
+/// The seccompiler-built parts of [`combined`], in its order: the calls
+/// refused and reported (→ the supervisor, which answers EPERM), the ones
+/// refused in the kernel (→ EPERM), then `clone3` and friends → ENOSYS.
 fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
@@ -160,11 +248,11 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     )?;
 
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for (nr, _) in DENY_ALWAYS {
+    for (nr, _, _) in DENY_ALWAYS {
         rules.insert(*nr, vec![]);
     }
     let mut clone = Vec::new();
-    for flag in CLONE_NS_FLAGS {
+    for (flag, _) in CLONE_NS_FLAGS {
         clone.push(SeccompRule::new(vec![cond(
             0,
             SeccompCmpOp::MaskedEq(*flag),
@@ -172,9 +260,34 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
         )?])?);
     }
     rules.insert(libc::SYS_clone, clone);
+    for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+        let family_not_allowed = SeccompRule::new(vec![
+            cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?,
+            cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
+            cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+            cond(0, SeccompCmpOp::Ne, libc::AF_NETLINK as u64)?,
+        ])?;
+        let netlink_not_route = SeccompRule::new(vec![
+            cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+            cond(2, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
+        ])?;
+        rules.insert(nr, vec![family_not_allowed, netlink_not_route]);
+    }
+    decided.extend(rules.keys().copied());
+    let reported = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        ARCH,
+    )?;
+    let reported = to_supervisor(reported.try_into().map_err(SeccompError::Compile)?);
+
     // Set-id bits: a file in the worktree made setuid root would run as
     // root for anyone outside, after the run. Refused wherever a mode is
     // given: chmod family (mode arg) and file creation (open/creat/mknod).
+    // In the kernel: the supervisor performs the chmod family, so these
+    // must never reach it.
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for &(nr, arg) in MODE_ARGS {
         let mut r = Vec::new();
         for bit in SET_ID_BITS {
@@ -195,19 +308,6 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
             SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?])?,
         ],
     );
-    for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-        let family_not_allowed = SeccompRule::new(vec![
-            cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?,
-            cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
-            cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
-            cond(0, SeccompCmpOp::Ne, libc::AF_NETLINK as u64)?,
-        ])?;
-        let netlink_not_route = SeccompRule::new(vec![
-            cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
-            cond(2, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
-        ])?;
-        rules.insert(nr, vec![family_not_allowed, netlink_not_route]);
-    }
     decided.extend(rules.keys().copied());
     let deny = SeccompFilter::new(
         rules,
@@ -217,6 +317,7 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     )?;
     Ok((
         vec![
+            reported,
             deny.try_into().map_err(SeccompError::Compile)?,
             clone3.try_into().map_err(SeccompError::Compile)?,
         ],
@@ -224,22 +325,109 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     ))
 }
 
+/// Besides [`DENY_ALWAYS`], the calls of the reported part, refused by
+/// their arguments: `clone` with a `CLONE_NEW*` flag, `socket` and
+/// `socketpair` of a family not allowed.
+const REPORTED_BY_ARGS: [i64; 3] = [libc::SYS_clone, libc::SYS_socket, libc::SYS_socketpair];
+
+/// Whether `nr` is a call of the reported part. No other part notifies
+/// these, so a notification of one of them is always that part's refusal
+/// (a unit test holds the lists apart).
+fn reported(nr: i64) -> bool {
+    DENY_ALWAYS.iter().any(|(n, _, _)| *n == nr) || REPORTED_BY_ARGS.contains(&nr)
+}
+
+/// A part whose only refusal is `EPERM`, made to hand that refusal to the
+/// supervisor instead (`USER_NOTIF`; seccompiler has no such action): the
+/// supervisor answers `EPERM` and records it, so the user sees the call.
+/// If lockrun is gone the kernel fails the call with `ENOSYS`: refused still.
+fn to_supervisor(mut part: BpfProgram) -> BpfProgram {
+    for f in &mut part {
+        if f.code == RET_K && f.k == RET_ERRNO | libc::EPERM as u32 {
+            f.k = RET_USER_NOTIF;
+        }
+    }
+    part
+}
+
+/// What a notification of the reported part refused, and how it would
+/// widen the sandbox, for the audit: `None` when `nr` is not one of its
+/// calls. The arguments are registers the kernel copied, not the task's
+/// memory.
+#[must_use]
+pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
+    if !reported(nr) {
+        return None;
+    }
+    if let Some((_, name, why)) = DENY_ALWAYS.iter().find(|(n, _, _)| *n == nr) {
+        return Some(((*name).to_owned(), *why));
+    }
+    Some(if nr == libc::SYS_clone {
+        let flags: Vec<&str> = CLONE_NS_FLAGS
+            .iter()
+            .filter(|(f, _)| args[0] & f == *f)
+            .map(|(_, n)| *n)
+            .collect();
+        (
+            format!("clone with {}", flags.join("|")),
+            Widens::Namespaces,
+        )
+    } else {
+        let call = if nr == libc::SYS_socket {
+            "socket"
+        } else {
+            "socketpair"
+        };
+        // The family and protocol are ints: the low halves of their registers.
+        let (family, protocol) = (args[0] as u32, args[2] as u32);
+        let shown = if family == libc::AF_NETLINK as u32 {
+            format!("{call}({}, protocol {protocol})", family_name(family))
+        } else {
+            format!("{call}({})", family_name(family))
+        };
+        (shown, Widens::SocketFamily)
+    })
+}
+
+/// `AF_PACKET`, … or the number.
+fn family_name(family: u32) -> String {
+    const NAMES: &[(i32, &str)] = &[
+        (libc::AF_PACKET, "AF_PACKET"),
+        (libc::AF_NETLINK, "AF_NETLINK"),
+        (libc::AF_VSOCK, "AF_VSOCK"),
+        (libc::AF_ALG, "AF_ALG"),
+        (libc::AF_BLUETOOTH, "AF_BLUETOOTH"),
+        (libc::AF_CAN, "AF_CAN"),
+        (libc::AF_KEY, "AF_KEY"),
+        (libc::AF_XDP, "AF_XDP"),
+        (libc::AF_TIPC, "AF_TIPC"),
+        (libc::AF_RDS, "AF_RDS"),
+        (libc::AF_APPLETALK, "AF_APPLETALK"),
+        (libc::AF_X25, "AF_X25"),
+        (libc::AF_PPPOX, "AF_PPPOX"),
+    ];
+    NAMES
+        .iter()
+        .find(|(f, _)| u32::try_from(*f) == Ok(family))
+        .map_or_else(|| format!("family {family}"), |(_, n)| (*n).to_owned())
+}
+
 /// Every filter of a run as one program, in this order: the [`front`]
 /// (architecture, x32, and a search that lets every call no part decides
-/// on through at once), the deny list, then `clone3`/`openat2` → ENOSYS,
-/// then [`notify_filter`]. Loaded as one
+/// on through at once), the deny list (reported, then refused in the
+/// kernel), then `clone3`/`openat2` → ENOSYS, then [`notify_filter`]. Loaded as one
 /// filter (with the notification listener), because each filter the
 /// kernel loads costs its own allocation, conversion, JIT and action-cache
 /// emulation (~0.1 ms here for three), and every syscall of the command
 /// then runs one program instead of three.
 ///
-/// Same verdicts as the three loaded separately: there the kernel takes
-/// the strongest action of all filters (`ERRNO` over `USER_NOTIF` over
-/// `ALLOW`; between two `ERRNO`s, the later filter's). Here a part's
-/// verdict other than allow is final, and a part that allows falls through
-/// to the next; the deny list comes first and the notifying part last, so
-/// an `ERRNO` still beats a notification, and the ENOSYS calls are not in
-/// the deny list.
+/// Same verdicts as the parts loaded separately would give, because no
+/// two parts decide on the same call except in order: the kernel-refused
+/// part's set-id modes and `TIOCSTI` come before the notifying part, so
+/// they never reach the supervisor; the reported part's calls no other part
+/// names (`the_reported_calls_are_notified_by_no_other_part`); the ENOSYS
+/// calls are in no other part. A part's verdict other than allow is final,
+/// and a part that allows falls through to the next.
 pub fn combined() -> Result<BpfProgram, SeccompError> {
     let (parts, decided) = parts()?;
     let mut out = front(&decided);
@@ -373,12 +561,12 @@ pub const SYS_REMOVEXATTRAT: i64 = 466;
 /// filters where the calls are listed one by one.
 #[must_use]
 pub fn describe() -> Vec<(&'static str, String)> {
-    let names: Vec<&str> = DENY_ALWAYS.iter().map(|(_, n)| *n).collect();
+    let names: Vec<&str> = DENY_ALWAYS.iter().map(|(_, n, _)| *n).collect();
     vec![
-        ("EPERM", names.join(", ")),
-        ("EPERM", "clone with any CLONE_NEW* flag".to_owned()),
+        ("EPERM, each refusal shown", names.join(", ")),
+        ("EPERM, each refusal shown", "clone with any CLONE_NEW* flag".to_owned()),
         (
-            "EPERM",
+            "EPERM, each refusal shown",
             "socket, socketpair: any family but AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK with NETLINK_ROUTE".to_owned(),
         ),
         ("EPERM", "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned()),
@@ -682,22 +870,26 @@ mod tests {
     #[test]
     fn filters_compile_for_this_arch() {
         let (f, _) = super::filters().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(f.len(), 2);
+        assert_eq!(f.len(), 3);
         assert!(f.iter().all(|p| !p.is_empty() && p.len() < u16::MAX.into()));
     }
 
-    /// Each call of the deny list gets EPERM from the loaded program,
-    /// whatever its arguments; the list holds the whole mount family,
-    /// including the calls newer kernels added to it.
+    /// Each call of the deny list goes to the supervisor (which answers
+    /// EPERM and reports it) whatever its arguments; the list holds the
+    /// whole mount family, including the calls newer kernels added to it.
     #[test]
-    fn every_call_of_the_deny_list_gets_eperm() {
+    fn every_call_of_the_deny_list_is_handed_to_the_supervisor() {
         let all = super::combined().unwrap();
-        for (nr, name) in super::DENY_ALWAYS {
+        for (nr, name, _) in super::DENY_ALWAYS {
             for a in [[0; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]] {
-                assert_eq!(run(&all, *nr, a), super::RET_ERRNO | 1, "{name} {a:?}");
+                assert_eq!(run(&all, *nr, a), super::RET_USER_NOTIF, "{name} {a:?}");
             }
+            assert_eq!(
+                super::refused_call(*nr, [0; 6]).map(|(c, _)| c).as_deref(),
+                Some(*name)
+            );
         }
-        let names: Vec<&str> = super::DENY_ALWAYS.iter().map(|(_, n)| *n).collect();
+        let names: Vec<&str> = super::DENY_ALWAYS.iter().map(|(_, n, _)| *n).collect();
         for call in [
             "mount",
             "umount2",
@@ -712,6 +904,98 @@ mod tests {
             "mount_setattr",
         ] {
             assert!(names.contains(&call), "{call} is not refused");
+        }
+    }
+
+    /// The calls refused by their arguments are reported as refused, with
+    /// what made them so; the same calls with allowed arguments pass.
+    #[test]
+    fn calls_refused_by_their_arguments_are_reported_with_them() {
+        let all = super::combined().unwrap();
+        let sigchld = libc::SIGCHLD as u64;
+        let newuser = libc::CLONE_NEWUSER as u64 | libc::CLONE_NEWNET as u64 | sigchld;
+        let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
+            (
+                libc::SYS_clone,
+                [newuser, 0, 0, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("clone with CLONE_NEWUSER|CLONE_NEWNET"),
+            ),
+            (
+                libc::SYS_clone,
+                [sigchld, 0, 0, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_socket,
+                [17, 3, 0, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socket(AF_PACKET)"),
+            ),
+            (
+                libc::SYS_socketpair,
+                [40, 1, 0, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socketpair(AF_VSOCK)"),
+            ),
+            (
+                libc::SYS_socket,
+                [16, 3, 4, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socket(AF_NETLINK, protocol 4)"),
+            ),
+            (
+                libc::SYS_socket,
+                [16, 3, 0, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (libc::SYS_socket, [2, 1, 0, 0, 0, 0], super::RET_ALLOW, None),
+        ];
+        for (nr, args, verdict, shown) in cases {
+            assert_eq!(run(&all, *nr, *args), *verdict, "{nr} {args:?}");
+            if let Some(shown) = shown {
+                assert_eq!(
+                    super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
+                    Some(*shown)
+                );
+            }
+        }
+        // Refused in the kernel, never handed over: the supervisor performs
+        // the chmod family, and must not be asked to perform a set-id one.
+        assert_eq!(
+            run(&all, libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
+            super::RET_ERRNO | 1
+        );
+        assert_eq!(
+            run(&all, libc::SYS_ioctl, [0, libc::TIOCSTI, 0, 0, 0, 0]),
+            super::RET_ERRNO | 1
+        );
+        assert_eq!(
+            super::refused_call(libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
+            None
+        );
+    }
+
+    /// No other part notifies a call of the reported part: the supervisor
+    /// takes every notification of those numbers for a refusal.
+    #[test]
+    fn the_reported_calls_are_notified_by_no_other_part() {
+        for nr in super::NOTIFY_METADATA.iter().chain(&super::NOTIFY_JUDGED) {
+            assert!(
+                !super::reported(*nr),
+                "{nr} is both reported and supervised"
+            );
+        }
+        let notify = super::notify_filter();
+        for (nr, _, _) in super::DENY_ALWAYS {
+            assert_eq!(run(&notify, *nr, [u64::MAX; 6]), super::RET_ALLOW, "{nr}");
+        }
+        for nr in super::REPORTED_BY_ARGS {
+            for a in [[0; 6], [u64::MAX; 6], [17, 3, 0, 0, 0, 0]] {
+                assert_eq!(run(&notify, nr, a), super::RET_ALLOW, "{nr} {a:?}");
+            }
         }
     }
 

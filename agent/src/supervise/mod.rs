@@ -10,6 +10,10 @@
 //! - **unix sockets through symlinks** ([`unix`]): the cgroup unix hooks see
 //!   the path before the kernel resolves it.
 //!
+//! It also answers the calls of the seccomp deny list with `EPERM`
+//! ([`crate::seccomp::refused_call`]): the filter hands them over only so
+//! that each refusal is recorded and shown, decided on the number alone.
+//!
 //! # Never continue on user memory
 //! A notified task's memory can change between the supervisor's read and the
 //! kernel's own. So the supervisor either decides on **registers and kernel
@@ -414,7 +418,9 @@ fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
 fn handle(s: &Arc<Shared>, n: Notif) {
     let nr = i64::from(n.nr);
     let task = Task::new(s, n);
-    let reply = if nr == libc::SYS_connect {
+    let reply = if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
+        refuse_call(&task, s, call, why)
+    } else if nr == libc::SYS_connect {
         unix::connect(&task, s)
     } else if nr == libc::SYS_sendto {
         unix::sendto(&task, s)
@@ -424,4 +430,19 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         Reply::Errno(libc::ENOSYS)
     };
     s.respond(n.id, &reply);
+}
+
+/// A call of the seccomp deny list, which the filter hands over only to be
+/// seen: recorded, and refused with `EPERM` as the kernel would have.
+/// Decided on the number and registers alone; nothing is read or done.
+fn refuse_call(task: &Task<'_>, s: &Shared, call: String, why: crate::seccomp::Widens) -> Reply {
+    s.audit
+        .record(crate::audit::Event::Syscall(crate::audit::SyscallEvent {
+            pid: task.tgid(),
+            comm: task.comm(),
+            cgroup_id: s.cgroup_id,
+            call,
+            why,
+        }));
+    Reply::Errno(libc::EPERM)
 }
