@@ -252,6 +252,52 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     assert!(log.contains(&by_fd), "{by_fd} missing from {log}");
 }
 
+/// The supervisor holds the run's one seccomp listener, and the command
+/// cannot add its own: among filters giving the same action the newest
+/// wins, so a listener of the command's that answers `CONTINUE` would take
+/// the metadata calls (and the deny list's calls) from lockrun's supervisor
+/// and let the kernel run them. The kernel allows one listener per filter
+/// tree (`EBUSY`). Control: outside any run, the same program's listener
+/// gets the call and the chmod happens.
+#[test]
+fn the_command_cannot_add_a_seccomp_listener_of_its_own() {
+    const T: &str = "the_command_cannot_add_a_seccomp_listener_of_its_own";
+    if !can_run(T) {
+        return;
+    }
+    let w = World::new("sv-listener");
+    let bin = w.root.join("listener");
+    let cc = Command::new("gcc")
+        .args(["-O1", "-o", s(&bin)])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/supervise_listener.c"
+        ))
+        .arg("-lpthread")
+        .status();
+    if !cc.is_ok_and(|st| st.success()) {
+        support::skip(T, "gcc could not build tests/supervise_listener.c");
+        return;
+    }
+    let f = root_file(&w.data.join("f"));
+    let control = Command::new(&bin).arg(&f).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&control.stdout), "chmod: ok\n");
+    assert_eq!(
+        std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
+        0o777
+    );
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let out = w.run(&[], &[s(&bin), s(&f)]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "seccomp: EBUSY\n");
+    assert_eq!(
+        std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
+        0o644
+    );
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn metadata_inside_the_worktree_and_tmpdir_works() {
     const T: &str = "metadata_inside_the_worktree_and_tmpdir_works";

@@ -40,6 +40,16 @@
 //! file, `chown` to another uid, `trusted.*` xattrs); set-id modes never get
 //! here (the deny filter's `EPERM` takes precedence over `USER_NOTIF`).
 //!
+//! # The run's one listener
+//! Among seccomp filters giving the same action the newest wins, so a
+//! listener the command installed for `chmod` could answer `CONTINUE` and
+//! the kernel would run the call past this supervisor. The kernel allows
+//! one listener per filter tree and refuses a second with `EBUSY`; the
+//! run's filter holds it from before the command's exec
+//! (`tests/supervise.rs::the_command_cannot_add_a_seccomp_listener_of_its_own`).
+//! A filter of the command's that notifies without a listener makes the
+//! call fail with `ENOSYS`, and any stronger action it gives refuses too.
+//!
 //! # Liveness
 //! One thread receives (poll on the listener and a stop pipe). Metadata
 //! calls are answered inline (no blocking I/O on the command's behalf);
