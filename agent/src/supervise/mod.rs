@@ -38,7 +38,8 @@
 //! (`AT_EMPTY_PATH`; xattrs through `/proc/self/fd/N`). So the kernel's own
 //! checks still refuse what it would refuse the command (another owner's
 //! file, `chown` to another uid, `trusted.*` xattrs); set-id modes never get
-//! here (the deny filter's `EPERM` takes precedence over `USER_NOTIF`).
+//! here (the seccomp program refuses them in the kernel, in a part before the
+//! notifying one, and a part's verdict is final).
 //!
 //! # The run's one listener
 //! Among seccomp filters giving the same action the newest wins, so a
@@ -48,7 +49,8 @@
 //! run's filter holds it from before the command's exec
 //! (`tests/supervise.rs::the_command_cannot_add_a_seccomp_listener_of_its_own`).
 //! A filter of the command's that notifies without a listener makes the
-//! call fail with `ENOSYS`, and any stronger action it gives refuses too.
+//! call fail with `ENOSYS` (the kernel answers so for a filter without
+//! one), and any stronger action it gives refuses too.
 //!
 //! # Liveness
 //! One thread receives (poll on the listener and a stop pipe). Metadata
