@@ -325,18 +325,6 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     ))
 }
 
-/// Besides [`DENY_ALWAYS`], the calls of the reported part, refused by
-/// their arguments: `clone` with a `CLONE_NEW*` flag, `socket` and
-/// `socketpair` of a family not allowed.
-const REPORTED_BY_ARGS: [i64; 3] = [libc::SYS_clone, libc::SYS_socket, libc::SYS_socketpair];
-
-/// Whether `nr` is a call of the reported part. No other part notifies
-/// these, so a notification of one of them is always that part's refusal
-/// (a unit test holds the lists apart).
-fn reported(nr: i64) -> bool {
-    DENY_ALWAYS.iter().any(|(n, _, _)| *n == nr) || REPORTED_BY_ARGS.contains(&nr)
-}
-
 /// A part whose only refusal is `EPERM`, made to hand that refusal to the
 /// supervisor instead (`USER_NOTIF`; seccompiler has no such action): the
 /// supervisor answers `EPERM` and records it, so the user sees the call.
@@ -352,41 +340,45 @@ fn to_supervisor(mut part: BpfProgram) -> BpfProgram {
 
 /// What a notification of the reported part refused, and how it would
 /// widen the sandbox, for the audit: `None` when `nr` is not one of its
-/// calls. The arguments are registers the kernel copied, not the task's
-/// memory.
+/// calls ([`DENY_ALWAYS`]; `clone`, `socket`, `socketpair`, which it refuses
+/// by their arguments). No other part notifies these, so a notification of
+/// one of them is always that part's refusal
+/// (`the_reported_calls_are_notified_by_no_other_part`). The arguments are
+/// registers the kernel copied, not the task's memory.
 #[must_use]
 pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
-    if !reported(nr) {
-        return None;
-    }
     if let Some((_, name, why)) = DENY_ALWAYS.iter().find(|(n, _, _)| *n == nr) {
         return Some(((*name).to_owned(), *why));
     }
-    Some(if nr == libc::SYS_clone {
-        let flags: Vec<&str> = CLONE_NS_FLAGS
-            .iter()
-            .filter(|(f, _)| args[0] & f == *f)
-            .map(|(_, n)| *n)
-            .collect();
-        (
-            format!("clone with {}", flags.join("|")),
-            Widens::Namespaces,
-        )
-    } else {
-        let call = if nr == libc::SYS_socket {
-            "socket"
-        } else {
-            "socketpair"
-        };
-        // The family and protocol are ints: the low halves of their registers.
-        let (family, protocol) = (args[0] as u32, args[2] as u32);
-        let shown = if family == libc::AF_NETLINK as u32 {
-            format!("{call}({}, protocol {protocol})", family_name(family))
-        } else {
-            format!("{call}({})", family_name(family))
-        };
-        (shown, Widens::SocketFamily)
-    })
+    match nr {
+        libc::SYS_clone => {
+            let flags: Vec<&str> = CLONE_NS_FLAGS
+                .iter()
+                .filter(|(f, _)| args[0] & f == *f)
+                .map(|(_, n)| *n)
+                .collect();
+            Some((
+                format!("clone with {}", flags.join("|")),
+                Widens::Namespaces,
+            ))
+        }
+        libc::SYS_socket | libc::SYS_socketpair => {
+            let call = if nr == libc::SYS_socket {
+                "socket"
+            } else {
+                "socketpair"
+            };
+            // The family and protocol are ints: the low halves of their registers.
+            let (family, protocol) = (args[0] as u32, args[2] as u32);
+            let shown = if family == libc::AF_NETLINK as u32 {
+                format!("{call}({}, protocol {protocol})", family_name(family))
+            } else {
+                format!("{call}({})", family_name(family))
+            };
+            Some((shown, Widens::SocketFamily))
+        }
+        _ => None,
+    }
 }
 
 /// `AF_PACKET`, … or the number.
@@ -984,7 +976,7 @@ mod tests {
     fn the_reported_calls_are_notified_by_no_other_part() {
         for nr in super::NOTIFY_METADATA.iter().chain(&super::NOTIFY_JUDGED) {
             assert!(
-                !super::reported(*nr),
+                super::refused_call(*nr, [u64::MAX; 6]).is_none(),
                 "{nr} is both reported and supervised"
             );
         }
@@ -992,7 +984,7 @@ mod tests {
         for (nr, _, _) in super::DENY_ALWAYS {
             assert_eq!(run(&notify, *nr, [u64::MAX; 6]), super::RET_ALLOW, "{nr}");
         }
-        for nr in super::REPORTED_BY_ARGS {
+        for nr in [libc::SYS_clone, libc::SYS_socket, libc::SYS_socketpair] {
             for a in [[0; 6], [u64::MAX; 6], [17, 3, 0, 0, 0, 0]] {
                 assert_eq!(run(&notify, nr, a), super::RET_ALLOW, "{nr} {a:?}");
             }

@@ -430,14 +430,15 @@ fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
 fn handle(s: &Arc<Shared>, n: Notif) {
     let nr = i64::from(n.nr);
     let task = Task::new(s, n);
-    let reply = if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
-        refuse_call(&task, s, call, why)
-    } else if nr == libc::SYS_connect {
+    let reply = if nr == libc::SYS_connect {
         unix::connect(&task, s)
     } else if nr == libc::SYS_sendto {
         unix::sendto(&task, s)
     } else if nr == libc::SYS_ioctl || crate::seccomp::NOTIFY_METADATA.contains(&nr) {
         meta::handle(&task, &s.fs_roots)
+    } else if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
+        // Last: rare, and no number above is one of these.
+        refuse_call(&task, s, call, why)
     } else {
         Reply::Errno(libc::ENOSYS)
     };
