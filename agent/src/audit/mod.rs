@@ -351,6 +351,14 @@ struct Tally {
     syscalls: BTreeMap<String, (u64, Vec<String>)>,
 }
 
+/// One more of a tally's entries, and the command that made it (once).
+fn seen(entry: &mut (u64, Vec<String>), comm: &str) {
+    entry.0 += 1;
+    if !entry.1.iter().any(|c| c == comm) {
+        entry.1.push(comm.to_owned());
+    }
+}
+
 impl Tally {
     /// The summary's lines for packets the packet programs dropped: from
     /// outside (`ingress`), and of the run's sockets to outside (`egress`).
@@ -480,10 +488,7 @@ impl AuditLog {
                 } else {
                     t.kernel.entry(k.destination.clone()).or_default()
                 };
-                e.0 += 1;
-                if !e.1.contains(&k.comm) {
-                    e.1.push(k.comm.clone());
-                }
+                seen(e, &k.comm);
             }
             Event::KernelEventsLost { count } => {
                 *t.refused.entry(Layer::KernelNetwork).or_default() += count;
@@ -509,28 +514,16 @@ impl AuditLog {
             }
             Event::Scope(sc) => {
                 *t.refused.entry(Layer::Scope).or_default() += 1;
-                let e = t.scope.entry(sc.target.clone()).or_default();
-                e.0 += 1;
-                if !e.1.contains(&sc.comm) {
-                    e.1.push(sc.comm.clone());
-                }
+                seen(t.scope.entry(sc.target.clone()).or_default(), &sc.comm);
             }
             Event::Syscall(sc) => {
                 *t.refused.entry(Layer::Syscall).or_default() += 1;
-                let e = t.syscalls.entry(sc.call.clone()).or_default();
-                e.0 += 1;
-                if !e.1.contains(&sc.comm) {
-                    e.1.push(sc.comm.clone());
-                }
+                seen(t.syscalls.entry(sc.call.clone()).or_default(), &sc.comm);
             }
             Event::Filesystem(f) => {
                 *t.refused.entry(Layer::Filesystem).or_default() += 1;
                 let key = f.path.clone().unwrap_or_else(|| "(path unknown)".into());
-                let e = t.fs.entry(key).or_default();
-                e.0 += 1;
-                if !e.1.contains(&f.comm) {
-                    e.1.push(f.comm.clone());
-                }
+                seen(t.fs.entry(key).or_default(), &f.comm);
             }
             _ => {}
         }
