@@ -700,19 +700,10 @@ fn seccomp_denials_and_controls() {
             "ok"
         ]
     );
-    let calls: Vec<String> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .filter_map(|l| match serde_json::from_str(l).unwrap() {
-            lockrun::audit::Record {
-                event: lockrun::audit::Event::Syscall(sc),
-                ..
-            } => {
-                assert_eq!(sc.comm, "python3");
-                Some(sc.call)
-            }
-            _ => None,
-        })
+    let calls: Vec<String> = w
+        .refused_calls(&log, "python3")
+        .into_iter()
+        .map(|(c, _)| c)
         .collect();
     assert_eq!(
         calls,
@@ -753,8 +744,27 @@ fn x32_calls_are_refused() {
         outside == ["ok"] || outside == ["errno=ENOSYS"],
         "outside: {outside:?}"
     );
-    let r = w.probe(&[], &[&["x32_getpid"], &["getpid"]]);
-    assert_eq!(r, ["errno=EPERM", "ok"]);
+    let log = w.root.join("audit.jsonl");
+    let out = w.run(
+        &["--audit-log", s(&log)],
+        &support::probe_argv(&[&["x32_getpid"], &["getpid"]]),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["errno=EPERM", "ok"]);
+    // Seen: recorded, and summed up on stderr.
+    assert_eq!(
+        w.refused_calls(&log, "python3"),
+        [(
+            "x32-ABI call 0x40000027".to_owned(),
+            lockrun::seccomp::Widens::X32Abi
+        )]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): x32-ABI call 0x40000027 (python3)\n"),
+        "{stderr}"
+    );
     w.assert_no_run_dirs();
 }
 
@@ -1192,11 +1202,16 @@ fn typing_into_the_callers_terminal_is_refused() {
         .unwrap();
     // The pty carries lockrun's stderr too.
     let inside = String::from_utf8_lossy(&out.stdout);
-    let inside: Vec<&str> = inside
+    let (summary, inside): (Vec<&str>, Vec<&str>) = inside
         .lines()
         .filter(|l| !support::is_crowding(l))
-        .collect();
+        .partition(|l| l.starts_with("lockrun: "));
     assert_eq!(inside, ["errno=EPERM", "pwnedok"]);
+    // Seen, not silent.
+    assert_eq!(
+        summary,
+        ["lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): ioctl TIOCSTI (python3)"]
+    );
     w.assert_no_run_dirs();
 }
 
@@ -1354,26 +1369,86 @@ fn the_console_and_other_root_devices_are_unreadable() {
     assert_ne!(r[3], "errno=EACCES", "{r:?}");
 }
 
+/// Set-id bits are refused in the worktree too (a setuid-root file left
+/// there runs as root for whoever starts it after the run), each refusal
+/// recorded and summed up; a directory may keep set-group-ID, which only
+/// hands its group to what is made in it, so `git init --shared` works.
 #[test]
 fn set_id_bits_cannot_be_set_even_in_the_worktree() {
+    use lockrun::seccomp::Widens::SetIdMode;
     use std::os::unix::fs::MetadataExt;
     let w = World::new("setid");
     let f = w.canary(&w.wt.join("tool"));
-    let r = w.probe(
-        &[],
-        &[
+    let dir = w.wt.join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let log = w.root.join("audit.jsonl");
+    let out = w.run(
+        &["--audit-log", s(&log)],
+        &support::probe_argv(&[
             &["chmod_mode", s(&f), "4755"],
             &["chmod_mode", s(&f), "2755"],
             &["create_mode", s(&w.wt.join("made")), "4755"],
-            // Controls: ordinary modes.
+            &["chmod_mode", s(&dir), "4775"],
+            &["open_raw", s(&w.wt.join("raw")), "101", "2644"], // O_CREAT|O_WRONLY
+            // Controls: ordinary modes, set-group-ID on a directory, and a
+            // set-id mode where the kernel ignores it (no O_CREAT).
             &["chmod_mode", s(&f), "755"],
             &["create_mode", s(&w.wt.join("plain")), "644"],
-        ],
+            &["chmod_mode", s(&dir), "2775"],
+            &["open_raw", "/etc/os-release", "2000000", "5007"], // O_CLOEXEC
+        ]),
     );
-    assert_eq!(r, ["errno=EPERM", "errno=EPERM", "errno=EPERM", "ok", "ok"]);
+    assert!(out.status.success(), "{out:?}");
+    w.assert_no_run_dirs();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "ok",
+            "ok",
+            "ok",
+            "ok"
+        ]
+    );
+    assert_absent(&w.wt.join("raw"));
     assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o755);
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o2775);
     assert_absent(&w.wt.join("made"));
     assert!(w.wt.join("plain").exists());
+    let (tool, shared) = (s(&f), s(&dir));
+    assert_eq!(
+        w.refused_calls(&log, "python3"),
+        [
+            (format!("chmod to mode 04755 on {tool}"), SetIdMode),
+            (format!("chmod to mode 02755 on {tool}"), SetIdMode),
+            ("openat with mode 04755".to_owned(), SetIdMode),
+            (
+                format!("chmod to mode 04775 on {shared} (a directory)"),
+                SetIdMode
+            ),
+            ("openat with mode 02644".to_owned(), SetIdMode),
+        ]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lockrun: 5 system calls refused (seccomp: calls that would widen the sandbox, which no policy allows): "),
+        "{stderr}"
+    );
+    // A shared repository sets S_ISGID on its directories.
+    let out = w.run(&[], &["git", "init", "-q", "--shared=group", "repo"]);
+    assert!(out.status.success(), "{out:?}");
+    let objects = std::fs::metadata(w.wt.join("repo/.git/objects")).unwrap();
+    assert_eq!(objects.mode() & 0o2000, 0o2000, "{:o}", objects.mode());
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("refused"),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -355,7 +355,7 @@ fn metadata_inside_the_worktree_and_tmpdir_works() {
          stat -c '%a %Y' t",
     );
     assert_eq!(out.trim(), "640 1000000000");
-    // Set-id bits stay refused (the deny filter answers before the supervisor).
+    // Set-id bits stay refused (the supervisor refuses them before performing).
     let setid: &[&[&str]] = &[&["chmod", s(&f), "4755"], &["chmod", s(&f), "2755"]];
     let r = probe(&w, &[], setid);
     assert_eq!(r, ["errno=EPERM", "errno=EPERM"]);

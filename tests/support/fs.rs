@@ -79,6 +79,31 @@ impl World {
         stdout.lines().map(str::to_owned).collect()
     }
 
+    /// The calls the supervisor refused and recorded in the audit log
+    /// `log`, in order, each with what it would have widened; asserts each
+    /// came from `comm`.
+    #[allow(dead_code)]
+    pub fn refused_calls(
+        &self,
+        log: &std::path::Path,
+        comm: &str,
+    ) -> Vec<(String, lockrun::seccomp::Widens)> {
+        std::fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .filter_map(|l| match serde_json::from_str(l).unwrap() {
+                lockrun::audit::Record {
+                    event: lockrun::audit::Event::Syscall(sc),
+                    ..
+                } => {
+                    assert_eq!(sc.comm, comm, "{sc:?}");
+                    Some((sc.call, sc.why))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The same probe, outside any sandbox (controls).
     pub fn probe_outside(&self, ops: &[&[&str]]) -> Vec<String> {
         let argv = probe_argv(ops);

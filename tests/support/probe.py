@@ -70,6 +70,11 @@ def op(name, a):
         os.chmod(a[0], 0o777)
     elif name == "chmod_mode":
         os.chmod(a[0], int(a[1], 8))
+    elif name == "open_raw":
+        # openat(AT_FDCWD, path, flags, mode) as a raw syscall, as jemalloc
+        # calls open: the mode is whatever the register holds.
+        path = ctypes.create_string_buffer(a[0].encode())
+        os.close(sc(257, -100, ctypes.addressof(path), int(a[1], 8), int(a[2], 8)))
     elif name == "create_mode":
         os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, int(a[1], 8)))
     elif name == "chown":

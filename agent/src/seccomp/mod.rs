@@ -4,8 +4,9 @@
 //!
 //! Compiled in the parent, loaded in the child (see [`crate::sys`]) as one
 //! program ([`combined`]). It opens with a front that kills any other
-//! architecture, refuses every x32-ABI call (EPERM) and sends only the
-//! calls a part decides on to the four default-allow parts:
+//! architecture, hands every x32-ABI call to the supervisor to be refused,
+//! and sends only the calls a part decides on to the three default-allow
+//! parts:
 //!
 //! 1. **the deny list → the supervisor, which answers EPERM**: tracing and
 //!    cross-process memory (`ptrace`, `process_vm_*`), `bpf`,
@@ -17,20 +18,18 @@
 //!    `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK` with protocol
 //!    `NETLINK_ROUTE` (read-only without `CAP_NET_ADMIN`; `ip addr` needs
 //!    it, glibc's `getaddrinfo` uses it for `AI_ADDRCONFIG`). Raw `AF_INET`
-//!    sockets need `CAP_NET_RAW`, which is gone. These are handed over
-//!    (`USER_NOTIF`) only to be seen: the supervisor decides on the number
-//!    alone ([`refused_call`]), records the call and answers `EPERM`, so
-//!    the user learns what a tool was refused (`lockrun: 1 system call
-//!    refused …: unshare (bwrap)`). If lockrun is gone, the kernel fails
-//!    them with `ENOSYS`.
-//! 2. **refused in the kernel → EPERM**: **set-id mode bits** (`S_ISUID`/
-//!    `S_ISGID`) in `chmod`, `fchmod`, `fchmodat(2)`, `open`, `openat`,
-//!    `creat`, `mknod(at)` (a setuid-root file left in the worktree would
-//!    widen someone's privileges after the run), and `ioctl` `TIOCSTI` and
-//!    `TIOCLINUX` (typing into the caller's terminal, which runs once
-//!    lockrun exits; `dev.tty.legacy_tiocsti` is on here). Never handed
-//!    over: the supervisor performs the chmod family and judges ioctls.
-//! 3. **`clone3` and `openat2` → ENOSYS.** Their flags/mode live in a struct
+//!    sockets need `CAP_NET_RAW`, which is gone. Also **set-id mode bits**
+//!    (`S_ISUID`/`S_ISGID`) in the calls that create a file (`open`,
+//!    `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
+//!    worktree would widen someone's privileges after the run), and `ioctl`
+//!    `TIOCSTI` and `TIOCLINUX` (typing into the caller's terminal, which
+//!    runs once lockrun exits; `dev.tty.legacy_tiocsti` is on here). These
+//!    are handed over (`USER_NOTIF`) only to be seen: the supervisor decides
+//!    on the registers alone ([`refused_call`]), records the call and
+//!    answers `EPERM`, so the user learns what a tool was refused
+//!    (`lockrun: 1 system call refused …: unshare (bwrap)`). If lockrun is
+//!    gone, the kernel fails them with `ENOSYS`.
+//! 2. **`clone3` and `openat2` → ENOSYS.** Their flags/mode live in a struct
 //!    seccomp cannot read, so they cannot be told apart from a
 //!    namespace-creating call or a set-id file creation. ENOSYS (not EPERM)
 //!    makes glibc fall back to `clone` / callers to `openat`, whose
@@ -39,9 +38,13 @@
 //! The last part, [`notify_filter`], hands syscalls to lockrun's supervisor
 //! (`SECCOMP_RET_USER_NOTIF`, Linux 5.0; see [`crate::supervise`]): the
 //! metadata calls Landlock does not cover, and `connect`/`sendto` whose
-//! address length is not that of an inet address. Each part's verdict is
-//! final, and the earlier parts decide on other calls, so what they refuse
-//! (set-id modes) stays refused without reaching the supervisor.
+//! address length is not that of an inet address. The chmod family is
+//! there whatever its mode: the supervisor refuses set-id bits itself
+//! ([`set_id_refused`]), because only it knows the target, and a directory
+//! may keep `S_ISGID` (`git init --shared`, `mkdir -m 2775`). Each part's
+//! verdict is final, and the earlier parts decide on other calls or
+//! arguments ([`refused_call`] is asked first), so what they refuse stays
+//! refused.
 
 use std::collections::BTreeMap;
 
@@ -82,6 +85,9 @@ pub enum Widens {
     IoUring,
     FileHandles,
     SocketFamily,
+    SetIdMode,
+    Terminal,
+    X32Abi,
 }
 
 impl Widens {
@@ -112,6 +118,19 @@ impl Widens {
             Self::SocketFamily => {
                 "a socket family other than unix, inet, inet6 and netlink route reaches networks \
                  and kernel interfaces no hook of lockrun judges"
+            }
+            Self::SetIdMode => {
+                "a set-user-ID or set-group-ID file left behind runs with its owner's or group's \
+                 privileges for whoever starts it after the run (a directory may keep \
+                 set-group-ID, which only hands its group to what is made in it)"
+            }
+            Self::Terminal => {
+                "it types into the terminal lockrun was started from, which runs what it typed \
+                 outside the sandbox once lockrun exits"
+            }
+            Self::X32Abi => {
+                "an x32-ABI call is an ordinary call under another number, which the filter's \
+                 lists would not know"
             }
         }
     }
@@ -199,25 +218,46 @@ const CLONE_NS_FLAGS: &[(u64, &str)] = &[
 
 const NETLINK_ROUTE: u64 = 0;
 
-/// Syscalls that take a file mode, and the index of the mode argument.
-const MODE_ARGS: &[(i64, u8)] = &[
+/// Syscalls that create a file with a mode: the index of the mode argument,
+/// and of the flags that say whether the call creates at all (`None`: it
+/// always does). The chmod family is the supervisor's ([`set_id_refused`]).
+const CREATE_MODE_ARGS: &[(i64, u8, Option<u8>, &str)] = &[
     #[cfg(target_arch = "x86_64")]
-    (libc::SYS_chmod, 1),
+    (libc::SYS_creat, 1, None, "creat"),
     #[cfg(target_arch = "x86_64")]
-    (libc::SYS_creat, 1),
+    (libc::SYS_open, 2, Some(1), "open"),
     #[cfg(target_arch = "x86_64")]
-    (libc::SYS_open, 2),
-    #[cfg(target_arch = "x86_64")]
-    (libc::SYS_mknod, 1),
-    (libc::SYS_fchmod, 1),
-    (libc::SYS_fchmodat, 2),
-    (SYS_FCHMODAT2, 2),
-    (libc::SYS_openat, 3),
-    (libc::SYS_mknodat, 2),
+    (libc::SYS_mknod, 1, None, "mknod"),
+    (libc::SYS_openat, 3, Some(2), "openat"),
+    (libc::SYS_mknodat, 2, None, "mknodat"),
+];
+
+/// The open flags under which the kernel reads the mode (`WILL_CREATE`:
+/// `O_CREAT`, `__O_TMPFILE`); without them it ignores it, and a caller may
+/// leave garbage there (jemalloc's `syscall(SYS_open, path, flags)` in
+/// rustc does).
+const CREATING_FLAGS: [u64; 2] = [
+    libc::O_CREAT as u64,
+    (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64,
 ];
 
 /// `S_ISUID`, `S_ISGID`.
 const SET_ID_BITS: &[u64] = &[0o4000, 0o2000];
+
+/// Commands of `ioctl` that type into a terminal.
+const TERMINAL_IOCTLS: &[(u64, &str)] =
+    &[(libc::TIOCSTI, "TIOCSTI"), (libc::TIOCLINUX, "TIOCLINUX")];
+
+/// Whether a chmod to `mode` is refused for its set-id bits: `S_ISUID`
+/// always, `S_ISGID` unless the target is a directory (where it only hands
+/// the directory's group to what is made in it). The supervisor asks this
+/// of every chmod it would perform; `mode` is the register, of which the
+/// kernel keeps the low 16 bits.
+#[must_use]
+pub fn set_id_refused(mode: u64, is_dir: bool) -> bool {
+    let mode = mode & 0o7777;
+    mode & 0o4000 != 0 || (mode & 0o2000 != 0 && !is_dir)
+}
 
 fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
     Ok(SeccompCondition::new(
@@ -229,8 +269,8 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
 }
 
 /// The seccompiler-built parts of [`combined`], in its order: the calls
-/// refused and reported (→ the supervisor, which answers EPERM), the ones
-/// refused in the kernel (→ EPERM), then `clone3` and friends → ENOSYS.
+/// refused and reported (→ the supervisor, which answers EPERM), then
+/// `clone3` and friends → ENOSYS.
 fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
@@ -273,6 +313,35 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
         ])?;
         rules.insert(nr, vec![family_not_allowed, netlink_not_route]);
     }
+    // Set-id bits: a file in the worktree made setuid root would run as
+    // root for anyone outside, after the run. Refused wherever a file is
+    // created with a mode (open/creat/mknod); the chmod family goes to the
+    // supervisor, which knows whether the target is a directory.
+    for &(nr, arg, flags, _) in CREATE_MODE_ARGS {
+        let mut r = Vec::new();
+        for bit in SET_ID_BITS {
+            let set_id = cond(arg, SeccompCmpOp::MaskedEq(*bit), *bit)?;
+            match flags {
+                None => r.push(SeccompRule::new(vec![set_id])?),
+                Some(flags) => {
+                    for creating in CREATING_FLAGS {
+                        r.push(SeccompRule::new(vec![
+                            cond(flags, SeccompCmpOp::MaskedEq(creating), creating)?,
+                            set_id.clone(),
+                        ])?);
+                    }
+                }
+            }
+        }
+        rules.insert(nr, r);
+    }
+    // Typing into the terminal lockrun was started from would run commands
+    // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT).
+    let mut tty = Vec::new();
+    for (cmd, _) in TERMINAL_IOCTLS {
+        tty.push(SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, *cmd)?])?);
+    }
+    rules.insert(libc::SYS_ioctl, tty);
     decided.extend(rules.keys().copied());
     let reported = SeccompFilter::new(
         rules,
@@ -281,46 +350,8 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
         ARCH,
     )?;
     let reported = to_supervisor(reported.try_into().map_err(SeccompError::Compile)?);
-
-    // Set-id bits: a file in the worktree made setuid root would run as
-    // root for anyone outside, after the run. Refused wherever a mode is
-    // given: chmod family (mode arg) and file creation (open/creat/mknod).
-    // In the kernel: the supervisor performs the chmod family, so these
-    // must never reach it.
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for &(nr, arg) in MODE_ARGS {
-        let mut r = Vec::new();
-        for bit in SET_ID_BITS {
-            r.push(SeccompRule::new(vec![cond(
-                arg,
-                SeccompCmpOp::MaskedEq(*bit),
-                *bit,
-            )?])?);
-        }
-        rules.insert(nr, r);
-    }
-    // Typing into the terminal lockrun was started from would run commands
-    // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT).
-    rules.insert(
-        libc::SYS_ioctl,
-        vec![
-            SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCSTI)?])?,
-            SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?])?,
-        ],
-    );
-    decided.extend(rules.keys().copied());
-    let deny = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        ARCH,
-    )?;
     Ok((
-        vec![
-            reported,
-            deny.try_into().map_err(SeccompError::Compile)?,
-            clone3.try_into().map_err(SeccompError::Compile)?,
-        ],
+        vec![reported, clone3.try_into().map_err(SeccompError::Compile)?],
         decided,
     ))
 }
@@ -338,17 +369,41 @@ fn to_supervisor(mut part: BpfProgram) -> BpfProgram {
     part
 }
 
-/// What a notification of the reported part refused, and how it would
-/// widen the sandbox, for the audit: `None` when `nr` is not one of its
-/// calls ([`DENY_ALWAYS`]; `clone`, `socket`, `socketpair`, which it refuses
-/// by their arguments). No other part notifies these, so a notification of
-/// one of them is always that part's refusal
-/// (`the_reported_calls_are_notified_by_no_other_part`). The arguments are
-/// registers the kernel copied, not the task's memory.
+/// What a notification of the reported part (or the front's x32 test)
+/// refused, and how it would widen the sandbox, for the audit: `None` when
+/// the call is not one of its refusals. Decided on the number and the
+/// registers the kernel copied, never the task's memory, exactly as the
+/// filter decides (`refused_call_agrees_with_the_filter`). The supervisor
+/// asks this first; no call the notifying part hands over for the
+/// supervisor to perform is one of these
+/// (`the_reported_calls_are_notified_by_no_other_part`), and a refusal
+/// this failed to name would still be refused there (`ENOSYS`, or the
+/// ioctl refused as not allowed).
 #[must_use]
 pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
+    #[cfg(target_arch = "x86_64")]
+    if nr & i64::from(X32_SYSCALL_BIT) != 0 {
+        return Some((
+            format!("x32-ABI call {:#x}", nr & 0xffff_ffff),
+            Widens::X32Abi,
+        ));
+    }
     if let Some((_, name, why)) = DENY_ALWAYS.iter().find(|(n, _, _)| *n == nr) {
         return Some(((*name).to_owned(), *why));
+    }
+    // Registers the kernel reads as ints: their low halves.
+    let low = |i: usize| args[i] & 0xffff_ffff;
+    if let Some((_, arg, flags, name)) = CREATE_MODE_ARGS.iter().find(|(n, ..)| *n == nr) {
+        let mode = low(usize::from(*arg));
+        // Without a creating flag the kernel ignores the mode.
+        let creates =
+            flags.is_none_or(|f| CREATING_FLAGS.iter().any(|c| low(usize::from(f)) & c != 0));
+        return (creates && mode & 0o6000 != 0).then(|| {
+            (
+                format!("{name} with mode 0{:o}", mode & 0o7777),
+                Widens::SetIdMode,
+            )
+        });
     }
     match nr {
         libc::SYS_clone => {
@@ -357,10 +412,12 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
                 .filter(|(f, _)| args[0] & f == *f)
                 .map(|(_, n)| *n)
                 .collect();
-            Some((
-                format!("clone with {}", flags.join("|")),
-                Widens::Namespaces,
-            ))
+            (!flags.is_empty()).then(|| {
+                (
+                    format!("clone with {}", flags.join("|")),
+                    Widens::Namespaces,
+                )
+            })
         }
         libc::SYS_socket | libc::SYS_socketpair => {
             let call = if nr == libc::SYS_socket {
@@ -368,8 +425,15 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
             } else {
                 "socketpair"
             };
-            // The family and protocol are ints: the low halves of their registers.
-            let (family, protocol) = (args[0] as u32, args[2] as u32);
+            let (family, protocol) = (low(0), low(2));
+            let allowed = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6]
+                .iter()
+                .any(|f| u64::try_from(*f) == Ok(family))
+                || (family == libc::AF_NETLINK as u64 && protocol == NETLINK_ROUTE);
+            if allowed {
+                return None;
+            }
+            let family = u32::try_from(family).unwrap_or(u32::MAX);
             let shown = if family == libc::AF_NETLINK as u32 {
                 format!("{call}({}, protocol {protocol})", family_name(family))
             } else {
@@ -377,6 +441,10 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
             };
             Some((shown, Widens::SocketFamily))
         }
+        libc::SYS_ioctl => TERMINAL_IOCTLS
+            .iter()
+            .find(|(cmd, _)| *cmd == low(1))
+            .map(|(_, name)| (format!("ioctl {name}"), Widens::Terminal)),
         _ => None,
     }
 }
@@ -406,20 +474,20 @@ fn family_name(family: u32) -> String {
 
 /// Every filter of a run as one program, in this order: the [`front`]
 /// (architecture, x32, and a search that lets every call no part decides
-/// on through at once), the deny list (reported, then refused in the
-/// kernel), then `clone3`/`openat2` → ENOSYS, then [`notify_filter`]. Loaded as one
+/// on through at once), the deny list (reported), then `clone3`/`openat2`
+/// → ENOSYS, then [`notify_filter`]. Loaded as one
 /// filter (with the notification listener), because each filter the
 /// kernel loads costs its own allocation, conversion, JIT and action-cache
 /// emulation (~0.1 ms here for three), and every syscall of the command
 /// then runs one program instead of three.
 ///
 /// Same verdicts as the parts loaded separately would give, because no
-/// two parts decide on the same call except in order: the kernel-refused
-/// part's set-id modes and `TIOCSTI` come before the notifying part, so
-/// they never reach the supervisor; the reported part's calls no other part
-/// names (`the_reported_calls_are_notified_by_no_other_part`); the ENOSYS
-/// calls are in no other part. A part's verdict other than allow is final,
-/// and a part that allows falls through to the next.
+/// two parts decide on the same call except in order: the reported part's
+/// calls and arguments no other part names
+/// (`the_reported_calls_are_notified_by_no_other_part`: `ioctl` is in both,
+/// with other commands); the ENOSYS calls are in no other part. A part's
+/// verdict other than allow is final, and a part that allows falls through
+/// to the next.
 pub fn combined() -> Result<BpfProgram, SeccompError> {
     let (parts, decided) = parts()?;
     let mut out = front(&decided);
@@ -431,7 +499,7 @@ pub fn combined() -> Result<BpfProgram, SeccompError> {
     Ok(out)
 }
 
-/// The three parts of [`combined`] in order, and every syscall number any
+/// The parts of [`combined`] in order, and every syscall number any
 /// of them decides on (the others it allows).
 fn parts() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     let (mut parts, mut decided) = filters()?;
@@ -442,7 +510,8 @@ fn parts() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
 }
 
 /// The first instructions of [`combined`]: the architecture (any other is
-/// killed), then on `x86_64` every x32-ABI call refused with EPERM, then a
+/// killed), then on `x86_64` every x32-ABI call handed to the supervisor,
+/// which refuses it with EPERM and reports it ([`refused_call`]), then a
 /// binary search over `decided`, the calls some part decides on; only
 /// those go on to the parts, every other call is allowed here.
 ///
@@ -471,7 +540,7 @@ fn front(decided: &[i64]) -> BpfProgram {
     #[cfg(target_arch = "x86_64")]
     p.extend([
         insn(JSET_K, 0, 1, X32_SYSCALL_BIT),
-        insn(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
     ]);
     let mut to_parts = Vec::new();
     search(&mut p, &mut to_parts, &nrs);
@@ -561,15 +630,19 @@ pub fn describe() -> Vec<(&'static str, String)> {
             "EPERM, each refusal shown",
             "socket, socketpair: any family but AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK with NETLINK_ROUTE".to_owned(),
         ),
-        ("EPERM", "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned()),
+        (
+            "EPERM, each refusal shown",
+            "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned(),
+        ),
         #[cfg(target_arch = "x86_64")]
         (
-            "EPERM",
+            "EPERM, each refusal shown",
             "every x32-ABI call (numbers with bit 30 set: the same calls under numbers the lists would miss)".to_owned(),
         ),
         (
-            "EPERM",
-            "set-id mode bits (S_ISUID, S_ISGID) in chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat".to_owned(),
+            "EPERM, each refusal shown",
+            "set-id mode bits: S_ISUID and S_ISGID in open, openat, creat, mknod, mknodat; in chmod, fchmod, fchmodat, \
+             fchmodat2 (judged by the supervisor) S_ISUID always and S_ISGID except on a directory".to_owned(),
         ),
         (
             "ENOSYS",
@@ -862,7 +935,7 @@ mod tests {
     #[test]
     fn filters_compile_for_this_arch() {
         let (f, _) = super::filters().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(f.len(), 3);
+        assert_eq!(f.len(), 2);
         assert!(f.iter().all(|p| !p.is_empty() && p.len() < u16::MAX.into()));
     }
 
@@ -954,15 +1027,60 @@ mod tests {
                 );
             }
         }
-        // Refused in the kernel, never handed over: the supervisor performs
-        // the chmod family, and must not be asked to perform a set-id one.
+        // Typing into the terminal, and creating a set-id file: reported.
+        // The chmod family goes to the notifying part whatever its mode:
+        // the supervisor performs it, and refuses set-id bits itself.
+        let reported: &[(i64, [u64; 6], &str)] = &[
+            (
+                libc::SYS_ioctl,
+                [0, libc::TIOCSTI, 0, 0, 0, 0],
+                "ioctl TIOCSTI",
+            ),
+            (
+                libc::SYS_ioctl,
+                [0, libc::TIOCLINUX, 0, 0, 0, 0],
+                "ioctl TIOCLINUX",
+            ),
+            (
+                libc::SYS_openat,
+                [3, 0x1000, 0o101, 0o4755, 0, 0],
+                "openat with mode 04755",
+            ),
+            (
+                libc::SYS_mknodat,
+                [3, 0x1000, 0o10_2644, 0, 0, 0],
+                "mknodat with mode 02644",
+            ),
+        ];
+        for (nr, args, shown) in reported {
+            assert_eq!(run(&all, *nr, *args), super::RET_USER_NOTIF, "{shown}");
+            assert_eq!(
+                super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
+                Some(*shown)
+            );
+        }
         assert_eq!(
-            run(&all, libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
-            super::RET_ERRNO | 1
+            run(&all, libc::SYS_openat, [3, 0x1000, 0o101, 0o644, 0, 0]),
+            super::RET_ALLOW
+        );
+        // Not creating: the kernel ignores the mode, which may be garbage
+        // (rustc's jemalloc opens /proc files so).
+        for flags in [0, 0o2_000_000, 0o200_000] {
+            let args = [3, 0x1000, flags, 0o5007, 0, 0];
+            assert_eq!(run(&all, libc::SYS_openat, args), super::RET_ALLOW);
+            assert_eq!(super::refused_call(libc::SYS_openat, args), None);
+        }
+        let tmpfile = [3, 0x1000, 0o2020_0002, 0o2600, 0, 0];
+        assert_eq!(run(&all, libc::SYS_openat, tmpfile), super::RET_USER_NOTIF);
+        assert_eq!(
+            super::refused_call(libc::SYS_openat, tmpfile)
+                .map(|(c, _)| c)
+                .as_deref(),
+            Some("openat with mode 02600")
         );
         assert_eq!(
-            run(&all, libc::SYS_ioctl, [0, libc::TIOCSTI, 0, 0, 0, 0]),
-            super::RET_ERRNO | 1
+            run(&all, libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
+            super::RET_USER_NOTIF
         );
         assert_eq!(
             super::refused_call(libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
@@ -970,17 +1088,102 @@ mod tests {
         );
     }
 
-    /// No other part notifies a call of the reported part: the supervisor
-    /// takes every notification of those numbers for a refusal.
+    /// The supervisor takes a notification for a refusal exactly when the
+    /// reported part (or, for x32, the front) gave it: for every number up
+    /// to 1024 and arguments that take each branch, [`super::refused_call`]
+    /// names a call if and only if the filter handed it over as refused.
+    #[test]
+    fn refused_call_agrees_with_the_filter() {
+        let (parts, _) = super::parts().unwrap();
+        let reported = &parts[0];
+        let all = super::combined().unwrap();
+        let args: &[[u64; 6]] = &[
+            [0; 6],
+            [u64::MAX; 6],
+            [0o4000; 6],
+            [0o2000; 6],
+            [0o1755; 6],
+            [0x800_0000_0000; 6], // a set-id bit in the high half: not read
+            [0x1_0000_0800; 6],   // S_ISUID in the low half
+            [17, 3, 0, 0, 0, 0],
+            [16, 3, 4, 0, 0, 0],
+            [16, 3, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0],
+            [2, 1, 0, 0, 0, 0],
+            [10, 2, 0, 0, 0, 0],
+            [0x1000_0000, 0, 0, 0, 0, 0],
+            [libc::SIGCHLD as u64, 0, 0, 0, 0, 0],
+            [3, libc::TIOCSTI, 0, 0, 0, 0],
+            [3, libc::TIOCLINUX | 0x1_0000_0000, 0, 0, 0, 0],
+            [3, libc::TCGETS, 0, 0, 0, 0],
+            [3, 0x4008_6602, 0, 0, 0, 0],
+            // open and openat: creating (O_CREAT, O_TMPFILE) or not, with
+            // set-id modes where each reads it.
+            [0x1000, 0o100, 0o4755, 0o4755, 0, 0],
+            [3, 0x1000, 0o100, 0o2755, 0, 0],
+            [3, 0x1000, 0o2020_0002, 0o2600, 0, 0],
+            [3, 0x1000, 0o2000_0000, 0o5007, 0, 0],
+            [0x1000, 0o2000_0000, 0o4260, 0, 0, 0],
+        ];
+        for nr in 0..1024 {
+            for a in args {
+                let handed = run(reported, nr, *a) == super::RET_USER_NOTIF;
+                let named = super::refused_call(nr, *a);
+                assert_eq!(handed, named.is_some(), "nr {nr} args {a:?}: {named:?}");
+                if handed {
+                    assert_eq!(run(&all, nr, *a), super::RET_USER_NOTIF, "nr {nr} {a:?}");
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        for nr in [0, libc::SYS_getpid, libc::SYS_fchmodat, 547] {
+            let x32 = nr | 0x4000_0000;
+            assert_eq!(run(&all, x32, [0; 6]), super::RET_USER_NOTIF);
+            let (call, why) = super::refused_call(x32, [0; 6]).unwrap();
+            assert_eq!(why, super::Widens::X32Abi);
+            assert_eq!(call, format!("x32-ABI call {x32:#x}"));
+        }
+    }
+
+    #[test]
+    fn set_id_bits_are_refused_but_set_group_id_on_a_directory() {
+        use super::set_id_refused;
+        assert!(set_id_refused(0o4755, false));
+        assert!(set_id_refused(0o4755, true));
+        assert!(set_id_refused(0o2755, false));
+        assert!(set_id_refused(0o6755, true));
+        assert!(set_id_refused(0x1_0000_4755, false));
+        assert!(!set_id_refused(0o2775, true));
+        assert!(!set_id_refused(0o1777, false));
+        assert!(!set_id_refused(0o755, false));
+        // Bits the kernel drops (above the mode's 16) decide nothing.
+        assert!(!set_id_refused(0o10_0755, false));
+    }
+
+    /// No call the notifying part hands over for the supervisor to perform
+    /// is one [`super::refused_call`] names (it is asked first), and the
+    /// notifying part hands over none of the reported part's refusals.
     #[test]
     fn the_reported_calls_are_notified_by_no_other_part() {
-        for nr in super::NOTIFY_METADATA.iter().chain(&super::NOTIFY_JUDGED) {
-            assert!(
-                super::refused_call(*nr, [u64::MAX; 6]).is_none(),
-                "{nr} is both reported and supervised"
-            );
-        }
         let notify = super::notify_filter();
+        let mut args: Vec<[u64; 6]> =
+            vec![[0; 6], [u64::MAX; 6], [3, 0o4755, 0o6755, 0o4755, 0, 0]];
+        for cmd in super::NOTIFY_IOCTLS {
+            args.push([3, u64::from(*cmd), 0, 0, 0, 0]);
+        }
+        for (cmd, _) in super::TERMINAL_IOCTLS {
+            args.push([3, *cmd, 0, 0, 0, 0]);
+        }
+        for nr in super::NOTIFY_METADATA.iter().chain(&super::NOTIFY_JUDGED) {
+            for a in &args {
+                let notified = run(&notify, *nr, *a) == super::RET_USER_NOTIF;
+                let refused = super::refused_call(*nr, *a).is_some();
+                assert!(
+                    !(notified && refused),
+                    "{nr} {a:?} is both reported and supervised"
+                );
+            }
+        }
         for (nr, _, _) in super::DENY_ALWAYS {
             assert_eq!(run(&notify, *nr, [u64::MAX; 6]), super::RET_ALLOW, "{nr}");
         }
@@ -1042,7 +1245,7 @@ mod tests {
                 super::RET_ALLOW,
                 "the parts alone miss {x32:#x}"
             );
-            assert_eq!(run(&all, x32, [0; 6]), super::RET_ERRNO | 1, "x32 {nr}");
+            assert_eq!(run(&all, x32, [0; 6]), super::RET_USER_NOTIF, "x32 {nr}");
         }
     }
 

@@ -353,6 +353,20 @@ enum Fail {
     Errno(Errno),
     /// Outside every writable root (or cannot be placed): `EPERM`, audited.
     Outside(String),
+    /// A chmod to set-id bits ([`crate::seccomp::set_id_refused`]): `EPERM`,
+    /// audited as a refused call, which no policy allows.
+    SetId(String),
+}
+
+/// The chmod family's names, for the audit.
+fn chmod_name(nr: i64) -> &'static str {
+    match nr {
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_chmod => "chmod",
+        libc::SYS_fchmod => "fchmod",
+        libc::SYS_fchmodat => "fchmodat",
+        _ => "fchmodat2",
+    }
 }
 
 impl From<Errno> for Fail {
@@ -477,6 +491,9 @@ pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
             }));
             Reply::Errno(libc::EPERM)
         }
+        Err(Fail::SetId(call)) => {
+            super::refuse_call(task, task.s, call, crate::seccomp::Widens::SetIdMode)
+        }
     }
 }
 
@@ -537,6 +554,18 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
     }
     if !roots.judge(&obj)? {
         return Err(Fail::Outside(shown(&obj)));
+    }
+    if let Op::Chmod(mode) = op {
+        let is_dir = matches!(obj, Object::Dir(_));
+        if crate::seccomp::set_id_refused(u64::from(mode), is_dir) {
+            return Err(Fail::SetId(format!(
+                "{} to mode 0{:o} on {}{}",
+                chmod_name(task.nr()),
+                mode & 0o7777,
+                shown(&obj),
+                if is_dir { " (a directory)" } else { "" }
+            )));
+        }
     }
     perform(&obj, &op).map_err(Fail::Errno)
 }

@@ -12,7 +12,7 @@
 //!
 //! It also answers the calls of the seccomp deny list with `EPERM`
 //! ([`crate::seccomp::refused_call`]): the filter hands them over only so
-//! that each refusal is recorded and shown, decided on the number alone.
+//! that each refusal is recorded and shown, decided on the registers alone.
 //!
 //! # Never continue on user memory
 //! A notified task's memory can change between the supervisor's read and the
@@ -37,9 +37,11 @@
 //! acts on the descriptor of the object the supervisor opened
 //! (`AT_EMPTY_PATH`; xattrs through `/proc/self/fd/N`). So the kernel's own
 //! checks still refuse what it would refuse the command (another owner's
-//! file, `chown` to another uid, `trusted.*` xattrs); set-id modes never get
-//! here (the seccomp program refuses them in the kernel, in a part before the
-//! notifying one, and a part's verdict is final).
+//! file, `chown` to another uid, `trusted.*` xattrs). Set-id bits are
+//! refused here, before any chmod is performed
+//! ([`crate::seccomp::set_id_refused`]: `S_ISUID` always, `S_ISGID` but on
+//! a directory), and recorded as a refused call; files created with them
+//! never get here (the seccomp program's reported part refuses them).
 //!
 //! # The run's one listener
 //! Among seccomp filters giving the same action the newest wins, so a
@@ -430,15 +432,16 @@ fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
 fn handle(s: &Arc<Shared>, n: Notif) {
     let nr = i64::from(n.nr);
     let task = Task::new(s, n);
-    let reply = if nr == libc::SYS_connect {
+    // First: decided on registers alone, and `ioctl` is both refused
+    // (typing into a terminal) and performed (inode flags) by its command.
+    let reply = if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
+        refuse_call(&task, s, call, why)
+    } else if nr == libc::SYS_connect {
         unix::connect(&task, s)
     } else if nr == libc::SYS_sendto {
         unix::sendto(&task, s)
     } else if nr == libc::SYS_ioctl || crate::seccomp::NOTIFY_METADATA.contains(&nr) {
         meta::handle(&task, &s.fs_roots)
-    } else if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
-        // Last: rare, and no number above is one of these.
-        refuse_call(&task, s, call, why)
     } else {
         Reply::Errno(libc::ENOSYS)
     };
@@ -448,7 +451,12 @@ fn handle(s: &Arc<Shared>, n: Notif) {
 /// A call of the seccomp deny list, which the filter hands over only to be
 /// seen: recorded, and refused with `EPERM` as the kernel would have.
 /// Decided on the number and registers alone; nothing is read or done.
-fn refuse_call(task: &Task<'_>, s: &Shared, call: String, why: crate::seccomp::Widens) -> Reply {
+pub(crate) fn refuse_call(
+    task: &Task<'_>,
+    s: &Shared,
+    call: String,
+    why: crate::seccomp::Widens,
+) -> Reply {
     s.audit
         .record(crate::audit::Event::Syscall(crate::audit::SyscallEvent {
             pid: task.tgid(),
