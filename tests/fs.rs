@@ -1422,17 +1422,19 @@ fn set_id_bits_cannot_be_set_even_in_the_worktree() {
     assert_absent(&w.wt.join("made"));
     assert!(w.wt.join("plain").exists());
     let (tool, shared) = (s(&f), s(&dir));
+    let (made, raw) = (w.wt.join("made"), w.wt.join("raw"));
+    let (made, raw) = (s(&made), s(&raw));
     assert_eq!(
         w.refused_calls(&log, "python3"),
         [
             (format!("chmod to mode 04755 on {tool}"), SetIdMode),
             (format!("chmod to mode 02755 on {tool}"), SetIdMode),
-            ("openat with mode 04755".to_owned(), SetIdMode),
+            (format!("openat with mode 04755 on {made}"), SetIdMode),
             (
                 format!("chmod to mode 04775 on {shared} (a directory)"),
                 SetIdMode
             ),
-            ("openat with mode 02644".to_owned(), SetIdMode),
+            (format!("openat with mode 02644 on {raw}"), SetIdMode),
         ]
     );
     let stderr = String::from_utf8_lossy(&out.stderr);

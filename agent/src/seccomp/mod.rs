@@ -232,6 +232,19 @@ const CREATE_MODE_ARGS: &[(i64, u8, Option<u8>, &str)] = &[
     (libc::SYS_mknodat, 2, None, "mknodat"),
 ];
 
+/// Which argument of a refused call names its path, to show it: the calls
+/// of [`CREATE_MODE_ARGS`]. For the audit only; the refusal was decided on
+/// the registers.
+#[must_use]
+pub fn path_arg(nr: i64) -> Option<usize> {
+    match nr {
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_creat | libc::SYS_open | libc::SYS_mknod => Some(0),
+        libc::SYS_openat | libc::SYS_mknodat => Some(1),
+        _ => None,
+    }
+}
+
 /// The open flags under which the kernel reads the mode (`WILL_CREATE`:
 /// `O_CREAT`, `__O_TMPFILE`); without them it ignores it, and a caller may
 /// leave garbage there (jemalloc's `syscall(SYS_open, path, flags)` in
@@ -1052,6 +1065,9 @@ mod tests {
                 "mknodat with mode 02644",
             ),
         ];
+        for (nr, _, _, name) in super::CREATE_MODE_ARGS {
+            assert!(super::path_arg(*nr).is_some(), "{name} names no path");
+        }
         for (nr, args, shown) in reported {
             assert_eq!(run(&all, *nr, *args), super::RET_USER_NOTIF, "{shown}");
             assert_eq!(

@@ -450,13 +450,23 @@ fn handle(s: &Arc<Shared>, n: Notif) {
 
 /// A call of the seccomp deny list, which the filter hands over only to be
 /// seen: recorded, and refused with `EPERM` as the kernel would have.
-/// Decided on the number and registers alone; nothing is read or done.
+/// Decided on the number and registers alone; nothing is done. A file
+/// created with set-id bits is shown with the path it named, read from
+/// the task for the record only (it may have changed since; it decides
+/// nothing).
 pub(crate) fn refuse_call(
     task: &Task<'_>,
     s: &Shared,
     call: String,
     why: crate::seccomp::Widens,
 ) -> Reply {
+    let named = crate::seccomp::path_arg(task.nr())
+        .and_then(|i| task.read_cstr(task.args()[i], 4096).ok())
+        .map(|p| String::from_utf8_lossy(&p).into_owned());
+    let call = match named {
+        Some(path) => format!("{call} on {path}"),
+        None => call,
+    };
     s.audit
         .record(crate::audit::Event::Syscall(crate::audit::SyscallEvent {
             pid: task.tgid(),
