@@ -2570,3 +2570,74 @@ fn the_command_runs_on_exactly_the_callers_cpus() {
         w.assert_no_run_dirs();
     }
 }
+
+/// `git clone` of a local path hard-links the objects; Landlock refuses a
+/// link that would give a file rights it lacks where it is (EXDEV), and git
+/// copies instead. The clone works, the source's objects gain no link
+/// (judged from outside), and `lockrun audit` says what was refused and why
+/// rather than only offering to make the source writable.
+#[test]
+fn a_local_git_clone_copies_and_the_refused_link_is_explained() {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new("gitclone");
+    let src = w.root.join("src");
+    std::fs::create_dir(&src).unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&src, &["init", "-q"]);
+    std::fs::write(src.join("file"), "content\n").unwrap();
+    git(&src, &["add", "file"]);
+    git(&src, &["commit", "-q", "-m", "one"]);
+    let objects: Vec<std::path::PathBuf> = walk_files(&src.join(".git/objects"));
+    assert!(!objects.is_empty());
+    let log = w.root.join("audit.jsonl");
+    let out = w.run(
+        &["--audit-log", s(&log)],
+        &["git", "clone", "-q", s(&src), "copy"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    w.assert_no_run_dirs();
+    assert_eq!(
+        std::fs::read_to_string(w.wt.join("copy/file")).unwrap(),
+        "content\n"
+    );
+    // Copied, not linked: every object of the source still has one name.
+    for o in &objects {
+        assert_eq!(std::fs::metadata(o).unwrap().nlink(), 1, "{}", o.display());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let src_objects = src.join(".git/objects");
+    assert!(
+        stderr.contains(&format!("{}/", src_objects.display())) && stderr.contains("(git)"),
+        "{stderr}"
+    );
+    let text = Command::new(BIN).args(["audit", s(&log)]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "note: the command hard-linked or renamed a file from {}/",
+            src_objects.display()
+        )) && text.contains("EXDEV"),
+        "{text}"
+    );
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -901,10 +901,22 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         Ok(rel) if !ctx.home.as_os_str().is_empty() => format!("{{home}}/{}", rel.display()),
         _ => dir.display().to_string(),
     };
+    // `fs.refer` among the blockers: a link or rename that would give the
+    // file rights it lacks where it is (Landlock answers EXDEV).
+    let moved_out = ev.access.iter().any(|a| a == "fs.refer");
     Suggestion::Allow {
         policy: format!("[filesystem]\nwritable = [\"{in_policy}\"]"),
         flag: Some(format!("--allow-write {}", dir.display())),
-        note: None,
+        note: moved_out.then(|| {
+            format!(
+                "the command hard-linked or renamed a file from {} into a writable dir, where it \
+                 would gain rights it lacks here; Landlock refuses that with EXDEV, and most \
+                 tools then copy instead (`git clone` of a local path does; `--no-hardlinks` \
+                 skips the attempt). Make it writable only if the command should also write \
+                 there.",
+                dir.display()
+            )
+        }),
     }
 }
 
@@ -1584,6 +1596,37 @@ mod tests {
         assert!(matches!(other, Suggestion::Allow { .. }), "{other:?}");
         let unlogged = suggest_fs(&fs(Some("/work/repo"), &["fs.make_reg"]), &ctx(), &dirs);
         assert!(matches!(unlogged, Suggestion::Allow { .. }), "{unlogged:?}");
+    }
+
+    #[test]
+    fn a_link_out_of_a_read_only_dir_says_what_was_refused() {
+        let s = suggest_fs(
+            &fs(
+                Some("/work/main/.git/objects/b1"),
+                &["fs.write_file", "fs.make_reg", "fs.refer", "fs.truncate"],
+            ),
+            &ctx(),
+            &dirs,
+        );
+        let Suggestion::Allow { note, flag, .. } = &s else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            flag.as_deref(),
+            Some("--allow-write /work/main/.git/objects/b1")
+        );
+        let note = note.as_deref().unwrap_or_default();
+        assert!(
+            note.contains("hard-linked or renamed a file from /work/main/.git/objects/b1")
+                && note.contains("EXDEV"),
+            "{note}"
+        );
+        // A plain write carries no such note.
+        let plain = suggest_fs(&fs(Some("/srv/data/f"), &["fs.write_file"]), &ctx(), &dirs);
+        assert!(
+            matches!(plain, Suggestion::Allow { note: None, .. }),
+            "{plain:?}"
+        );
     }
 
     #[test]
