@@ -901,23 +901,27 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         Ok(rel) if !ctx.home.as_os_str().is_empty() => format!("{{home}}/{}", rel.display()),
         _ => dir.display().to_string(),
     };
-    // `fs.refer` among the blockers: a link or rename that would give the
-    // file rights it lacks where it is (Landlock answers EXDEV).
-    let moved_out = ev.access.iter().any(|a| a == "fs.refer");
     Suggestion::Allow {
         policy: format!("[filesystem]\nwritable = [\"{in_policy}\"]"),
         flag: Some(format!("--allow-write {}", dir.display())),
-        note: moved_out.then(|| {
-            format!(
-                "the command hard-linked or renamed a file from {} into a writable dir, where it \
-                 would gain rights it lacks here; Landlock refuses that with EXDEV, and most \
-                 tools then copy instead (`git clone` of a local path does; `--no-hardlinks` \
-                 skips the attempt). Make it writable only if the command should also write \
-                 there.",
-                dir.display()
-            )
-        }),
+        note: link_note(ev, &dir),
     }
+}
+
+/// With `fs.refer` among the blockers the refusal was a hard link or rename
+/// that would give the file rights it lacks in `dir` (Landlock answers
+/// EXDEV): what was refused, beside the line that would allow it.
+fn link_note(ev: &FsEvent, dir: &Path) -> Option<String> {
+    ev.access.iter().any(|a| a == "fs.refer").then(|| {
+        format!(
+            "the command hard-linked or renamed a file from {} into a writable dir, where it \
+             would gain rights it lacks here; Landlock refuses that with EXDEV, and most \
+             tools then copy instead (`git clone` of a local path does; `--no-hardlinks` \
+             skips the attempt). Make it writable only if the command should also write \
+             there.",
+            dir.display()
+        )
+    })
 }
 
 /// Why making `dir` writable for the refused `raw` should not be suggested:
