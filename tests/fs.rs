@@ -1453,6 +1453,47 @@ fn set_id_bits_cannot_be_set_even_in_the_worktree() {
     );
 }
 
+/// File capabilities are set-id by another name: `setcap cap_setuid+ep`
+/// on a file in the worktree would hand CAP_SETUID to whoever runs it
+/// after the run. The supervisor sets xattrs without capabilities, so the
+/// kernel refuses `security.capability` (it wants CAP_SETFCAP); a
+/// `user.*` xattr on the same file is set. Judged from outside.
+#[test]
+fn file_capabilities_cannot_be_set_in_the_worktree() {
+    let w = World::new("setfcap");
+    // Control: outside, as root with every capability, the xattr is set.
+    let outside = w.root.join("outside-tool");
+    std::fs::write(&outside, b"#!/bin/sh\n").unwrap();
+    assert_eq!(w.probe_outside(&[&["setfcap", s(&outside)]]), ["ok"]);
+    assert_eq!(
+        Command::new(python3())
+            .args([
+                "-c",
+                "import os,sys; print(len(os.getxattr(sys.argv[1], 'security.capability')))",
+                s(&outside)
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap(),
+        "20"
+    );
+    let tool = w.canary(&w.wt.join("tool"));
+    let r = w.probe(&[], &[&["setfcap", s(&tool)], &["setxattr", s(&tool)]]);
+    assert_eq!(r, ["errno=EPERM", "ok"]);
+    let xattrs = Command::new(python3())
+        .args([
+            "-c",
+            "import os,sys; print(sorted(os.listxattr(sys.argv[1])))",
+            s(&tool),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&xattrs.stdout).trim(),
+        "['user.pwned']"
+    );
+}
+
 #[test]
 fn child_env_has_run_tmp_policy_env_and_the_callers() {
     let w = World::new("env");

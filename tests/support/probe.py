@@ -83,6 +83,11 @@ def op(name, a):
         os.utime(a[0], (1, 1))
     elif name == "setxattr":
         os.setxattr(a[0], "user.pwned", b"1")
+    elif name == "setfcap":
+        # security.capability, vfs_cap_data revision 2: effective, and
+        # CAP_SETUID (7) permitted; what `setcap cap_setuid+ep` writes.
+        import struct
+        os.setxattr(a[0], "security.capability", struct.pack("<5I", 0x02000001, 1 << 7, 0, 0, 0))
     elif name == "mknod":
         os.mknod(a[0], 0o600 | 0o020000, os.makedev(1, 3))
     elif name == "mkfifo":
