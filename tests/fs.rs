@@ -1454,9 +1454,9 @@ fn set_id_bits_cannot_be_set_even_in_the_worktree() {
 }
 
 /// File capabilities are set-id by another name: `setcap cap_setuid+ep`
-/// on a file in the worktree would hand CAP_SETUID to whoever runs it
+/// on a file in the worktree would hand `CAP_SETUID` to whoever runs it
 /// after the run. The supervisor sets xattrs without capabilities, so the
-/// kernel refuses `security.capability` (it wants CAP_SETFCAP); a
+/// kernel refuses `security.capability` (it wants `CAP_SETFCAP`); a
 /// `user.*` xattr on the same file is set. Judged from outside.
 #[test]
 fn file_capabilities_cannot_be_set_in_the_worktree() {
