@@ -30,7 +30,8 @@
 //! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`, `removexattr`)
 //! — the seccomp supervisor ([`crate::supervise`]) performs them for the
 //! command only beneath [`FsSandbox::writable_roots`] (set-id bits stay
-//! refused, but set-group-ID on a directory: [`crate::seccomp::set_id_refused`]), and so are the inode-attribute ioctls
+//! refused, but set-group-ID on a directory:
+//! [`crate::seccomp::set_id_refused`]), and so are the inode-attribute ioctls
 //! (`FS_IOC_SETFLAGS` for `chattr`, `FS_IOC_FSSETXATTR`, …: see
 //! [`crate::seccomp::NOTIFY_IOCTLS`]). Hard links that already exist outside
 //! a denied dir are readable through their other name (the command cannot

@@ -43,8 +43,8 @@
 //! ([`set_id_refused`]), because only it knows the target, and a directory
 //! may keep `S_ISGID` (`git init --shared`, `mkdir -m 2775`). Each part's
 //! verdict is final, and the earlier parts decide on other calls or
-//! arguments ([`refused_call`] is asked first), so what they refuse stays
-//! refused.
+//! arguments (the supervisor asks [`refused_call`] before it performs an
+//! `ioctl`), so what they refuse stays refused.
 
 use std::collections::BTreeMap;
 
@@ -218,32 +218,78 @@ const CLONE_NS_FLAGS: &[(u64, &str)] = &[
 
 const NETLINK_ROUTE: u64 = 0;
 
-/// Syscalls that create a file with a mode: the index of the mode argument,
-/// and of the flags that say whether the call creates at all (`None`: it
-/// always does). The chmod family is the supervisor's ([`set_id_refused`]).
-const CREATE_MODE_ARGS: &[(i64, u8, Option<u8>, &str)] = &[
+/// A syscall that creates a file with a mode, and where its arguments are.
+struct Creates {
+    nr: i64,
+    name: &'static str,
+    /// The path it creates (shown, never judged).
+    path: u8,
+    mode: u8,
+    /// The flags that say whether it creates at all; `None`: it always does.
+    flags: Option<u8>,
+}
+
+/// The calls whose set-id modes the reported part refuses. The chmod family
+/// is the supervisor's ([`set_id_refused`]).
+const CREATES: &[Creates] = &[
     #[cfg(target_arch = "x86_64")]
-    (libc::SYS_creat, 1, None, "creat"),
+    Creates {
+        nr: libc::SYS_creat,
+        name: "creat",
+        path: 0,
+        mode: 1,
+        flags: None,
+    },
     #[cfg(target_arch = "x86_64")]
-    (libc::SYS_open, 2, Some(1), "open"),
+    Creates {
+        nr: libc::SYS_open,
+        name: "open",
+        path: 0,
+        mode: 2,
+        flags: Some(1),
+    },
     #[cfg(target_arch = "x86_64")]
-    (libc::SYS_mknod, 1, None, "mknod"),
-    (libc::SYS_openat, 3, Some(2), "openat"),
-    (libc::SYS_mknodat, 2, None, "mknodat"),
+    Creates {
+        nr: libc::SYS_mknod,
+        name: "mknod",
+        path: 0,
+        mode: 1,
+        flags: None,
+    },
+    Creates {
+        nr: libc::SYS_openat,
+        name: "openat",
+        path: 1,
+        mode: 3,
+        flags: Some(2),
+    },
+    Creates {
+        nr: libc::SYS_mknodat,
+        name: "mknodat",
+        path: 1,
+        mode: 2,
+        flags: None,
+    },
 ];
 
 /// Which argument of a refused call names its path, to show it: the calls
-/// of [`CREATE_MODE_ARGS`]. For the audit only; the refusal was decided on
-/// the registers.
+/// of [`CREATES`]. For the audit only; the refusal was decided on the
+/// registers.
 #[must_use]
 pub fn path_arg(nr: i64) -> Option<usize> {
-    match nr {
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_creat | libc::SYS_open | libc::SYS_mknod => Some(0),
-        libc::SYS_openat | libc::SYS_mknodat => Some(1),
-        _ => None,
-    }
+    CREATES
+        .iter()
+        .find(|c| c.nr == nr)
+        .map(|c| usize::from(c.path))
 }
+
+/// The socket families a run may make, besides `AF_NETLINK` with
+/// `NETLINK_ROUTE`.
+const SOCKET_FAMILIES: [u64; 3] = [
+    libc::AF_UNIX as u64,
+    libc::AF_INET as u64,
+    libc::AF_INET6 as u64,
+];
 
 /// The open flags under which the kernel reads the mode (`WILL_CREATE`:
 /// `O_CREAT`, `__O_TMPFILE`); without them it ignores it, and a caller may
@@ -314,12 +360,11 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     }
     rules.insert(libc::SYS_clone, clone);
     for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-        let family_not_allowed = SeccompRule::new(vec![
-            cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?,
-            cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
-            cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
-            cond(0, SeccompCmpOp::Ne, libc::AF_NETLINK as u64)?,
-        ])?;
+        let mut not_allowed = Vec::new();
+        for family in SOCKET_FAMILIES.iter().chain(&[libc::AF_NETLINK as u64]) {
+            not_allowed.push(cond(0, SeccompCmpOp::Ne, *family)?);
+        }
+        let family_not_allowed = SeccompRule::new(not_allowed)?;
         let netlink_not_route = SeccompRule::new(vec![
             cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
             cond(2, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
@@ -330,11 +375,11 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     // root for anyone outside, after the run. Refused wherever a file is
     // created with a mode (open/creat/mknod); the chmod family goes to the
     // supervisor, which knows whether the target is a directory.
-    for &(nr, arg, flags, _) in CREATE_MODE_ARGS {
+    for c in CREATES {
         let mut r = Vec::new();
         for bit in SET_ID_BITS {
-            let set_id = cond(arg, SeccompCmpOp::MaskedEq(*bit), *bit)?;
-            match flags {
+            let set_id = cond(c.mode, SeccompCmpOp::MaskedEq(*bit), *bit)?;
+            match c.flags {
                 None => r.push(SeccompRule::new(vec![set_id])?),
                 Some(flags) => {
                     for creating in CREATING_FLAGS {
@@ -346,7 +391,7 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
                 }
             }
         }
-        rules.insert(nr, r);
+        rules.insert(c.nr, r);
     }
     // Typing into the terminal lockrun was started from would run commands
     // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT).
@@ -387,7 +432,8 @@ fn to_supervisor(mut part: BpfProgram) -> BpfProgram {
 /// the call is not one of its refusals. Decided on the number and the
 /// registers the kernel copied, never the task's memory, exactly as the
 /// filter decides (`refused_call_agrees_with_the_filter`). The supervisor
-/// asks this first; no call the notifying part hands over for the
+/// asks this before it performs an `ioctl` and after the calls that are
+/// never one of these: no call the notifying part hands over for the
 /// supervisor to perform is one of these
 /// (`the_reported_calls_are_notified_by_no_other_part`), and a refusal
 /// this failed to name would still be refused there (`ENOSYS`, or the
@@ -406,14 +452,18 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
     }
     // Registers the kernel reads as ints: their low halves.
     let low = |i: usize| args[i] & 0xffff_ffff;
-    if let Some((_, arg, flags, name)) = CREATE_MODE_ARGS.iter().find(|(n, ..)| *n == nr) {
-        let mode = low(usize::from(*arg));
+    if let Some(c) = CREATES.iter().find(|c| c.nr == nr) {
+        let mode = low(usize::from(c.mode));
         // Without a creating flag the kernel ignores the mode.
-        let creates =
-            flags.is_none_or(|f| CREATING_FLAGS.iter().any(|c| low(usize::from(f)) & c != 0));
-        return (creates && mode & 0o6000 != 0).then(|| {
+        let creates = c.flags.is_none_or(|f| {
+            CREATING_FLAGS
+                .iter()
+                .any(|cr| low(usize::from(f)) & cr != 0)
+        });
+        let set_id = SET_ID_BITS.iter().any(|b| mode & b != 0);
+        return (creates && set_id).then(|| {
             (
-                format!("{name} with mode 0{:o}", mode & 0o7777),
+                format!("{} with mode 0{:o}", c.name, mode & 0o7777),
                 Widens::SetIdMode,
             )
         });
@@ -439,9 +489,7 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
                 "socketpair"
             };
             let (family, protocol) = (low(0), low(2));
-            let allowed = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6]
-                .iter()
-                .any(|f| u64::try_from(*f) == Ok(family))
+            let allowed = SOCKET_FAMILIES.contains(&family)
                 || (family == libc::AF_NETLINK as u64 && protocol == NETLINK_ROUTE);
             if allowed {
                 return None;
@@ -1065,9 +1113,9 @@ mod tests {
                 "mknodat with mode 02644",
             ),
         ];
-        for (nr, _, _, name) in super::CREATE_MODE_ARGS {
-            assert!(super::path_arg(*nr).is_some(), "{name} names no path");
-        }
+        assert_eq!(super::path_arg(libc::SYS_openat), Some(1));
+        assert_eq!(super::path_arg(libc::SYS_mknodat), Some(1));
+        assert_eq!(super::path_arg(libc::SYS_fchmodat), None);
         for (nr, args, shown) in reported {
             assert_eq!(run(&all, *nr, *args), super::RET_USER_NOTIF, "{shown}");
             assert_eq!(
@@ -1183,7 +1231,8 @@ mod tests {
     }
 
     /// No call the notifying part hands over for the supervisor to perform
-    /// is one [`super::refused_call`] names (it is asked first), and the
+    /// is one [`super::refused_call`] names (the supervisor relies on it to
+    /// ask that after `connect`, `sendto` and the metadata calls), and the
     /// notifying part hands over none of the reported part's refusals.
     #[test]
     fn the_reported_calls_are_notified_by_no_other_part() {

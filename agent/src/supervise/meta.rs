@@ -22,7 +22,7 @@ use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
 use crate::sys::notify;
 
-const PATH_MAX: usize = 4096;
+pub(super) const PATH_MAX: usize = 4096;
 const XATTR_NAME_MAX: usize = 255;
 const XATTR_SIZE_MAX: usize = 65536;
 const AT_FLAGS: u64 = (libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) as u64;
@@ -491,9 +491,7 @@ pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
             }));
             Reply::Errno(libc::EPERM)
         }
-        Err(Fail::SetId(call)) => {
-            super::refuse_call(task, task.s, call, crate::seccomp::Widens::SetIdMode)
-        }
+        Err(Fail::SetId(call)) => super::refuse_call(task, call, crate::seccomp::Widens::SetIdMode),
     }
 }
 
