@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
     bind, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
@@ -252,19 +252,31 @@ fn unhex(s: &str) -> Option<String> {
     bytes.map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
+/// How long the records of one serial wait for their `EOE` before they
+/// are taken as they are: a task the host's audit rules leave out of
+/// syscall auditing (`-a task,never`, which some distributions ship) has
+/// no audit context, and each of its records comes alone, with a serial of
+/// its own and no `SYSCALL` or `EOE` after it. A refused call returns at
+/// once, so in a task that has a context the end follows within
+/// microseconds.
+const NO_END_AFTER: Duration = Duration::from_secs(1);
+
 /// Turns the kernel's records into the run's filesystem events.
 #[derive(Default)]
 struct Correlator {
     /// The Landlock domains created by the run's child.
     domains: Vec<String>,
-    /// Records by serial, until the event's end (EOE) or a flush.
-    pending: HashMap<u64, Vec<AuditRecord>>,
+    /// Records by serial, with when the first came, until the event's end
+    /// (EOE), [`NO_END_AFTER`] or a flush.
+    pending: HashMap<u64, (Instant, Vec<AuditRecord>)>,
+    /// Whether a refusal came without its `SYSCALL` record (said once).
+    no_syscall_said: bool,
 }
 
 impl Correlator {
-    fn push(&mut self, rec: AuditRecord, child: u32, out: &mut Vec<Event>) {
+    fn push(&mut self, rec: AuditRecord, child: u32, now: Instant, out: &mut Vec<Event>) {
         if rec.ty == AUDIT_EOE {
-            if let Some(group) = self.pending.remove(&rec.serial) {
+            if let Some((_, group)) = self.pending.remove(&rec.serial) {
                 self.finish(&group, child, out);
             }
             return;
@@ -273,31 +285,73 @@ impl Correlator {
             rec.ty,
             AUDIT_LANDLOCK_ACCESS | AUDIT_LANDLOCK_DOMAIN | AUDIT_SYSCALL
         ) {
-            self.pending.entry(rec.serial).or_default().push(rec);
+            // Learnt now: without a context, a denial's domain record comes
+            // after its access record, under the next serial.
+            self.learn(&rec, child);
+            self.pending
+                .entry(rec.serial)
+                .or_insert_with(|| (now, Vec::new()))
+                .1
+                .push(rec);
         }
     }
 
+    /// Take the records whose end has not come within [`NO_END_AFTER`] as
+    /// they are (see there), oldest first.
+    fn expire(&mut self, child: u32, now: Instant, out: &mut Vec<Event>) {
+        let mut old: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, (first, _))| now.saturating_duration_since(*first) >= NO_END_AFTER)
+            .map(|(s, _)| *s)
+            .collect();
+        self.finish_serials(&mut old, child, out);
+    }
+
     fn flush(&mut self, child: u32, out: &mut Vec<Event>) {
-        let mut serials: Vec<u64> = self.pending.keys().copied().collect();
+        let mut all: Vec<u64> = self.pending.keys().copied().collect();
+        self.finish_serials(&mut all, child, out);
+    }
+
+    fn finish_serials(&mut self, serials: &mut [u64], child: u32, out: &mut Vec<Event>) {
+        // The child may have been named since a domain record came.
+        let domain_records: Vec<AuditRecord> = self
+            .pending
+            .values()
+            .flat_map(|(_, g)| g.iter().filter(|r| r.ty == AUDIT_LANDLOCK_DOMAIN))
+            .cloned()
+            .collect();
+        for r in &domain_records {
+            self.learn(r, child);
+        }
         serials.sort_unstable();
-        for s in serials {
-            if let Some(group) = self.pending.remove(&s) {
+        for s in serials.iter() {
+            if let Some((_, group)) = self.pending.remove(s) {
                 self.finish(&group, child, out);
             }
         }
     }
 
-    fn finish(&mut self, group: &[AuditRecord], child: u32, out: &mut Vec<Event>) {
-        for r in group.iter().filter(|r| r.ty == AUDIT_LANDLOCK_DOMAIN) {
-            let created_by_child =
-                r.fields.get("pid").and_then(|p| p.parse::<u32>().ok()) == Some(child);
-            if created_by_child && r.fields.get("status").map(String::as_str) == Some("allocated") {
-                if let Some(d) = r.fields.get("domain") {
-                    if !self.domains.contains(d) {
-                        self.domains.push(d.clone());
-                    }
+    /// A domain record of a domain the run's child created: the domain is
+    /// the run's.
+    fn learn(&mut self, r: &AuditRecord, child: u32) {
+        if r.ty != AUDIT_LANDLOCK_DOMAIN || child == 0 {
+            return;
+        }
+        let created_by_child =
+            r.fields.get("pid").and_then(|p| p.parse::<u32>().ok()) == Some(child);
+        if created_by_child && r.fields.get("status").map(String::as_str) == Some("allocated") {
+            if let Some(d) = r.fields.get("domain") {
+                if !self.domains.contains(d) {
+                    self.domains.push(d.clone());
                 }
             }
+        }
+    }
+
+    fn finish(&mut self, group: &[AuditRecord], child: u32, out: &mut Vec<Event>) {
+        for r in group {
+            self.learn(r, child);
         }
         let syscall = group.iter().find(|r| r.ty == AUDIT_SYSCALL);
         for r in group.iter().filter(|r| r.ty == AUDIT_LANDLOCK_ACCESS) {
@@ -312,9 +366,18 @@ impl Correlator {
                 .get("blockers")
                 .map(String::as_str)
                 .unwrap_or_default();
-            if create_check_of_an_existing_file(blockers, syscall) {
+            let dev = r.fields.get("dev").map(String::as_str);
+            if create_check_of_an_existing_file(blockers, dev, syscall) {
                 continue;
             }
+            if syscall.is_none() && !self.no_syscall_said {
+                self.no_syscall_said = true;
+                out.push(Event::Notice {
+                    layer: Layer::Filesystem,
+                    message: NO_SYSCALL_RECORD.into(),
+                });
+            }
+            // Empty without the SYSCALL record: the kernel did not say.
             let pid = syscall
                 .and_then(|s| s.fields.get("pid"))
                 .and_then(|p| p.parse().ok())
@@ -322,7 +385,7 @@ impl Correlator {
             let comm = syscall
                 .and_then(|s| s.fields.get("comm"))
                 .cloned()
-                .unwrap_or_else(|| "(unknown: no SYSCALL record)".into());
+                .unwrap_or_default();
             let mut raw: Vec<&str> = vec![r.text.as_str()];
             raw.extend(syscall.map(|s| s.text.as_str()));
             let raw = raw.join("\n");
@@ -385,13 +448,29 @@ fn scope_target(blockers: &str, fields: &HashMap<String, String>) -> Option<Scop
 /// the same; the SYSCALL record shows the call succeeded. Only a refusal
 /// of making something, in a call that succeeded, is this; any other
 /// blocker, or a failed call, is a refusal the command saw.
-fn create_check_of_an_existing_file(blockers: &str, syscall: Option<&AuditRecord>) -> bool {
-    let succeeded = syscall
-        .and_then(|s| s.fields.get("success"))
-        .map(String::as_str)
-        == Some("yes");
-    succeeded && !blockers.is_empty() && blockers.split(',').all(|b| b.starts_with("fs.make_"))
+///
+/// Without the SYSCALL record (see [`NO_END_AFTER`]) the call's outcome is
+/// unknown; a refusal of making something on procfs (`dev="proc"`) is
+/// still this, since no file can be made there: it never decided a call.
+fn create_check_of_an_existing_file(
+    blockers: &str,
+    dev: Option<&str>,
+    syscall: Option<&AuditRecord>,
+) -> bool {
+    let only_making =
+        !blockers.is_empty() && blockers.split(',').all(|b| b.starts_with("fs.make_"));
+    match syscall {
+        Some(s) => only_making && s.fields.get("success").map(String::as_str) == Some("yes"),
+        None => only_making && dev == Some("proc"),
+    }
 }
+
+/// The notice for refusals that came without their SYSCALL record.
+pub const NO_SYSCALL_RECORD: &str = "the kernel gave Landlock's refusals no syscall record: the \
+    host's audit rules leave this run's processes out of syscall auditing (an `-a task,never` \
+    rule, as some distributions ship), so each refusal is shown without the process that made \
+    it, and a check the kernel makes before creating a file that then exists cannot be told \
+    from a refusal (except on /proc)";
 
 /// The reader thread of one run.
 pub struct KernelAudit {
@@ -538,7 +617,18 @@ fn read_loop(
     let mut corr = Correlator::default();
     let mut events = Vec::new();
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd());
+    let mut expired_at = Instant::now();
     while !stop.load(Ordering::SeqCst) {
+        // Also when nothing came (the receive times out), at most every
+        // tenth of NO_END_AFTER: it looks at every waiting record.
+        let now = Instant::now();
+        if now.saturating_duration_since(expired_at) >= NO_END_AFTER / 10 {
+            expired_at = now;
+            corr.expire(child.load(Ordering::SeqCst), now, &mut events);
+            for e in events.drain(..) {
+                log.record(e);
+            }
+        }
         let n = match recv(raw, &mut buf, MsgFlags::empty()) {
             Ok(n) => n,
             Err(nix::Error::EAGAIN | nix::Error::EINTR) => continue,
@@ -558,7 +648,12 @@ fn read_loop(
                 continue;
             }
             if let Some(rec) = parse_record(ty, payload) {
-                corr.push(rec, child.load(Ordering::SeqCst), &mut events);
+                corr.push(
+                    rec,
+                    child.load(Ordering::SeqCst),
+                    Instant::now(),
+                    &mut events,
+                );
             }
         }
         for e in events.drain(..) {
@@ -588,8 +683,14 @@ mod tests {
     fn feed(child: u32, records: &[(u16, &str)]) -> Vec<Event> {
         let mut c = Correlator::default();
         let mut out = Vec::new();
+        let now = Instant::now();
         for (ty, text) in records {
-            c.push(parse_record(*ty, text.as_bytes()).unwrap(), child, &mut out);
+            c.push(
+                parse_record(*ty, text.as_bytes()).unwrap(),
+                child,
+                now,
+                &mut out,
+            );
         }
         c.push(
             AuditRecord {
@@ -599,9 +700,103 @@ mod tests {
                 text: String::new(),
             },
             child,
+            now,
             &mut out,
         );
         out
+    }
+
+    /// Records as this kernel printed them for `sh -c 'echo x > /etc/f;
+    /// echo > /dev/stdout'` in a task with no audit context (an
+    /// `-a task,never` rule loaded): a serial each, the domain record after
+    /// the first access record, no SYSCALL, no EOE.
+    const NO_CONTEXT: [(u16, &str); 3] = [
+        (
+            AUDIT_LANDLOCK_ACCESS,
+            r#"audit(1796016531.147:244937): domain=104a1f9fc blockers=fs.make_reg path="/etc" dev="vda" ino=19"#,
+        ),
+        (
+            AUDIT_LANDLOCK_DOMAIN,
+            r#"audit(1796016531.147:244938): domain=104a1f9fc status=allocated mode=enforcing pid=12805 uid=0 exe="/work/main/target/release/lockrun" comm="lockrun""#,
+        ),
+        (
+            AUDIT_LANDLOCK_ACCESS,
+            r#"audit(1796016531.147:244940): domain=104a1f9fc blockers=fs.make_reg path="/proc/12805/fd" dev="proc" ino=84218016"#,
+        ),
+    ];
+
+    #[test]
+    fn refusals_without_an_audit_context_are_kept_without_a_process() {
+        let mut c = Correlator::default();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        for (ty, text) in NO_CONTEXT {
+            c.push(
+                parse_record(ty, text.as_bytes()).unwrap(),
+                12805,
+                t0,
+                &mut out,
+            );
+        }
+        // Within NO_END_AFTER the records wait for an end that may come.
+        c.expire(12805, t0 + NO_END_AFTER / 2, &mut out);
+        assert_eq!(out, []);
+        c.expire(12805, t0 + NO_END_AFTER, &mut out);
+        // The first refusal, whose domain record came after it, is kept; the
+        // create check on /proc is not a refusal; the notice says why no
+        // process is named, once.
+        let [Event::Notice { message, .. }, Event::Filesystem(f)] = out.as_slice() else {
+            panic!("not a notice and one refusal: {out:?}");
+        };
+        assert_eq!(message, NO_SYSCALL_RECORD);
+        assert_eq!((f.pid, f.comm.as_str()), (0, ""));
+        assert_eq!(f.path.as_deref(), Some("/etc"));
+        assert_eq!(f.access, vec!["fs.make_reg".to_owned()]);
+        assert!(c.pending.is_empty());
+        // A create check off /proc is kept: without the call's outcome it
+        // cannot be told from a refusal.
+        let tmp = NO_CONTEXT[2].1.replace(
+            r#"path="/proc/12805/fd" dev="proc""#,
+            r#"path="/tmp" dev="vda""#,
+        );
+        c.push(
+            parse_record(AUDIT_LANDLOCK_ACCESS, tmp.as_bytes()).unwrap(),
+            12805,
+            t0,
+            &mut out,
+        );
+        c.flush(12805, &mut out);
+        assert_eq!(out.len(), 3, "{out:?}");
+    }
+
+    #[test]
+    fn a_domain_is_the_runs_once_its_child_is_known() {
+        // The records came before the reader was told the child's pid.
+        let mut c = Correlator::default();
+        let mut out = Vec::new();
+        for (ty, text) in NO_CONTEXT {
+            c.push(
+                parse_record(ty, text.as_bytes()).unwrap(),
+                0,
+                Instant::now(),
+                &mut out,
+            );
+        }
+        c.flush(12805, &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        // Another run's child: nothing.
+        let mut c = Correlator::default();
+        let mut out = Vec::new();
+        for (ty, text) in NO_CONTEXT {
+            c.push(
+                parse_record(ty, text.as_bytes()).unwrap(),
+                0,
+                Instant::now(),
+                &mut out,
+            );
+        }
+        c.flush(4242, &mut out);
+        assert_eq!(out, []);
     }
 
     #[test]

@@ -349,6 +349,8 @@ struct Tally {
     fs: BTreeMap<String, (u64, Vec<String>)>,
     scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
     syscalls: BTreeMap<String, (u64, Vec<String>)>,
+    /// Filesystem and scope refusals whose record named no process.
+    no_process: u64,
 }
 
 /// One more of a tally's entries, and the command that made it (once).
@@ -514,6 +516,7 @@ impl AuditLog {
             }
             Event::Scope(sc) => {
                 *t.refused.entry(Layer::Scope).or_default() += 1;
+                t.no_process += u64::from(sc.comm.is_empty());
                 seen(t.scope.entry(sc.target.clone()).or_default(), &sc.comm);
             }
             Event::Syscall(sc) => {
@@ -523,6 +526,7 @@ impl AuditLog {
             Event::Filesystem(f) => {
                 *t.refused.entry(Layer::Filesystem).or_default() += 1;
                 let key = f.path.clone().unwrap_or_else(|| "(path unknown)".into());
+                t.no_process += u64::from(f.comm.is_empty());
                 seen(t.fs.entry(key).or_default(), &f.comm);
             }
             _ => {}
@@ -620,6 +624,12 @@ impl AuditLog {
                 "lockrun: {n_calls} system {} refused (seccomp: calls that would widen the sandbox, which no policy allows): {}",
                 plural(n_calls, "call", "calls"),
                 counted(&t.syscalls, String::clone).join(", ")
+            ));
+        }
+        if t.no_process > 0 {
+            lines.push(format!(
+                "lockrun: the kernel named no process for {} of these (it names none on a host whose audit rules leave the run out of syscall auditing, e.g. `-a task,never`)",
+                t.no_process
             ));
         }
         if !lines.is_empty() {

@@ -378,7 +378,7 @@ fn refusal<'e>(
                 ScopeTarget::Ptrace { .. } => "ptrace-mode access (Landlock)",
             }
             .to_owned(),
-            Some(&sc.comm),
+            (!sc.comm.is_empty()).then_some(&sc.comm),
             suggest_scope(&sc.target),
         ),
         Event::Syscall(sc) => (
@@ -402,7 +402,7 @@ fn refusal<'e>(
                 if is_write(&f.access) { "write" } else { "read" },
                 f.access.join(", ")
             ),
-            Some(&f.comm),
+            (!f.comm.is_empty()).then_some(&f.comm),
             suggest_fs(f, ctx, is_dir),
         ),
         _ => return None,
