@@ -772,31 +772,19 @@ mod tests {
     #[test]
     fn a_domain_is_the_runs_once_its_child_is_known() {
         // The records came before the reader was told the child's pid.
-        let mut c = Correlator::default();
-        let mut out = Vec::new();
-        for (ty, text) in NO_CONTEXT {
-            c.push(
-                parse_record(ty, text.as_bytes()).unwrap(),
-                0,
-                Instant::now(),
-                &mut out,
-            );
-        }
-        c.flush(12805, &mut out);
-        assert_eq!(out.len(), 2, "{out:?}");
+        let named_late = |child: u32| {
+            let mut c = Correlator::default();
+            let mut out = Vec::new();
+            for (ty, text) in NO_CONTEXT {
+                let rec = parse_record(ty, text.as_bytes()).unwrap();
+                c.push(rec, 0, Instant::now(), &mut out);
+            }
+            c.flush(child, &mut out);
+            out
+        };
+        assert_eq!(named_late(12805).len(), 2);
         // Another run's child: nothing.
-        let mut c = Correlator::default();
-        let mut out = Vec::new();
-        for (ty, text) in NO_CONTEXT {
-            c.push(
-                parse_record(ty, text.as_bytes()).unwrap(),
-                0,
-                Instant::now(),
-                &mut out,
-            );
-        }
-        c.flush(4242, &mut out);
-        assert_eq!(out, []);
+        assert_eq!(named_late(4242), []);
     }
 
     #[test]
