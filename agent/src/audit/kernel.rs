@@ -287,7 +287,7 @@ impl Correlator {
         ) {
             // Learnt now: without a context, a denial's domain record comes
             // after its access record, under the next serial.
-            self.learn(&rec, child);
+            learn(&mut self.domains, &rec, child);
             self.pending
                 .entry(rec.serial)
                 .or_insert_with(|| (now, Vec::new()))
@@ -315,14 +315,10 @@ impl Correlator {
 
     fn finish_serials(&mut self, serials: &mut [u64], child: u32, out: &mut Vec<Event>) {
         // The child may have been named since a domain record came.
-        let domain_records: Vec<AuditRecord> = self
-            .pending
-            .values()
-            .flat_map(|(_, g)| g.iter().filter(|r| r.ty == AUDIT_LANDLOCK_DOMAIN))
-            .cloned()
-            .collect();
-        for r in &domain_records {
-            self.learn(r, child);
+        for (_, group) in self.pending.values() {
+            for r in group {
+                learn(&mut self.domains, r, child);
+            }
         }
         serials.sort_unstable();
         for s in serials.iter() {
@@ -332,26 +328,9 @@ impl Correlator {
         }
     }
 
-    /// A domain record of a domain the run's child created: the domain is
-    /// the run's.
-    fn learn(&mut self, r: &AuditRecord, child: u32) {
-        if r.ty != AUDIT_LANDLOCK_DOMAIN || child == 0 {
-            return;
-        }
-        let created_by_child =
-            r.fields.get("pid").and_then(|p| p.parse::<u32>().ok()) == Some(child);
-        if created_by_child && r.fields.get("status").map(String::as_str) == Some("allocated") {
-            if let Some(d) = r.fields.get("domain") {
-                if !self.domains.contains(d) {
-                    self.domains.push(d.clone());
-                }
-            }
-        }
-    }
-
     fn finish(&mut self, group: &[AuditRecord], child: u32, out: &mut Vec<Event>) {
         for r in group {
-            self.learn(r, child);
+            learn(&mut self.domains, r, child);
         }
         let syscall = group.iter().find(|r| r.ty == AUDIT_SYSCALL);
         for r in group.iter().filter(|r| r.ty == AUDIT_LANDLOCK_ACCESS) {
@@ -409,6 +388,22 @@ impl Correlator {
                     .collect(),
                 raw,
             }));
+        }
+    }
+}
+
+/// A domain record of a domain the run's child created: the domain is the
+/// run's (added to `domains`). Any other record is passed over.
+fn learn(domains: &mut Vec<String>, r: &AuditRecord, child: u32) {
+    if r.ty != AUDIT_LANDLOCK_DOMAIN || child == 0 {
+        return;
+    }
+    let created_by_child = r.fields.get("pid").and_then(|p| p.parse::<u32>().ok()) == Some(child);
+    if created_by_child && r.fields.get("status").map(String::as_str) == Some("allocated") {
+        if let Some(d) = r.fields.get("domain") {
+            if !domains.contains(d) {
+                domains.push(d.clone());
+            }
         }
     }
 }

@@ -331,6 +331,12 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
     run
 }
 
+/// The process a record named; an empty name is none (the kernel's
+/// records name none in some cases, see `audit::kernel`).
+fn named(comm: &str) -> Option<&str> {
+    (!comm.is_empty()).then_some(comm)
+}
+
 /// A refusal event as `lockrun audit` groups it: its layer, target and
 /// detail, the process that made it (when known), and what to do about it.
 /// `None` for what is not a refusal.
@@ -364,7 +370,7 @@ fn refusal<'e>(
                 format!("{} {} ({})", k.family, k.protocol, k.hook)
             },
             // A packet judged in no task's context names no process.
-            (!k.comm.is_empty()).then_some(&k.comm),
+            named(&k.comm),
             suggest_kernel(k),
         ),
         Event::Scope(sc) => (
@@ -378,7 +384,7 @@ fn refusal<'e>(
                 ScopeTarget::Ptrace { .. } => "ptrace-mode access (Landlock)",
             }
             .to_owned(),
-            (!sc.comm.is_empty()).then_some(&sc.comm),
+            named(&sc.comm),
             suggest_scope(&sc.target),
         ),
         Event::Syscall(sc) => (
@@ -402,7 +408,7 @@ fn refusal<'e>(
                 if is_write(&f.access) { "write" } else { "read" },
                 f.access.join(", ")
             ),
-            (!f.comm.is_empty()).then_some(&f.comm),
+            named(&f.comm),
             suggest_fs(f, ctx, is_dir),
         ),
         _ => return None,
