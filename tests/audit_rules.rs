@@ -1,14 +1,19 @@
-//! Filesystem refusals on a host whose audit rules leave processes out of
-//! syscall auditing: an `-a task,never` rule, which some distributions
-//! ship. Such a task has no audit context, so Landlock's records come one
-//! by one, each with a serial of its own, the domain's record after the
-//! first refusal's, and no `SYSCALL` record (no process, no outcome).
+//! Filesystem refusals when the kernel's audit is short of the whole
+//! account, by the host's rules or by a burst:
+//! - a host whose audit rules leave processes out of syscall auditing: an
+//!   `-a task,never` rule, which some distributions ship. Such a task has
+//!   no audit context, so Landlock's records come one by one, each with a
+//!   serial of its own, the domain's record after the first refusal's, and
+//!   no `SYSCALL` record (no process, no outcome);
+//! - a burst of refusals from several processes, more than the kernel's
+//!   audit backlog holds: it drops records and only counts them.
 //!
-//! The rule is the machine's, for every process started while it is
-//! loaded, so this binary holds this one test: cargo runs test binaries
-//! one after another, and no other test of lockrun runs beside it. The
-//! rule is removed on every path (a drop guard), and only if this test
-//! added it.
+//! Both are the machine's: the rule holds for every process started while
+//! it is loaded, and a burst costs every process's records. So this binary
+//! holds these tests only, one at a time (`ONE_AT_A_TIME`): cargo runs test
+//! binaries one after another, and no other test of lockrun runs beside
+//! them. The rule is removed on every path (a drop guard), and only if the
+//! test added it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
@@ -21,7 +26,16 @@ mod support;
 
 use python::python3;
 use std::process::{Command, Output};
+use std::sync::Mutex;
 use support::{s, World};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Add (`add`) or delete (`del`) the audit rule `-a task,never` (no
 /// fields) through the audit netlink socket (`AUDIT_ADD_RULE` 1011,
@@ -92,6 +106,7 @@ fn run(w: &World, log: &std::path::Path) -> Output {
 
 #[test]
 fn refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records() {
+    let _one = one_at_a_time();
     if !nix::unistd::geteuid().is_root() {
         support::skip(
             "refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records",
@@ -152,5 +167,143 @@ fn refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records() {
         std::fs::read_to_string(w.wt.join("inside")).unwrap(),
         "wrote-inside\n"
     );
+    w.assert_no_run_dirs();
+}
+
+/// The kernel's count of audit records it dropped since boot (`AUDIT_GET`,
+/// `struct audit_status`'s `lost`), read from outside any run.
+const LOST: &str = r#"
+import socket, struct
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)
+s.bind((0, 0))
+s.send(struct.pack("=IHHII", 16, 1000, 0x1, 1, 0))
+while True:
+    d = s.recv(8192)
+    if struct.unpack("=H", d[4:6])[0] == 1000:
+        print(struct.unpack("=10I", d[16:56])[6])
+        break
+"#;
+
+fn lost() -> u32 {
+    let out = Command::new(python3()).args(["-c", LOST]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// `processes` processes (a power of two) each try to create `each` files
+/// in `dir`, and print how many creations were refused with `EACCES`.
+fn burst(w: &World, log: &std::path::Path, processes: u32, each: u32) -> (Output, u64) {
+    let probe = format!(
+        r#"
+import errno, os
+kids = []
+for _ in range({forks}):
+    pid = os.fork()
+    if pid: kids.append(pid)
+    else: kids = []
+n = 0
+for i in range({each}):
+    try:
+        open("{dir}/f%d" % i, "w")
+    except OSError as e:
+        assert e.errno == errno.EACCES, e
+        n += 1
+os.write(1, b"%d\n" % n)
+for k in kids: os.waitpid(k, 0)
+"#,
+        forks = processes.trailing_zeros(),
+        dir = s(&w.data),
+    );
+    let out = w.run(&["--audit-log", s(log)], &[python3(), "-c", &probe]);
+    let refused = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            l.parse::<u64>()
+                .unwrap_or_else(|e| panic!("{l:?}: {e}: {out:?}"))
+        })
+        .sum();
+    (out, refused)
+}
+
+/// The refusals a run's summary counts, and the records it says the
+/// kernel dropped (none when it says nothing of it).
+fn shown(err: &str) -> (u64, Option<u64>) {
+    let count = |line: &str| -> u64 { line.split(' ').next().unwrap().parse().unwrap() };
+    let refused = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("lockrun: "))
+        .find(|l| l.contains(" filesystem access"))
+        .map_or(0, count);
+    let dropped = err
+        .lines()
+        .find_map(|l| l.strip_prefix("lockrun: the kernel dropped "))
+        .map(count);
+    (refused, dropped)
+}
+
+#[test]
+fn a_run_says_so_when_the_kernel_drops_its_refusals_records() {
+    let _one = one_at_a_time();
+    if !nix::unistd::geteuid().is_root() {
+        support::skip(
+            "a_run_says_so_when_the_kernel_drops_its_refusals_records",
+            "needs root (the kernel's audit status, Landlock's audit records)",
+        );
+        return;
+    }
+    let w = World::new("auditlost");
+
+    // Control: two processes, ten refusals each. When the kernel dropped
+    // nothing meanwhile (its count, read from outside, did not rise),
+    // every one is shown and no loss is told.
+    let before = lost();
+    let (out, made) = burst(&w, &w.root.join("control.jsonl"), 2, 10);
+    let delta = u64::from(lost().wrapping_sub(before));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(made, 20, "{out:?}");
+    if delta == 0 {
+        assert_eq!(shown(&err), (20, None), "{err}");
+    } else {
+        eprintln!("the kernel dropped {delta} audit records during the control (another process's burst): its count is not judged");
+    }
+
+    // Eight processes, 20000 refusals each, as fast as they go: more
+    // records wait than the kernel's backlog holds (64 by default), and it
+    // drops the refusals' records (made where the call cannot wait).
+    let log = w.root.join("burst.jsonl");
+    let before = lost();
+    let (out, made) = burst(&w, &log, 8, 20_000);
+    let delta = u64::from(lost().wrapping_sub(before));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(made, 160_000, "{out:?}");
+    assert!(
+        delta > 0,
+        "the kernel dropped no audit record in the burst (its backlog is larger than here): nothing to judge"
+    );
+    let (refused, dropped) = shown(&err);
+    // The account is short, and the run says so, with the kernel's count
+    // over the run, which the count from outside, over more, holds.
+    assert!(refused < made, "{err}");
+    let dropped = dropped.unwrap_or_else(|| panic!("no loss told: {err}"));
+    assert!(
+        0 < dropped && dropped <= delta,
+        "{dropped} of {delta}: {err}"
+    );
+    assert!(
+        err.contains("so this run's filesystem and scope refusals may not all be shown"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!(
+            r#""event":"audit_records_lost","cause":"dropped","records":{dropped},"#
+        )),
+        "{}",
+        text.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+    );
+    // Judged from outside: no file was made there.
+    assert_eq!(std::fs::read_dir(&w.data).unwrap().count(), 0);
     w.assert_no_run_dirs();
 }

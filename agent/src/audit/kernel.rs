@@ -19,6 +19,12 @@
 //!   syscall). The run's domain is the one whose creator is the run's child.
 //! - At the end of the run a user message (`AUDIT_USER`) is sent through the
 //!   same kernel queue; once it comes back, every earlier record has been read.
+//! - The kernel drops a refusal's record, rather than wait, when more than its
+//!   backlog limit (64 by default) are waiting for their reader, as a burst of
+//!   refusals from several processes makes them; it only counts them
+//!   (`lost`). Its count is read before the command starts and once no task
+//!   of the run is left; a rise is reported as [`AuditLoss::Dropped`], so a
+//!   short account is never shown as a whole one.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -32,7 +38,7 @@ use nix::sys::socket::{
     SockProtocol, SockType,
 };
 
-use super::{AuditLog, Event, FsEvent, Layer, ScopeEvent, ScopeTarget};
+use super::{AuditLog, AuditLoss, Event, FsEvent, Layer, ScopeEvent, ScopeTarget};
 
 const AUDIT_GET: u16 = 1000;
 const AUDIT_SET: u16 = 1001;
@@ -73,6 +79,13 @@ pub struct AuditStatus {
     pub enabled: u32,
     /// pid of the audit daemon, 0 if none.
     pub daemon_pid: u32,
+    /// Records per second past which the kernel drops them; 0: no limit.
+    pub rate_limit: u32,
+    /// Records the kernel keeps waiting for its reader before it drops
+    /// new ones (those of calls that cannot wait, as Landlock's); 0: no limit.
+    pub backlog_limit: u32,
+    /// Records the kernel has dropped since boot, machine-wide (wraps).
+    pub lost: u32,
 }
 
 fn nl_socket(groups: u32) -> Result<OwnedFd, KernelAuditError> {
@@ -127,8 +140,9 @@ fn nl_split(buf: &[u8]) -> Vec<(u16, &[u8])> {
     out
 }
 
-fn request(fd: &OwnedFd, ty: u16, payload: &[u8]) -> Result<Vec<u8>, KernelAuditError> {
-    let raw = std::os::fd::AsRawFd::as_raw_fd(fd);
+/// Send one request. The kernel handles it in this call: an `AUDIT_GET`'s
+/// figures are those of this moment, whenever its answer is read.
+fn ask(fd: &OwnedFd, ty: u16, payload: &[u8]) -> Result<(), KernelAuditError> {
     setsockopt(
         fd,
         sockopt::ReceiveTimeout,
@@ -136,11 +150,17 @@ fn request(fd: &OwnedFd, ty: u16, payload: &[u8]) -> Result<Vec<u8>, KernelAudit
     )
     .map_err(sys("setsockopt(SO_RCVTIMEO)"))?;
     send(
-        raw,
+        std::os::fd::AsRawFd::as_raw_fd(fd),
         &nl_message(ty, NLM_F_REQUEST | NLM_F_ACK, 1, payload),
         MsgFlags::empty(),
     )
-    .map_err(sys("send"))?;
+    .map(drop)
+    .map_err(sys("send"))
+}
+
+/// The kernel's answer to what [`ask`] sent.
+fn answer(fd: &OwnedFd, ty: u16) -> Result<Vec<u8>, KernelAuditError> {
+    let raw = std::os::fd::AsRawFd::as_raw_fd(fd);
     let mut buf = vec![0u8; 8192];
     for _ in 0..4 {
         let n = recv(raw, &mut buf, MsgFlags::empty()).map_err(sys("recv"))?;
@@ -168,18 +188,30 @@ fn request(fd: &OwnedFd, ty: u16, payload: &[u8]) -> Result<Vec<u8>, KernelAudit
     Err(KernelAuditError::NoAnswer)
 }
 
-/// Read the kernel's audit status (`AUDIT_GET`).
-pub fn status() -> Result<AuditStatus, KernelAuditError> {
-    let fd = nl_socket(0)?;
-    let p = request(&fd, AUDIT_GET, &[])?;
+fn request(fd: &OwnedFd, ty: u16, payload: &[u8]) -> Result<Vec<u8>, KernelAuditError> {
+    ask(fd, ty, payload)?;
+    answer(fd, ty)
+}
+
+/// The kernel's `struct audit_status`, as `AUDIT_GET` answers it.
+fn parse_status(p: &[u8]) -> AuditStatus {
     let word = |i: usize| {
         p.get(i * 4..i * 4 + 4)
             .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
     };
-    Ok(AuditStatus {
+    AuditStatus {
         enabled: word(1),
         daemon_pid: word(3),
-    })
+        rate_limit: word(4),
+        backlog_limit: word(5),
+        lost: word(6),
+    }
+}
+
+/// Read the kernel's audit status (`AUDIT_GET`).
+pub fn status() -> Result<AuditStatus, KernelAuditError> {
+    let fd = nl_socket(0)?;
+    request(&fd, AUDIT_GET, &[]).map(|p| parse_status(&p))
 }
 
 /// Turn kernel audit on (`AUDIT_SET enabled=1`).
@@ -474,6 +506,9 @@ pub struct KernelAudit {
     thread: Option<JoinHandle<()>>,
     /// Closed by the reader thread when it returns.
     done: std::sync::mpsc::Receiver<()>,
+    /// Sent to (or closed) once the reader has asked the kernel's status.
+    asked: std::sync::mpsc::Receiver<()>,
+    log: Arc<AuditLog>,
     marker: String,
     marker_sent: bool,
 }
@@ -501,13 +536,18 @@ impl KernelAudit {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let marker = format!("lockrun-audit-sync-{run_id}");
         let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        let (asked_tx, asked) = std::sync::mpsc::channel::<()>();
         let thread = {
-            let (child, stop, marker) = (child.clone(), stop.clone(), marker.clone());
+            let (child, stop, marker, log) =
+                (child.clone(), stop.clone(), marker.clone(), log.clone());
             std::thread::Builder::new()
                 .name("lockrun-kaudit".into())
                 .spawn(move || {
-                    ensure_enabled(&log);
-                    read_loop(&fd, &log, &child, &stop, &marker);
+                    let baseline = take_baseline(&log, asked_tx);
+                    let read = read_loop(&fd, &log, &child, &stop, &marker);
+                    if let Some(b) = baseline {
+                        check_loss(&log, &b, &read);
+                    }
                     drop(done_tx);
                 })
                 .map_err(|e| KernelAuditError::Syscall {
@@ -520,9 +560,28 @@ impl KernelAudit {
             stop,
             thread: Some(thread),
             done,
+            asked,
+            log,
             marker,
             marker_sent: false,
         })
+    }
+
+    /// Wait (at most 1 s) until the reader has asked the kernel's count of
+    /// dropped records, which is read in the asking call: call before the
+    /// command starts, so that no record of the run is dropped uncounted.
+    /// Normally it was asked long before.
+    pub fn wait_for_baseline(&self) {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            self.asked.recv_timeout(Duration::from_secs(1))
+        {
+            self.log.record(Event::Notice {
+                layer: Layer::Filesystem,
+                message: "the kernel's count of dropped audit records was read after the command \
+                          started: records dropped in its first moments would not be told"
+                    .into(),
+            });
+        }
     }
 
     /// The run's child: the process that creates the run's Landlock domain.
@@ -568,31 +627,114 @@ impl KernelAudit {
     }
 }
 
-/// Turn kernel audit on if it is off, and say so in `log` (as a notice: the
-/// run goes on either way, its filesystem refusals are what is at stake).
-fn ensure_enabled(log: &AuditLog) {
+/// Ask the kernel's audit status, and say once it is asked: the kernel
+/// reads its figures in the asking call, so from then on its count of
+/// dropped records is the run's baseline. Then turn audit on if it is off,
+/// and say so in `log` (as a notice: the run goes on either way, its
+/// filesystem refusals are what is at stake). The status, if it came.
+fn take_baseline(log: &AuditLog, asked: std::sync::mpsc::Sender<()>) -> Option<AuditStatus> {
     let notice = |message: String| {
         log.record(Event::Notice {
             layer: Layer::Filesystem,
             message,
         });
     };
-    match status() {
-        Ok(st) if st.enabled != 0 => {}
-        Ok(_) => match enable() {
-            Ok(()) => notice(
-                "kernel audit was off; lockrun turned it on (audit_enabled=1) so that Landlock \
-                 reports its denials (any in the run's first milliseconds may be missing)"
-                    .into(),
-            ),
-            Err(e) => notice(format!(
-                "kernel audit is off and could not be turned on: {e}; filesystem refusals are not collected"
-            )),
-        },
-        Err(e) => notice(format!(
-            "whether kernel audit is on could not be read: {e}; filesystem refusals may be missing"
-        )),
+    let st = nl_socket(0).and_then(|fd| {
+        ask(&fd, AUDIT_GET, &[])?;
+        let _ = asked.send(());
+        answer(&fd, AUDIT_GET).map(|p| parse_status(&p))
+    });
+    drop(asked);
+    match st {
+        Ok(st) if st.enabled != 0 => Some(st),
+        Ok(st) => {
+            match enable() {
+                Ok(()) => notice(
+                    "kernel audit was off; lockrun turned it on (audit_enabled=1) so that Landlock \
+                     reports its denials (any in the run's first milliseconds may be missing)"
+                        .into(),
+                ),
+                Err(e) => notice(format!(
+                    "kernel audit is off and could not be turned on: {e}; filesystem refusals are not collected"
+                )),
+            }
+            Some(st)
+        }
+        Err(e) => {
+            notice(format!(
+                "whether kernel audit is on could not be read: {e}; filesystem refusals may be missing"
+            ));
+            None
+        }
     }
+}
+
+/// Whether the kernel counts as dropped the records it printed and
+/// multicast but then could not hold for an audit daemon: it does when it
+/// was booted with `audit=1` and no daemon is connected (its hold queue
+/// fills and stays full). lockrun read those records all the same.
+fn held_records_count_as_dropped(daemon_pid: u32) -> bool {
+    daemon_pid == 0 && std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| audit_on_at_boot(&c))
+}
+
+/// Whether a kernel command line turns audit on at boot (`audit=1` or
+/// `audit=on`, the last `audit=` deciding, as the kernel reads it).
+fn audit_on_at_boot(cmdline: &str) -> bool {
+    cmdline
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("audit="))
+        .next_back()
+        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("on"))
+}
+
+/// Once no task of the run is left: did the kernel drop records since
+/// `baseline`? Its count is the machine's; a rise means some of the run's
+/// refusals may be missing, and the log says so.
+///
+/// The count is read again (~0.1 ms: the kernel answers from a thread it
+/// creates) only when the reader's own tally leaves a drop possible. The
+/// kernel drops a record when more than its backlog limit wait in its
+/// queue, and every record that waited there after the baseline was sent
+/// to the reader before the run's mark. So if the reader got no more than
+/// the limit, all told, the queue never passed it. A rate limit, or an
+/// overflow of the reader's socket, leaves it possible. (Left out: a record
+/// the kernel had no memory for, on a machine out of memory.)
+fn check_loss(log: &AuditLog, baseline: &AuditStatus, read: &Read) {
+    if !loss_possible(baseline, read) {
+        return;
+    }
+    let now = match status() {
+        Ok(st) => st,
+        Err(e) => {
+            log.record(Event::Notice {
+                layer: Layer::Filesystem,
+                message: format!(
+                    "whether the kernel dropped audit records during the run could not be read: {e}"
+                ),
+            });
+            return;
+        }
+    };
+    let records = u64::from(now.lost.wrapping_sub(baseline.lost));
+    if records == 0 {
+        return;
+    }
+    if held_records_count_as_dropped(baseline.daemon_pid.min(now.daemon_pid)) {
+        log.record(Event::Notice {
+            layer: Layer::Filesystem,
+            message: format!(
+                "the kernel counted {records} audit records as dropped during the run, but booted \
+                 with `audit=1` and no audit daemon it counts records lockrun did read as dropped \
+                 too: whether any refusal of this run is missing cannot be told"
+            ),
+        });
+        return;
+    }
+    log.record(Event::AuditRecordsLost(AuditLoss::Dropped {
+        records,
+        backlog_limit: now.backlog_limit,
+        rate_limit: now.rate_limit,
+    }));
 }
 
 impl Drop for KernelAudit {
@@ -601,18 +743,36 @@ impl Drop for KernelAudit {
     }
 }
 
+/// Whether the kernel may have dropped records while the reader got
+/// `read` (see [`check_loss`]).
+fn loss_possible(baseline: &AuditStatus, read: &Read) -> bool {
+    baseline.rate_limit != 0
+        || read.overflowed
+        || (baseline.backlog_limit != 0 && read.records > u64::from(baseline.backlog_limit))
+}
+
+/// What the reader got from the kernel, all told.
+#[derive(Debug, Default)]
+struct Read {
+    /// Records of every process, the run's mark included.
+    records: u64,
+    /// The socket overflowed: some were dropped on their way to it.
+    overflowed: bool,
+}
+
 fn read_loop(
     fd: &OwnedFd,
     log: &AuditLog,
     child: &AtomicU32,
     stop: &std::sync::atomic::AtomicBool,
     marker: &str,
-) {
+) -> Read {
     let mut buf = vec![0u8; 16 * 1024];
     let mut corr = Correlator::default();
     let mut events = Vec::new();
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd());
     let mut expired_at = Instant::now();
+    let mut read = Read::default();
     while !stop.load(Ordering::SeqCst) {
         // Also when nothing came (the receive times out), at most every
         // tenth of NO_END_AFTER: it looks at every waiting record.
@@ -628,16 +788,17 @@ fn read_loop(
             Ok(n) => n,
             Err(nix::Error::EAGAIN | nix::Error::EINTR) => continue,
             Err(nix::Error::ENOBUFS) => {
-                log.record(Event::Notice {
-                    layer: Layer::Filesystem,
-                    message: "kernel audit records were dropped (socket buffer full); some filesystem refusals are missing".into(),
-                });
+                if !read.overflowed {
+                    read.overflowed = true;
+                    log.record(Event::AuditRecordsLost(AuditLoss::SocketFull));
+                }
                 continue;
             }
             Err(_) => break,
         };
         let mut done = false;
         for (ty, payload) in nl_split(&buf[..n]) {
+            read.records += 1;
             if ty == AUDIT_USER && String::from_utf8_lossy(payload).contains(marker) {
                 done = true;
                 continue;
@@ -662,6 +823,7 @@ fn read_loop(
     for e in events.drain(..) {
         log.record(e);
     }
+    read
 }
 
 #[cfg(test)]
@@ -699,6 +861,41 @@ mod tests {
             &mut out,
         );
         out
+    }
+
+    #[test]
+    fn a_drop_is_possible_only_past_the_limits_or_an_overflow() {
+        let limits = |backlog_limit, rate_limit| AuditStatus {
+            enabled: 1,
+            daemon_pid: 0,
+            rate_limit,
+            backlog_limit,
+            lost: 7,
+        };
+        let read = |records, overflowed| Read {
+            records,
+            overflowed,
+        };
+        // The queue never held more than the reader got.
+        assert!(!loss_possible(&limits(64, 0), &read(0, false)));
+        assert!(!loss_possible(&limits(64, 0), &read(64, false)));
+        assert!(loss_possible(&limits(64, 0), &read(65, false)));
+        // No backlog limit: nothing is dropped for the queue's length.
+        assert!(!loss_possible(&limits(0, 0), &read(1_000_000, false)));
+        // A rate limit, or records lost on their way to the reader.
+        assert!(loss_possible(&limits(64, 100), &read(0, false)));
+        assert!(loss_possible(&limits(64, 0), &read(3, true)));
+    }
+
+    #[test]
+    fn audit_turned_on_at_boot_is_read_as_the_kernel_reads_it() {
+        assert!(audit_on_at_boot("BOOT_IMAGE=/vmlinuz ro audit=1 quiet\n"));
+        assert!(audit_on_at_boot("audit=on"));
+        assert!(audit_on_at_boot("audit=0 audit=1"));
+        assert!(!audit_on_at_boot("audit=1 audit=0"));
+        assert!(!audit_on_at_boot("ro audit_backlog_limit=8192 quiet"));
+        assert!(!audit_on_at_boot("noaudit=1"));
+        assert!(!audit_on_at_boot(""));
     }
 
     /// Records as this kernel printed them for `sh -c 'echo x > /etc/f;

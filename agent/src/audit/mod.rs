@@ -263,6 +263,67 @@ impl fmt::Display for ScopeTarget {
     }
 }
 
+/// Kernel audit records that did not reach lockrun: filesystem and scope
+/// refusals of the run may be missing from its report. The kernel keeps
+/// the run confined all the same; only the account is short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "snake_case")]
+pub enum AuditLoss {
+    /// The kernel's count of records it dropped rose while the run went on.
+    /// The count is the machine's: whose records they were, it does not say.
+    Dropped {
+        records: u64,
+        /// The kernel's limits then (0: none): a refusal's record is dropped
+        /// when more than `backlog_limit` wait for their reader, or more than
+        /// `rate_limit` come in a second.
+        backlog_limit: u32,
+        rate_limit: u32,
+    },
+    /// lockrun's own socket overflowed (`ENOBUFS`): how many, unknown.
+    SocketFull,
+}
+
+impl fmt::Display for AuditLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Dropped {
+                records,
+                backlog_limit,
+                rate_limit,
+            } => {
+                write!(
+                    f,
+                    "the kernel dropped {records} audit {} on this machine while the run went on (",
+                    if *records == 1 { "record" } else { "records" }
+                )?;
+                if *backlog_limit > 0 {
+                    write!(
+                        f,
+                        "more were waiting than its backlog limit of {backlog_limit}"
+                    )?;
+                    if *rate_limit > 0 {
+                        f.write_str(", or ")?;
+                    }
+                }
+                if *rate_limit > 0 {
+                    write!(f, "more came than its rate limit of {rate_limit} a second")?;
+                }
+                if *backlog_limit == 0 && *rate_limit == 0 {
+                    f.write_str("it had no memory for them")?;
+                }
+                f.write_str(
+                    "), so this run's filesystem and scope refusals may not all be shown; \
+                     `auditctl -b 8192` raises the backlog limit",
+                )
+            }
+            Self::SocketFull => f.write_str(
+                "lockrun's kernel audit socket overflowed while the run went on, so this run's \
+                 filesystem and scope refusals may not all be shown",
+            ),
+        }
+    }
+}
+
 /// One line of the audit log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -295,6 +356,9 @@ pub enum Event {
     /// path lies beneath it ([`crate::fs::Narrowed`]): creating, removing
     /// or renaming directly in it is refused.
     Narrowed(crate::fs::Narrowed),
+    /// Kernel audit records lost: the filesystem and scope refusals shown
+    /// may be fewer than were made.
+    AuditRecordsLost(AuditLoss),
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {
         layer: Layer,
@@ -351,6 +415,8 @@ struct Tally {
     syscalls: BTreeMap<String, (u64, Vec<String>)>,
     /// Filesystem and scope refusals whose record named no process.
     no_process: u64,
+    /// Kernel audit records that did not reach lockrun, once per cause.
+    audit_loss: Vec<AuditLoss>,
 }
 
 /// One more of a tally's entries, and the command that made it (once).
@@ -529,6 +595,9 @@ impl AuditLog {
                 t.no_process += u64::from(f.comm.is_empty());
                 seen(t.fs.entry(key).or_default(), &f.comm);
             }
+            Event::AuditRecordsLost(loss) if !t.audit_loss.contains(loss) => {
+                t.audit_loss.push(*loss);
+            }
             _ => {}
         }
     }
@@ -632,6 +701,9 @@ impl AuditLog {
                 t.no_process
             ));
         }
+        for loss in &t.audit_loss {
+            lines.push(format!("lockrun: {loss}"));
+        }
         if !lines.is_empty() {
             if let Some(p) = &self.path {
                 lines.push(format!(
@@ -707,6 +779,65 @@ mod tests {
             direction: Direction::Outbound,
             local_port: 0,
         })
+    }
+
+    #[test]
+    fn lost_audit_records_are_told_once_per_cause_even_with_nothing_else_refused() {
+        let dropped = AuditLoss::Dropped {
+            records: 3,
+            backlog_limit: 64,
+            rate_limit: 0,
+        };
+        let log = AuditLog::open(None).unwrap();
+        log.record(Event::AuditRecordsLost(AuditLoss::SocketFull));
+        log.record(Event::AuditRecordsLost(dropped));
+        log.record(Event::AuditRecordsLost(AuditLoss::SocketFull));
+        assert_eq!(
+            log.summary(),
+            vec![
+                "lockrun: lockrun's kernel audit socket overflowed while the run went on, so this \
+                 run's filesystem and scope refusals may not all be shown"
+                    .to_owned(),
+                "lockrun: the kernel dropped 3 audit records on this machine while the run went on \
+                 (more were waiting than its backlog limit of 64), so this run's filesystem and \
+                 scope refusals may not all be shown; `auditctl -b 8192` raises the backlog limit"
+                    .to_owned(),
+            ]
+        );
+        // The causes the kernel's limits give.
+        let said = |backlog_limit, rate_limit| {
+            AuditLoss::Dropped {
+                records: 1,
+                backlog_limit,
+                rate_limit,
+            }
+            .to_string()
+        };
+        assert!(said(64, 100).contains(
+            "1 audit record on this machine while the run went on (more were waiting than its \
+             backlog limit of 64, or more came than its rate limit of 100 a second)"
+        ));
+        assert!(said(0, 100).contains("(more came than its rate limit of 100 a second)"));
+        assert!(said(0, 0).contains("(it had no memory for them)"));
+        // As the log writes it, and read back.
+        let line = serde_json::to_string(&Event::AuditRecordsLost(dropped)).unwrap();
+        assert_eq!(
+            line,
+            r#"{"event":"audit_records_lost","cause":"dropped","records":3,"backlog_limit":64,"rate_limit":0}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Event>(&line).unwrap(),
+            Event::AuditRecordsLost(dropped)
+        );
+        let full = serde_json::to_string(&Event::AuditRecordsLost(AuditLoss::SocketFull)).unwrap();
+        assert_eq!(
+            full,
+            r#"{"event":"audit_records_lost","cause":"socket_full"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Event>(&full).unwrap(),
+            Event::AuditRecordsLost(AuditLoss::SocketFull)
+        );
     }
 
     #[test]

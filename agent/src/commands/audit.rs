@@ -254,6 +254,7 @@ fn notice(event: &Event) -> Option<String> {
     match event {
         Event::Notice { layer, message } => Some(format!("{}: {message}", layer_name(*layer))),
         Event::Narrowed(n) => Some(format!("{}: {n}", layer_name(Layer::Filesystem))),
+        Event::AuditRecordsLost(loss) => Some(format!("{}: {loss}", layer_name(Layer::Filesystem))),
         _ => None,
     }
 }
@@ -311,7 +312,9 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 }
                 run.exit = Some(*exit);
             }
-            Event::Notice { .. } | Event::Narrowed(_) => run.notices.extend(notice(event)),
+            Event::Notice { .. } | Event::Narrowed(_) | Event::AuditRecordsLost(_) => {
+                run.notices.extend(notice(event));
+            }
             Event::KernelEventsLost { count } => {
                 *run.refused.entry(Layer::KernelNetwork).or_default() += count;
                 run.lost_kernel_events += count;

@@ -89,7 +89,7 @@ pub fn host_checks() -> Vec<Check> {
         crate::audit::kernel::status()
             .map(|st| {
                 format!(
-                    "{}, {}; Landlock denials read from the read-only multicast group",
+                    "{}, {}; Landlock denials read from the read-only multicast group; {}",
                     match st.enabled {
                         0 => "off (lockrun turns it on for its runs)",
                         1 => "on",
@@ -99,6 +99,14 @@ pub fn host_checks() -> Vec<Check> {
                         "no audit daemon".to_owned()
                     } else {
                         format!("audit daemon pid {}", st.daemon_pid)
+                    },
+                    if st.backlog_limit == 0 {
+                        "no backlog limit".to_owned()
+                    } else {
+                        format!(
+                            "backlog limit {} (a burst of refusals beyond it loses records, and the run says so)",
+                            st.backlog_limit
+                        )
                     }
                 )
             })

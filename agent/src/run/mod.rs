@@ -974,6 +974,9 @@ async fn spawn_and_wait(
     use crate::sys::spawn::SpawnError;
     use std::os::fd::AsFd as _;
     tracing::debug!("9. spawning");
+    if let Some(k) = kernel_audit {
+        k.wait_for_baseline();
+    }
     let child = match crate::sys::spawn::spawn(argv, env, cgroup, plan, report) {
         Ok(c) => c,
         Err(SpawnError::Clone(source)) => {
