@@ -634,6 +634,110 @@ fn abstract_unix_socket_outside_is_unreachable() {
     assert_eq!(buf, b"pwned");
 }
 
+/// System V IPC objects of a process outside, by a key of this test's: a
+/// shared memory segment holding `canary`, a message queue and a
+/// semaphore (0600, root's, like the command). `make KEY` prints their ids;
+/// `state KEY` prints the segment's first five bytes, the queue's messages
+/// and the semaphore's value; `rm KEY` removes them.
+const SYSV: &str = r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+op, key = sys.argv[1], int(sys.argv[2])
+ids = [libc.shmget(key, 4096, 0o1600 if op == "make" else 0),
+       libc.msgget(key + 1, 0o1600 if op == "make" else 0),
+       libc.semget(key + 2, 1, 0o1600 if op == "make" else 0)]
+assert min(ids) >= 0, (op, ids, ctypes.get_errno())
+if op == "make":
+    p = libc.shmat(ids[0], None, 0)
+    ctypes.memmove(p, b"canary", 6)
+    print(*ids)
+elif op == "state":
+    p = libc.shmat(ids[0], None, 0o10000)  # SHM_RDONLY
+    qnum = next(int(l.split()[4]) for l in open("/proc/sysvipc/msg") if l.split()[1] == str(ids[1]))
+    print(ctypes.string_at(p, 5).decode(), qnum, libc.semctl(ids[2], 0, 12))  # GETVAL
+else:
+    libc.shmctl(ids[0], 0, None); libc.msgctl(ids[1], 0, None); libc.semctl(ids[2], 0, 0)  # IPC_RMID
+"#;
+
+/// The objects [`SYSV`] makes, removed when dropped.
+struct SysvObjects {
+    key: String,
+    ids: Vec<String>,
+}
+
+impl SysvObjects {
+    fn sysv(op: &str, key: &str) -> String {
+        let out = Command::new(python3())
+            .args(["-c", SYSV, op, key])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{op}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+    fn make(key: i32) -> Self {
+        let key = key.to_string();
+        let ids = Self::sysv("make", &key)
+            .split(' ')
+            .map(str::to_owned)
+            .collect();
+        Self { key, ids }
+    }
+    fn state(&self) -> String {
+        Self::sysv("state", &self.key)
+    }
+}
+
+impl Drop for SysvObjects {
+    fn drop(&mut self) {
+        Self::sysv("rm", &self.key);
+    }
+}
+
+/// System V IPC objects are not files: Landlock does not see them, and a
+/// command, uid 0 like their owner, could attach another process's shared
+/// memory and write into it, send to its queue, or move its semaphore. The
+/// run has an IPC namespace of its own: by key, those outside are not
+/// found (`ENOENT`); by id, not there (`EINVAL`). Judged from outside: the
+/// segment still holds its canary, the queue is empty, the semaphore at 0.
+/// Controls: the command makes and uses objects of its own; the same probe
+/// outside reaches each outside object, by key and by id.
+#[test]
+fn sysv_ipc_objects_outside_are_unreachable() {
+    let w = World::new("sysvipc");
+    let objects = SysvObjects::make(0x4c52_0000 + (std::process::id() & 0xfff) as i32 * 4);
+    let key = |i: i32| (objects.key.parse::<i32>().unwrap() + i).to_string();
+    let (segment_key, queue_key, semaphore_key) = (key(0), key(1), key(2));
+    let (segment, queue, semaphore) = (&objects.ids[0], &objects.ids[1], &objects.ids[2]);
+    let ops: [&[&str]; 7] = [
+        &["shm_write", "key", &segment_key],
+        &["shm_write", "id", segment],
+        &["msg_send", "key", &queue_key],
+        &["msg_send", "id", queue],
+        &["sem_up", "key", &semaphore_key],
+        &["sem_up", "id", semaphore],
+        &["sysv_own"],
+    ];
+    let inside = w.probe(&[], &ops);
+    assert_eq!(
+        inside,
+        [
+            "errno=ENOENT",
+            "errno=EINVAL",
+            "errno=ENOENT",
+            "errno=EINVAL",
+            "errno=ENOENT",
+            "errno=EINVAL",
+            "ok"
+        ]
+    );
+    assert_eq!(objects.state(), "canar 0 0");
+
+    // Control: outside the run, the same probe reaches all three, twice.
+    assert_eq!(w.probe_outside(&ops), ["ok"; 7]);
+    assert_eq!(objects.state(), "pwned 2 2");
+}
+
 #[test]
 fn inside_no_capabilities_no_new_privs_seccomp() {
     let w = World::new("status");

@@ -41,6 +41,42 @@ def uring_socket(family):
         raise OSError(-res, "IORING_OP_SOCKET")
     os.close(res)
 
+def sysv(call, *args):
+    """A SysV IPC call through libc; OSError with its errno on failure."""
+    f = getattr(libc, call)
+    if call == "shmat":
+        f.restype = ctypes.c_void_p
+    r = f(*args)
+    if r in (-1, None) or (call == "shmat" and r == ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), call)
+    return r
+
+def sysv_id(kind, how, n):
+    """The IPC object `n` names: by key (looked up, which may fail) or by id."""
+    return sysv(kind + "get", int(n), 0, 0) if how == "key" else int(n)
+
+class Msg(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 16)]
+
+def sysv_own():
+    """Make a shared memory segment, a message queue and a semaphore of our
+    own (IPC_PRIVATE), and use each: what programs inside a run may do."""
+    shm = sysv("shmget", 0, 4096, 0o600)
+    p = sysv("shmat", shm, None, 0)
+    ctypes.memmove(p, b"mine", 4)
+    assert ctypes.string_at(p, 4) == b"mine"
+    libc.shmdt(ctypes.c_void_p(p)); libc.shmctl(shm, 0, None)
+    q = sysv("msgget", 0, 0o600)
+    sysv("msgsnd", q, ctypes.byref(Msg(1, b"mine")), 4, 0)
+    m = Msg()
+    sysv("msgrcv", q, ctypes.byref(m), 16, 0, 0o4000)  # IPC_NOWAIT
+    assert m.mtext == b"mine"
+    libc.msgctl(q, 0, None)
+    sem = sysv("semget", 0, 1, 0o600)
+    sysv("semop", sem, (ctypes.c_short * 3)(0, 1, 0o4000), 1)
+    assert libc.semctl(sem, 0, 12) == 1  # GETVAL
+    libc.semctl(sem, 0, 0)
+
 def op(name, a):
     if name == "write":
         with open(a[0], "w") as f: f.write("pwned")
@@ -141,6 +177,16 @@ def op(name, a):
         # Push a byte into the input of our controlling tty (on fd 0).
         import fcntl, termios
         fcntl.ioctl(0, termios.TIOCSTI, b"x")
+    elif name == "shm_write":
+        # shm_write key|id N: attach the segment and write into it
+        p = sysv("shmat", sysv_id("shm", a[0], a[1]), None, 0)
+        ctypes.memmove(p, b"pwned", 5)
+    elif name == "msg_send":
+        sysv("msgsnd", sysv_id("msg", a[0], a[1]), ctypes.byref(Msg(1, b"pwned")), 5, 0o4000)
+    elif name == "sem_up":
+        sysv("semop", sysv_id("sem", a[0], a[1]), (ctypes.c_short * 3)(0, 1, 0o4000), 1)
+    elif name == "sysv_own":
+        sysv_own()
     elif name == "status":
         for line in open("/proc/self/status"):
             k = line.split(":")[0]

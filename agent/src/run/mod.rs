@@ -14,6 +14,8 @@
 //!    cgroup's parent; the run registered in their maps, allowing only the
 //!    proxy endpoint and the policy's loopback endpoints;
 //! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]);
+//!    then an IPC namespace of the run's own ([`own_ipc_namespace`]), made
+//!    while the walk finishes;
 //! 8. the child's environment, built explicitly;
 //! 9. spawn with the child-side confinement ([`crate::sys`]) as `pre_exec`
 //!    (it joins the cgroup first, so no instruction runs outside), receive
@@ -87,6 +89,8 @@ pub enum RunError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("an IPC namespace of the run's own: unshare(CLONE_NEWIPC): {0} (without one, the command could write into other processes' SysV shared memory; a kernel needs CONFIG_IPC_NS)")]
+    IpcNamespace(#[source] std::io::Error),
     #[error("the run's cgroup: {}", chain(.0))]
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("the kernel network hooks: {}", chain(.0))]
@@ -682,7 +686,11 @@ async fn run(
     // 3–7, beside the walk. Should both fail, the walk's error is the one
     // told (a deny list that cannot be built, before what the kernel
     // refused later); either way nothing ran.
-    let kernel = kernel_side(policy, &dir, audit);
+    let kernel = kernel_side(policy, &dir, audit).and_then(|k| {
+        own_ipc_namespace()?;
+        tracing::debug!("7. the run's IPC namespace made");
+        Ok(k)
+    });
     let fs = walk.wait().ok_or(FsError::WalkPanicked).and_then(|fs| fs);
     let (kernel, fs) = match (kernel, fs) {
         (Ok(kernel), Ok(fs)) => (kernel, fs),
@@ -831,6 +839,24 @@ async fn run(
     let _ = dir_removed.wait();
     tracing::debug!("11. run dir removed");
     Ok(code)
+}
+
+/// System V IPC objects (shared memory, message queues, semaphores) are
+/// not files: Landlock does not see them, and a command, often
+/// uid 0 like the objects' owners, could attach another process's shared
+/// memory and write into it, or send to its queue. So the run gets an IPC
+/// namespace of its own, where only the objects its processes make exist;
+/// those outside are not there to name (`ENOENT`, `EINVAL`). The command
+/// cannot leave it: `setns` and `unshare` are on the seccomp deny list.
+///
+/// lockrun's own thread moves into it (`unshare(CLONE_NEWIPC)`; the
+/// command is cloned from this thread and starts there), so the ~0.1 ms the
+/// kernel takes to make one is spent while the Landlock walk finishes
+/// beside. lockrun uses no IPC object itself. A kernel without IPC
+/// namespaces refuses the run: nothing else keeps those objects apart.
+fn own_ipc_namespace() -> Result<(), RunError> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
+        .map_err(|e| RunError::IpcNamespace(e.into()))
 }
 
 /// What steps 3–7 made, in setup order: the seccomp filter, the listener's
