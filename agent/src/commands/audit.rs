@@ -1704,6 +1704,11 @@ mod tests {
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
             line(Event::KernelEventsLost { count: 2 }),
+            line(Event::AuditRecordsLost(crate::audit::AuditLoss::Dropped {
+                records: 5,
+                backlog_limit: 64,
+                rate_limit: 0,
+            })),
             line(Event::InboundNotItemized {
                 count: 9,
                 per_cpu: 32,
@@ -1732,6 +1737,11 @@ mod tests {
         let text = render_text(&runs);
         assert!(text.contains("--allow-local 127.0.0.1:5432"), "{text}");
         assert!(text.contains("nothing refused"), "{text}");
+        // A short account is said so among the run's notices, not counted.
+        assert!(
+            text.contains("  notice:   filesystem: the kernel dropped 5 audit records on this machine while the run went on (more were waiting than its backlog limit of 64)"),
+            "{text}"
+        );
         assert!(
             text.contains("(9 packets from outside dropped and counted, not itemized: only the first 32 on each CPU are)"),
             "{text}"
