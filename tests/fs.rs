@@ -1367,6 +1367,64 @@ fn an_unprivileged_caller_is_refused_before_anything_runs() {
     w.assert_no_run_dirs();
 }
 
+/// Runs `argv` under a seccomp filter of its own that answers `unshare`
+/// with `EINVAL` (`deny`), as a kernel without IPC namespaces would, or
+/// allows everything (`allow`, the control).
+const NO_UNSHARE: &str = r#"
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+prog = [(0x20, 0, 0, 0)]  # ld the call's number
+if sys.argv[1] == "deny":
+    prog += [(0x15, 0, 1, 272), (0x06, 0, 0, 0x00050000 | 22)]  # unshare: ERRNO(EINVAL)
+prog += [(0x06, 0, 0, 0x7FFF0000)]  # allow
+filt = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in prog))
+fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(prog), ctypes.addressof(filt)))
+assert libc.prctl(22, 2, ctypes.addressof(fprog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, FILTER
+os.execv(sys.argv[2], sys.argv[2:])
+"#;
+
+/// Fail closed: without an IPC namespace of its own, a run could write
+/// into other processes' System V shared memory, so a kernel that refuses
+/// one refuses the run: exit 125, one line, the command's side effect
+/// absent, no run dir left. Control: the same wrapper allowing `unshare`.
+#[test]
+fn a_run_without_an_ipc_namespace_of_its_own_is_refused() {
+    let w = World::new("noipcns");
+    let side = w.wt.join("side-effect");
+    let run = |mode: &str| {
+        let mut argv = vec![mode.to_owned(), BIN.to_owned()];
+        for a in ["--worktree", s(&w.wt), "--state-dir", s(&w.state), "--"] {
+            argv.push(a.to_owned());
+        }
+        argv.extend(["touch".to_owned(), s(&side).to_owned()]);
+        Command::new(python3())
+            .args(["-c", NO_UNSHARE])
+            .args(&argv)
+            .env("HOME", &w.home)
+            .output()
+            .unwrap()
+    };
+
+    let out = run("deny");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "lockrun: an IPC namespace of the run's own: unshare(CLONE_NEWIPC): Invalid argument"
+        ),
+        "{err}"
+    );
+    assert_absent(&side);
+    w.assert_no_run_dirs();
+
+    let out = run("allow");
+    assert!(out.status.success(), "{out:?}");
+    assert!(side.exists());
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn a_deny_list_that_cannot_be_built_refuses_the_run() {
     let w = World::new("unlistable");
