@@ -31,10 +31,18 @@ use support::{s, World};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
+/// The machine's audit state for `test` alone, once it may run: as root
+/// (the kernel's audit rules and status, Landlock's audit records), or a
+/// loud skip.
+fn one_at_a_time_as_root(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    let one = ONE_AT_A_TIME
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !nix::unistd::geteuid().is_root() {
+        support::skip(test, "needs root (the kernel's audit rules and status)");
+        return None;
+    }
+    Some(one)
 }
 
 /// Add (`add`) or delete (`del`) the audit rule `-a task,never` (no
@@ -106,14 +114,11 @@ fn run(w: &World, log: &std::path::Path) -> Output {
 
 #[test]
 fn refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records() {
-    let _one = one_at_a_time();
-    if !nix::unistd::geteuid().is_root() {
-        support::skip(
-            "refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records",
-            "needs root (audit rules, Landlock's audit records)",
-        );
+    let Some(_one) = one_at_a_time_as_root(
+        "refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records",
+    ) else {
         return;
-    }
+    };
     let w = World::new("auditrules");
     let data = s(&w.data);
 
@@ -243,14 +248,11 @@ fn shown(err: &str) -> (u64, Option<u64>) {
 
 #[test]
 fn a_run_says_so_when_the_kernel_drops_its_refusals_records() {
-    let _one = one_at_a_time();
-    if !nix::unistd::geteuid().is_root() {
-        support::skip(
-            "a_run_says_so_when_the_kernel_drops_its_refusals_records",
-            "needs root (the kernel's audit status, Landlock's audit records)",
-        );
+    let Some(_one) =
+        one_at_a_time_as_root("a_run_says_so_when_the_kernel_drops_its_refusals_records")
+    else {
         return;
-    }
+    };
     let w = World::new("auditlost");
 
     // Control: two processes, ten refusals each. When the kernel dropped
