@@ -1319,6 +1319,86 @@ fn typing_into_the_callers_terminal_is_refused() {
     w.assert_no_run_dirs();
 }
 
+/// The probe's `lease` op run by `c`, with the file `victim` tried by a
+/// writer outside while it holds on: its first line, and whether the
+/// writer's non-blocking open for writing succeeded or failed how.
+fn lease_held(mut c: Command, victim: &std::path::Path) -> (String, Result<(), i32>, Output) {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::process::Stdio;
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = Vec::new();
+    let mut out = child.stdout.take().unwrap();
+    let mut b = [0u8; 1];
+    while out.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
+        first.push(b[0]);
+    }
+    // With a lease held the kernel answers a non-blocking writer's open at
+    // once with EWOULDBLOCK (a blocking one would wait up to the break time).
+    let writer = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(victim)
+        .map(drop)
+        .map_err(|e| e.raw_os_error().unwrap());
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    (String::from_utf8(first).unwrap(), writer, output)
+}
+
+/// A lease (`fcntl F_SETLEASE`) on a file outside would hold back every
+/// process that then opens it for writing, up to `fs.lease-break-time`
+/// (45 s by default), and tell the command when one did: the command, uid
+/// 0, owns every root-owned file, and a lease needs only ownership and a
+/// descriptor open for reading. Refused (`EPERM`) and shown. Judged from
+/// outside: a writer's non-blocking open of the file, made while the
+/// command holds on, succeeds. Control: the same probe outside takes the
+/// lease, and the same open then fails with `EWOULDBLOCK`.
+#[test]
+fn a_lease_that_would_hold_back_writers_outside_is_refused() {
+    let w = World::new("lease");
+    let victim = w.canary(&w.data.join("shared.db"));
+    let argv = support::probe_argv(&[&["lease", s(&victim)]]);
+
+    let mut outside = Command::new(&argv[0]);
+    outside.args(&argv[1..]);
+    let (first, writer, _) = lease_held(outside, &victim);
+    assert_eq!(first, "ok", "control: the lease outside");
+    assert_eq!(
+        writer,
+        Err(nix::errno::Errno::EWOULDBLOCK as i32),
+        "control: the writer is held back"
+    );
+
+    let log = w.root.join("audit.jsonl");
+    let (first, writer, out) = lease_held(w.cmd(&["--audit-log", s(&log)], &argv), &victim);
+    assert_eq!(first, "errno=EPERM", "inside: {out:?}");
+    assert_eq!(
+        writer,
+        Ok(()),
+        "the writer outside was held back by the run"
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        w.refused_calls(&log, "python3"),
+        [(
+            "fcntl F_SETLEASE F_RDLCK".to_owned(),
+            lockrun::seccomp::Widens::Leases
+        )]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): fcntl F_SETLEASE F_RDLCK (python3)\n"),
+        "{stderr}"
+    );
+    assert_canary(&victim);
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn an_unprivileged_caller_is_refused_before_anything_runs() {
     let w = World::new("unpriv");

@@ -23,7 +23,10 @@
 //!    `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
 //!    worktree would widen someone's privileges after the run), and `ioctl`
 //!    `TIOCSTI` and `TIOCLINUX` (typing into the caller's terminal, which
-//!    runs once lockrun exits; `dev.tty.legacy_tiocsti` is on here). These
+//!    runs once lockrun exits; `dev.tty.legacy_tiocsti` is on here), and
+//!    `fcntl F_SETLEASE` (a lease on a file outside, which a capability-less
+//!    uid 0 may take on any root-owned file it can read, holds back every
+//!    other process's open of it for writing for up to 45 s). These
 //!    are handed over (`USER_NOTIF`) only to be seen: the supervisor decides
 //!    on the registers alone ([`refused_call`]), records the call and
 //!    answers `EPERM`, so the user learns what a tool was refused
@@ -87,6 +90,7 @@ pub enum Widens {
     SocketFamily,
     SetIdMode,
     Terminal,
+    Leases,
     X32Abi,
 }
 
@@ -127,6 +131,11 @@ impl Widens {
             Self::Terminal => {
                 "it types into the terminal lockrun was started from, which runs what it typed \
                  outside the sandbox once lockrun exits"
+            }
+            Self::Leases => {
+                "a lease on a file outside the run stalls every process that then opens it for \
+                 writing (up to fs.lease-break-time, 45 s by default) and tells the run when \
+                 one does"
             }
             Self::X32Abi => {
                 "an x32-ABI call is an ordinary call under another number, which the filter's \
@@ -300,6 +309,15 @@ const CREATING_FLAGS: [u64; 2] = [
     (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64,
 ];
 
+/// `fcntl(fd, F_SETLEASE, F_RDLCK | F_WRLCK)`: the owner of a file (a
+/// capability-less uid 0 owns every root-owned one) may take a lease on it
+/// through a descriptor open for reading, which makes the kernel hold back
+/// anyone else's open for writing until the holder lets go or the lease
+/// break time passes. File servers use leases; no tool of a run needs one.
+/// `F_UNLCK` (letting one go) passes.
+const F_SETLEASE: u64 = libc::F_SETLEASE as u64;
+const F_UNLCK: u64 = libc::F_UNLCK as u64;
+
 /// `S_ISUID`, `S_ISGID`.
 const SET_ID_BITS: &[u64] = &[0o4000, 0o2000];
 
@@ -400,6 +418,14 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
         tty.push(SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, *cmd)?])?);
     }
     rules.insert(libc::SYS_ioctl, tty);
+    // Holding back others' writes to a file outside: a lease.
+    rules.insert(
+        libc::SYS_fcntl,
+        vec![SeccompRule::new(vec![
+            cond(1, SeccompCmpOp::Eq, F_SETLEASE)?,
+            cond(2, SeccompCmpOp::Ne, F_UNLCK)?,
+        ])?],
+    );
     decided.extend(rules.keys().copied());
     let reported = SeccompFilter::new(
         rules,
@@ -506,6 +532,14 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
             .iter()
             .find(|(cmd, _)| *cmd == low(1))
             .map(|(_, name)| (format!("ioctl {name}"), Widens::Terminal)),
+        libc::SYS_fcntl if low(1) == F_SETLEASE && low(2) != F_UNLCK => {
+            let kind = match i32::try_from(low(2)) {
+                Ok(libc::F_RDLCK) => "F_RDLCK".to_owned(),
+                Ok(libc::F_WRLCK) => "F_WRLCK".to_owned(),
+                _ => format!("type {}", low(2)),
+            };
+            Some((format!("fcntl F_SETLEASE {kind}"), Widens::Leases))
+        }
         _ => None,
     }
 }
@@ -694,6 +728,10 @@ pub fn describe() -> Vec<(&'static str, String)> {
         (
             "EPERM, each refusal shown",
             "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned(),
+        ),
+        (
+            "EPERM, each refusal shown",
+            "fcntl F_SETLEASE but F_UNLCK (a lease holds back others' writes to the file)".to_owned(),
         ),
         #[cfg(target_arch = "x86_64")]
         (
@@ -1078,6 +1116,37 @@ mod tests {
                 None,
             ),
             (libc::SYS_socket, [2, 1, 0, 0, 0, 0], super::RET_ALLOW, None),
+            (
+                libc::SYS_fcntl,
+                [3, super::F_SETLEASE, libc::F_RDLCK as u64, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("fcntl F_SETLEASE F_RDLCK"),
+            ),
+            (
+                libc::SYS_fcntl,
+                [3, super::F_SETLEASE, libc::F_WRLCK as u64, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("fcntl F_SETLEASE F_WRLCK"),
+            ),
+            (
+                libc::SYS_fcntl,
+                [3, super::F_SETLEASE, super::F_UNLCK, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            // A lock (not a lease) of a file, and the everyday commands: allowed.
+            (
+                libc::SYS_fcntl,
+                [3, libc::F_SETLK as u64, 0x1000, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_fcntl,
+                [3, libc::F_GETLEASE as u64, 0, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
         ];
         for (nr, args, verdict, shown) in cases {
             assert_eq!(run(&all, *nr, *args), *verdict, "{nr} {args:?}");
@@ -1187,6 +1256,11 @@ mod tests {
             [3, libc::TIOCLINUX | 0x1_0000_0000, 0, 0, 0, 0],
             [3, libc::TCGETS, 0, 0, 0, 0],
             [3, 0x4008_6602, 0, 0, 0, 0],
+            [3, super::F_SETLEASE, 0, 0, 0, 0],
+            [3, super::F_SETLEASE, 1, 0, 0, 0],
+            [3, super::F_SETLEASE, super::F_UNLCK, 0, 0, 0],
+            [3, super::F_SETLEASE | 0x1_0000_0000, 0x1_0000_0000, 0, 0, 0],
+            [3, super::F_SETLEASE, 7, 0, 0, 0],
             // open and openat: creating (O_CREAT, O_TMPFILE) or not, with
             // set-id modes where each reads it.
             [0x1000, 0o100, 0o4755, 0o4755, 0, 0],
