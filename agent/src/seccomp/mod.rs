@@ -1116,37 +1116,6 @@ mod tests {
                 None,
             ),
             (libc::SYS_socket, [2, 1, 0, 0, 0, 0], super::RET_ALLOW, None),
-            (
-                libc::SYS_fcntl,
-                [3, super::F_SETLEASE, libc::F_RDLCK as u64, 0, 0, 0],
-                super::RET_USER_NOTIF,
-                Some("fcntl F_SETLEASE F_RDLCK"),
-            ),
-            (
-                libc::SYS_fcntl,
-                [3, super::F_SETLEASE, libc::F_WRLCK as u64, 0, 0, 0],
-                super::RET_USER_NOTIF,
-                Some("fcntl F_SETLEASE F_WRLCK"),
-            ),
-            (
-                libc::SYS_fcntl,
-                [3, super::F_SETLEASE, super::F_UNLCK, 0, 0, 0],
-                super::RET_ALLOW,
-                None,
-            ),
-            // A lock (not a lease) of a file, and the everyday commands: allowed.
-            (
-                libc::SYS_fcntl,
-                [3, libc::F_SETLK as u64, 0x1000, 0, 0, 0],
-                super::RET_ALLOW,
-                None,
-            ),
-            (
-                libc::SYS_fcntl,
-                [3, libc::F_GETLEASE as u64, 0, 0, 0, 0],
-                super::RET_ALLOW,
-                None,
-            ),
         ];
         for (nr, args, verdict, shown) in cases {
             assert_eq!(run(&all, *nr, *args), *verdict, "{nr} {args:?}");
@@ -1204,6 +1173,53 @@ mod tests {
             super::refused_call(libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
             None
         );
+    }
+
+    /// A lease is refused and shown, whatever it is of; letting one go, a
+    /// lock of a file and asking for the lease pass.
+    #[test]
+    fn leases_are_refused_but_letting_one_go() {
+        let all = super::combined().unwrap();
+        let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
+            (
+                libc::SYS_fcntl,
+                [3, super::F_SETLEASE, libc::F_RDLCK as u64, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("fcntl F_SETLEASE F_RDLCK"),
+            ),
+            (
+                libc::SYS_fcntl,
+                [3, super::F_SETLEASE, libc::F_WRLCK as u64, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("fcntl F_SETLEASE F_WRLCK"),
+            ),
+            (
+                libc::SYS_fcntl,
+                [3, super::F_SETLEASE, super::F_UNLCK, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            // A lock (not a lease) of a file, and the everyday commands: allowed.
+            (
+                libc::SYS_fcntl,
+                [3, libc::F_SETLK as u64, 0x1000, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_fcntl,
+                [3, libc::F_GETLEASE as u64, 0, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+        ];
+        for (nr, args, verdict, shown) in cases {
+            assert_eq!(run(&all, *nr, *args), *verdict, "{nr} {args:?}");
+            assert_eq!(
+                super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
+                *shown
+            );
+        }
     }
 
     /// open and openat are refused for their mode only when they create
