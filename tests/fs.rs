@@ -2754,6 +2754,148 @@ fn a_second_run_on_a_worktree_with_git_is_refused_while_the_first_runs() {
     assert_absent(&hook);
 }
 
+/// lockrun on the other agent's worktree, with state dir `state`.
+fn on_other(w: &World, state: &std::path::Path, argv: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["--worktree", s(&w.other), "--state-dir", s(state), "--"])
+        .args(argv)
+        .env("HOME", &w.home)
+        .current_dir(&w.other);
+    c
+}
+
+/// A command of one run can open another agent's worktree for reading,
+/// and `flock` it: when that was lockrun's lock, every run of that agent
+/// was refused as "in use" for as long as the command held it. lockrun's
+/// own lock is now a file in the state dir that no run can open: the other
+/// agent's run goes on, and says which command of which run held the
+/// worktree. Judged from outside: the command really holds the lock (a
+/// non-blocking `flock` of the test's is refused `EWOULDBLOCK`), the other
+/// run's file exists, and no lock file is left after both runs. Control: a
+/// lockrun of another state dir is still refused while a run holds the
+/// worktree, naming that lockrun.
+#[test]
+fn a_command_cannot_keep_another_agents_runs_from_starting_by_locking_its_worktree() {
+    use std::process::Stdio;
+    let w = World::new("wtlock");
+    assert!(Command::new("git")
+        .args(["init", "-q"])
+        .arg(&w.other)
+        .status()
+        .unwrap()
+        .success());
+    let locks = w.state.join("worktrees");
+    let mut holder = Background(
+        w.cmd(&[], &support::probe_argv(&[&["flock_hold", s(&w.other)]]))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut said = [0u8; 3];
+    holder
+        .0
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut said)
+        .unwrap();
+    assert_eq!(&said, b"ok\n", "the command's flock");
+    let dir = std::fs::File::open(&w.other).unwrap();
+    assert!(
+        matches!(
+            nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusiveNonblock),
+            Err((_, nix::errno::Errno::EWOULDBLOCK))
+        ),
+        "the command does not hold the other worktree"
+    );
+
+    // The other agent's run, on its own worktree, in the same state dir.
+    let out = on_other(&w, &w.state, &["touch", "ran"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(w.other.join("ran").exists());
+    assert!(
+        err.contains(&format!(
+            "lockrun: warning: the worktree {} is also locked by process ",
+            s(&w.other)
+        )) && err.contains(" (python3) of lockrun run ")
+            && err.contains("a command of a run, not a lockrun, so this run goes on"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&locks).unwrap().count(),
+        0,
+        "a lock file left"
+    );
+    drop(holder.0.stdin.take());
+    assert!(holder.wait().success());
+
+    // Control: a lockrun of another state dir holds the worktree; a run
+    // here is refused, naming it.
+    let other_state = w.root.join("state2");
+    let go = w.root.join("go");
+    let wait = "touch first; while [ ! -e ../../../go ]; do sleep 0.05; done";
+    let mut first = Background(
+        on_other(&w, &other_state, &["sh", "-c", wait])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the first run", || w.other.join("first").exists());
+    let second = on_other(&w, &w.state, &["touch", "second"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(125), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "lockrun: the worktree {} is in use by another run (process {})",
+            s(&w.other),
+            first.0.id()
+        )),
+        "{err}"
+    );
+    assert_absent(&w.other.join("second"));
+    std::fs::write(&go, "").unwrap();
+    assert!(first.wait().success());
+}
+
+/// A lockrun killed before it could unlink its worktree lock leaves an
+/// unlocked file in `<state>/worktrees`: `gc` reaps it, but not one held.
+#[test]
+fn gc_reaps_a_worktree_lock_no_lockrun_holds() {
+    let w = World::new("wtlockgc");
+    let locks = w.state.join("worktrees");
+    std::fs::create_dir_all(&locks).unwrap();
+    let left = locks.join("fd01-1234");
+    let held = locks.join("fd01-5678");
+    std::fs::write(&left, "").unwrap();
+    std::fs::write(&held, "").unwrap();
+    let _held = nix::fcntl::Flock::lock(
+        std::fs::File::open(&held).unwrap(),
+        nix::fcntl::FlockArg::LockSharedNonblock,
+    )
+    .unwrap();
+    let gc = Command::new(BIN)
+        .args(["gc", "--state-dir", s(&w.state)])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&gc.stdout);
+    assert!(gc.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "reaped {}: a worktree's lock no run holds",
+            s(&left)
+        )),
+        "{said}"
+    );
+    assert_absent(&left);
+    assert!(held.exists());
+}
+
 /// A writable dir inside a denied one is granted (the more specific grant
 /// wins), but a path denied beneath that dir is denied again: the more
 /// specific denial wins in turn, and the dir is split around it.

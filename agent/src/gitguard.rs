@@ -34,8 +34,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
 use nix::sys::stat::Mode;
+
+use crate::worktree_lock::{LockError as WorktreeLockError, WorktreeLock};
 
 /// The files directly in `.git` that are guarded.
 const GUARDED_FILES: [&str; 3] = ["config", "config.worktree", "commondir"];
@@ -174,30 +175,21 @@ pub enum TakeError {
     Busy { holder: Option<u32> },
 }
 
-/// The pid holding the `flock` on `dir`, from `/proc/locks`
-/// (`1: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino> 0 EOF`).
-fn lock_holder(dir: BorrowedFd<'_>) -> Option<u32> {
-    let st = nix::sys::stat::fstat(dir.as_raw_fd()).ok()?;
-    let dev = st.st_dev;
-    let want = format!(
-        "{:02x}:{:02x}:{}",
-        nix::sys::stat::major(dev),
-        nix::sys::stat::minor(dev),
-        st.st_ino
-    );
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    locks.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
-            .then(|| f.get(4)?.parse().ok())
-            .flatten()
-    })
+impl From<WorktreeLockError> for TakeError {
+    fn from(e: WorktreeLockError) -> Self {
+        match e {
+            WorktreeLockError::Io(e) => Self::Io(e),
+            WorktreeLockError::Busy { holder } => Self::Busy { holder },
+        }
+    }
 }
 
 /// The guarded state of a worktree's `.git`, taken before the run.
 pub struct GitGuard {
-    /// The worktree, locked while the guard lives.
-    worktree: Flock<OwnedFd>,
+    /// The worktree.
+    worktree: OwnedFd,
+    /// One run at a time on it, while the guard lives.
+    lock: WorktreeLock,
     git_path: PathBuf,
     before: State,
 }
@@ -207,33 +199,31 @@ impl GitGuard {
     /// no `.git` directory there (nothing to guard); an error when there is
     /// one that cannot be read (the run must not start unguarded).
     ///
-    /// The worktree is locked (`flock`, exclusive) until the guard is
-    /// dropped: two runs on one worktree would each put back what the other
-    /// changed, a hook planted by the first restored by the second as "as it
-    /// was". The lock is on the worktree itself, which the command cannot
-    /// rename (its parent is not writable), not on `.git`, which it can.
-    pub fn take(worktree: &Path) -> Result<Option<Self>, TakeError> {
+    /// The worktree is locked ([`WorktreeLock`], in `locks`:
+    /// `<state>/worktrees`) until the guard is dropped: two runs on one
+    /// worktree would each put back what the other changed, a hook planted
+    /// by the first restored by the second as "as it was".
+    pub fn take(worktree: &Path, locks: &Path) -> Result<Option<Self>, TakeError> {
         let wt = open_abs_dir(worktree)?;
         let git = match open_dir(wt.as_fd(), OsStr::new(".git")) {
             Ok(g) => g,
             Err(e) if is_absent(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let wt = match Flock::lock(wt, FlockArg::LockExclusiveNonblock) {
-            Ok(locked) => locked,
-            Err((wt, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(TakeError::Busy {
-                    holder: lock_holder(wt.as_fd()),
-                })
-            }
-            Err((_, e)) => return Err(TakeError::Io(e.into())),
-        };
+        let lock = WorktreeLock::take(wt.as_fd(), locks)?;
         let before = read_state(git.as_fd())?;
         Ok(Some(Self {
             worktree: wt,
+            lock,
             git_path: worktree.join(".git"),
             before,
         }))
+    }
+
+    /// The worktree's lock, held while the guard lives.
+    #[must_use]
+    pub fn lock(&self) -> &WorktreeLock {
+        &self.lock
     }
 
     /// Put every guarded entry back as it was, moving what the run left to

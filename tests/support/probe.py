@@ -187,15 +187,19 @@ def op(name, a):
         sysv("semop", sysv_id("sem", a[0], a[1]), (ctypes.c_short * 3)(0, 1, 0o4000), 1)
     elif name == "sysv_own":
         sysv_own()
-    elif name == "lease":
-        # lease PATH: take a read lease on PATH (open for reading), print how
-        # it went, and hold it until stdin closes. SIGIO (a writer waits)
-        # is ignored, as a holder that means to stall writers would.
+    elif name in ("lease", "flock_hold"):
+        # lease PATH: take a read lease on PATH (open for reading); flock_hold
+        # PATH: an exclusive flock on it. Print how it went, and hold it until
+        # stdin closes. SIGIO (a writer waits on the lease) is ignored, as a
+        # holder that means to stall writers would.
         import fcntl, signal
         signal.signal(signal.SIGIO, signal.SIG_IGN)
         fd = os.open(a[0], os.O_RDONLY)
         try:
-            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+            if name == "lease":
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             print("ok")
         except OSError as e:
             print("errno=" + errno.errorcode.get(e.errno, str(e.errno)))

@@ -40,6 +40,13 @@ pub fn main(args: &GcArgs) -> i32 {
             );
             reap_orphan_cgroups(grace);
             reap_other_builds();
+            let locks = policy.run.state_dir.join(crate::worktree_lock::LOCKS_DIR);
+            for p in crate::worktree_lock::sweep(&locks) {
+                println!(
+                    "reaped {}: a worktree's lock no run holds (its lockrun was killed)",
+                    p.display()
+                );
+            }
             0
         }
         Err(e) => {

@@ -672,16 +672,34 @@ async fn run(
 
     // The worktree's git hooks and config, read now, put back after the
     // run (see crate::gitguard): git runs them outside the sandbox.
-    let git_guard = crate::gitguard::GitGuard::take(&policy.worktree).map_err(|e| match e {
-        crate::gitguard::TakeError::Busy { holder } => RunError::WorktreeBusy {
-            worktree: policy.worktree.clone(),
-            holder,
-        },
-        crate::gitguard::TakeError::Io(source) => RunError::GitGuard {
-            path: policy.worktree.join(".git"),
-            source,
-        },
-    })?;
+    let locks = policy.run.state_dir.join(crate::worktree_lock::LOCKS_DIR);
+    let git_guard =
+        crate::gitguard::GitGuard::take(&policy.worktree, &locks).map_err(|e| match e {
+            crate::gitguard::TakeError::Busy { holder } => RunError::WorktreeBusy {
+                worktree: policy.worktree.clone(),
+                holder,
+            },
+            crate::gitguard::TakeError::Io(source) => RunError::GitGuard {
+                path: policy.worktree.join(".git"),
+                source,
+            },
+        })?;
+    for h in git_guard.iter().flat_map(|g| g.lock().held_by_runs()) {
+        let message = format!(
+            "the worktree {} is also locked by process {} ({}) of lockrun run {}: a command of a \
+             run, not a lockrun, so this run goes on (lockrun's own lock is in its state dir, \
+             which no run can open)",
+            policy.worktree.display(),
+            h.pid,
+            h.comm,
+            h.run
+        );
+        tracing::warn!("{message}");
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Filesystem,
+            message,
+        });
+    }
 
     // 3–7, beside the walk. Should both fail, the walk's error is the one
     // told (a deny list that cannot be built, before what the kernel
