@@ -1319,6 +1319,59 @@ fn typing_into_the_callers_terminal_is_refused() {
     w.assert_no_run_dirs();
 }
 
+/// A capability-less uid 0 may lower the resource limits of every process
+/// of uid 0 (`prlimit`): an open-files limit of 3 starves a process
+/// outside, a CPU-time limit kills it, past the signal scoping. Refused
+/// (`EPERM`) and shown; the command still sets its own. Judged from
+/// outside: the outside process's limit is unchanged. Control: the same
+/// probe outside lowers it.
+#[test]
+fn limits_of_an_outside_process_cannot_be_lowered() {
+    let w = World::new("prlimit");
+    let mut victim = Outside::sleep();
+    let pid = victim.pid().to_string();
+    let limits = || {
+        std::fs::read_to_string(format!("/proc/{pid}/limits"))
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap()
+            .split_whitespace()
+            .skip(3)
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let before = limits();
+    assert_ne!(before, "3 3");
+    let log = w.root.join("audit.jsonl");
+    let out = w.run(
+        &["--audit-log", s(&log)],
+        &support::probe_argv(&[&["prlimit", &pid], &["rlimit_self"]]),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["errno=EPERM", "ok"]);
+    assert_eq!(limits(), before, "the outside process's limit changed");
+    assert_eq!(
+        w.refused_calls(&log, "python3"),
+        [(
+            format!("prlimit64 setting RLIMIT_NOFILE of pid {pid}"),
+            lockrun::seccomp::Widens::OtherLimits
+        )]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): prlimit64 setting RLIMIT_NOFILE of pid {pid} (python3)\n")),
+        "{stderr}"
+    );
+    // Control: outside, the same probe lowers it.
+    assert_eq!(w.probe_outside(&[&["prlimit", &pid]]), ["ok"]);
+    assert_eq!(limits(), "3 3");
+    victim.assert_alive_untraced();
+    w.assert_no_run_dirs();
+}
+
 /// The probe's `lease` op run by `c`, with the file `victim` tried by a
 /// writer outside while it holds on: its first line, and whether the
 /// writer's non-blocking open for writing succeeded or failed how.

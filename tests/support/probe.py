@@ -187,6 +187,14 @@ def op(name, a):
         sysv("semop", sysv_id("sem", a[0], a[1]), (ctypes.c_short * 3)(0, 1, 0o4000), 1)
     elif name == "sysv_own":
         sysv_own()
+    elif name == "prlimit":
+        # prlimit PID: lower PID's open-files limit to 3.
+        import resource
+        resource.prlimit(int(a[0]), resource.RLIMIT_NOFILE, (3, 3))
+    elif name == "rlimit_self":
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))
     elif name in ("lease", "flock_hold"):
         # lease PATH: take a read lease on PATH (open for reading); flock_hold
         # PATH: an exclusive flock on it. Print how it went, and hold it until

@@ -26,7 +26,10 @@
 //!    runs once lockrun exits; `dev.tty.legacy_tiocsti` is on here), and
 //!    `fcntl F_SETLEASE` (a lease on a file outside, which a capability-less
 //!    uid 0 may take on any root-owned file it can read, holds back every
-//!    other process's open of it for writing for up to 45 s). These
+//!    other process's open of it for writing for up to 45 s), and
+//!    `prlimit64` setting another process's limits (a capability-less uid 0
+//!    may lower those of every uid-0 process: `RLIMIT_CPU` kills it past
+//!    the signal scoping, `RLIMIT_NOFILE` starves it). These
 //!    are handed over (`USER_NOTIF`) only to be seen: the supervisor decides
 //!    on the registers alone ([`refused_call`]), records the call and
 //!    answers `EPERM`, so the user learns what a tool was refused
@@ -91,6 +94,7 @@ pub enum Widens {
     SetIdMode,
     Terminal,
     Leases,
+    OtherLimits,
     X32Abi,
 }
 
@@ -136,6 +140,11 @@ impl Widens {
                 "a lease on a file outside the run stalls every process that then opens it for \
                  writing (up to fs.lease-break-time, 45 s by default) and tells the run when \
                  one does"
+            }
+            Self::OtherLimits => {
+                "it lowers another process's resource limits (open files, CPU time, file size), \
+                 which starves or kills a process outside the run past the signal scoping; a \
+                 process may still set its own (pid 0)"
             }
             Self::X32Abi => {
                 "an x32-ABI call is an ordinary call under another number, which the filter's \
@@ -418,6 +427,16 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
         tty.push(SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, *cmd)?])?);
     }
     rules.insert(libc::SYS_ioctl, tty);
+    // Another process's resource limits: a capability-less uid 0 may lower
+    // those of every process of uid 0 (RLIMIT_CPU kills it, RLIMIT_NOFILE
+    // starves it). Its own (pid 0, how setrlimit asks) and reading them pass.
+    rules.insert(
+        libc::SYS_prlimit64,
+        vec![SeccompRule::new(vec![
+            cond(0, SeccompCmpOp::Ne, 0)?,
+            SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?,
+        ])?],
+    );
     // Holding back others' writes to a file outside: a lease.
     rules.insert(
         libc::SYS_fcntl,
@@ -532,6 +551,14 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
             .iter()
             .find(|(cmd, _)| *cmd == low(1))
             .map(|(_, name)| (format!("ioctl {name}"), Widens::Terminal)),
+        libc::SYS_prlimit64 if low(0) != 0 && args[2] != 0 => Some((
+            format!(
+                "prlimit64 setting {} of pid {}",
+                rlimit_name(low(1)),
+                low(0).cast_signed()
+            ),
+            Widens::OtherLimits,
+        )),
         libc::SYS_fcntl if low(1) == F_SETLEASE && low(2) != F_UNLCK => {
             let kind = match i32::try_from(low(2)) {
                 Ok(libc::F_RDLCK) => "F_RDLCK".to_owned(),
@@ -542,6 +569,32 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
         }
         _ => None,
     }
+}
+
+/// `RLIMIT_NOFILE`, … or the number.
+fn rlimit_name(resource: u64) -> String {
+    const NAMES: [&str; 16] = [
+        "RLIMIT_CPU",
+        "RLIMIT_FSIZE",
+        "RLIMIT_DATA",
+        "RLIMIT_STACK",
+        "RLIMIT_CORE",
+        "RLIMIT_RSS",
+        "RLIMIT_NPROC",
+        "RLIMIT_NOFILE",
+        "RLIMIT_MEMLOCK",
+        "RLIMIT_AS",
+        "RLIMIT_LOCKS",
+        "RLIMIT_SIGPENDING",
+        "RLIMIT_MSGQUEUE",
+        "RLIMIT_NICE",
+        "RLIMIT_RTPRIO",
+        "RLIMIT_RTTIME",
+    ];
+    usize::try_from(resource)
+        .ok()
+        .and_then(|r| NAMES.get(r))
+        .map_or_else(|| format!("resource {resource}"), |n| (*n).to_owned())
 }
 
 /// `AF_PACKET`, … or the number.
@@ -728,6 +781,10 @@ pub fn describe() -> Vec<(&'static str, String)> {
         (
             "EPERM, each refusal shown",
             "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned(),
+        ),
+        (
+            "EPERM, each refusal shown",
+            "prlimit64 setting a limit of another process (any pid but 0)".to_owned(),
         ),
         (
             "EPERM, each refusal shown",
@@ -1176,11 +1233,42 @@ mod tests {
     }
 
     /// A lease is refused and shown, whatever it is of; letting one go, a
-    /// lock of a file and asking for the lease pass.
+    /// lock of a file and asking for the lease pass. Setting another
+    /// process's limits is refused; one's own (pid 0) and reading pass.
     #[test]
-    fn leases_are_refused_but_letting_one_go() {
+    fn leases_and_others_limits_are_refused_but_ones_own() {
         let all = super::combined().unwrap();
         let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
+            (
+                libc::SYS_prlimit64,
+                [4321, 7, 0x1000, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("prlimit64 setting RLIMIT_NOFILE of pid 4321"),
+            ),
+            (
+                libc::SYS_prlimit64,
+                [4321, 0, 0x7fff_0000_0000, 0x2000, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("prlimit64 setting RLIMIT_CPU of pid 4321"),
+            ),
+            (
+                libc::SYS_prlimit64,
+                [0, 7, 0x1000, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_prlimit64,
+                [0x1_0000_0000, 7, 0x1000, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_prlimit64,
+                [4321, 7, 0, 0x1000, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
             (
                 libc::SYS_fcntl,
                 [3, super::F_SETLEASE, libc::F_RDLCK as u64, 0, 0, 0],
@@ -1277,6 +1365,10 @@ mod tests {
             [3, super::F_SETLEASE, super::F_UNLCK, 0, 0, 0],
             [3, super::F_SETLEASE | 0x1_0000_0000, 0x1_0000_0000, 0, 0, 0],
             [3, super::F_SETLEASE, 7, 0, 0, 0],
+            [4321, 7, 0x1000, 0, 0, 0],
+            [0, 7, 0x1000, 0, 0, 0],
+            [4321, 7, 0, 0x1000, 0, 0],
+            [4321, 99, 0x1_0000_0000, 0, 0, 0],
             // open and openat: creating (O_CREAT, O_TMPFILE) or not, with
             // set-id modes where each reads it.
             [0x1000, 0o100, 0o4755, 0o4755, 0, 0],
