@@ -840,6 +840,23 @@ fn seccomp_denials_and_controls() {
 /// deny list and the supervisor would not know. Outside, the same call gets
 /// the kernel's own answer (ENOSYS where x32 is off, as on our machines).
 #[cfg(target_arch = "x86_64")]
+/// The run refused exactly one call, `call` for `why`: recorded in the
+/// audit log `log` (by python3), and summed up on stderr.
+fn assert_one_refused_call(
+    w: &World,
+    log: &std::path::Path,
+    out: &Output,
+    call: &str,
+    why: lockrun::seccomp::Widens,
+) {
+    assert_eq!(w.refused_calls(log, "python3"), [(call.to_owned(), why)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): {call} (python3)\n")),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn x32_calls_are_refused() {
     let w = World::new("x32");
@@ -857,17 +874,12 @@ fn x32_calls_are_refused() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.lines().collect::<Vec<_>>(), ["errno=EPERM", "ok"]);
     // Seen: recorded, and summed up on stderr.
-    assert_eq!(
-        w.refused_calls(&log, "python3"),
-        [(
-            "x32-ABI call 0x40000027".to_owned(),
-            lockrun::seccomp::Widens::X32Abi
-        )]
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): x32-ABI call 0x40000027 (python3)\n"),
-        "{stderr}"
+    assert_one_refused_call(
+        &w,
+        &log,
+        &out,
+        "x32-ABI call 0x40000027",
+        lockrun::seccomp::Widens::X32Abi,
     );
     w.assert_no_run_dirs();
 }
@@ -1353,17 +1365,12 @@ fn limits_of_an_outside_process_cannot_be_lowered() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.lines().collect::<Vec<_>>(), ["errno=EPERM", "ok"]);
     assert_eq!(limits(), before, "the outside process's limit changed");
-    assert_eq!(
-        w.refused_calls(&log, "python3"),
-        [(
-            format!("prlimit64 setting RLIMIT_NOFILE of pid {pid}"),
-            lockrun::seccomp::Widens::OtherLimits
-        )]
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): prlimit64 setting RLIMIT_NOFILE of pid {pid} (python3)\n")),
-        "{stderr}"
+    assert_one_refused_call(
+        &w,
+        &log,
+        &out,
+        &format!("prlimit64 setting RLIMIT_NOFILE of pid {pid}"),
+        lockrun::seccomp::Widens::OtherLimits,
     );
     // Control: outside, the same probe lowers it.
     assert_eq!(w.probe_outside(&[&["prlimit", &pid]]), ["ok"]);
@@ -1436,17 +1443,12 @@ fn a_lease_that_would_hold_back_writers_outside_is_refused() {
         "the writer outside was held back by the run"
     );
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        w.refused_calls(&log, "python3"),
-        [(
-            "fcntl F_SETLEASE F_RDLCK".to_owned(),
-            lockrun::seccomp::Widens::Leases
-        )]
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): fcntl F_SETLEASE F_RDLCK (python3)\n"),
-        "{stderr}"
+    assert_one_refused_call(
+        &w,
+        &log,
+        &out,
+        "fcntl F_SETLEASE F_RDLCK",
+        lockrun::seccomp::Widens::Leases,
     );
     assert_canary(&victim);
     w.assert_no_run_dirs();

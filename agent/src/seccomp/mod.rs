@@ -1174,15 +1174,7 @@ mod tests {
             ),
             (libc::SYS_socket, [2, 1, 0, 0, 0, 0], super::RET_ALLOW, None),
         ];
-        for (nr, args, verdict, shown) in cases {
-            assert_eq!(run(&all, *nr, *args), *verdict, "{nr} {args:?}");
-            if let Some(shown) = shown {
-                assert_eq!(
-                    super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
-                    Some(*shown)
-                );
-            }
-        }
+        check_cases(&all, cases);
         // Typing into the terminal, and creating a set-id file: reported.
         // The chmod family goes to the notifying part whatever its mode:
         // the supervisor performs it, and refuses set-id bits itself.
@@ -1230,6 +1222,19 @@ mod tests {
             super::refused_call(libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
             None
         );
+    }
+
+    /// Each case's verdict from the whole program, and the call
+    /// [`super::refused_call`] names for it (none when allowed).
+    fn check_cases(all: &[seccompiler::sock_filter], cases: &[(i64, [u64; 6], u32, Option<&str>)]) {
+        for (nr, args, verdict, shown) in cases {
+            assert_eq!(run(all, *nr, *args), *verdict, "{nr} {args:?}");
+            assert_eq!(
+                super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
+                *shown,
+                "{nr} {args:?}"
+            );
+        }
     }
 
     /// A lease is refused and shown, whatever it is of; letting one go, a
@@ -1301,13 +1306,7 @@ mod tests {
                 None,
             ),
         ];
-        for (nr, args, verdict, shown) in cases {
-            assert_eq!(run(&all, *nr, *args), *verdict, "{nr} {args:?}");
-            assert_eq!(
-                super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
-                *shown
-            );
-        }
+        check_cases(&all, cases);
     }
 
     /// open and openat are refused for their mode only when they create
