@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::stat::Mode;
 
-use crate::worktree_lock::{LockError as WorktreeLockError, WorktreeLock};
+use crate::worktree_lock::WorktreeLock;
 
 /// The files directly in `.git` that are guarded.
 const GUARDED_FILES: [&str; 3] = ["config", "config.worktree", "commondir"];
@@ -165,24 +165,9 @@ impl std::fmt::Display for GitChange {
     }
 }
 
-/// Why the guarded state could not be taken.
-#[derive(Debug, thiserror::Error)]
-pub enum TakeError {
-    #[error("{0}")]
-    Io(#[from] io::Error),
-    /// Another run (or whatever holds the worktree's lock) is on it.
-    #[error("the worktree is locked by {}", holder.map_or_else(|| "another process".to_owned(), |p| format!("process {p}")))]
-    Busy { holder: Option<u32> },
-}
-
-impl From<WorktreeLockError> for TakeError {
-    fn from(e: WorktreeLockError) -> Self {
-        match e {
-            WorktreeLockError::Io(e) => Self::Io(e),
-            WorktreeLockError::Busy { holder } => Self::Busy { holder },
-        }
-    }
-}
+/// Why the guarded state could not be taken: it could not be read, or the
+/// worktree is another run's.
+pub use crate::worktree_lock::LockError as TakeError;
 
 /// The guarded state of a worktree's `.git`, taken before the run.
 pub struct GitGuard {

@@ -31,7 +31,8 @@ use nix::fcntl::{Flock, FlockArg};
 /// lockrun's own locks, in the state dir.
 pub const LOCKS_DIR: &str = "worktrees";
 
-/// Why the worktree could not be locked.
+/// Why the worktree could not be locked (and, as [`crate::gitguard::TakeError`],
+/// why its guarded state could not be taken).
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("{0}")]
@@ -126,28 +127,47 @@ impl OwnLock {
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&path)?;
-            let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(f) => f,
-                Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+            match lock_current(file, &path)? {
+                Taken::Held(file) => return Ok(Self { path, _file: file }),
+                Taken::Replaced => {}
+                Taken::Busy(file) => {
                     return Err(LockError::Busy {
-                        holder: flock_holders(f.as_fd()).first().copied(),
+                        holder: flock_holders(file.as_fd()).first().copied(),
                     })
                 }
-                Err((_, e)) => return Err(LockError::Io(e.into())),
-            };
-            let held = nix::sys::stat::fstat(file.as_raw_fd()).map_err(std::io::Error::from)?;
-            match nix::sys::stat::lstat(&path) {
-                Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => {
-                    return Ok(Self { path, _file: file })
-                }
-                Ok(_) | Err(nix::errno::Errno::ENOENT) => {}
-                Err(e) => return Err(LockError::Io(e.into())),
             }
         }
         Err(LockError::Io(std::io::Error::other(format!(
             "{}: the lock file was replaced 16 times while being taken",
             path.display()
         ))))
+    }
+}
+
+/// What [`lock_current`] found.
+enum Taken {
+    /// Locked, and still the file at its path.
+    Held(Flock<std::fs::File>),
+    /// Unlinked or replaced by its last holder meanwhile.
+    Replaced,
+    /// Another holds it.
+    Busy(std::fs::File),
+}
+
+/// Lock `file`, opened at `path`, without waiting, and tell whether what
+/// was locked is still the file at `path`: the step that keeps two
+/// lockruns from holding "the" lock at once, given that holders unlink it.
+fn lock_current(file: std::fs::File, path: &Path) -> std::io::Result<Taken> {
+    let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(f) => f,
+        Err((f, nix::errno::Errno::EWOULDBLOCK)) => return Ok(Taken::Busy(f)),
+        Err((_, e)) => return Err(e.into()),
+    };
+    let held = nix::sys::stat::fstat(file.as_raw_fd())?;
+    match nix::sys::stat::lstat(path) {
+        Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => Ok(Taken::Held(file)),
+        Ok(_) | Err(nix::errno::Errno::ENOENT) => Ok(Taken::Replaced),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -175,18 +195,10 @@ pub fn sweep(locks: &Path) -> Vec<PathBuf> {
         else {
             continue;
         };
-        let Ok(file) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
-            continue;
-        };
-        let same = match (
-            nix::sys::stat::fstat(file.as_raw_fd()),
-            nix::sys::stat::lstat(&path),
-        ) {
-            (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
-            _ => false,
-        };
-        if same && std::fs::remove_file(&path).is_ok() {
-            removed.push(path);
+        if let Ok(Taken::Held(_locked)) = lock_current(file, &path) {
+            if std::fs::remove_file(&path).is_ok() {
+                removed.push(path);
+            }
         }
     }
     removed
