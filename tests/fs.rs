@@ -263,38 +263,29 @@ fn xattr_absent(p: &std::path::Path) -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "False"
 }
 
+/// Writes to the machine's /dev/shm: `a_run_has_shared_memory_of_its_own_that_nothing_outside_shares`.
 #[test]
-fn mknod_mkfifo_tmp_and_shm_outside_tmpdir_fail() {
+fn mknod_mkfifo_and_tmp_outside_tmpdir_fail() {
     let w = World::new("nodes");
     let tag = format!("lockrun-test-{}", std::process::id());
     let tmp = format!("/tmp/{tag}");
-    let shm = format!("/dev/shm/{tag}");
     let r = w.probe(
         &[],
         &[
             &["mknod", s(&w.data.join("null"))],
             &["mkfifo", s(&w.data.join("fifo"))],
             &["write", &tmp],
-            &["write", &shm],
             &["mkfifo", s(&w.wt.join("fifo"))],
             &["mkfifo", "{TMPDIR}/fifo"],
         ],
     );
     assert_eq!(
         r,
-        [
-            "errno=EACCES",
-            "errno=EACCES",
-            "errno=EACCES",
-            "errno=EACCES",
-            "ok",
-            "ok"
-        ]
+        ["errno=EACCES", "errno=EACCES", "errno=EACCES", "ok", "ok"]
     );
     assert_absent(&w.data.join("null"));
     assert_absent(&w.data.join("fifo"));
     assert_absent(std::path::Path::new(&tmp));
-    assert_absent(std::path::Path::new(&shm));
 }
 
 #[test]
@@ -2542,25 +2533,167 @@ fn the_state_dir_and_its_run_dirs_cannot_be_made_writable() {
     assert!(!other.wait().success());
 }
 
-/// Python's multiprocessing makes its locks as named semaphores in /dev/shm,
-/// which every process on the machine shares: refused in a run (EACCES), and
-/// `lockrun audit` says why it does not suggest opening it; allowed knowingly,
-/// the same pool works.
+/// Paths removed when a test ends, however it ends (files or dirs made in
+/// the machine's /dev/shm).
+struct RemovedAtEnd(Vec<std::path::PathBuf>);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
+        }
+    }
+}
+
+/// Each op on a path, as the errno name it got (or `ok`), a line each; the
+/// names in /dev/shm first; then a multiprocessing pool's sum.
+const SHM_PROBE: &str = r"
+import errno, os, sys, multiprocessing as m
+def t(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(sorted(os.listdir('/dev/shm')))
+for p in sys.argv[1:]:
+    if p.startswith('w:'):
+        print(t(lambda: open(p[2:], 'w').write('x')))
+    else:
+        print(t(lambda: open(p).read()))
+try:
+    print('sum', sum(m.Pool(2).map(abs, [-1, -2])))
+except OSError as e:
+    print('pool', errno.errorcode[e.errno])
+";
+
+/// A run gets a /dev/shm of its own, a tmpfs in a mount namespace of its
+/// own: Python's multiprocessing (whose locks are named semaphores there)
+/// works, what a run makes there is seen neither by the machine nor by
+/// another run, and the machine's /dev/shm is out of the run's sight, also
+/// through `/proc/<pid>/root` of a process outside. Judged from outside while the first run still
+/// holds its file. Control: `--allow-write /dev/shm` asks for the
+/// machine's, shared, and a file made there is then seen outside.
 #[test]
-fn shared_memory_is_closed_and_audit_explains_instead_of_suggesting_it() {
+fn a_run_has_shared_memory_of_its_own_that_nothing_outside_shares() {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
     let w = World::new("shm");
-    let log = w.root.join("audit.jsonl");
-    let pool = "import multiprocessing as m\n\
-                try:\n    p = m.Pool(2); print('sum', sum(p.map(abs, [-1, -2])))\n\
-                except OSError as e:\n    print('errno', e.errno)\n";
-    let out = w.run(&["--audit-log", s(&log)], &[python3(), "-c", pool]);
+    let tag = format!("/dev/shm/lockrun-shm-{}", std::process::id());
+    let [held, canary_at, other, shared] =
+        ["a", "canary", "b", "shared"].map(|n| format!("{tag}-{n}"));
+    let _end = RemovedAtEnd(
+        [&held, &canary_at, &other, &shared]
+            .map(std::path::PathBuf::from)
+            .to_vec(),
+    );
+    let canary = w.canary(std::path::Path::new(&canary_at));
+    // Control: outside, the canary is there to read.
+    assert_eq!(w.probe_outside(&[&["read", s(&canary)]]), ["ok"]);
+
+    // Run A writes its file, then holds on until its stdin is closed.
+    let holder = "import sys\nopen(sys.argv[1], 'w').write('mine')\nprint('ready', flush=True)\n\
+                  sys.stdin.read()\nprint(open(sys.argv[1]).read())\n";
+    let mut a = Background(
+        w.cmd(&[], &[python3(), "-c", holder, &held])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut a_out = std::io::BufReader::new(a.0.stdout.take().unwrap());
+    let mut line = String::new();
+    a_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // The machine does not see it,
+    assert_absent(std::path::Path::new(&held));
+    // nor does run B, whose /dev/shm is empty and its own; the machine's
+    // is not reachable through /proc/<pid>/root either.
+    let outside = Outside::sleep();
+    let proc_canary = format!("/proc/{}/root{canary_at}", outside.pid());
+    let proc_other = format!("w:/proc/{}/root{other}", outside.pid());
+    // Control: outside, that path reaches the canary.
+    assert_eq!(w.probe_outside(&[&["read", &proc_canary]]), ["ok"]);
+    let out = w.run(
+        &[],
+        &[
+            python3(),
+            "-c",
+            SHM_PROBE,
+            &held,
+            &canary_at,
+            &proc_canary,
+            &proc_other,
+            &format!("w:{other}"),
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
-        stdout.trim(),
-        format!("errno {}", libc::EACCES),
+        stdout.lines().collect::<Vec<_>>(),
+        ["[]", "ENOENT", "ENOENT", "EACCES", "EACCES", "ok", "sum 3"],
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(out.status.success());
+    assert_absent(std::path::Path::new(&other));
+    assert_absent(std::path::Path::new(&held));
+    assert_canary(&canary);
+    // Run A still has its own file, and its run leaves nothing outside.
+    drop(a.0.stdin.take());
+    assert!(a.wait().success());
+    let mut rest = String::new();
+    a_out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest.trim(), "mine");
+    assert_absent(std::path::Path::new(&held));
+
+    // Control: asked for, the machine's /dev/shm is shared.
+    let r = w.probe(
+        &["--allow-write", "/dev/shm"],
+        &[&["write", &shared], &["read", s(&canary)]],
+    );
+    assert_eq!(r, ["ok", "ok"]);
+    assert_eq!(std::fs::read_to_string(&shared).unwrap(), "pwned");
+}
+
+/// A worktree on the machine's /dev/shm would be hidden by a /dev/shm of
+/// the run's own, so such a run keeps the machine's, writable only in the
+/// worktree: POSIX shared memory fails there with EACCES, and `lockrun
+/// audit` says why it does not suggest opening /dev/shm. Control: the
+/// worktree itself is written.
+#[test]
+fn a_worktree_on_the_machines_shared_memory_keeps_it_and_audit_explains() {
+    let w = World::new("shm-wt");
+    let wt = std::path::PathBuf::from(format!("/dev/shm/lockrun-wt-{}", std::process::id()));
+    let _end = RemovedAtEnd(vec![wt.clone()]);
+    std::fs::create_dir_all(&wt).unwrap();
+    let log = w.root.join("audit.jsonl");
+    let out = Command::new(BIN)
+        .arg("--worktree")
+        .arg(&wt)
+        .arg("--state-dir")
+        .arg(&w.state)
+        .arg("--audit-log")
+        .arg(&log)
+        .arg("--")
+        .args([
+            python3(),
+            "-c",
+            SHM_PROBE,
+            &format!("w:{}", wt.join("f").display()),
+        ])
+        .env("HOME", &w.home)
+        .current_dir(&wt)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().skip(1).collect::<Vec<_>>(),
+        ["ok", "pool EACCES"],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(wt.join("f")).unwrap(), "x");
     let audit = Command::new(BIN).arg("audit").arg(&log).output().unwrap();
     let text = String::from_utf8_lossy(&audit.stdout);
     assert!(
@@ -2568,15 +2701,6 @@ fn shared_memory_is_closed_and_audit_explains_instead_of_suggesting_it() {
             && text.contains("not suggested: /dev/shm is shared by every process on this machine")
             && !text.contains("allow with:"),
         "{text}"
-    );
-
-    // Control: allowed knowingly, the pool runs.
-    let out = w.run(&["--allow-write", "/dev/shm"], &[python3(), "-c", pool]);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "sum 3",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 

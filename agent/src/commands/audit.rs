@@ -941,11 +941,12 @@ fn not_to_open(dir: &Path, raw: &str, home: &Path) -> Option<Suggestion> {
             reason: format!(
                 "{} is shared by every process on this machine: POSIX shared memory \
                  and named semaphores (Python multiprocessing's locks, queues and process pools, \
-                 browsers) are made there. A run gets no private one (that would take a mount \
-                 namespace, which lockrun does not use); made writable, the command could read \
-                 and change what other processes and other runs keep there. Use threads where \
-                 the tool allows (concurrent.futures.ThreadPoolExecutor), or accept that sharing \
-                 knowingly: --allow-write {}.",
+                 browsers) are made there. A run normally gets a private one (a tmpfs in a mount \
+                 namespace of its own); this one did not, because a writable path of the run lies \
+                 in or above it (a worktree on /dev/shm would be hidden by a private one), or \
+                 lockrun could not mount (no CAP_SYS_ADMIN). Made writable, the command could read \
+                 and change what other processes and other runs keep there. Move the worktree off \
+                 /dev/shm, or accept that sharing knowingly: --allow-write {}.",
                 dir.display(),
                 dir.display()
             ),

@@ -109,6 +109,16 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
             (p, rights.to_owned())
         })
         .collect();
+    if let Some(shm) = fs.shared_memory() {
+        rules.push((
+            format!(
+                "{} (the run's own: a tmpfs mounted in its mount namespace)",
+                shm.display()
+            ),
+            "every right (read, write, create, remove, rename, link, special files, ioctl)"
+                .to_owned(),
+        ));
+    }
     rules.sort();
     Ok(rules)
 }
@@ -118,6 +128,10 @@ impl<'a> View<'a> {
     pub fn of(policy: &'a Policy) -> Self {
         let mut writable = vec![policy.worktree.display().to_string()];
         writable.extend(policy.fs.writable.iter().map(ToString::to_string));
+        writable.push(format!(
+            "{}, the run's own (a tmpfs in a mount namespace of the run's, gone with it; the machine's, shared, when a writable path lies in or above it)",
+            crate::fs::SHM
+        ));
         let mut deny_read: Vec<String> = policy
             .fs
             .deny_read
@@ -135,7 +149,9 @@ impl<'a> View<'a> {
         ));
         deny_read.push(format!(
             "/dev, but listable, and readable: {} (a run is uid 0, and uid 0 owns the console, raw disks and the rest of /dev)",
-            crate::fs::DEV_READABLE.join(", ")
+            crate::fs::DEV_READABLE
+                .map(|n| if n == "shm" { "shm (the run's own, above)" } else { n })
+                .join(", ")
         ));
         deny_read.sort();
         deny_read.dedup();

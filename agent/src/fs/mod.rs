@@ -98,6 +98,8 @@ pub struct FsSandbox {
     grants: Vec<(PathBuf, Grant)>,
     /// The writable roots that exist, canonical (for the seccomp supervisor).
     writable: Vec<PathBuf>,
+    /// Where the run gets a `/dev/shm` of its own ([`shared_memory_at`]).
+    shared_memory: Option<PathBuf>,
     /// The denied-read paths, canonical.
     denied: Vec<PathBuf>,
     /// The writable dirs that could not be granted whole.
@@ -171,6 +173,28 @@ pub const DEV_READABLE: [&str; 15] = [
     "stderr",
 ];
 
+/// Where POSIX shared memory lives (glibc's `shm_open`, `sem_open`).
+pub const SHM: &str = "/dev/shm";
+
+/// Whether a run gets a `/dev/shm` of its own at `shm` (Some: where).
+///
+/// It does when `shm` is a directory (not a symlink: the mount goes on the
+/// path the machine uses), lockrun can mount (`CAP_SYS_ADMIN`), and no
+/// writable root lies at, beneath or above it. A worktree (or temp dir) on
+/// the machine's `/dev/shm` would be hidden by the run's own, and
+/// `--allow-write /dev/shm` asks for the machine's, shared: in those cases
+/// the machine's stays, as before.
+#[must_use]
+pub fn shared_memory_at(shm: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let meta = std::fs::symlink_metadata(shm).ok()?;
+    let overlaps = writable
+        .iter()
+        .any(|w| w.starts_with(shm) || shm.starts_with(w));
+    (meta.is_dir() && !overlaps && crate::sys::has_effective_cap(CAP_SYS_ADMIN).unwrap_or(false))
+        .then(|| shm.to_path_buf())
+}
+
 /// The kernel's Landlock ABI version, or why there is none.
 pub fn kernel_abi() -> Result<i32, FsError> {
     match crate::sys::landlock_abi_version() {
@@ -211,7 +235,9 @@ impl FsSandbox {
             .and_then(Ruleset::create)
             .map_err(FsError::Ruleset)?;
         let roots = Roots::of(policy, run_tmp, runs_dir);
+        let shared_memory = shared_memory_at(Path::new(SHM), &roots.writable);
         let mut plan = Plan::adding_to(ruleset);
+        plan.own_shm = shared_memory.is_some();
         plan.grant_except(Path::new("/"), Grant::Read, &roots.denied)?;
         roots.grant_writable(&mut plan)?;
         for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
@@ -232,8 +258,22 @@ impl FsSandbox {
             crowded,
             written_outside: plan.written_outside,
             writable: roots.writable,
+            shared_memory,
             denied: roots.denied.into_iter().collect(),
         })
+    }
+
+    /// Where the run gets a `/dev/shm` of its own, mounted by the child
+    /// ([`crate::sys::SharedMemory`]); `None`: the machine's, as before.
+    #[must_use]
+    pub fn shared_memory(&self) -> Option<&Path> {
+        self.shared_memory.as_deref()
+    }
+
+    /// The rights of a writable root: every right the ruleset handles.
+    #[must_use]
+    pub fn writable_rights() -> u64 {
+        all_rights().bits()
     }
 
     /// The ruleset's descriptor, for `landlock_restrict_self` in the child.
@@ -678,6 +718,8 @@ struct Plan {
     /// `(st_dev, st_ino)` of every object granted a write right outside the
     /// writable roots (devices, the caller's stdio files).
     written_outside: Vec<(u64, u64)>,
+    /// The machine's `/dev/shm` gets no rule: the run has one of its own.
+    own_shm: bool,
 }
 
 impl Plan {
@@ -890,6 +932,11 @@ impl Plan {
             self.push(root, Grant::List)?;
             for name in DEV_READABLE {
                 let dev = root.join(name);
+                // The machine's /dev/shm is out of sight, also through
+                // /proc/<pid>/root: the run's own is granted in the child.
+                if self.own_shm && dev == Path::new(SHM) {
+                    continue;
+                }
                 match self.grant_except(&dev, grant, denied) {
                     Err(FsError::Open { source, .. })
                         if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) => {}

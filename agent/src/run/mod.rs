@@ -743,8 +743,11 @@ async fn run(
         });
     }
     // What the supervisor judges by, taken before the ruleset goes to the child.
+    // The run's own /dev/shm is writable as its tmp is; the supervisor
+    // opens it from the command's root, in the command's mount namespace.
+    let shm = fs.shared_memory().map(Path::to_path_buf);
     let supervise = crate::supervise::Config {
-        writable: fs.writable_roots().to_vec(),
+        writable: fs.writable_roots().iter().chain(&shm).cloned().collect(),
         denied: fs.denied().to_vec(),
         written_outside: fs.written_outside().to_vec(),
         unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
@@ -752,11 +755,20 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
-    let (plan, report) = crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile)
+    let shm = shm
+        .map(|p| crate::sys::SharedMemory::new(&p, crate::fs::FsSandbox::writable_rights()))
+        .transpose()
         .map_err(|source| RunError::Child {
-            what: "report pipe",
+            what: "the run's own /dev/shm",
             source,
         })?;
+    let (plan, report) =
+        crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile, shm).map_err(
+            |source| RunError::Child {
+                what: "report pipe",
+                source,
+            },
+        )?;
 
     // 8. environment
     let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);
@@ -1038,11 +1050,11 @@ async fn spawn_and_wait(
             return Ok((started, None));
         }
     };
-    // The child sent the listener before exec; without it, its notified
+    // The child sent the listener (and its root) before exec; without it, its notified
     // syscalls would fail (ENOSYS): refuse the run rather than limp.
     let (listener_rx, config) = supervise;
-    let supervisor = match crate::sys::notify::recv_fd(listener_rx.as_fd())
-        .and_then(|l| crate::supervise::Supervisor::start(l, config))
+    let supervisor = match crate::sys::notify::recv_fds(listener_rx.as_fd())
+        .and_then(|[listener, root]| crate::supervise::Supervisor::start(listener, root, config))
     {
         Ok(s) => s,
         Err(source) => {

@@ -73,6 +73,11 @@
 //!   Connected sockets and `sendto` work.
 //! - Paths through `/proc` magic links (`/proc/self/cwd/…`) get `ELOOP`;
 //!   `/proc/self/fd/N` itself is understood.
+//! - A symlink with an absolute target met *inside* a path (not as its last
+//!   component) is followed by the kernel from lockrun's root, whose mount
+//!   namespace differs from the command's only at the run's own `/dev/shm`:
+//!   a metadata change through such a link into that `/dev/shm` is judged
+//!   on the machine's and refused (`EPERM`).
 //! - Peers see lockrun's pid in `SO_PEERCRED` for connects done here.
 //! - fs-verity and fscrypt policy ioctls are refused everywhere.
 #![forbid(unsafe_code)]
@@ -85,7 +90,6 @@ pub mod resolve;
 pub mod unix;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -334,13 +338,11 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Start answering notifications from `listener`.
-    pub fn start(listener: OwnedFd, config: Config) -> std::io::Result<Self> {
-        let root: OwnedFd = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-            .open("/")?
-            .into();
+    /// Start answering notifications from `listener`. `root` is the
+    /// command's `/`, opened by the command before its exec: absolute paths
+    /// are resolved from it, in the command's mount namespace (where the
+    /// run's own `/dev/shm` is), never in lockrun's.
+    pub fn start(listener: OwnedFd, root: OwnedFd, config: Config) -> std::io::Result<Self> {
         if let Err(e) = notify::notif_sync_wakeup(listener.as_fd()) {
             tracing::debug!("seccomp notifications keep ordinary wake-ups: {e}");
         }

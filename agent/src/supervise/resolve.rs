@@ -12,7 +12,9 @@
 //! `/proc/self/...` — which would name lockrun's view, not the command's) are
 //! refused (`ELOOP`); the command's `/proc/self/fd/N` and
 //! `/proc/thread-self/fd/N` are recognised beforehand and taken as its fd N.
-//! The command's root is lockrun's: it cannot `chroot` (no `CAP_SYS_CHROOT`).
+//! The command's root is the `/` it opened before its exec, in its mount
+//! namespace (where the run's own `/dev/shm` is); it cannot `chroot` (no
+//! `CAP_SYS_CHROOT`).
 //!
 //! **Judging** ([`Roots::judge_dir`]) compares `(st_dev, st_ino)` of the
 //! directory and each ancestor (`..`, crossing mounts like the kernel does)
@@ -336,7 +338,9 @@ pub struct Roots {
 }
 
 impl Roots {
-    /// Open `writable` and `denied` (missing paths grant and deny nothing).
+    /// Open `writable` and `denied` (missing paths grant and deny nothing)
+    /// from the command's `root`: relative to it, since an absolute path
+    /// would be taken from lockrun's root, in lockrun's mount namespace.
     #[must_use]
     pub fn open(root: BorrowedFd<'_>, writable: &[PathBuf], denied: &[PathBuf]) -> Self {
         let mut r = Self {
@@ -345,9 +349,11 @@ impl Roots {
         };
         for (paths, w) in [(writable, true), (denied, false)] {
             for p in paths {
+                let bytes = p.as_os_str().as_bytes();
+                let rel = bytes.strip_prefix(b"/").unwrap_or(bytes);
                 let Ok(fd) = open_at(
                     root,
-                    p.as_os_str().as_bytes(),
+                    if rel.is_empty() { b"." } else { rel },
                     libc::O_PATH,
                     libc::RESOLVE_NO_MAGICLINKS,
                 ) else {

@@ -10,7 +10,11 @@
 //!
 //! 1. **mark every fd ≥ 3 close-on-exec** (`close_range(CLOSE_RANGE_CLOEXEC)`,
 //!    Linux 5.11): nothing the caller leaked survives the exec; the ruleset
-//!    and report fds are still usable until then;
+//!    and report fds are still usable until then; then, when planned,
+//!    **the run's own `/dev/shm`** ([`SharedMemory`]): the child was cloned
+//!    into a mount namespace of its own (`CLONE_NEWNS`), makes every mount
+//!    there private, mounts a tmpfs on `/dev/shm` and grants it in the
+//!    Landlock ruleset — needs `CAP_SYS_ADMIN`, so before the capabilities go;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
@@ -28,9 +32,11 @@
 //!    list, the ENOSYS list, the notifying part), last, so no step above is
 //!    subject to the deny list; `execve` itself is allowed. It is loaded
 //!    with a new notification listener, and
-//! 9. that listener's fd is sent to lockrun over a socketpair (`SCM_RIGHTS`)
-//!    and closed here: the supervisor ([`crate::supervise`]) answers the
-//!    notified syscalls from outside the sandbox.
+//! 9. that listener's fd, and the command's root (`/` opened `O_PATH` here,
+//!    in the command's mount namespace), are sent to lockrun over a
+//!    socketpair (`SCM_RIGHTS`) and closed here: the supervisor
+//!    ([`crate::supervise`]) answers the notified syscalls from outside the
+//!    sandbox, naming paths as the command does.
 //!
 //! A failing step writes its number and the errno into the report pipe; the
 //! parent turns that into exit 125 naming the step.
@@ -38,7 +44,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 pub mod notify;
 pub mod spawn;
@@ -60,13 +66,14 @@ pub enum Step {
     Seccomp,
     Notify,
     Rlimit,
+    SharedMemory,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
             Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, Rlimit,
-            Seccomp, Securebits,
+            Seccomp, Securebits, SharedMemory,
         };
         [
             CloseRange,
@@ -79,6 +86,7 @@ impl Step {
             Seccomp,
             Notify,
             Rlimit,
+            SharedMemory,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -96,8 +104,9 @@ impl Step {
             Step::NoNewPrivs => "setting no_new_privs (prctl PR_SET_NO_NEW_PRIVS)",
             Step::Landlock => "applying the Landlock ruleset (landlock_restrict_self)",
             Step::Seccomp => "loading the seccomp filter with its notification listener (seccomp SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)",
-            Step::Notify => "handing the seccomp listener to lockrun (sendmsg SCM_RIGHTS)",
+            Step::Notify => "handing the seccomp listener and the command's root to lockrun (sendmsg SCM_RIGHTS)",
             Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
+            Step::SharedMemory => "mounting the run's own /dev/shm (mount MS_PRIVATE, mount tmpfs, landlock_add_rule)",
         }
     }
 }
@@ -118,7 +127,117 @@ pub struct ChildPlan {
     /// The caller's descriptor limit, when lockrun raised its own
     /// ([`raise_nofile`]): the command gets it back.
     nofile: Option<libc::rlimit>,
+    /// The run's own `/dev/shm`, mounted in the child's mount namespace.
+    shm: Option<SharedMemory>,
     report: OwnedFd,
+}
+
+/// A `/dev/shm` of the run's own: POSIX shared memory and named semaphores
+/// (Python's multiprocessing locks, queues and pools) work in a run, yet
+/// nothing there is shared with the machine or another run, and the
+/// machine's `/dev/shm` is out of the run's sight.
+///
+/// The child is cloned into a mount namespace of its own (`CLONE_NEWNS`).
+/// There it makes every mount private (so nothing it mounts reaches the
+/// machine's namespace), mounts a tmpfs (`nosuid`, `nodev`, mode 1777) on
+/// the path, and adds a Landlock rule granting it whole: the rule is keyed
+/// by the new tmpfs's root inode, which exists only in that namespace. The
+/// tmpfs goes away with the namespace, when the run's last process ends;
+/// its pages are charged to the run's cgroup. The command cannot unmount
+/// it or leave the namespace: the mount family, `setns` and `unshare` are
+/// on the seccomp deny list, and it has no capability.
+pub struct SharedMemory {
+    path: std::ffi::CString,
+    /// The Landlock rights granted beneath it (the ruleset's handled set).
+    rights: u64,
+}
+
+impl SharedMemory {
+    /// `path` (canonical, a directory), to be granted `rights`.
+    pub fn new(path: &std::path::Path, rights: u64) -> io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt as _;
+        let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok(Self { path, rights })
+    }
+
+    /// Child side, in its new mount namespace, before the capabilities go:
+    /// make every mount private, mount the tmpfs, grant it in `ruleset`.
+    /// Post-fork: no allocation.
+    fn mount(&self, ruleset: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: mount(2) with NUL-terminated strings that live in the
+        // plan (or are literals) and a NULL data pointer.
+        if unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above; the data is a NUL-terminated literal.
+        if unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                self.path.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=1777".as_ptr().cast(),
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: open(2) with a NUL-terminated path the plan owns.
+        let fd = unsafe {
+            libc::open(
+                self.path.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: self.rights,
+            parent_fd: fd,
+        };
+        // SAFETY: the ruleset fd is alive (the plan owns it); attr is a
+        // live, packed `landlock_path_beneath_attr`, which the kernel reads.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset.as_raw_fd(),
+                LANDLOCK_RULE_PATH_BENEATH,
+                &raw const attr,
+                0u32,
+            )
+        };
+        let err = io::Error::last_os_error();
+        // SAFETY: closing the O_PATH fd opened above, used by nothing else.
+        unsafe {
+            libc::close(fd);
+        }
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    }
+}
+
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// `struct landlock_path_beneath_attr` (packed).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
 }
 
 /// Raise this process's soft descriptor limit to its hard one, returning
@@ -291,6 +410,7 @@ impl ChildPlan {
         seccomp: seccompiler::BpfProgram,
         listener_to: OwnedFd,
         nofile: Option<libc::rlimit>,
+        shm: Option<SharedMemory>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -303,6 +423,7 @@ impl ChildPlan {
                 last_cap,
                 setpcap,
                 nofile,
+                shm,
                 report: w,
             },
             Report(r),
@@ -313,6 +434,13 @@ impl ChildPlan {
         let err = io::Error::last_os_error();
         self.report_failure(step as u8, &err);
         err
+    }
+
+    /// Whether the child is to be cloned into a mount namespace of its own
+    /// (for [`SharedMemory`]).
+    #[must_use]
+    pub fn new_mount_namespace(&self) -> bool {
+        self.shm.is_some()
     }
 
     /// Child side, after a failed exec: report the errno (step 0).
@@ -352,6 +480,13 @@ impl ChildPlan {
             // SAFETY: setrlimit with a live, initialized stack value.
             if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) } != 0 {
                 return Err(self.fail(Step::Rlimit));
+            }
+        }
+        // 1, then: the run's own /dev/shm (needs CAP_SYS_ADMIN)
+        if let Some(shm) = &self.shm {
+            if let Err(e) = shm.mount(self.landlock.as_fd()) {
+                self.report_failure(Step::SharedMemory as u8, &e);
+                return Err(e);
             }
         }
         if self.setpcap {
@@ -428,23 +563,34 @@ impl ChildPlan {
     }
 
     /// Steps 8 and 9: load the seccomp program with a new notification
-    /// listener, send the listener to lockrun and close it here. Post-fork:
-    /// no allocation.
+    /// listener, send it and the command's root to lockrun and close both
+    /// here. Post-fork: no allocation.
     fn hand_over_listener(&self) -> io::Result<()> {
         let listener = notify::load_listener(&self.seccomp);
         if listener < 0 {
             return Err(self.fail(Step::Seccomp));
         }
-        let sent = notify::send_fd(self.listener_to.as_raw_fd(), listener as i32);
-        // SAFETY: closing the listener fd this function just got; the
-        // process keeps no other reference to it.
+        // SAFETY: open(2) with a NUL-terminated literal.
+        let root = unsafe {
+            libc::open(
+                c"/".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        let sent =
+            root >= 0 && notify::send_fds(self.listener_to.as_raw_fd(), [listener as i32, root]);
+        let err = io::Error::last_os_error();
+        // SAFETY: closing the fds this function just got; the process keeps
+        // no other reference to them (close(-1) only fails).
         unsafe {
             libc::close(listener as i32);
+            libc::close(root);
         }
         if sent {
             Ok(())
         } else {
-            Err(self.fail(Step::Notify))
+            self.report_failure(Step::Notify as u8, &err);
+            Err(err)
         }
     }
 }

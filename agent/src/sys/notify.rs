@@ -4,7 +4,7 @@
 //! `// SAFETY:` comment. Policy lives in [`crate::supervise`], not here.
 //!
 //! Two halves:
-//! - **child side** (`load_listener`, `send_fd`): called from
+//! - **child side** (`load_listener`, `send_fds`): called from
 //!   [`super::ChildPlan::apply`] after fork, so allocation-free and
 //!   async-signal-safe;
 //! - **supervisor side**: receiving and answering notifications, taking the
@@ -51,10 +51,11 @@ pub(super) fn load_listener(prog: &[seccompiler::sock_filter]) -> libc::c_long {
     }
 }
 
-/// Child side: send `fd` over the connected unix socket `sock` with
-/// `SCM_RIGHTS`. Allocation-free: the control buffer is on the stack.
-pub(super) fn send_fd(sock: RawFd, fd: RawFd) -> bool {
-    // CMSG_SPACE(sizeof(int)) is 24 on LP64; 32 bytes, 8-aligned, is enough.
+/// Child side: send `fds` (the listener and the command's root) over the
+/// connected unix socket `sock` with `SCM_RIGHTS`, in one message.
+/// Allocation-free: the control buffer is on the stack.
+pub(super) fn send_fds(sock: RawFd, fds: [RawFd; 2]) -> bool {
+    // CMSG_SPACE(2 * sizeof(int)) is 24 on LP64; 32 bytes, 8-aligned, is enough.
     let mut control = [0u64; 4];
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
@@ -67,9 +68,10 @@ pub(super) fn send_fd(sock: RawFd, fd: RawFd) -> bool {
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE is a pure computation.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(&fds) as u32) } as _;
     // SAFETY: msg_control points at a live, large-enough, aligned buffer, so
-    // CMSG_FIRSTHDR returns a pointer into it (non-null), and CMSG_DATA too.
+    // CMSG_FIRSTHDR returns a pointer into it (non-null), and CMSG_DATA too,
+    // with room for both descriptors.
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
         if cmsg.is_null() {
@@ -77,15 +79,16 @@ pub(super) fn send_fd(sock: RawFd, fd: RawFd) -> bool {
         }
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(&fds) as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<[RawFd; 2]>(), fds);
         libc::sendmsg(sock, &raw const msg, libc::MSG_NOSIGNAL) == 1
     }
 }
 
-/// Parent side: receive one descriptor sent with `send_fd`, without waiting
-/// (the child sent it before exec, so it is there once spawn returned).
-pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+/// Parent side: receive the two descriptors sent with `send_fds`, without
+/// waiting (the child sent them before exec, so they are there once spawn
+/// returned).
+pub fn recv_fds(sock: BorrowedFd<'_>) -> io::Result<[OwnedFd; 2]> {
     let mut control = [0u64; 4];
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
@@ -111,7 +114,8 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG
-    // macros stay within it and check for null.
+    // macros stay within it and check for null; the length is checked
+    // before the two descriptors are read.
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
         if cmsg.is_null()
@@ -123,9 +127,24 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
                 "no descriptor in the message",
             ));
         }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-        // The kernel installed this fd for us: we own it now.
-        Ok(OwnedFd::from_raw_fd(fd))
+        let data = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+        let size = std::mem::size_of::<RawFd>();
+        // The kernel installed these fds for us: we own them now (each one
+        // it installed, even when the count is not the expected one).
+        let mut owned: Vec<OwnedFd> = (0..data / size)
+            .map(|i| {
+                OwnedFd::from_raw_fd(std::ptr::read_unaligned(
+                    libc::CMSG_DATA(cmsg).add(i * size).cast::<RawFd>(),
+                ))
+            })
+            .collect();
+        match (owned.pop(), owned.pop(), owned.is_empty()) {
+            (Some(root), Some(listener), true) => Ok([listener, root]),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not the two descriptors the child sends",
+            )),
+        }
     }
 }
 

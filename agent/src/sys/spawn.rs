@@ -146,8 +146,16 @@ pub fn spawn(
     let mut exec = Exec::new(program, path, &c_argv).map_err(SpawnError::Exec)?;
 
     let mut pidfd: libc::c_int = -1;
+    // A mount namespace of its own, for the run's /dev/shm (see
+    // `SharedMemory`): made by the clone itself, since lockrun's threads
+    // share their filesystem context and so could not `unshare` one.
+    let newns = if plan.new_mount_namespace() {
+        libc::CLONE_NEWNS as u64
+    } else {
+        0
+    };
     let mut cl = CloneArgs {
-        flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
+        flags: CLONE_PIDFD | CLONE_INTO_CGROUP | newns,
         pidfd: std::ptr::addr_of_mut!(pidfd) as u64,
         exit_signal: libc::SIGCHLD as u64,
         cgroup: cgroup.as_raw_fd() as u64,
