@@ -2533,6 +2533,28 @@ fn the_state_dir_and_its_run_dirs_cannot_be_made_writable() {
     assert!(!other.wait().success());
 }
 
+/// A run gets terminals of its own: `/dev/pts` is a devpts instance of the
+/// run's mount namespace, where `/dev/ptmx` allocates, so `openpty` works
+/// inside (Python's pty, `script`, tmux, a tool runner driving commands
+/// through a pty), and no terminal of another process is there to open. A
+/// run is uid 0, which owns root's terminals, and one opened for reading
+/// would take the keystrokes typed into it. Control: outside, the same
+/// opens of the outside terminal succeed.
+#[test]
+fn a_run_has_terminals_of_its_own_and_cannot_open_another_processs() {
+    use std::os::fd::AsRawFd as _;
+    let w = World::new("pts");
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let name = nix::unistd::ttyname(&pty.slave).unwrap();
+    let by_fd = format!("/proc/{}/fd/{}", std::process::id(), pty.slave.as_raw_fd());
+    let ops: [&[&str]; 2] = [&["open_read", s(&name)], &["open_read", &by_fd]];
+    assert_eq!(w.probe_outside(&ops), ["ok", "ok"]);
+    let r = w.probe(&[], &[ops[0], ops[1], &["openpty"]]);
+    // Not in the run's /dev/pts (ENOENT); not through the process holding
+    // it either (Landlock's ptrace scoping: EACCES).
+    assert_eq!(r, ["errno=ENOENT", "errno=EACCES", "ok"]);
+}
+
 /// Paths removed when a test ends, however it ends (files or dirs made in
 /// the machine's /dev/shm).
 struct RemovedAtEnd(Vec<std::path::PathBuf>);

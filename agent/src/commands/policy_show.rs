@@ -109,14 +109,23 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
             (p, rights.to_owned())
         })
         .collect();
-    if let Some(shm) = fs.shared_memory() {
+    for own in fs.own_filesystems() {
+        let (what, rights) = match own {
+            crate::fs::OwnFs::SharedMemory => (
+                "a tmpfs",
+                "every right (read, write, create, remove, rename, link, special files, ioctl)",
+            ),
+            crate::fs::OwnFs::Terminals => (
+                "a devpts instance",
+                "list; read, write, ioctl (the run's terminals)",
+            ),
+        };
         rules.push((
             format!(
-                "{} (the run's own: a tmpfs mounted in its mount namespace)",
-                shm.display()
+                "{} (the run's own: {what} mounted in its mount namespace)",
+                own.path().display()
             ),
-            "every right (read, write, create, remove, rename, link, special files, ioctl)"
-                .to_owned(),
+            rights.to_owned(),
         ));
     }
     rules.sort();
@@ -130,7 +139,7 @@ impl<'a> View<'a> {
         writable.extend(policy.fs.writable.iter().map(ToString::to_string));
         writable.push(format!(
             "{}, the run's own (a tmpfs in a mount namespace of the run's, gone with it; the machine's, shared, when a writable path lies in or above it)",
-            crate::fs::SHM
+            crate::fs::OwnFs::SharedMemory.path().display()
         ));
         let mut deny_read: Vec<String> = policy
             .fs
@@ -150,7 +159,11 @@ impl<'a> View<'a> {
         deny_read.push(format!(
             "/dev, but listable, and readable: {} (a run is uid 0, and uid 0 owns the console, raw disks and the rest of /dev)",
             crate::fs::DEV_READABLE
-                .map(|n| if n == "shm" { "shm (the run's own, above)" } else { n })
+                .map(|n| match n {
+                    "shm" => "shm (the run's own, above)",
+                    "pts" => "pts (the run's own terminals, a devpts instance of its mount namespace; else the machine's, listable only)",
+                    n => n,
+                })
                 .join(", ")
         ));
         deny_read.sort();

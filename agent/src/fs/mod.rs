@@ -98,8 +98,8 @@ pub struct FsSandbox {
     grants: Vec<(PathBuf, Grant)>,
     /// The writable roots that exist, canonical (for the seccomp supervisor).
     writable: Vec<PathBuf>,
-    /// Where the run gets a `/dev/shm` of its own ([`shared_memory_at`]).
-    shared_memory: Option<PathBuf>,
+    /// The filesystems the run gets of its own ([`own_filesystems`]).
+    own: Vec<OwnFs>,
     /// The denied-read paths, canonical.
     denied: Vec<PathBuf>,
     /// The writable dirs that could not be granted whole.
@@ -173,26 +173,99 @@ pub const DEV_READABLE: [&str; 15] = [
     "stderr",
 ];
 
-/// Where POSIX shared memory lives (glibc's `shm_open`, `sem_open`).
-pub const SHM: &str = "/dev/shm";
+/// A filesystem of the run's own, mounted over the machine's in the run's
+/// mount namespace by the child ([`crate::sys::OwnMount`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnFs {
+    /// `/dev/shm`, an empty tmpfs: POSIX shared memory and named semaphores
+    /// (Python's multiprocessing) work, shared with nothing outside.
+    SharedMemory,
+    /// `/dev/pts`, a new devpts instance: the command can open terminals
+    /// (`openpty`, `script`, tmux, a pty-driven tool runner), which
+    /// `/dev/ptmx` allocates in the instance at the `pts` beside it (Linux
+    /// 4.7), and no other process's terminal is there to open.
+    Terminals,
+}
 
-/// Whether a run gets a `/dev/shm` of its own at `shm` (Some: where).
+impl OwnFs {
+    pub const ALL: [OwnFs; 2] = [OwnFs::SharedMemory, OwnFs::Terminals];
+
+    /// Where it is mounted.
+    #[must_use]
+    pub fn path(self) -> &'static Path {
+        Path::new(match self {
+            OwnFs::SharedMemory => "/dev/shm",
+            OwnFs::Terminals => "/dev/pts",
+        })
+    }
+
+    /// `(source, fstype, flags, data)` for mount(2).
+    #[must_use]
+    pub fn mount(
+        self,
+    ) -> (
+        &'static std::ffi::CStr,
+        &'static std::ffi::CStr,
+        libc::c_ulong,
+        &'static std::ffi::CStr,
+    ) {
+        match self {
+            OwnFs::SharedMemory => (
+                c"tmpfs",
+                c"tmpfs",
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=1777",
+            ),
+            OwnFs::Terminals => (
+                c"devpts",
+                c"devpts",
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                c"newinstance,ptmxmode=0666,mode=0620",
+            ),
+        }
+    }
+
+    /// The Landlock rights granted beneath it: every right in the run's
+    /// shared memory, as in its temp dir; terminals are read, written and
+    /// driven by ioctl, and listed.
+    #[must_use]
+    pub fn rights(self) -> u64 {
+        match self {
+            OwnFs::SharedMemory => all_rights().bits(),
+            OwnFs::Terminals => (rights(Grant::Tty) | AccessFs::ReadDir).bits(),
+        }
+    }
+
+    /// Whether the command may change metadata there (the supervisor's
+    /// writable roots): in its shared memory, as in its temp dir.
+    #[must_use]
+    pub fn writable(self) -> bool {
+        self == OwnFs::SharedMemory
+    }
+}
+
+/// The filesystems a run gets of its own ([`OwnFs`]).
 ///
-/// It does when `shm` is a directory (not a symlink: the mount goes on the
-/// path the machine uses), lockrun can mount (`CAP_SYS_ADMIN`), and no
-/// writable root lies at, beneath or above it. A worktree (or temp dir) on
-/// the machine's `/dev/shm` would be hidden by the run's own, and
-/// `--allow-write /dev/shm` asks for the machine's, shared: in those cases
-/// the machine's stays, as before.
+/// Each where its path is a directory (not a symlink: the mount goes on the
+/// path the machine uses) and no writable root lies at, beneath or above
+/// it: a worktree (or temp dir) on the machine's `/dev/shm` would be hidden
+/// by the run's own, and `--allow-write /dev/shm` asks for the machine's,
+/// shared. In those cases the machine's stays: `/dev/shm` as before,
+/// `/dev/pts` listable only, so that no other process's terminal can be
+/// read. Mounting needs `CAP_SYS_ADMIN`, which a run needs anyway (its IPC
+/// namespace); a mount that fails refuses the run (exit 125, naming it).
 #[must_use]
-pub fn shared_memory_at(shm: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
-    const CAP_SYS_ADMIN: u32 = 21;
-    let meta = std::fs::symlink_metadata(shm).ok()?;
-    let overlaps = writable
-        .iter()
-        .any(|w| w.starts_with(shm) || shm.starts_with(w));
-    (meta.is_dir() && !overlaps && crate::sys::has_effective_cap(CAP_SYS_ADMIN).unwrap_or(false))
-        .then(|| shm.to_path_buf())
+pub fn own_filesystems(writable: &[PathBuf]) -> Vec<OwnFs> {
+    OwnFs::ALL
+        .into_iter()
+        .filter(|own| {
+            let at = own.path();
+            let dir = std::fs::symlink_metadata(at).is_ok_and(|m| m.is_dir());
+            dir && !writable
+                .iter()
+                .any(|w| w.starts_with(at) || at.starts_with(w))
+        })
+        .collect()
 }
 
 /// The kernel's Landlock ABI version, or why there is none.
@@ -235,9 +308,9 @@ impl FsSandbox {
             .and_then(Ruleset::create)
             .map_err(FsError::Ruleset)?;
         let roots = Roots::of(policy, run_tmp, runs_dir);
-        let shared_memory = shared_memory_at(Path::new(SHM), &roots.writable);
+        let own = own_filesystems(&roots.writable);
         let mut plan = Plan::adding_to(ruleset);
-        plan.own_shm = shared_memory.is_some();
+        plan.own.clone_from(&own);
         plan.grant_except(Path::new("/"), Grant::Read, &roots.denied)?;
         roots.grant_writable(&mut plan)?;
         for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
@@ -258,22 +331,16 @@ impl FsSandbox {
             crowded,
             written_outside: plan.written_outside,
             writable: roots.writable,
-            shared_memory,
+            own,
             denied: roots.denied.into_iter().collect(),
         })
     }
 
-    /// Where the run gets a `/dev/shm` of its own, mounted by the child
-    /// ([`crate::sys::SharedMemory`]); `None`: the machine's, as before.
+    /// The filesystems the run gets of its own, mounted by the child
+    /// ([`crate::sys::OwnMount`]); the machine's where one is not listed.
     #[must_use]
-    pub fn shared_memory(&self) -> Option<&Path> {
-        self.shared_memory.as_deref()
-    }
-
-    /// The rights of a writable root: every right the ruleset handles.
-    #[must_use]
-    pub fn writable_rights() -> u64 {
-        all_rights().bits()
+    pub fn own_filesystems(&self) -> &[OwnFs] {
+        &self.own
     }
 
     /// The ruleset's descriptor, for `landlock_restrict_self` in the child.
@@ -583,6 +650,34 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `/dev`'s grants: with the run's own shared memory and terminals,
+    /// the machine's get no rule; without, `/dev/pts` is listable only (no
+    /// other process's terminal can be opened for reading), `/dev/shm`
+    /// readable as before.
+    #[test]
+    fn the_machines_terminals_are_never_readable_and_hidden_when_the_run_has_its_own() {
+        let grants = |own: Vec<OwnFs>| {
+            let mut plan = Plan {
+                own,
+                ..Plan::default()
+            };
+            plan.grant_except(Path::new("/dev"), Grant::Read, &BTreeSet::new())
+                .unwrap_or_else(|e| panic!("{e}"));
+            plan.grants
+        };
+        let of = |g: &[(PathBuf, Grant)], p: &str| {
+            g.iter().find(|(q, _)| q == Path::new(p)).map(|(_, g)| *g)
+        };
+        let machine = grants(Vec::new());
+        assert_eq!(of(&machine, "/dev/pts"), Some(Grant::List));
+        assert_eq!(of(&machine, "/dev/shm"), Some(Grant::Read));
+        assert_eq!(of(&machine, "/dev/null"), Some(Grant::Read));
+        let own = grants(OwnFs::ALL.to_vec());
+        assert_eq!(of(&own, "/dev/pts"), None);
+        assert_eq!(of(&own, "/dev/shm"), None);
+        assert_eq!(of(&own, "/dev/null"), Some(Grant::Read));
+    }
+
     #[test]
     fn narrowed_dirs_are_those_the_walk_lists_in_writable_roots() {
         let dir = std::env::temp_dir().join(format!("lockrun-fs-narrowed-{}", std::process::id()));
@@ -718,8 +813,8 @@ struct Plan {
     /// `(st_dev, st_ino)` of every object granted a write right outside the
     /// writable roots (devices, the caller's stdio files).
     written_outside: Vec<(u64, u64)>,
-    /// The machine's `/dev/shm` gets no rule: the run has one of its own.
-    own_shm: bool,
+    /// The machine's filesystems there get no rule: the run has its own.
+    own: Vec<OwnFs>,
 }
 
 impl Plan {
@@ -932,11 +1027,21 @@ impl Plan {
             self.push(root, Grant::List)?;
             for name in DEV_READABLE {
                 let dev = root.join(name);
-                // The machine's /dev/shm is out of sight, also through
-                // /proc/<pid>/root: the run's own is granted in the child.
-                if self.own_shm && dev == Path::new(SHM) {
+                // The machine's /dev/shm and /dev/pts are out of sight, also
+                // through /proc/<pid>/root: the run's own are granted in
+                // the child.
+                if self.own.iter().any(|o| o.path() == dev) {
                     continue;
                 }
+                // Other processes' terminals (uid 0 owns root's) must not be
+                // opened for reading, which would take their keystrokes:
+                // the machine's /dev/pts is listable only; the caller's own
+                // terminal is granted by its inode (`push_stdio`).
+                let grant = if dev == OwnFs::Terminals.path() {
+                    Grant::List
+                } else {
+                    grant
+                };
                 match self.grant_except(&dev, grant, denied) {
                     Err(FsError::Open { source, .. })
                         if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) => {}

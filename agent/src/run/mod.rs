@@ -745,9 +745,15 @@ async fn run(
     // What the supervisor judges by, taken before the ruleset goes to the child.
     // The run's own /dev/shm is writable as its tmp is; the supervisor
     // opens it from the command's root, in the command's mount namespace.
-    let shm = fs.shared_memory().map(Path::to_path_buf);
+    let own = fs.own_filesystems().to_vec();
     let supervise = crate::supervise::Config {
-        writable: fs.writable_roots().iter().chain(&shm).cloned().collect(),
+        writable: (fs.writable_roots().iter().cloned())
+            .chain(
+                own.iter()
+                    .filter(|o| o.writable())
+                    .map(|o| o.path().to_path_buf()),
+            )
+            .collect(),
         denied: fs.denied().to_vec(),
         written_outside: fs.written_outside().to_vec(),
         unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
@@ -755,15 +761,16 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
-    let shm = shm
-        .map(|p| crate::sys::SharedMemory::new(&p, crate::fs::FsSandbox::writable_rights()))
-        .transpose()
+    let mounts = own
+        .iter()
+        .map(|o| crate::sys::OwnMount::new(o.mount(), o.path(), o.rights()))
+        .collect::<std::io::Result<Vec<_>>>()
         .map_err(|source| RunError::Child {
-            what: "the run's own /dev/shm",
+            what: "the run's own /dev/shm and /dev/pts",
             source,
         })?;
     let (plan, report) =
-        crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile, shm).map_err(
+        crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile, mounts).map_err(
             |source| RunError::Child {
                 what: "report pipe",
                 source,

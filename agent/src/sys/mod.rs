@@ -11,10 +11,11 @@
 //! 1. **mark every fd ≥ 3 close-on-exec** (`close_range(CLOSE_RANGE_CLOEXEC)`,
 //!    Linux 5.11): nothing the caller leaked survives the exec; the ruleset
 //!    and report fds are still usable until then; then, when planned,
-//!    **the run's own `/dev/shm`** ([`SharedMemory`]): the child was cloned
-//!    into a mount namespace of its own (`CLONE_NEWNS`), makes every mount
-//!    there private, mounts a tmpfs on `/dev/shm` and grants it in the
-//!    Landlock ruleset — needs `CAP_SYS_ADMIN`, so before the capabilities go;
+//!    **the run's own `/dev/shm` and `/dev/pts`** ([`OwnMount`]): the child
+//!    was cloned into a mount namespace of its own (`CLONE_NEWNS`), makes
+//!    every mount there private, mounts a tmpfs and a new devpts instance
+//!    and grants them in the Landlock ruleset — needs `CAP_SYS_ADMIN`, so
+//!    before the capabilities go;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
@@ -66,14 +67,14 @@ pub enum Step {
     Seccomp,
     Notify,
     Rlimit,
-    SharedMemory,
+    OwnMounts,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, Rlimit,
-            Seccomp, Securebits, SharedMemory,
+            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, OwnMounts,
+            Rlimit, Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -86,7 +87,7 @@ impl Step {
             Seccomp,
             Notify,
             Rlimit,
-            SharedMemory,
+            OwnMounts,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -106,7 +107,7 @@ impl Step {
             Step::Seccomp => "loading the seccomp filter with its notification listener (seccomp SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)",
             Step::Notify => "handing the seccomp listener and the command's root to lockrun (sendmsg SCM_RIGHTS)",
             Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
-            Step::SharedMemory => "mounting the run's own /dev/shm (mount MS_PRIVATE, mount tmpfs, landlock_add_rule)",
+            Step::OwnMounts => "mounting the run's own /dev/shm and /dev/pts (mount MS_PRIVATE, mount tmpfs and devpts, landlock_add_rule)",
         }
     }
 }
@@ -127,46 +128,58 @@ pub struct ChildPlan {
     /// The caller's descriptor limit, when lockrun raised its own
     /// ([`raise_nofile`]): the command gets it back.
     nofile: Option<libc::rlimit>,
-    /// The run's own `/dev/shm`, mounted in the child's mount namespace.
-    shm: Option<SharedMemory>,
+    /// The run's own filesystems, mounted in the child's mount namespace.
+    mounts: Vec<OwnMount>,
     report: OwnedFd,
 }
 
-/// A `/dev/shm` of the run's own: POSIX shared memory and named semaphores
-/// (Python's multiprocessing locks, queues and pools) work in a run, yet
-/// nothing there is shared with the machine or another run, and the
-/// machine's `/dev/shm` is out of the run's sight.
+/// A filesystem of the run's own, mounted by the child over the machine's
+/// (see [`crate::fs::OwnFs`]: `/dev/shm`, `/dev/pts`).
 ///
 /// The child is cloned into a mount namespace of its own (`CLONE_NEWNS`).
 /// There it makes every mount private (so nothing it mounts reaches the
-/// machine's namespace), mounts a tmpfs (`nosuid`, `nodev`, mode 1777) on
-/// the path, and adds a Landlock rule granting it whole: the rule is keyed
-/// by the new tmpfs's root inode, which exists only in that namespace. The
-/// tmpfs goes away with the namespace, when the run's last process ends;
-/// its pages are charged to the run's cgroup. The command cannot unmount
-/// it or leave the namespace: the mount family, `setns` and `unshare` are
+/// machine's namespace), mounts each filesystem, and adds a Landlock rule
+/// granting it: the rule is keyed by the new filesystem's root inode, which
+/// exists only in that namespace. The filesystems go away with the
+/// namespace, when the run's last process ends. The command cannot unmount
+/// them or leave the namespace: the mount family, `setns` and `unshare` are
 /// on the seccomp deny list, and it has no capability.
-pub struct SharedMemory {
-    path: std::ffi::CString,
-    /// The Landlock rights granted beneath it (the ruleset's handled set).
+pub struct OwnMount {
+    source: &'static CStr,
+    target: std::ffi::CString,
+    fstype: &'static CStr,
+    flags: libc::c_ulong,
+    data: &'static CStr,
+    /// The Landlock rights granted beneath it.
     rights: u64,
 }
 
-impl SharedMemory {
-    /// `path` (canonical, a directory), to be granted `rights`.
-    pub fn new(path: &std::path::Path, rights: u64) -> io::Result<Self> {
+impl OwnMount {
+    /// `mount(source, target, fstype, flags, data)`, then `rights` beneath
+    /// `target` (canonical, a directory).
+    pub fn new(
+        (source, fstype, flags, data): (&'static CStr, &'static CStr, libc::c_ulong, &'static CStr),
+        target: &std::path::Path,
+        rights: u64,
+    ) -> io::Result<Self> {
         use std::os::unix::ffi::OsStrExt as _;
-        let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        let target = std::ffi::CString::new(target.as_os_str().as_bytes())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(Self { path, rights })
+        Ok(Self {
+            source,
+            target,
+            fstype,
+            flags,
+            data,
+            rights,
+        })
     }
 
     /// Child side, in its new mount namespace, before the capabilities go:
-    /// make every mount private, mount the tmpfs, grant it in `ruleset`.
+    /// make every mount private, then mount each and grant it in `ruleset`.
     /// Post-fork: no allocation.
-    fn mount(&self, ruleset: BorrowedFd<'_>) -> io::Result<()> {
-        // SAFETY: mount(2) with NUL-terminated strings that live in the
-        // plan (or are literals) and a NULL data pointer.
+    fn mount_all(mounts: &[Self], ruleset: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: mount(2) with a NUL-terminated literal and NULL pointers.
         if unsafe {
             libc::mount(
                 std::ptr::null(),
@@ -179,14 +192,19 @@ impl SharedMemory {
         {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: as above; the data is a NUL-terminated literal.
+        mounts.iter().try_for_each(|m| m.mount(ruleset))
+    }
+
+    fn mount(&self, ruleset: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: mount(2) with NUL-terminated strings that live in the plan
+        // or are literals.
         if unsafe {
             libc::mount(
-                c"tmpfs".as_ptr(),
-                self.path.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                c"mode=1777".as_ptr().cast(),
+                self.source.as_ptr(),
+                self.target.as_ptr(),
+                self.fstype.as_ptr(),
+                self.flags,
+                self.data.as_ptr().cast(),
             )
         } != 0
         {
@@ -195,7 +213,7 @@ impl SharedMemory {
         // SAFETY: open(2) with a NUL-terminated path the plan owns.
         let fd = unsafe {
             libc::open(
-                self.path.as_ptr(),
+                self.target.as_ptr(),
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             )
         };
@@ -410,7 +428,7 @@ impl ChildPlan {
         seccomp: seccompiler::BpfProgram,
         listener_to: OwnedFd,
         nofile: Option<libc::rlimit>,
-        shm: Option<SharedMemory>,
+        mounts: Vec<OwnMount>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -423,7 +441,7 @@ impl ChildPlan {
                 last_cap,
                 setpcap,
                 nofile,
-                shm,
+                mounts,
                 report: w,
             },
             Report(r),
@@ -437,10 +455,10 @@ impl ChildPlan {
     }
 
     /// Whether the child is to be cloned into a mount namespace of its own
-    /// (for [`SharedMemory`]).
+    /// (for its [`OwnMount`]s).
     #[must_use]
     pub fn new_mount_namespace(&self) -> bool {
-        self.shm.is_some()
+        !self.mounts.is_empty()
     }
 
     /// Child side, after a failed exec: report the errno (step 0).
@@ -482,10 +500,10 @@ impl ChildPlan {
                 return Err(self.fail(Step::Rlimit));
             }
         }
-        // 1, then: the run's own /dev/shm (needs CAP_SYS_ADMIN)
-        if let Some(shm) = &self.shm {
-            if let Err(e) = shm.mount(self.landlock.as_fd()) {
-                self.report_failure(Step::SharedMemory as u8, &e);
+        // 1, then: the run's own /dev/shm and /dev/pts (needs CAP_SYS_ADMIN)
+        if !self.mounts.is_empty() {
+            if let Err(e) = OwnMount::mount_all(&self.mounts, self.landlock.as_fd()) {
+                self.report_failure(Step::OwnMounts as u8, &e);
                 return Err(e);
             }
         }

@@ -146,8 +146,8 @@ pub fn spawn(
     let mut exec = Exec::new(program, path, &c_argv).map_err(SpawnError::Exec)?;
 
     let mut pidfd: libc::c_int = -1;
-    // A mount namespace of its own, for the run's /dev/shm (see
-    // `SharedMemory`): made by the clone itself, since lockrun's threads
+    // A mount namespace of its own, for the run's /dev/shm and /dev/pts
+    // (see `OwnMount`): made by the clone itself, since lockrun's threads
     // share their filesystem context and so could not `unshare` one.
     let newns = if plan.new_mount_namespace() {
         libc::CLONE_NEWNS as u64
