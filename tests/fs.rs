@@ -2555,6 +2555,44 @@ fn a_run_has_terminals_of_its_own_and_cannot_open_another_processs() {
     assert_eq!(r, ["errno=ENOENT", "errno=EACCES", "ok"]);
 }
 
+/// The terminal lockrun is started on lies on the machine's /dev/pts, out
+/// of the run's sight: inside it is named /dev/console (as bubblewrap names
+/// it), so `tty` and `ttyname` find it, and what is written there reaches
+/// it. Control: outside, `tty` names it in /dev/pts.
+#[test]
+fn the_callers_terminal_keeps_a_name_inside() {
+    let w = World::new("console");
+    let pty = include_str!("support/pty.py");
+    let script = "tty; echo via-console > /dev/console";
+    let out = Command::new(python3())
+        .args(["-c", pty, "sh", "-c", script])
+        .output()
+        .unwrap();
+    let control = String::from_utf8_lossy(&out.stdout);
+    assert!(control.starts_with("/dev/pts/"), "control: {control:?}");
+    let out = Command::new(python3())
+        .args([
+            "-c",
+            pty,
+            BIN,
+            "--worktree",
+            s(&w.wt),
+            "--state-dir",
+            s(&w.state),
+            "--",
+        ])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    let inside = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = inside
+        .lines()
+        .filter(|l| !support::is_crowding(l))
+        .collect();
+    assert_eq!(lines, ["/dev/console", "via-console"], "{inside}");
+    w.assert_no_run_dirs();
+}
+
 /// Paths removed when a test ends, however it ends (files or dirs made in
 /// the machine's /dev/shm).
 struct RemovedAtEnd(Vec<std::path::PathBuf>);

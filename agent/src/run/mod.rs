@@ -761,14 +761,25 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
-    let mounts = own
+    let mut mounts = own
         .iter()
         .map(|o| crate::sys::OwnMount::new(o.mount(), o.path(), o.rights()))
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|source| RunError::Child {
-            what: "the run's own /dev/shm and /dev/pts",
-            source,
-        })?;
+        .collect::<std::io::Result<Vec<_>>>();
+    // The caller's terminal is on the machine's /dev/pts, out of sight
+    // inside: it keeps a name there as /dev/console (as under bubblewrap),
+    // which `ttyname` finds when it looks through /dev. Bound by its name,
+    // before the run's own /dev/pts hides it: a descriptor keeps the mount
+    // of lockrun's namespace, which the child's cannot bind from.
+    if let (Ok(m), Some(tty)) = (&mut mounts, callers_terminal(&own)) {
+        match crate::sys::OwnMount::bind(&tty, Path::new(CONSOLE)) {
+            Ok(b) => m.insert(0, b),
+            Err(e) => mounts = Err(e),
+        }
+    }
+    let mounts = mounts.map_err(|source| RunError::Child {
+        what: "the run's own /dev/shm and /dev/pts",
+        source,
+    })?;
     let (plan, report) =
         crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile, mounts).map_err(
             |source| RunError::Child {
@@ -894,6 +905,23 @@ async fn run(
 fn own_ipc_namespace() -> Result<(), RunError> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
         .map_err(|e| RunError::IpcNamespace(e.into()))
+}
+
+/// Where the caller's terminal is named inside a run.
+const CONSOLE: &str = "/dev/console";
+
+/// The name of the first of lockrun's stdin, stdout and stderr that is a
+/// terminal on the machine's `/dev/pts`, when the run has terminals of its
+/// own (and there is a `/dev/console` to bind it on).
+fn callers_terminal(own: &[crate::fs::OwnFs]) -> Option<PathBuf> {
+    if !own.contains(&crate::fs::OwnFs::Terminals) || std::fs::symlink_metadata(CONSOLE).is_err() {
+        return None;
+    }
+    (0..=2).find_map(|fd| {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .ok()
+            .filter(|p| p.starts_with(crate::fs::OwnFs::Terminals.path()))
+    })
 }
 
 /// What steps 3–7 made, in setup order: the seccomp filter, the listener's

@@ -145,13 +145,20 @@ pub struct ChildPlan {
 /// them or leave the namespace: the mount family, `setns` and `unshare` are
 /// on the seccomp deny list, and it has no capability.
 pub struct OwnMount {
-    source: &'static CStr,
+    source: std::ffi::CString,
     target: std::ffi::CString,
-    fstype: &'static CStr,
+    fstype: Option<&'static CStr>,
     flags: libc::c_ulong,
-    data: &'static CStr,
-    /// The Landlock rights granted beneath it.
-    rights: u64,
+    data: Option<&'static CStr>,
+    /// The Landlock rights granted beneath it (none for a bind of a file
+    /// whose inode has its rule already).
+    rights: Option<u64>,
+}
+
+fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt as _;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 impl OwnMount {
@@ -162,16 +169,26 @@ impl OwnMount {
         target: &std::path::Path,
         rights: u64,
     ) -> io::Result<Self> {
-        use std::os::unix::ffi::OsStrExt as _;
-        let target = std::ffi::CString::new(target.as_os_str().as_bytes())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(Self {
-            source,
-            target,
-            fstype,
+            source: source.to_owned(),
+            target: c_path(target)?,
+            fstype: Some(fstype),
             flags,
-            data,
-            rights,
+            data: Some(data),
+            rights: Some(rights),
+        })
+    }
+
+    /// A bind of the file `source` on the file `target`, with no rule of
+    /// its own: what the file may be used for is its inode's rule.
+    pub fn bind(source: &std::path::Path, target: &std::path::Path) -> io::Result<Self> {
+        Ok(Self {
+            source: c_path(source)?,
+            target: c_path(target)?,
+            fstype: None,
+            flags: libc::MS_BIND,
+            data: None,
+            rights: None,
         })
     }
 
@@ -197,19 +214,22 @@ impl OwnMount {
 
     fn mount(&self, ruleset: BorrowedFd<'_>) -> io::Result<()> {
         // SAFETY: mount(2) with NUL-terminated strings that live in the plan
-        // or are literals.
+        // or are literals, or NULL where it takes none.
         if unsafe {
             libc::mount(
                 self.source.as_ptr(),
                 self.target.as_ptr(),
-                self.fstype.as_ptr(),
+                self.fstype.map_or(std::ptr::null(), CStr::as_ptr),
                 self.flags,
-                self.data.as_ptr().cast(),
+                self.data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
             )
         } != 0
         {
             return Err(io::Error::last_os_error());
         }
+        let Some(rights) = self.rights else {
+            return Ok(());
+        };
         // SAFETY: open(2) with a NUL-terminated path the plan owns.
         let fd = unsafe {
             libc::open(
@@ -221,7 +241,7 @@ impl OwnMount {
             return Err(io::Error::last_os_error());
         }
         let attr = PathBeneathAttr {
-            allowed_access: self.rights,
+            allowed_access: rights,
             parent_fd: fd,
         };
         // SAFETY: the ruleset fd is alive (the plan owns it); attr is a
