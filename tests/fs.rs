@@ -2538,8 +2538,10 @@ fn the_state_dir_and_its_run_dirs_cannot_be_made_writable() {
 /// inside (Python's pty, `script`, tmux, a tool runner driving commands
 /// through a pty), and no terminal of another process is there to open. A
 /// run is uid 0, which owns root's terminals, and one opened for reading
-/// would take the keystrokes typed into it. Control: outside, the same
-/// opens of the outside terminal succeed.
+/// would take the keystrokes typed into it. Judged from outside: a line
+/// typed into the outside terminal before the run tried to read it is still
+/// whole for its own reader afterwards. Control: outside, the same opens of
+/// the outside terminal succeed.
 #[test]
 fn a_run_has_terminals_of_its_own_and_cannot_open_another_processs() {
     use std::os::fd::AsRawFd as _;
@@ -2547,12 +2549,23 @@ fn a_run_has_terminals_of_its_own_and_cannot_open_another_processs() {
     let pty = nix::pty::openpty(None, None).unwrap();
     let name = nix::unistd::ttyname(&pty.slave).unwrap();
     let by_fd = format!("/proc/{}/fd/{}", std::process::id(), pty.slave.as_raw_fd());
-    let ops: [&[&str]; 2] = [&["open_read", s(&name)], &["open_read", &by_fd]];
-    assert_eq!(w.probe_outside(&ops), ["ok", "ok"]);
-    let r = w.probe(&[], &[ops[0], ops[1], &["openpty"]]);
+    assert_eq!(
+        w.probe_outside(&[&["open_read", s(&name)], &["open_read", &by_fd]]),
+        ["ok", "ok"]
+    );
+    // Typed: a line waits in the terminal's input, as a password would.
+    assert_eq!(nix::unistd::write(&pty.master, b"typed\n"), Ok(6));
+    let r = w.probe(&[], &[&["read", s(&name)], &["read", &by_fd], &["openpty"]]);
     // Not in the run's /dev/pts (ENOENT); not through the process holding
     // it either (Landlock's ptrace scoping: EACCES).
     assert_eq!(r, ["errno=ENOENT", "errno=EACCES", "ok"]);
+    // The line is whole for the terminal's own reader.
+    let flags = nix::fcntl::fcntl(pty.slave.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap();
+    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(pty.slave.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+    let mut got = [0u8; 16];
+    let read = nix::unistd::read(pty.slave.as_raw_fd(), &mut got).map(|n| got[..n].to_vec());
+    assert_eq!(read, Ok(b"typed\n".to_vec()), "the typed line was taken");
 }
 
 /// The terminal lockrun is started on lies on the machine's /dev/pts, out

@@ -10,7 +10,7 @@
 // bpf_attr carries fds as u32; a valid fd is never negative.
 #![allow(clippy::cast_sign_loss)]
 
-use std::ffi::CString;
+use crate::sys::c_path;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -98,13 +98,6 @@ fn obj_name(name: &str) -> [u8; 16] {
         *d = s;
     }
     out
-}
-
-/// A bpffs path as a C string (`EINVAL` for an inner NUL).
-fn c_path(path: &std::path::Path) -> io::Result<CString> {
-    use std::os::unix::ffi::OsStrExt as _;
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// `bpf_attr` for `BPF_MAP_CREATE` (4.15 layout up to `map_name`; zeroed tail).

@@ -943,8 +943,8 @@ fn not_to_open(dir: &Path, raw: &str, home: &Path) -> Option<Suggestion> {
                  and named semaphores (Python multiprocessing's locks, queues and process pools, \
                  browsers) are made there. A run normally gets a private one (a tmpfs in a mount \
                  namespace of its own); this one did not, because a writable path of the run lies \
-                 in or above it (a worktree on /dev/shm would be hidden by a private one), or \
-                 lockrun could not mount (no CAP_SYS_ADMIN). Made writable, the command could read \
+                 in or above it (a worktree on /dev/shm would be hidden by a private one). Made \
+                 writable, the command could read \
                  and change what other processes and other runs keep there. Move the worktree off \
                  /dev/shm, or accept that sharing knowingly: --allow-write {}.",
                 dir.display(),

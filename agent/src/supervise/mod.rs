@@ -75,9 +75,10 @@
 //!   `/proc/self/fd/N` itself is understood.
 //! - A symlink with an absolute target met *inside* a path (not as its last
 //!   component) is followed by the kernel from lockrun's root, whose mount
-//!   namespace differs from the command's only at the run's own `/dev/shm`:
-//!   a metadata change through such a link into that `/dev/shm` is judged
-//!   on the machine's and refused (`EPERM`).
+//!   namespace differs from the command's only at the run's own `/dev/shm`,
+//!   `/dev/pts` and `/dev/console`: a metadata change through such a link
+//!   into the run's `/dev/shm` is judged on the machine's and refused
+//!   (`EPERM`).
 //! - Peers see lockrun's pid in `SO_PEERCRED` for connects done here.
 //! - fs-verity and fscrypt policy ioctls are refused everywhere.
 #![forbid(unsafe_code)]

@@ -155,10 +155,11 @@ pub struct OwnMount {
     rights: Option<u64>,
 }
 
-fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
+/// A path as a C string for a syscall (`EINVAL` for an inner NUL).
+pub fn c_path(path: &std::path::Path) -> io::Result<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt as _;
-    std::ffi::CString::new(p.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 impl OwnMount {
