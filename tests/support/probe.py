@@ -77,6 +77,22 @@ def sysv_own():
     assert libc.semctl(sem, 0, 12) == 1  # GETVAL
     libc.semctl(sem, 0, 0)
 
+class MqAttr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long),
+                ("msgsize", ctypes.c_long), ("curmsgs", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+
+def mq(call, *args):
+    """A POSIX message queue call through libc; OSError with its errno on failure."""
+    r = getattr(libc, call)(*args)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), call)
+    return r
+
+def mq_receive(q):
+    buf = ctypes.create_string_buffer(64)
+    n = mq("mq_receive", q, buf, 64, None)
+    return buf.raw[:n]
+
 def op(name, a):
     if name == "write":
         with open(a[0], "w") as f: f.write("pwned")
@@ -134,6 +150,27 @@ def op(name, a):
         os.write(m, b"typed\n")
         if os.read(s, 16) != b"typed\n":
             raise OSError(5, "the pty did not carry the line")
+    elif name == "mq_make":
+        # mq_make NAME TEXT: a new queue (O_EXCL) holding one message, left there.
+        q = mq("mq_open", a[0].encode(), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600,
+               ctypes.byref(MqAttr(0, 4, 64, 0)))
+        mq("mq_send", q, a[1].encode(), len(a[1]), 0)
+    elif name == "mq_holds":
+        # mq_holds NAME TEXT: the queue's one message is TEXT (received, then put back).
+        q = mq("mq_open", a[0].encode(), os.O_RDWR | os.O_NONBLOCK)
+        attr = MqAttr()
+        mq("mq_getattr", q, ctypes.byref(attr))
+        if attr.curmsgs != 1 or mq_receive(q) != a[1].encode():
+            raise OSError(errno.EIO, "the queue does not hold its one message")
+        mq("mq_send", q, a[1].encode(), len(a[1]), 0)
+    elif name == "mq_open":
+        os.close(mq("mq_open", a[0].encode(), os.O_RDWR | os.O_NONBLOCK))
+    elif name == "mq_receive_file":
+        # What a thief does: open a queue's file, then receive through it.
+        fd = os.open(a[0], os.O_RDONLY | os.O_NONBLOCK)
+        mq_receive(fd)
+    elif name == "mq_unlink":
+        mq("mq_unlink", a[0].encode())
     elif name == "writefd":
         os.write(int(a[0]), b"pwned")
     elif name == "kill":

@@ -109,7 +109,15 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
             (p, rights.to_owned())
         })
         .collect();
-    for own in fs.own_filesystems() {
+    let mounted = fs.own_filesystems();
+    for own in crate::fs::OwnFs::ALL {
+        let at = if mounted.contains(&own) {
+            "mounted in its mount namespace"
+        } else if own.reached_without_path() {
+            "granted unmounted, where the kernel opens it (no /dev/mqueue of the machine's to hide, or a writable root at it)"
+        } else {
+            continue;
+        };
         let (what, rights) = match own {
             crate::fs::OwnFs::SharedMemory => (
                 "a tmpfs",
@@ -119,12 +127,13 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
                 "a devpts instance",
                 "list; read, write, ioctl (the run's terminals)",
             ),
+            crate::fs::OwnFs::MessageQueues => (
+                "its IPC namespace's mqueue filesystem",
+                "every right (open, send and receive, create, remove POSIX message queues)",
+            ),
         };
         rules.push((
-            format!(
-                "{} (the run's own: {what} mounted in its mount namespace)",
-                own.path().display()
-            ),
+            format!("{} (the run's own: {what}, {at})", own.path().display()),
             rights.to_owned(),
         ));
     }
@@ -140,6 +149,10 @@ impl<'a> View<'a> {
         writable.push(format!(
             "{}, the run's own (a tmpfs in a mount namespace of the run's, gone with it; the machine's, shared, when a writable path lies in or above it)",
             crate::fs::OwnFs::SharedMemory.path().display()
+        ));
+        writable.push(format!(
+            "POSIX message queues, the run's own (its IPC namespace's, mounted on {} in its mount namespace where the machine has one, whose queues it hides)",
+            crate::fs::OwnFs::MessageQueues.path().display()
         ));
         let mut deny_read: Vec<String> = policy
             .fs

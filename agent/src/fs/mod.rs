@@ -154,23 +154,13 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
 /// (`/dev/vcs*`, `/dev/tty[0-9]*`, `/dev/ttyS*`), raw disks (every file's
 /// bytes, whatever the deny list), and more. So `/dev` is listable, and
 /// readable only here — the set a build or a shell uses, as bubblewrap's
-/// `--dev` provides. Refused elsewhere in `/dev`: EACCES.
-pub const DEV_READABLE: [&str; 15] = [
-    "null",
-    "zero",
-    "full",
-    "random",
-    "urandom",
-    "tty",
-    "ptmx",
-    "pts",
-    "shm",
-    "mqueue",
-    "hugepages",
-    "fd",
-    "stdin",
-    "stdout",
-    "stderr",
+/// `--dev` provides. Refused elsewhere in `/dev`: EACCES. Not the machine's
+/// `/dev/mqueue` (a queue's file, opened for reading, receives its
+/// messages: the run has its own, [`OwnFs::MessageQueues`]) nor
+/// `/dev/hugepages` (other processes' huge-page-backed memory, as files).
+pub const DEV_READABLE: [&str; 13] = [
+    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "fd", "stdin",
+    "stdout", "stderr",
 ];
 
 /// A filesystem of the run's own, mounted over the machine's in the run's
@@ -185,10 +175,15 @@ pub enum OwnFs {
     /// `/dev/ptmx` allocates in the instance at the `pts` beside it (Linux
     /// 4.7), and no other process's terminal is there to open.
     Terminals,
+    /// `/dev/mqueue`, the mqueue filesystem of the run's IPC namespace:
+    /// POSIX message queues (`mq_open`) work, and are the run's own. The
+    /// kernel opens them there by itself, so it is granted even where the
+    /// machine has no `/dev/mqueue` to mount it on.
+    MessageQueues,
 }
 
 impl OwnFs {
-    pub const ALL: [OwnFs; 2] = [OwnFs::SharedMemory, OwnFs::Terminals];
+    pub const ALL: [OwnFs; 3] = [OwnFs::SharedMemory, OwnFs::Terminals, OwnFs::MessageQueues];
 
     /// Where it is mounted.
     #[must_use]
@@ -196,51 +191,67 @@ impl OwnFs {
         Path::new(match self {
             OwnFs::SharedMemory => "/dev/shm",
             OwnFs::Terminals => "/dev/pts",
+            OwnFs::MessageQueues => "/dev/mqueue",
         })
     }
 
-    /// `(source, fstype, flags, data)` for mount(2).
+    /// Whether the kernel opens files there without a path the command
+    /// names (`mq_open`): then it is made and granted even where it cannot
+    /// be mounted at [`path`](Self::path).
     #[must_use]
-    pub fn mount(
-        self,
-    ) -> (
-        &'static std::ffi::CStr,
-        &'static std::ffi::CStr,
-        libc::c_ulong,
-        &'static std::ffi::CStr,
-    ) {
-        match self {
+    pub fn reached_without_path(self) -> bool {
+        self == OwnFs::MessageQueues
+    }
+
+    /// The filesystem to make.
+    #[must_use]
+    pub fn new_fs(self) -> crate::sys::NewFs {
+        use libc::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID};
+        let (fstype, attrs, options): (_, _, &'static [_]) = match self {
             OwnFs::SharedMemory => (
                 c"tmpfs",
-                c"tmpfs",
-                libc::MS_NOSUID | libc::MS_NODEV,
-                c"mode=1777",
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                &[(c"mode", Some(c"1777"))],
             ),
             OwnFs::Terminals => (
                 c"devpts",
-                c"devpts",
-                libc::MS_NOSUID | libc::MS_NOEXEC,
-                c"newinstance,ptmxmode=0666,mode=0620",
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+                &[
+                    (c"newinstance", None),
+                    (c"ptmxmode", Some(c"0666")),
+                    (c"mode", Some(c"0620")),
+                ],
             ),
+            OwnFs::MessageQueues => (
+                c"mqueue",
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                &[],
+            ),
+        };
+        crate::sys::NewFs {
+            fstype,
+            attrs,
+            options,
         }
     }
 
     /// The Landlock rights granted beneath it: every right in the run's
-    /// shared memory, as in its temp dir; terminals are read, written and
-    /// driven by ioctl, and listed.
+    /// shared memory and message queues, as in its temp dir; terminals are
+    /// read, written and driven by ioctl, and listed.
     #[must_use]
     pub fn rights(self) -> u64 {
         match self {
-            OwnFs::SharedMemory => all_rights().bits(),
+            OwnFs::SharedMemory | OwnFs::MessageQueues => all_rights().bits(),
             OwnFs::Terminals => (rights(Grant::Tty) | AccessFs::ReadDir).bits(),
         }
     }
 
     /// Whether the command may change metadata there (the supervisor's
-    /// writable roots): in its shared memory, as in its temp dir.
+    /// writable roots): in its shared memory and message queues, as in its
+    /// temp dir.
     #[must_use]
     pub fn writable(self) -> bool {
-        self == OwnFs::SharedMemory
+        self != OwnFs::Terminals
     }
 }
 
@@ -252,7 +263,9 @@ impl OwnFs {
 /// by the run's own, and `--allow-write /dev/shm` asks for the machine's,
 /// shared. In those cases the machine's stays: `/dev/shm` as before,
 /// `/dev/pts` listable only, so that no other process's terminal can be
-/// read. Mounting needs `CAP_SYS_ADMIN`, which a run needs anyway (its IPC
+/// read; the run's message queues are granted unmounted
+/// ([`OwnFs::reached_without_path`]), the machine's `/dev/mqueue` only
+/// by the writable root that holds it. Mounting needs `CAP_SYS_ADMIN`, which a run needs anyway (its IPC
 /// namespace); a mount that fails refuses the run (exit 125, naming it).
 #[must_use]
 pub fn own_filesystems(writable: &[PathBuf]) -> Vec<OwnFs> {

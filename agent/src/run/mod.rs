@@ -761,9 +761,16 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
-    let mut mounts = own
-        .iter()
-        .map(|o| crate::sys::OwnMount::new(o.mount(), o.path(), o.rights()))
+    // Each of the run's own filesystems, mounted at its path where the
+    // machine's is hidden, else granted unmounted if the kernel reaches it
+    // without a path (the run's message queues).
+    let mut mounts = crate::fs::OwnFs::ALL
+        .into_iter()
+        .filter_map(|o| {
+            let at = own.contains(&o).then(|| o.path());
+            (at.is_some() || o.reached_without_path())
+                .then(|| crate::sys::OwnMount::new(o.new_fs(), at, o.rights()))
+        })
         .collect::<std::io::Result<Vec<_>>>();
     // The caller's terminal is on the machine's /dev/pts, out of sight
     // inside: it keeps a name there as /dev/console (as under bubblewrap),
@@ -777,7 +784,7 @@ async fn run(
         }
     }
     let mounts = mounts.map_err(|source| RunError::Child {
-        what: "the run's own /dev/shm and /dev/pts",
+        what: "the run's own /dev/shm, /dev/pts and /dev/mqueue",
         source,
     })?;
     let (plan, report) =

@@ -11,10 +11,11 @@
 //! 1. **mark every fd ≥ 3 close-on-exec** (`close_range(CLOSE_RANGE_CLOEXEC)`,
 //!    Linux 5.11): nothing the caller leaked survives the exec; the ruleset
 //!    and report fds are still usable until then; then, when planned,
-//!    **the run's own `/dev/shm` and `/dev/pts`** ([`OwnMount`]): the child
-//!    was cloned into a mount namespace of its own (`CLONE_NEWNS`), makes
-//!    every mount there private, mounts a tmpfs and a new devpts instance
-//!    and grants them in the Landlock ruleset — needs `CAP_SYS_ADMIN`, so
+//!    **the run's own `/dev/shm`, `/dev/pts` and `/dev/mqueue`**
+//!    ([`OwnMount`]): the child was cloned into a mount namespace of its own
+//!    (`CLONE_NEWNS`), makes every mount there private, makes a tmpfs, a new
+//!    devpts instance and its IPC namespace's mqueue filesystem, grants them
+//!    in the Landlock ruleset and mounts them — needs `CAP_SYS_ADMIN`, so
 //!    before the capabilities go;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
@@ -107,7 +108,7 @@ impl Step {
             Step::Seccomp => "loading the seccomp filter with its notification listener (seccomp SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)",
             Step::Notify => "handing the seccomp listener and the command's root to lockrun (sendmsg SCM_RIGHTS)",
             Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
-            Step::OwnMounts => "mounting the run's own /dev/shm and /dev/pts (mount MS_PRIVATE, mount tmpfs and devpts, landlock_add_rule)",
+            Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs, devpts and mqueue; landlock_add_rule; move_mount)",
         }
     }
 }
@@ -134,25 +135,43 @@ pub struct ChildPlan {
 }
 
 /// A filesystem of the run's own, mounted by the child over the machine's
-/// (see [`crate::fs::OwnFs`]: `/dev/shm`, `/dev/pts`).
+/// (see [`crate::fs::OwnFs`]: `/dev/shm`, `/dev/pts`, `/dev/mqueue`), or a
+/// bind of the caller's terminal.
 ///
 /// The child is cloned into a mount namespace of its own (`CLONE_NEWNS`).
 /// There it makes every mount private (so nothing it mounts reaches the
-/// machine's namespace), mounts each filesystem, and adds a Landlock rule
-/// granting it: the rule is keyed by the new filesystem's root inode, which
-/// exists only in that namespace. The filesystems go away with the
-/// namespace, when the run's last process ends. The command cannot unmount
-/// them or leave the namespace: the mount family, `setns` and `unshare` are
-/// on the seccomp deny list, and it has no capability.
+/// machine's namespace), makes each filesystem (`fsopen`, `fsconfig`,
+/// `fsmount`, Linux 5.2), adds a Landlock rule granting it through the new
+/// mount's descriptor — the rule is keyed by the filesystem's root inode,
+/// which exists only for this run — and moves it onto its path, if it has
+/// one (`move_mount`). A filesystem the kernel reaches without a path (the
+/// IPC namespace's message queues, which `mq_open` opens) is granted
+/// through its descriptor alone where the machine has no place for it. The
+/// filesystems go away with the namespaces, when the run's last process
+/// ends. The command cannot unmount them or leave the namespace: the mount
+/// family, `setns` and `unshare` are on the seccomp deny list, and it has
+/// no capability.
 pub struct OwnMount {
-    source: std::ffi::CString,
-    target: std::ffi::CString,
-    fstype: Option<&'static CStr>,
-    flags: libc::c_ulong,
-    data: Option<&'static CStr>,
+    what: Mounted,
+    /// Where it goes; `None`: granted, not placed.
+    target: Option<std::ffi::CString>,
     /// The Landlock rights granted beneath it (none for a bind of a file
     /// whose inode has its rule already).
     rights: Option<u64>,
+}
+
+enum Mounted {
+    New(NewFs),
+    Bind(std::ffi::CString),
+}
+
+/// A new filesystem: its type, its mount's attributes (`MOUNT_ATTR_*`) and
+/// its options, each a flag (`None`) or a value (`fsconfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewFs {
+    pub fstype: &'static CStr,
+    pub attrs: u64,
+    pub options: &'static [(&'static CStr, Option<&'static CStr>)],
 }
 
 /// A path as a C string for a syscall (`EINVAL` for an inner NUL).
@@ -162,20 +181,45 @@ pub fn c_path(path: &std::path::Path) -> io::Result<std::ffi::CString> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+/// Closes a raw descriptor when dropped. Post-fork: no allocation.
+struct RawFd(libc::c_int);
+
+impl RawFd {
+    fn new(fd: libc::c_long) -> io::Result<Self> {
+        libc::c_int::try_from(fd)
+            .ok()
+            .filter(|fd| *fd >= 0)
+            .map(Self)
+            .ok_or_else(io::Error::last_os_error)
+    }
+}
+
+impl Drop for RawFd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor was returned to this process by the kernel
+        // and is closed once, here.
+        unsafe {
+            libc::close(self.0);
+        }
+    }
+}
+
+/// A syscall's `0 or -1` as a result.
+fn zero(r: libc::c_long) -> io::Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 impl OwnMount {
-    /// `mount(source, target, fstype, flags, data)`, then `rights` beneath
-    /// `target` (canonical, a directory).
-    pub fn new(
-        (source, fstype, flags, data): (&'static CStr, &'static CStr, libc::c_ulong, &'static CStr),
-        target: &std::path::Path,
-        rights: u64,
-    ) -> io::Result<Self> {
+    /// `fs`, granted `rights` beneath it, and mounted at `target`
+    /// (canonical, a directory) if there is one.
+    pub fn new(fs: NewFs, target: Option<&std::path::Path>, rights: u64) -> io::Result<Self> {
         Ok(Self {
-            source: source.to_owned(),
-            target: c_path(target)?,
-            fstype: Some(fstype),
-            flags,
-            data: Some(data),
+            what: Mounted::New(fs),
+            target: target.map(c_path).transpose()?,
             rights: Some(rights),
         })
     }
@@ -184,11 +228,8 @@ impl OwnMount {
     /// its own: what the file may be used for is its inode's rule.
     pub fn bind(source: &std::path::Path, target: &std::path::Path) -> io::Result<Self> {
         Ok(Self {
-            source: c_path(source)?,
-            target: c_path(target)?,
-            fstype: None,
-            flags: libc::MS_BIND,
-            data: None,
+            what: Mounted::Bind(c_path(source)?),
+            target: Some(c_path(target)?),
             rights: None,
         })
     }
@@ -214,59 +255,101 @@ impl OwnMount {
     }
 
     fn mount(&self, ruleset: BorrowedFd<'_>) -> io::Result<()> {
-        // SAFETY: mount(2) with NUL-terminated strings that live in the plan
-        // or are literals, or NULL where it takes none.
-        if unsafe {
-            libc::mount(
-                self.source.as_ptr(),
-                self.target.as_ptr(),
-                self.fstype.map_or(std::ptr::null(), CStr::as_ptr),
-                self.flags,
-                self.data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
-            )
-        } != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        let Some(rights) = self.rights else {
-            return Ok(());
-        };
-        // SAFETY: open(2) with a NUL-terminated path the plan owns.
-        let fd = unsafe {
-            libc::open(
-                self.target.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let attr = PathBeneathAttr {
-            allowed_access: rights,
-            parent_fd: fd,
-        };
-        // SAFETY: the ruleset fd is alive (the plan owns it); attr is a
-        // live, packed `landlock_path_beneath_attr`, which the kernel reads.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_add_rule,
-                ruleset.as_raw_fd(),
-                LANDLOCK_RULE_PATH_BENEATH,
-                &raw const attr,
-                0u32,
-            )
-        };
-        let err = io::Error::last_os_error();
-        // SAFETY: closing the O_PATH fd opened above, used by nothing else.
-        unsafe {
-            libc::close(fd);
-        }
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(err)
+        match &self.what {
+            Mounted::Bind(source) => {
+                let Some(target) = &self.target else {
+                    return Ok(());
+                };
+                // SAFETY: mount(2) with NUL-terminated strings the plan owns,
+                // and NULL where it takes none.
+                zero(
+                    unsafe {
+                        libc::mount(
+                            source.as_ptr(),
+                            target.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_BIND,
+                            std::ptr::null(),
+                        )
+                    }
+                    .into(),
+                )
+            }
+            Mounted::New(fs) => {
+                let mnt = Self::make(fs)?;
+                if let Some(rights) = self.rights {
+                    add_path_rule(ruleset, mnt.0, rights)?;
+                }
+                let Some(target) = &self.target else {
+                    return Ok(());
+                };
+                // SAFETY: move_mount(2) of the descriptor made above, by an
+                // empty literal path, onto a NUL-terminated path the plan owns.
+                zero(unsafe {
+                    libc::syscall(
+                        libc::SYS_move_mount,
+                        mnt.0,
+                        c"".as_ptr(),
+                        libc::AT_FDCWD,
+                        target.as_ptr(),
+                        libc::MOVE_MOUNT_F_EMPTY_PATH,
+                    )
+                })
+            }
         }
     }
+
+    /// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`).
+    fn make(fs: &NewFs) -> io::Result<RawFd> {
+        // SAFETY: fsopen(2) with a NUL-terminated literal.
+        let ctx = RawFd::new(unsafe {
+            libc::syscall(libc::SYS_fsopen, fs.fstype.as_ptr(), libc::FSOPEN_CLOEXEC)
+        })?;
+        for (key, value) in fs.options {
+            let (cmd, value) = match value {
+                Some(v) => (libc::FSCONFIG_SET_STRING, v.as_ptr()),
+                None => (libc::FSCONFIG_SET_FLAG, std::ptr::null()),
+            };
+            // SAFETY: fsconfig(2) on the context above, with NUL-terminated
+            // literals or NULL for a flag's value.
+            zero(unsafe { libc::syscall(libc::SYS_fsconfig, ctx.0, cmd, key.as_ptr(), value, 0) })?;
+        }
+        // SAFETY: fsconfig(2) CMD_CREATE takes no key or value.
+        zero(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                ctx.0,
+                libc::FSCONFIG_CMD_CREATE,
+                std::ptr::null::<libc::c_char>(),
+                std::ptr::null::<libc::c_void>(),
+                0,
+            )
+        })?;
+        // SAFETY: fsmount(2) of the context above, with integer flags.
+        RawFd::new(unsafe {
+            libc::syscall(libc::SYS_fsmount, ctx.0, libc::FSMOUNT_CLOEXEC, fs.attrs)
+        })
+    }
+}
+
+/// `landlock_add_rule(ruleset, PATH_BENEATH, {rights, dir})`. Post-fork: no
+/// allocation.
+fn add_path_rule(ruleset: BorrowedFd<'_>, dir: libc::c_int, rights: u64) -> io::Result<()> {
+    let attr = PathBeneathAttr {
+        allowed_access: rights,
+        parent_fd: dir,
+    };
+    // SAFETY: the ruleset fd is alive (the plan owns it); attr is a live,
+    // packed `landlock_path_beneath_attr`, which the kernel reads.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &raw const attr,
+            0u32,
+        )
+    })
 }
 
 /// `LANDLOCK_RULE_PATH_BENEATH`.
@@ -521,7 +604,7 @@ impl ChildPlan {
                 return Err(self.fail(Step::Rlimit));
             }
         }
-        // 1, then: the run's own /dev/shm and /dev/pts (needs CAP_SYS_ADMIN)
+        // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN)
         if !self.mounts.is_empty() {
             if let Err(e) = OwnMount::mount_all(&self.mounts, self.landlock.as_fd()) {
                 self.report_failure(Step::OwnMounts as u8, &e);

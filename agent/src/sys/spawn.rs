@@ -146,7 +146,7 @@ pub fn spawn(
     let mut exec = Exec::new(program, path, &c_argv).map_err(SpawnError::Exec)?;
 
     let mut pidfd: libc::c_int = -1;
-    // A mount namespace of its own, for the run's /dev/shm and /dev/pts
+    // A mount namespace of its own, for the run's own filesystems
     // (see `OwnMount`): made by the clone itself, since lockrun's threads
     // share their filesystem context and so could not `unshare` one.
     let newns = if plan.new_mount_namespace() {
