@@ -1,13 +1,19 @@
-//! POSIX message queues: a run has its own, in its IPC namespace, granted
-//! by Landlock through the run's mqueue filesystem and mounted on
+//! What a run sees of the `/dev` filesystems a machine may have: POSIX
+//! message queues and huge-page memory.
+//!
+//! A run has message queues of its own, in its IPC namespace, granted by
+//! Landlock through the run's mqueue filesystem and mounted on
 //! `/dev/mqueue` where the machine has one (hiding the machine's, whose
 //! queue files a uid-0 run could otherwise open and receive through).
 //! Judged from outside: the machine's queue still holds its one message.
+//! Files of the machine's `/dev/hugepages` (other processes' memory) are
+//! not readable.
 //!
-//! Its own test binary: one test here makes `/dev/mqueue` on a machine
-//! without one (as systemd makes it) and removes it after, which a run
-//! starting meanwhile in another test would trip over; the two tests here
-//! take turns.
+//! Its own test binary: tests here make `/dev/mqueue` or `/dev/hugepages`
+//! on a machine without one (as systemd makes them) and remove it after,
+//! which a run starting meanwhile in another test would trip over; the
+//! tests here take turns. The filesystems are mounted only in a mount
+//! namespace of the test's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/python.rs"]
@@ -90,13 +96,7 @@ fn the_machines_dev_mqueue_is_hidden_by_the_runs_own() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let w = World::new("mq-dev");
-    let dev = Path::new("/dev/mqueue");
-    // Made as systemd makes it where the machine has none, and removed
-    // after; mounted only in a mount namespace of this test's own.
-    let _made = (!dev.exists()).then(|| {
-        std::fs::create_dir(dev).unwrap();
-        RemovedDir(dev)
-    });
+    let _made = made(Path::new("/dev/mqueue"));
     let q = Queue::holding(&w, "mq-dev", "outside");
     let file = format!("/dev/mqueue{}", q.1);
     let run = w.cmd(
@@ -109,18 +109,7 @@ fn the_machines_dev_mqueue_is_hidden_by_the_runs_own() {
             &["mq_receive_file", &file],
         ]),
     );
-    let control = probe_argv(&[&["read", &file]]);
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-ec"])
-        .arg(r#"mount -t mqueue mqueue /dev/mqueue; "$1" "$2" "$3" "$4" "$5"; shift 5; exec "$@""#)
-        .arg("sh")
-        .args(&control)
-        .arg(run.get_program())
-        .args(run.get_args())
-        .envs(run.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .current_dir(run.get_current_dir().unwrap())
-        .output()
-        .unwrap();
+    let out = in_mount_namespace("mount -t mqueue mqueue /dev/mqueue", &file, &run);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
@@ -131,6 +120,68 @@ fn the_machines_dev_mqueue_is_hidden_by_the_runs_own() {
     assert!(out.status.success());
     w.assert_no_run_dirs();
     q.assert_holds("outside");
+}
+
+/// Files of the machine's `/dev/hugepages` (hugetlbfs: memory other
+/// processes share as files) are not readable inside (`EACCES`); before,
+/// they were among `/dev`'s readable entries. Control: outside, in the same
+/// mount namespace, the file reads.
+#[test]
+fn the_machines_huge_page_files_are_not_readable() {
+    let _turn = TURNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let w = World::new("hugepages");
+    let _made = made(Path::new("/dev/hugepages"));
+    let file = format!("/dev/hugepages/lockrun-{}", std::process::id());
+    let run = w.cmd(&[], &probe_argv(&[&["read", &file]]));
+    let out = in_mount_namespace(
+        &format!("mount -t hugetlbfs hugetlbfs /dev/hugepages; : > {file}"),
+        &file,
+        &run,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["ok", "errno=EACCES"],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("refused: {file}")),
+        "lockrun names the refusal: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    w.assert_no_run_dirs();
+}
+
+/// In a mount namespace of its own: `setup` (a shell line), then the
+/// probe's `read` of `file` outside (the control), then `run`.
+fn in_mount_namespace(setup: &str, file: &str, run: &Command) -> std::process::Output {
+    let control = probe_argv(&[&["read", file]]);
+    Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-ec"])
+        .arg(format!(
+            r#"{setup}; "$1" "$2" "$3" "$4" "$5"; shift 5; exec "$@""#
+        ))
+        .arg("sh")
+        .args(&control)
+        .arg(run.get_program())
+        .args(run.get_args())
+        .envs(run.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(run.get_current_dir().unwrap())
+        .output()
+        .unwrap()
+}
+
+/// `dir`, made as systemd makes it where the machine has none, and removed
+/// when dropped; `None` where the machine has one.
+fn made(dir: &Path) -> Option<RemovedDir<'_>> {
+    (!dir.exists()).then(|| {
+        std::fs::create_dir(dir).unwrap();
+        RemovedDir(dir)
+    })
 }
 
 struct RemovedDir<'p>(&'p Path);
