@@ -196,8 +196,9 @@ impl OwnFs {
     }
 
     /// Whether the kernel opens files there without a path the command
-    /// names (`mq_open`): then it is made and granted even where it cannot
-    /// be mounted at [`path`](Self::path).
+    /// names (`mq_open`): then lockrun makes and grants it itself, also
+    /// where it cannot be mounted at [`path`](Self::path), and the child
+    /// only moves it there.
     #[must_use]
     pub fn reached_without_path(self) -> bool {
         self == OwnFs::MessageQueues

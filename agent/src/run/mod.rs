@@ -36,6 +36,7 @@
 //! build's hooks keep judging the registered run and `gc` reaps).
 
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd as _;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -706,12 +707,13 @@ async fn run(
     // refused later); either way nothing ran.
     let kernel = kernel_side(policy, &dir, audit).and_then(|k| {
         own_ipc_namespace()?;
-        tracing::debug!("7. the run's IPC namespace made");
-        Ok(k)
+        let queues = own_message_queues()?;
+        tracing::debug!("7. the run's IPC namespace and message queues made");
+        Ok((k, queues))
     });
     let fs = walk.wait().ok_or(FsError::WalkPanicked).and_then(|fs| fs);
-    let (kernel, fs) = match (kernel, fs) {
-        (Ok(kernel), Ok(fs)) => (kernel, fs),
+    let ((kernel, queues), fs) = match (kernel, fs) {
+        (Ok((kernel, queues)), Ok(fs)) => ((kernel, queues), fs),
         (_, Err(e)) => return Err(e.into()),
         (Err(e), Ok(_)) => return Err(e),
     };
@@ -761,17 +763,28 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
-    // Each of the run's own filesystems, mounted at its path where the
-    // machine's is hidden, else granted unmounted if the kernel reaches it
-    // without a path (the run's message queues).
-    let mut mounts = crate::fs::OwnFs::ALL
-        .into_iter()
-        .filter_map(|o| {
-            let at = own.contains(&o).then(|| o.path());
-            (at.is_some() || o.reached_without_path())
-                .then(|| crate::sys::OwnMount::new(o.new_fs(), at, o.rights()))
+    // Each of the run's own filesystems, made by the child and mounted at
+    // its path, which hides the machine's; the run's message queues, made
+    // and granted here, are moved there by the child.
+    let ruleset = fs.into_fd();
+    let mq = crate::fs::OwnFs::MessageQueues;
+    let mut mounts = queues
+        .as_ref()
+        .map_or(Ok(()), |q| {
+            crate::sys::grant_beneath(ruleset.as_fd(), q.as_fd(), mq.rights())
         })
-        .collect::<std::io::Result<Vec<_>>>();
+        .and_then(|()| {
+            own.iter()
+                .filter_map(|&o| match (o.reached_without_path(), &queues) {
+                    (false, _) => Some(crate::sys::OwnMount::new(o.new_fs(), o.path(), o.rights())),
+                    (true, Some(q)) => Some(
+                        q.try_clone()
+                            .and_then(|q| crate::sys::OwnMount::made(q, o.path())),
+                    ),
+                    (true, None) => None,
+                })
+                .collect::<std::io::Result<Vec<_>>>()
+        });
     // The caller's terminal is on the machine's /dev/pts, out of sight
     // inside: it keeps a name there as /dev/console (as under bubblewrap),
     // which `ttyname` finds when it looks through /dev. Bound by its name,
@@ -787,13 +800,11 @@ async fn run(
         what: "the run's own /dev/shm, /dev/pts and /dev/mqueue",
         source,
     })?;
-    let (plan, report) =
-        crate::sys::ChildPlan::new(fs.into_fd(), seccomp, listener_tx, nofile, mounts).map_err(
-            |source| RunError::Child {
-                what: "report pipe",
-                source,
-            },
-        )?;
+    let (plan, report) = crate::sys::ChildPlan::new(ruleset, seccomp, listener_tx, nofile, mounts)
+        .map_err(|source| RunError::Child {
+            what: "report pipe",
+            source,
+        })?;
 
     // 8. environment
     let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);
@@ -833,7 +844,9 @@ async fn run(
     // No process of the run is left (or none that `lockrun gc` will not
     // kill): the run dir goes now, beside the rest of the teardown.
     let run_id = dir.id().to_owned();
-    let dir_removed = beside.run(move || drop(dir));
+    // The message queues' mount with it: detached where the machine has no
+    // /dev/mqueue, its last close waits out an RCU grace period.
+    let dir_removed = beside.run(move || drop((dir, queues)));
     // No task of the run is left: the audit stream's end can be marked now,
     // and the kernel queues it while the rest is torn down.
     let mut kernel_audit = kernel_audit;
@@ -912,6 +925,28 @@ async fn run(
 fn own_ipc_namespace() -> Result<(), RunError> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
         .map_err(|e| RunError::IpcNamespace(e.into()))
+}
+
+/// The run's POSIX message queues: the mqueue filesystem of its IPC
+/// namespace, which this thread is in ([`own_ipc_namespace`]), where
+/// `mq_open` opens them. Made here (`fsopen`, `fsmount`), a detached
+/// mount that lockrun holds until the run has ended and closes beside: the
+/// last close of a detached mount waits out an RCU grace period, ~0.2 ms
+/// here, which the child would pay before the command starts. `None` on a
+/// kernel without POSIX message queues (`ENODEV`): there are none to keep
+/// apart, nor to grant.
+fn own_message_queues() -> Result<Option<std::os::fd::OwnedFd>, RunError> {
+    match crate::sys::make_fs(&crate::fs::OwnFs::MessageQueues.new_fs()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+            tracing::debug!("no POSIX message queues in this kernel (fsopen mqueue: ENODEV)");
+            Ok(None)
+        }
+        Err(source) => Err(RunError::Child {
+            what: "the run's own message queues (fsopen and fsmount of mqueue)",
+            source,
+        }),
+    }
 }
 
 /// Where the caller's terminal is named inside a run.

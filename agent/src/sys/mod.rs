@@ -13,10 +13,11 @@
 //!    and report fds are still usable until then; then, when planned,
 //!    **the run's own `/dev/shm`, `/dev/pts` and `/dev/mqueue`**
 //!    ([`OwnMount`]): the child was cloned into a mount namespace of its own
-//!    (`CLONE_NEWNS`), makes every mount there private, makes a tmpfs, a new
-//!    devpts instance and its IPC namespace's mqueue filesystem, grants them
-//!    in the Landlock ruleset and mounts them — needs `CAP_SYS_ADMIN`, so
-//!    before the capabilities go;
+//!    (`CLONE_NEWNS`), makes every mount there private, makes a tmpfs and a
+//!    new devpts instance, grants them in the Landlock ruleset and mounts
+//!    them, and moves the run's message queues (made and granted by
+//!    lockrun) onto `/dev/mqueue` — needs `CAP_SYS_ADMIN`, so before the
+//!    capabilities go;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
@@ -108,7 +109,7 @@ impl Step {
             Step::Seccomp => "loading the seccomp filter with its notification listener (seccomp SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)",
             Step::Notify => "handing the seccomp listener and the command's root to lockrun (sendmsg SCM_RIGHTS)",
             Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
-            Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs, devpts and mqueue; landlock_add_rule; move_mount)",
+            Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
 }
@@ -143,18 +144,18 @@ pub struct ChildPlan {
 /// machine's namespace), makes each filesystem (`fsopen`, `fsconfig`,
 /// `fsmount`, Linux 5.2), adds a Landlock rule granting it through the new
 /// mount's descriptor — the rule is keyed by the filesystem's root inode,
-/// which exists only for this run — and moves it onto its path, if it has
-/// one (`move_mount`). A filesystem the kernel reaches without a path (the
-/// IPC namespace's message queues, which `mq_open` opens) is granted
-/// through its descriptor alone where the machine has no place for it. The
-/// filesystems go away with the namespaces, when the run's last process
+/// which exists only for this run — and moves it onto its path
+/// (`move_mount`). The run's message queues, which `mq_open` reaches
+/// without a path, lockrun makes and grants itself ([`make_fs`]), so that
+/// they are granted also where the machine has no `/dev/mqueue`; the child
+/// only moves them there when it has. The filesystems go away with the namespaces, when the run's last process
 /// ends. The command cannot unmount them or leave the namespace: the mount
 /// family, `setns` and `unshare` are on the seccomp deny list, and it has
 /// no capability.
 pub struct OwnMount {
     what: Mounted,
-    /// Where it goes; `None`: granted, not placed.
-    target: Option<std::ffi::CString>,
+    /// Where it goes.
+    target: std::ffi::CString,
     /// The Landlock rights granted beneath it (none for a bind of a file
     /// whose inode has its rule already).
     rights: Option<u64>,
@@ -162,6 +163,8 @@ pub struct OwnMount {
 
 enum Mounted {
     New(NewFs),
+    /// Made by lockrun beforehand ([`make_fs`]), granted already: moved.
+    Made(OwnedFd),
     Bind(std::ffi::CString),
 }
 
@@ -185,6 +188,13 @@ pub fn c_path(path: &std::path::Path) -> io::Result<std::ffi::CString> {
 struct RawFd(libc::c_int);
 
 impl RawFd {
+    fn into_owned(self) -> OwnedFd {
+        let fd = std::mem::ManuallyDrop::new(self).0;
+        // SAFETY: the descriptor is open and owned by `self`, which gives it
+        // up without closing it.
+        unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }
+    }
+
     fn new(fd: libc::c_long) -> io::Result<Self> {
         libc::c_int::try_from(fd)
             .ok()
@@ -215,12 +225,22 @@ fn zero(r: libc::c_long) -> io::Result<()> {
 
 impl OwnMount {
     /// `fs`, granted `rights` beneath it, and mounted at `target`
-    /// (canonical, a directory) if there is one.
-    pub fn new(fs: NewFs, target: Option<&std::path::Path>, rights: u64) -> io::Result<Self> {
+    /// (canonical, a directory).
+    pub fn new(fs: NewFs, target: &std::path::Path, rights: u64) -> io::Result<Self> {
         Ok(Self {
             what: Mounted::New(fs),
-            target: target.map(c_path).transpose()?,
+            target: c_path(target)?,
             rights: Some(rights),
+        })
+    }
+
+    /// `mount`, a filesystem lockrun made and granted ([`make_fs`]), moved
+    /// onto `target` (canonical, a directory).
+    pub fn made(mount: OwnedFd, target: &std::path::Path) -> io::Result<Self> {
+        Ok(Self {
+            what: Mounted::Made(mount),
+            target: c_path(target)?,
+            rights: None,
         })
     }
 
@@ -229,7 +249,7 @@ impl OwnMount {
     pub fn bind(source: &std::path::Path, target: &std::path::Path) -> io::Result<Self> {
         Ok(Self {
             what: Mounted::Bind(c_path(source)?),
-            target: Some(c_path(target)?),
+            target: c_path(target)?,
             rights: None,
         })
     }
@@ -257,16 +277,13 @@ impl OwnMount {
     fn mount(&self, ruleset: BorrowedFd<'_>) -> io::Result<()> {
         match &self.what {
             Mounted::Bind(source) => {
-                let Some(target) = &self.target else {
-                    return Ok(());
-                };
                 // SAFETY: mount(2) with NUL-terminated strings the plan owns,
                 // and NULL where it takes none.
                 zero(
                     unsafe {
                         libc::mount(
                             source.as_ptr(),
-                            target.as_ptr(),
+                            self.target.as_ptr(),
                             std::ptr::null(),
                             libc::MS_BIND,
                             std::ptr::null(),
@@ -276,60 +293,73 @@ impl OwnMount {
                 )
             }
             Mounted::New(fs) => {
-                let mnt = Self::make(fs)?;
+                let mnt = make(fs)?;
                 if let Some(rights) = self.rights {
                     add_path_rule(ruleset, mnt.0, rights)?;
                 }
-                let Some(target) = &self.target else {
-                    return Ok(());
-                };
-                // SAFETY: move_mount(2) of the descriptor made above, by an
-                // empty literal path, onto a NUL-terminated path the plan owns.
-                zero(unsafe {
-                    libc::syscall(
-                        libc::SYS_move_mount,
-                        mnt.0,
-                        c"".as_ptr(),
-                        libc::AT_FDCWD,
-                        target.as_ptr(),
-                        libc::MOVE_MOUNT_F_EMPTY_PATH,
-                    )
-                })
+                self.move_onto_target(mnt.0)
             }
+            Mounted::Made(mnt) => self.move_onto_target(mnt.as_raw_fd()),
         }
     }
 
-    /// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`).
-    fn make(fs: &NewFs) -> io::Result<RawFd> {
-        // SAFETY: fsopen(2) with a NUL-terminated literal.
-        let ctx = RawFd::new(unsafe {
-            libc::syscall(libc::SYS_fsopen, fs.fstype.as_ptr(), libc::FSOPEN_CLOEXEC)
-        })?;
-        for (key, value) in fs.options {
-            let (cmd, value) = match value {
-                Some(v) => (libc::FSCONFIG_SET_STRING, v.as_ptr()),
-                None => (libc::FSCONFIG_SET_FLAG, std::ptr::null()),
-            };
-            // SAFETY: fsconfig(2) on the context above, with NUL-terminated
-            // literals or NULL for a flag's value.
-            zero(unsafe { libc::syscall(libc::SYS_fsconfig, ctx.0, cmd, key.as_ptr(), value, 0) })?;
-        }
-        // SAFETY: fsconfig(2) CMD_CREATE takes no key or value.
+    fn move_onto_target(&self, mnt: libc::c_int) -> io::Result<()> {
+        // SAFETY: move_mount(2) of a live mount descriptor, by an empty
+        // literal path, onto a NUL-terminated path the plan owns.
         zero(unsafe {
             libc::syscall(
-                libc::SYS_fsconfig,
-                ctx.0,
-                libc::FSCONFIG_CMD_CREATE,
-                std::ptr::null::<libc::c_char>(),
-                std::ptr::null::<libc::c_void>(),
-                0,
+                libc::SYS_move_mount,
+                mnt,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                self.target.as_ptr(),
+                libc::MOVE_MOUNT_F_EMPTY_PATH,
             )
-        })?;
-        // SAFETY: fsmount(2) of the context above, with integer flags.
-        RawFd::new(unsafe {
-            libc::syscall(libc::SYS_fsmount, ctx.0, libc::FSMOUNT_CLOEXEC, fs.attrs)
         })
     }
+}
+
+/// A detached mount of a new `fs`, made in the calling thread's namespaces
+/// (an mqueue filesystem is its IPC namespace's), for lockrun to grant
+/// ([`grant_beneath`]) and hand to the child ([`OwnMount::made`]).
+pub fn make_fs(fs: &NewFs) -> io::Result<OwnedFd> {
+    make(fs).map(RawFd::into_owned)
+}
+
+/// Grant `rights` beneath the directory open as `dir` in `ruleset`.
+pub fn grant_beneath(ruleset: BorrowedFd<'_>, dir: BorrowedFd<'_>, rights: u64) -> io::Result<()> {
+    add_path_rule(ruleset, dir.as_raw_fd(), rights)
+}
+
+/// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`).
+/// Post-fork: no allocation.
+fn make(fs: &NewFs) -> io::Result<RawFd> {
+    // SAFETY: fsopen(2) with a NUL-terminated literal.
+    let ctx = RawFd::new(unsafe {
+        libc::syscall(libc::SYS_fsopen, fs.fstype.as_ptr(), libc::FSOPEN_CLOEXEC)
+    })?;
+    for (key, value) in fs.options {
+        let (cmd, value) = match value {
+            Some(v) => (libc::FSCONFIG_SET_STRING, v.as_ptr()),
+            None => (libc::FSCONFIG_SET_FLAG, std::ptr::null()),
+        };
+        // SAFETY: fsconfig(2) on the context above, with NUL-terminated
+        // literals or NULL for a flag's value.
+        zero(unsafe { libc::syscall(libc::SYS_fsconfig, ctx.0, cmd, key.as_ptr(), value, 0) })?;
+    }
+    // SAFETY: fsconfig(2) CMD_CREATE takes no key or value.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            ctx.0,
+            libc::FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    })?;
+    // SAFETY: fsmount(2) of the context above, with integer flags.
+    RawFd::new(unsafe { libc::syscall(libc::SYS_fsmount, ctx.0, libc::FSMOUNT_CLOEXEC, fs.attrs) })
 }
 
 /// `landlock_add_rule(ruleset, PATH_BENEATH, {rights, dir})`. Post-fork: no
