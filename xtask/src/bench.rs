@@ -118,12 +118,24 @@ fn install_peers(peers: &Path) -> Vec<String> {
         }
     }
     if !peers.join("bin/nono").exists() {
-        let cmd = format!(
-            "cargo install --quiet --locked --root {} nono-cli >/dev/null 2>&1",
-            peers.display()
-        );
-        if let Err(e) = sh(&cmd) {
-            notes.push(format!("nono could not be installed with cargo: {e}"));
+        // With its lock file first; a registry that lacks a version the
+        // lock names (it happens: a newer patch release) then gets the
+        // versions its own requirements allow, said in the notes.
+        let install = |locked: &str| {
+            sh(&format!(
+                "cargo install --quiet {locked} --root {} nono-cli >/dev/null 2>&1",
+                peers.display()
+            ))
+        };
+        if let Err(locked) = install("--locked") {
+            match install("") {
+                Ok(()) => notes.push(format!(
+                    "nono: installed without its lock file (with it: {locked})"
+                )),
+                Err(e) => notes.push(format!(
+                    "nono could not be installed with cargo: {e} (with its lock file: {locked})"
+                )),
+            }
         }
     }
     notes.push("landrun: skipped: it is distributed as Go source only and no Go module registry is reachable here".into());
