@@ -18,7 +18,7 @@ use std::os::unix::net::UnixListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use support::{assert_absent, assert_canary, meta, s, World, BIN, PROBE};
+use support::{assert_absent, assert_canary, meta, s, RemovedAtEnd, World, BIN, PROBE};
 
 /// A process outside the sandbox, killed when dropped.
 struct Outside(std::process::Child);
@@ -292,30 +292,19 @@ fn mknod_mkfifo_and_tmp_outside_tmpdir_fail() {
 fn inherited_writable_descriptor_does_not_survive() {
     let w = World::new("fd");
     let canary = w.canary(&w.data.join("fd-canary"));
-    let mut argv = vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        "exec 5>>\"$0\"; exec \"$@\"".to_owned(),
-        s(&canary).to_owned(),
-    ];
+    let wrapper = ["sh", "-c", "exec 5>>\"$0\"; exec \"$@\"", s(&canary)];
     // Control: without lockrun, fd 5 is writable.
-    let control = Command::new(&argv[0])
-        .args(&argv[1..])
+    let control = Command::new(wrapper[0])
+        .args(&wrapper[1..])
         .args(support::probe_argv(&[&["writefd", "5"]]))
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&control.stdout).trim(), "ok");
     std::fs::write(&canary, b"canary").unwrap();
-    argv.extend([
-        BIN.to_owned(),
-        "--worktree".to_owned(),
-        s(&w.wt).to_owned(),
-        "--state-dir".to_owned(),
-        s(&w.state).to_owned(),
-        "--".to_owned(),
-    ]);
-    argv.extend(support::probe_argv(&[&["writefd", "5"]]));
-    let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    let out = w
+        .cmd_under(&wrapper, &[], &support::probe_argv(&[&["writefd", "5"]]))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "errno=EBADF");
     assert_canary(&canary);
@@ -1293,18 +1282,8 @@ fn typing_into_the_callers_terminal_is_refused() {
         assert!(control.starts_with("errno=EPERM"), "control: {control:?}");
     }
     // Inside: refused; the pty in use stays writable.
-    let mut argv = vec![
-        BIN.to_owned(),
-        "--worktree".to_owned(),
-        s(&w.wt).to_owned(),
-        "--state-dir".to_owned(),
-        s(&w.state).to_owned(),
-        "--".to_owned(),
-    ];
-    argv.extend(tiocsti);
-    let out = Command::new(python3())
-        .args(["-c", pty])
-        .args(&argv)
+    let out = w
+        .cmd_under(&[python3(), "-c", pty], &[], &tiocsti)
         .output()
         .unwrap();
     // The pty carries lockrun's stderr too.
@@ -1461,24 +1440,17 @@ fn an_unprivileged_caller_is_refused_before_anything_runs() {
     for d in [&w.root, &w.wt, &w.state, &w.home, &w.data] {
         std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
     }
-    let mut argv: Vec<String> = [
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        BIN,
-        "--worktree",
-        s(&w.wt),
-        "--state-dir",
-        s(&w.state),
-        "--",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    argv.extend(support::probe_argv(&[&["write", s(&w.wt.join("ran"))]]));
-    let out = Command::new("setpriv")
-        .args(&argv)
-        .env("HOME", &w.home)
+    let out = w
+        .cmd_under(
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ],
+            &[],
+            &support::probe_argv(&[&["write", s(&w.wt.join("ran"))]]),
+        )
         .current_dir("/")
         .output()
         .unwrap();
@@ -1519,17 +1491,13 @@ fn a_run_without_an_ipc_namespace_of_its_own_is_refused() {
     let w = World::new("noipcns");
     let side = w.wt.join("side-effect");
     let run = |mode: &str| {
-        let mut argv = vec![mode.to_owned(), BIN.to_owned()];
-        for a in ["--worktree", s(&w.wt), "--state-dir", s(&w.state), "--"] {
-            argv.push(a.to_owned());
-        }
-        argv.extend(["touch".to_owned(), s(&side).to_owned()]);
-        Command::new(python3())
-            .args(["-c", NO_UNSHARE])
-            .args(&argv)
-            .env("HOME", &w.home)
-            .output()
-            .unwrap()
+        w.cmd_under(
+            &[python3(), "-c", NO_UNSHARE, mode],
+            &[],
+            &["touch", s(&side)],
+        )
+        .output()
+        .unwrap()
     };
 
     let out = run("deny");
@@ -1570,12 +1538,17 @@ fn a_deny_list_that_cannot_be_built_refuses_the_run() {
     std::fs::create_dir(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o711)).unwrap();
     let side = w.wt.join("side-effect");
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
-        .args(["--worktree", s(&w.wt), "--state-dir", s(&w.state)])
-        .args(["--deny-read", s(&locked.join("secret"))])
-        .args(["--", "touch", s(&side)])
-        .env("HOME", &w.home)
+    let out = w
+        .cmd_under(
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ],
+            &["--deny-read", s(&locked.join("secret"))],
+            &["touch", s(&side)],
+        )
         .current_dir("/")
         .output()
         .unwrap();
@@ -2583,18 +2556,8 @@ fn the_callers_terminal_keeps_a_name_inside() {
         .unwrap();
     let control = String::from_utf8_lossy(&out.stdout);
     assert!(control.starts_with("/dev/pts/"), "control: {control:?}");
-    let out = Command::new(python3())
-        .args([
-            "-c",
-            pty,
-            BIN,
-            "--worktree",
-            s(&w.wt),
-            "--state-dir",
-            s(&w.state),
-            "--",
-        ])
-        .args(["sh", "-c", script])
+    let out = w
+        .cmd_under(&[python3(), "-c", pty], &[], &["sh", "-c", script])
         .output()
         .unwrap();
     let inside = String::from_utf8_lossy(&out.stdout);
@@ -2604,18 +2567,6 @@ fn the_callers_terminal_keeps_a_name_inside() {
         .collect();
     assert_eq!(lines, ["/dev/console", "via-console"], "{inside}");
     w.assert_no_run_dirs();
-}
-
-/// Paths removed when a test ends, however it ends (files or dirs made in
-/// the machine's /dev/shm).
-struct RemovedAtEnd(Vec<std::path::PathBuf>);
-
-impl Drop for RemovedAtEnd {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
-        }
-    }
 }
 
 /// Each op on a path, as the errno name it got (or `ok`), a line each; the

@@ -25,10 +25,9 @@ mod skip;
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Mutex;
 
-use support::{probe_argv, World};
+use support::{probe_argv, RemovedAtEnd, World};
 
 static TURNS: Mutex<()> = Mutex::new(());
 
@@ -99,17 +98,18 @@ fn the_machines_dev_mqueue_is_hidden_by_the_runs_own() {
     let _made = made(Path::new("/dev/mqueue"));
     let q = Queue::holding(&w, "mq-dev", "outside");
     let file = format!("/dev/mqueue{}", q.1);
-    let run = w.cmd(
-        &[],
-        &probe_argv(&[
+    let out = in_mount_namespace(
+        &w,
+        "mount -t mqueue mqueue /dev/mqueue",
+        &file,
+        &[
             &["read", &file],
             &["mq_receive_file", &file],
             &["mq_make", &q.1, "inside"],
             &["chmod_mode", &file, "644"],
             &["mq_receive_file", &file],
-        ]),
+        ],
     );
-    let out = in_mount_namespace("mount -t mqueue mqueue /dev/mqueue", &file, &run);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
@@ -134,11 +134,11 @@ fn the_machines_huge_page_files_are_not_readable() {
     let w = World::new("hugepages");
     let _made = made(Path::new("/dev/hugepages"));
     let file = format!("/dev/hugepages/lockrun-{}", std::process::id());
-    let run = w.cmd(&[], &probe_argv(&[&["read", &file]]));
     let out = in_mount_namespace(
+        &w,
         &format!("mount -t hugetlbfs hugetlbfs /dev/hugepages; : > {file}"),
         &file,
-        &run,
+        &[&["read", &file]],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -157,37 +157,32 @@ fn the_machines_huge_page_files_are_not_readable() {
 }
 
 /// In a mount namespace of its own: `setup` (a shell line), then the
-/// probe's `read` of `file` outside (the control), then `run`.
-fn in_mount_namespace(setup: &str, file: &str, run: &Command) -> std::process::Output {
+/// probe's `read` of `file` outside (the control), then the probe's `ops`
+/// in a run.
+fn in_mount_namespace(w: &World, setup: &str, file: &str, ops: &[&[&str]]) -> std::process::Output {
+    let script = format!(r#"{setup}; "$1" "$2" "$3" "$4" "$5"; shift 5; exec "$@""#);
+    let mut wrapper = vec![
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-ec",
+        &script,
+        "sh",
+    ];
     let control = probe_argv(&[&["read", file]]);
-    Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-ec"])
-        .arg(format!(
-            r#"{setup}; "$1" "$2" "$3" "$4" "$5"; shift 5; exec "$@""#
-        ))
-        .arg("sh")
-        .args(&control)
-        .arg(run.get_program())
-        .args(run.get_args())
-        .envs(run.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .current_dir(run.get_current_dir().unwrap())
+    wrapper.extend(control.iter().map(String::as_str));
+    w.cmd_under(&wrapper, &[], &probe_argv(ops))
         .output()
         .unwrap()
 }
 
 /// `dir`, made as systemd makes it where the machine has none, and removed
-/// when dropped; `None` where the machine has one.
-fn made(dir: &Path) -> Option<RemovedDir<'_>> {
+/// at the end; `None` where the machine has one.
+fn made(dir: &Path) -> Option<RemovedAtEnd> {
     (!dir.exists()).then(|| {
         std::fs::create_dir(dir).unwrap();
-        RemovedDir(dir)
+        RemovedAtEnd(vec![dir.to_path_buf()])
     })
-}
-
-struct RemovedDir<'p>(&'p Path);
-
-impl Drop for RemovedDir<'_> {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(self.0);
-    }
 }

@@ -48,7 +48,26 @@ impl World {
 
     /// `lockrun --worktree WT --state-dir STATE [extra] -- argv`, HOME set to the test home.
     pub fn cmd<S: AsRef<OsStr>>(&self, extra: &[&str], argv: &[S]) -> Command {
-        let mut c = Command::new(BIN);
+        self.cmd_under::<&str, S>(&[], extra, argv)
+    }
+
+    /// [`cmd`](Self::cmd) started by `wrapper`, a program and its
+    /// arguments that go on to exec lockrun (`setpriv`, a pty, a mount
+    /// namespace).
+    pub fn cmd_under<W: AsRef<OsStr>, S: AsRef<OsStr>>(
+        &self,
+        wrapper: &[W],
+        extra: &[&str],
+        argv: &[S],
+    ) -> Command {
+        let mut c = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         c.arg("--worktree")
             .arg(&self.wt)
             .arg("--state-dir")
@@ -192,4 +211,16 @@ pub fn meta(path: &Path) -> (u32, u32, u32, i64) {
 
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// Paths removed when a test ends, however it ends (files, or dirs with
+/// what is in them).
+pub struct RemovedAtEnd(pub Vec<PathBuf>);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
+        }
+    }
 }
