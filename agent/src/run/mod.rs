@@ -713,7 +713,7 @@ async fn run(
     });
     let fs = walk.wait().ok_or(FsError::WalkPanicked).and_then(|fs| fs);
     let ((kernel, queues), fs) = match (kernel, fs) {
-        (Ok((kernel, queues)), Ok(fs)) => ((kernel, queues), fs),
+        (Ok(kernel), Ok(fs)) => (kernel, fs),
         (_, Err(e)) => return Err(e.into()),
         (Err(e), Ok(_)) => return Err(e),
     };
