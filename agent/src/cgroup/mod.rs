@@ -314,6 +314,14 @@ impl RunCgroup {
         &self.path
     }
 
+    /// The cgroup as `/proc/<pid>/cgroup` shows it to lockrun
+    /// (`/lockrun/build-<id>/<run-id>`): its path below the cgroup2 mount.
+    #[must_use]
+    pub fn seen_in_proc(&self) -> Option<String> {
+        let below = self.path.strip_prefix(cgroup2_mount().ok()?).ok()?;
+        Some(format!("/{}", below.to_str()?))
+    }
+
     /// The cgroup id, as `bpf_get_current_cgroup_id()` reports it (the
     /// cgroup2 directory's inode number).
     #[must_use]

@@ -760,6 +760,7 @@ async fn run(
         written_outside: fs.written_outside().to_vec(),
         unix: vec![policy.worktree.clone(), dir.tmp().to_path_buf()],
         cgroup_id: cgroup.id(),
+        cgroup_path: cgroup.seen_in_proc(),
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");

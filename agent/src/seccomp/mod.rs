@@ -43,7 +43,8 @@
 //!
 //! The last part, [`notify_filter`], hands syscalls to lockrun's supervisor
 //! (`SECCOMP_RET_USER_NOTIF`, Linux 5.0; see [`crate::supervise`]): the
-//! metadata calls Landlock does not cover, and `connect`/`sendto` whose
+//! metadata calls Landlock does not cover, the scheduling calls that name
+//! another task than the caller ([`NOTIFY_SCHED`]), and `connect`/`sendto` whose
 //! address length is not that of an inet address. The chmod family is
 //! there whatever its mode: the supervisor refuses set-id bits itself
 //! ([`set_id_refused`]), because only it knows the target, and a directory
@@ -95,6 +96,7 @@ pub enum Widens {
     Terminal,
     Leases,
     OtherLimits,
+    OtherScheduling,
     X32Abi,
 }
 
@@ -145,6 +147,12 @@ impl Widens {
                 "it lowers another process's resource limits (open files, CPU time, file size), \
                  which starves or kills a process outside the run past the signal scoping; a \
                  process may still set its own (pid 0)"
+            }
+            Self::OtherScheduling => {
+                "it lowers the CPU or I/O priority of processes outside the run, or pins them to \
+                 CPUs: every process of its uid that has no capabilities, another run's command \
+                 among them, would be starved past the signal scoping; a process may still set \
+                 its own, and those of its run's processes"
             }
             Self::X32Abi => {
                 "an x32-ABI call is an ordinary call under another number, which the filter's \
@@ -654,6 +662,7 @@ fn parts() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     parts.push(notify_filter());
     decided.extend(NOTIFY_METADATA);
     decided.extend(NOTIFY_JUDGED);
+    decided.extend(NOTIFY_SCHED.iter().map(|c| c.nr));
     Ok((parts, decided))
 }
 
@@ -812,6 +821,16 @@ pub fn describe() -> Vec<(&'static str, String)> {
                 NOTIFY_METADATA.len()
             ),
         ),
+        (
+            "supervised",
+            format!(
+                "{} naming another task: let through for a task of the run, refused (EPERM, shown) for any other; \
+                 a process group's or a uid's (PRIO_PGRP, PRIO_USER, IOPRIO_WHO_PGRP, IOPRIO_WHO_USER) refused",
+                NOTIFY_SCHED.iter().map(|c| c.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
     ]
 }
 
@@ -870,6 +889,127 @@ pub const NOTIFY_IOCTLS: &[u32] = &[
 /// command, `connect` and `sendto` by their address length.
 const NOTIFY_JUDGED: [i64; 3] = [libc::SYS_ioctl, libc::SYS_connect, libc::SYS_sendto];
 
+/// A call that sets a task's CPU or I/O scheduling.
+#[derive(Debug)]
+pub struct SchedCall {
+    pub nr: i64,
+    pub name: &'static str,
+    /// The registers that name the caller itself, `(argument, value)`:
+    /// when all are so, the filter lets the call through.
+    pub own: &'static [(u32, u32)],
+    /// The argument that names the task (or group, or uid).
+    pub who: usize,
+}
+
+/// The calls that set a task's CPU or I/O scheduling: only those naming
+/// the caller itself pass the filter; every other target goes to the
+/// supervisor ([`sched_target`]). The kernel lets a task set these for any task of its
+/// uid with no more capabilities than its own (`cap_safe_nice`): for a run's
+/// command, whose are none, that is every capability-less process of its uid,
+/// another run's command among them. Landlock's scoping covers signals, not
+/// these.
+pub const NOTIFY_SCHED: &[SchedCall] = &[
+    // setpriority(which, who, prio): PRIO_PROCESS 0, who 0 is the caller.
+    SchedCall {
+        nr: libc::SYS_setpriority,
+        name: "setpriority",
+        own: &[(0, 0), (1, 0)],
+        who: 1,
+    },
+    // ioprio_set(which, who, ioprio): IOPRIO_WHO_PROCESS 1, who 0.
+    SchedCall {
+        nr: libc::SYS_ioprio_set,
+        name: "ioprio_set",
+        own: &[(0, 1), (1, 0)],
+        who: 1,
+    },
+    // sched_*(pid, …): pid 0 is the caller.
+    SchedCall {
+        nr: libc::SYS_sched_setaffinity,
+        name: "sched_setaffinity",
+        own: &[(0, 0)],
+        who: 0,
+    },
+    SchedCall {
+        nr: libc::SYS_sched_setscheduler,
+        name: "sched_setscheduler",
+        own: &[(0, 0)],
+        who: 0,
+    },
+    SchedCall {
+        nr: libc::SYS_sched_setparam,
+        name: "sched_setparam",
+        own: &[(0, 0)],
+        who: 0,
+    },
+    SchedCall {
+        nr: libc::SYS_sched_setattr,
+        name: "sched_setattr",
+        own: &[(0, 0)],
+        who: 0,
+    },
+];
+
+/// Whom a scheduling call of [`NOTIFY_SCHED`] names, as the kernel reads
+/// its registers (ints: their low halves).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchedTarget {
+    /// The caller itself: the filter lets it through, never notified.
+    Caller,
+    /// One task, by its tid (a pid names its thread-group leader): allowed
+    /// only for a task of the run.
+    Task { call: &'static str, tid: i32 },
+    /// A process group, every process of a uid, or a `which` the kernel
+    /// does not know: refused, described for the record.
+    Many(String),
+}
+
+/// [`SchedTarget`] of a call of [`NOTIFY_SCHED`]; `None` for any other.
+/// Agrees with [`notify_filter`]: `Caller` exactly when it does not
+/// notify (`sched_target_agrees_with_the_filter`).
+#[must_use]
+pub fn sched_target(nr: i64, args: [u64; 6]) -> Option<SchedTarget> {
+    let c = NOTIFY_SCHED.iter().find(|c| c.nr == nr)?;
+    let call = c.name;
+    let low = |i: usize| (args[i] & 0xffff_ffff) as u32;
+    if c.own.iter().all(|(a, v)| low(*a as usize) == *v) {
+        return Some(SchedTarget::Caller);
+    }
+    let who = low(c.who).cast_signed();
+    let whose = |what: &str| {
+        if who == 0 {
+            format!("its own {what}")
+        } else {
+            format!("{what} {who}")
+        }
+    };
+    Some(match (nr, low(0)) {
+        (libc::SYS_setpriority, 0) | (libc::SYS_ioprio_set, 1) => {
+            SchedTarget::Task { call, tid: who }
+        }
+        (libc::SYS_setpriority, 1) => SchedTarget::Many(format!(
+            "setpriority PRIO_PGRP of {}",
+            whose("process group")
+        )),
+        (libc::SYS_setpriority, 2) => SchedTarget::Many(format!(
+            "setpriority PRIO_USER of every process of {}",
+            whose("uid")
+        )),
+        (libc::SYS_ioprio_set, 2) => SchedTarget::Many(format!(
+            "ioprio_set IOPRIO_WHO_PGRP of {}",
+            whose("process group")
+        )),
+        (libc::SYS_ioprio_set, 3) => SchedTarget::Many(format!(
+            "ioprio_set IOPRIO_WHO_USER of every process of {}",
+            whose("uid")
+        )),
+        (libc::SYS_setpriority | libc::SYS_ioprio_set, which) => {
+            SchedTarget::Many(format!("{call} with which {which}"))
+        }
+        _ => SchedTarget::Task { call, tid: who },
+    })
+}
+
 /// `sizeof(struct sockaddr_in)`, `sizeof(struct sockaddr_in6)`.
 pub const INET_ADDRLENS: [u32; 2] = [16, 28];
 
@@ -910,6 +1050,8 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
 ///   that length is refused by the unix hooks, see [`crate::bpf::unix`]);
 /// - `sendto(fd, buf, len, flags, addr, addrlen)` → notify when `addr` is not
 ///   NULL and `addrlen` is not 16 or 28;
+/// - the scheduling calls of [`NOTIFY_SCHED`] → notify unless they name
+///   the caller itself;
 /// - everything else → allow (the other filters still apply).
 #[must_use]
 pub fn notify_filter() -> BpfProgram {
@@ -955,6 +1097,20 @@ pub fn notify_filter() -> BpfProgram {
         insn(RET_K, 0, 0, RET_USER_NOTIF),
         insn(RET_K, 0, 0, RET_ALLOW),
     ]);
+    // Scheduling: allowed when every register naming the caller does.
+    for c in NOTIFY_SCHED {
+        let m = c.own.len();
+        // Not this call: over the m loads and tests and both returns.
+        let nr = u32::try_from(c.nr).unwrap_or(u32::MAX);
+        p.push(insn(JEQ_K, 0, (2 * m + 2) as u8, nr));
+        for (i, (arg, value)) in c.own.iter().enumerate() {
+            p.push(insn(LD_W_ABS, 0, 0, arg_lo(*arg)));
+            // Another target: over the rest and the allow, to the notify.
+            p.push(insn(JEQ_K, 0, (2 * (m - i - 1) + 1) as u8, *value));
+        }
+        p.push(insn(RET_K, 0, 0, RET_ALLOW));
+        p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    }
     p.push(insn(RET_K, 0, 0, RET_ALLOW));
     p
 }
@@ -1039,6 +1195,76 @@ mod tests {
         ] {
             assert_eq!(run(&p, nr, [0, 0, 16, 0, 0, 110]), A, "nr {nr}");
         }
+    }
+
+    /// The filter notifies a scheduling call exactly when
+    /// [`super::sched_target`] says it names another than the caller, for
+    /// the registers each call reads and junk in their high halves.
+    #[test]
+    fn sched_target_agrees_with_the_filter() {
+        use super::{SchedTarget, RET_ALLOW as A, RET_USER_NOTIF as N};
+        let p = super::notify_filter();
+        let all = super::combined().unwrap();
+        let values = [
+            0,
+            1,
+            2,
+            3,
+            4,
+            4321,
+            0xffff_ffff,
+            0x1_0000_0000,
+            0x7_0000_0002,
+        ];
+        for c in super::NOTIFY_SCHED {
+            let nr = c.nr;
+            for a0 in values {
+                for a1 in values {
+                    let args = [a0, a1, 19, 0, 0, 0];
+                    let target = super::sched_target(nr, args).unwrap();
+                    let want = if target == SchedTarget::Caller { A } else { N };
+                    assert_eq!(run(&p, nr, args), want, "nr {nr} {args:?} {target:?}");
+                    assert_eq!(run(&all, nr, args), want, "combined: nr {nr} {args:?}");
+                }
+            }
+        }
+        assert_eq!(super::sched_target(libc::SYS_getpriority, [0; 6]), None);
+        let t = |nr, a0, a1| super::sched_target(nr, [a0, a1, 19, 0, 0, 0]).unwrap();
+        let s = libc::SYS_setpriority;
+        assert_eq!(t(s, 0, 0), SchedTarget::Caller);
+        assert_eq!(t(s, 0x1_0000_0000, 0), SchedTarget::Caller, "an int");
+        assert_eq!(
+            t(s, 0, 4321),
+            SchedTarget::Task {
+                call: "setpriority",
+                tid: 4321
+            }
+        );
+        assert_eq!(
+            t(s, 2, 0),
+            SchedTarget::Many("setpriority PRIO_USER of every process of its own uid".into())
+        );
+        assert_eq!(
+            t(s, 1, 77),
+            SchedTarget::Many("setpriority PRIO_PGRP of process group 77".into())
+        );
+        let io = libc::SYS_ioprio_set;
+        assert_eq!(t(io, 1, 0), SchedTarget::Caller);
+        assert_eq!(
+            t(io, 0, 0),
+            SchedTarget::Many("ioprio_set with which 0".into())
+        );
+        assert_eq!(
+            t(io, 3, 0),
+            SchedTarget::Many("ioprio_set IOPRIO_WHO_USER of every process of its own uid".into())
+        );
+        assert_eq!(
+            t(libc::SYS_sched_setaffinity, 0xffff_ffff, 0),
+            SchedTarget::Task {
+                call: "sched_setaffinity",
+                tid: -1
+            }
+        );
     }
 
     #[test]

@@ -8,7 +8,11 @@
 //!   `ioctl`s (`chattr`), are not Landlock rights, and a capability-less
 //!   uid 0 owns every root-owned file;
 //! - **unix sockets through symlinks** ([`unix`]): the cgroup unix hooks see
-//!   the path before the kernel resolves it.
+//!   the path before the kernel resolves it;
+//! - **other processes' scheduling** ([`sched`]): nice, scheduling policy,
+//!   CPU affinity and I/O priority of a task outside the run, which the
+//!   kernel lets a capability-less task set for every capability-less task
+//!   of its uid.
 //!
 //! It also answers the calls of the seccomp deny list with `EPERM`
 //! ([`crate::seccomp::refused_call`]): the filter hands them over only so
@@ -88,6 +92,7 @@
 
 pub mod meta;
 pub mod resolve;
+pub mod sched;
 pub mod unix;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -113,6 +118,9 @@ pub struct Config {
     pub unix: Vec<PathBuf>,
     /// The run cgroup's id, for audit events.
     pub cgroup_id: u64,
+    /// The run cgroup as `/proc/<pid>/cgroup` shows it: whose scheduling
+    /// the command may set ([`sched`]). `None`: no other task's.
+    pub cgroup_path: Option<String>,
     pub audit: Arc<AuditLog>,
 }
 
@@ -126,6 +134,7 @@ pub struct Shared {
     /// descriptor open for writing on one of these is placed by its name.
     written_outside: Vec<(u64, u64)>,
     cgroup_id: u64,
+    cgroup_path: Option<String>,
     audit: Arc<AuditLog>,
     /// The last task's pidfd, kept for its next call (a tar extracting
     /// files makes three per file). A pidfd holds its task's `struct pid`,
@@ -366,6 +375,7 @@ impl Supervisor {
             unix_roots,
             written_outside,
             cgroup_id: config.cgroup_id,
+            cgroup_path: config.cgroup_path,
             audit: config.audit,
             last_pidfd: std::sync::Mutex::new(None),
         });
@@ -444,6 +454,8 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         unix::sendto(&task, s)
     } else if crate::seccomp::NOTIFY_METADATA.contains(&nr) {
         meta::handle(&task, &s.fs_roots)
+    } else if crate::seccomp::NOTIFY_SCHED.iter().any(|c| c.nr == nr) {
+        sched::handle(&task, s)
     } else if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
         refuse_call(&task, call, why)
     } else if nr == libc::SYS_ioctl {
