@@ -47,17 +47,21 @@ impl Drop for Outside {
     }
 }
 
-/// A lockrun started in the background; killed with `SIGKILL` if the test fails first,
-/// so a failing test never leaves it holding the harness's output.
+/// A lockrun started in the background. If the test fails first it gets
+/// `SIGTERM`, so that it cleans up after its run, and `SIGKILL` if it has
+/// not exited within 5 s, so a failing test never leaves it holding the
+/// harness's output.
 struct Background(std::process::Child);
 
 impl Background {
     fn sigterm(&self) {
+        self.term().unwrap();
+    }
+    fn term(&self) -> nix::Result<()> {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.0.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         )
-        .unwrap();
     }
     fn wait(&mut self) -> std::process::ExitStatus {
         let t = Instant::now();
@@ -76,10 +80,19 @@ impl Background {
 
 impl Drop for Background {
     fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
+        if self.0.try_wait().ok().flatten().is_some() {
+            return;
         }
+        let _ = self.term();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -1347,6 +1360,147 @@ fn limits_of_an_outside_process_cannot_be_lowered() {
     assert_eq!(limits(), "3 3");
     victim.assert_alive_untraced();
     w.assert_no_run_dirs();
+}
+
+/// A task's CPU and I/O scheduling, read from outside.
+#[derive(Debug, PartialEq, Eq)]
+struct Scheduling {
+    nice: i32,
+    /// `SCHED_OTHER` 0, `SCHED_IDLE` 5.
+    policy: u32,
+    /// `Cpus_allowed_list`.
+    cpus: String,
+    /// `ionice -p`: `none: prio 0`, `idle`, …
+    io: String,
+}
+
+impl Scheduling {
+    fn of(pid: &str) -> Self {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // After the command name: state is field 3, nice 19, policy 41.
+        let after_comm = stat.rsplit_once(')').unwrap().1;
+        let fields: Vec<&str> = after_comm.split_whitespace().collect();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap();
+        let io = Command::new("ionice").args(["-p", pid]).output().unwrap();
+        Self {
+            nice: fields[16].parse().unwrap(),
+            policy: fields[38].parse().unwrap(),
+            cpus: cpus.trim().to_owned(),
+            io: String::from_utf8_lossy(&io.stdout).trim().to_owned(),
+        }
+    }
+}
+
+/// The kernel lets a task lower the CPU and I/O scheduling of any task of
+/// its uid with no more capabilities than its own: a run's command, which
+/// has none, could set another run's command to nice 19, `SCHED_IDLE`, the
+/// idle I/O class or one CPU, for good (it cannot undo them without
+/// capabilities). Refused (`EPERM`) and shown, also for every process of
+/// the uid at once. Judged from outside on another run's command; control:
+/// a capability-less process outside lowers it with the same probe, and
+/// the run still sets its own child's and thread's scheduling.
+#[test]
+fn scheduling_of_another_runs_command_cannot_be_lowered() {
+    let w = World::new("sched");
+    let victim_w = World::new("sched-victim");
+    let ready = victim_w.wt.join("pid");
+    let mut victim = Background(
+        victim_w
+            .cmd(
+                &[],
+                &[
+                    "sh",
+                    "-c",
+                    &format!("echo $$ > {}; exec sleep 300", s(&ready)),
+                ],
+            )
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the other run's command", || {
+        std::fs::read_to_string(&ready).is_ok_and(|p| p.ends_with('\n'))
+    });
+    let pid = std::fs::read_to_string(&ready).unwrap().trim().to_owned();
+    let before = Scheduling::of(&pid);
+    assert_eq!((before.nice, before.policy), (0, 0), "{before:?}");
+    assert_ne!(before.io, "idle", "{before:?}");
+    let log = w.root.join("audit.jsonl");
+    let ops = ["nice", "affinity", "sched_idle", "ioprio_idle"];
+    let mut argv: Vec<Vec<&str>> = ops.iter().map(|op| vec![*op, pid.as_str()]).collect();
+    argv.extend([vec!["nice_user"], vec!["sched_own"]]);
+    let argv: Vec<&[&str]> = argv.iter().map(Vec::as_slice).collect();
+    let out = w.run(&["--audit-log", s(&log)], &support::probe_argv(&argv));
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EPERM",
+            "ok"
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        Scheduling::of(&pid),
+        before,
+        "the other run's command was lowered"
+    );
+    let why = lockrun::seccomp::Widens::OtherScheduling;
+    let mut refused: Vec<(String, _)> = [
+        "setpriority",
+        "sched_setaffinity",
+        "sched_setscheduler",
+        "ioprio_set",
+    ]
+    .iter()
+    .map(|call| (format!("{call} of pid {pid}"), why))
+    .collect();
+    refused.push((
+        "setpriority PRIO_USER of every process of its own uid".to_owned(),
+        why,
+    ));
+    assert_eq!(w.refused_calls(&log, "python3"), refused);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = format!(
+        "lockrun: 5 system calls refused (seccomp: calls that would widen the sandbox, which no policy allows): \
+         ioprio_set of pid {pid} (python3), sched_setaffinity of pid {pid} (python3), \
+         sched_setscheduler of pid {pid} (python3), \
+         setpriority PRIO_USER of every process of its own uid (python3), setpriority of pid {pid} (python3)\n"
+    );
+    assert!(stderr.contains(&summary), "{stderr}");
+    // Control: outside, a process without capabilities lowers it.
+    let control = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+        .args(support::probe_argv(&argv[..ops.len()]))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&control.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["ok"; 4],
+        "{control:?}"
+    );
+    let after = Scheduling::of(&pid);
+    assert_eq!(
+        (after.nice, after.policy, after.cpus.as_str()),
+        (19, 5, "0")
+    );
+    assert!(after.io.starts_with("idle"), "{after:?}");
+    victim.sigterm();
+    assert_eq!(victim.wait().code(), Some(128 + 15));
+    w.assert_no_run_dirs();
+    victim_w.assert_no_run_dirs();
 }
 
 /// The probe's `lease` op run by `c`, with the file `victim` tried by a

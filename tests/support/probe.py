@@ -41,6 +41,23 @@ def uring_socket(family):
         raise OSError(-res, "IORING_OP_SOCKET")
     os.close(res)
 
+IOPRIO_SET, IOPRIO_GET, IOPRIO_WHO_PROCESS, IOPRIO_IDLE = 251, 252, 1, 3 << 13
+
+def lower_scheduling(op, pid):
+    if op == "nice":
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+    elif op == "affinity":
+        os.sched_setaffinity(pid, {0})
+    elif op == "sched_idle":
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        sc(IOPRIO_SET, IOPRIO_WHO_PROCESS, pid, IOPRIO_IDLE)
+
+def scheduling(pid):
+    """nice, CPU affinity, policy and I/O priority of task `pid`."""
+    return (os.getpriority(os.PRIO_PROCESS, pid), os.sched_getaffinity(pid),
+            os.sched_getscheduler(pid), sc(IOPRIO_GET, IOPRIO_WHO_PROCESS, pid))
+
 def sysv(call, *args):
     """A SysV IPC call through libc; OSError with its errno on failure."""
     f = getattr(libc, call)
@@ -234,6 +251,38 @@ def op(name, a):
         # prlimit PID: lower PID's open-files limit to 3.
         import resource
         resource.prlimit(int(a[0]), resource.RLIMIT_NOFILE, (3, 3))
+    elif name in ("nice", "affinity", "sched_idle", "ioprio_idle"):
+        # OP PID: lower PID's scheduling one way (nice 19, pinned to CPU 0,
+        # SCHED_IDLE, the idle I/O class).
+        lower_scheduling(name, int(a[0]))
+    elif name == "nice_user":
+        # Every process of our uid to nice 1.
+        os.setpriority(os.PRIO_USER, 0, 1)
+    elif name == "sched_own":
+        # A child of ours and a thread of ours, each lowered every way and
+        # read back: a run sets its own processes' scheduling.
+        import threading
+        pid = os.fork()
+        if pid == 0:
+            os.execvp("sleep", ["sleep", "60"])
+        try:
+            for op in ("nice", "affinity", "sched_idle", "ioprio_idle"):
+                lower_scheduling(op, pid)
+            assert scheduling(pid) == (19, {0}, os.SCHED_IDLE, 3 << 13), scheduling(pid)
+        finally:
+            os.kill(pid, 9); os.waitpid(pid, 0)
+        failed = []
+        def thread():
+            try:
+                tid = threading.get_native_id()
+                for op in ("nice", "affinity", "sched_idle", "ioprio_idle"):
+                    lower_scheduling(op, tid)
+                assert scheduling(tid) == (19, {0}, os.SCHED_IDLE, 3 << 13), scheduling(tid)
+            except BaseException as e:
+                failed.append(e)
+        t = threading.Thread(target=thread); t.start(); t.join()
+        if failed:
+            raise failed[0]
     elif name == "rlimit_self":
         import resource
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
