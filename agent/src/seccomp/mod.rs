@@ -97,6 +97,7 @@ pub enum Widens {
     Leases,
     OtherLimits,
     OtherScheduling,
+    Watches,
     X32Abi,
 }
 
@@ -154,6 +155,11 @@ impl Widens {
                  among them, would be starved past the signal scoping; a process may still set \
                  its own, and those of its run's processes"
             }
+            Self::Watches => {
+                "fanotify watches files by inode and reports them by handle, past every path the \
+                 rules name (a watch on a denied directory names what appears in it); inotify \
+                 works, judged by lockrun"
+            }
             Self::X32Abi => {
                 "an x32-ABI call is an ordinary call under another number, which the filter's \
                  lists would not know"
@@ -177,6 +183,8 @@ const DENY_ALWAYS: &[(i64, &str, Widens)] = &[
         Widens::OtherProcesses,
     ),
     (libc::SYS_bpf, "bpf", Widens::KernelPrograms),
+    (libc::SYS_fanotify_init, "fanotify_init", Widens::Watches),
+    (libc::SYS_fanotify_mark, "fanotify_mark", Widens::Watches),
     (
         libc::SYS_perf_event_open,
         "perf_event_open",
@@ -663,6 +671,7 @@ fn parts() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     decided.extend(NOTIFY_METADATA);
     decided.extend(NOTIFY_JUDGED);
     decided.extend(NOTIFY_SCHED.iter().map(|c| c.nr));
+    decided.push(NOTIFY_WATCH);
     Ok((parts, decided))
 }
 
@@ -823,6 +832,10 @@ pub fn describe() -> Vec<(&'static str, String)> {
         ),
         (
             "supervised",
+            "inotify_add_watch: lockrun adds the watch, refused (EACCES, shown) at or beneath a denied path".to_owned(),
+        ),
+        (
+            "supervised",
             format!(
                 "{} naming another task: let through for a task of the run, refused (EPERM, shown) for any other; \
                  a process group's or a uid's (PRIO_PGRP, PRIO_USER, IOPRIO_WHO_PGRP, IOPRIO_WHO_USER) refused",
@@ -865,6 +878,11 @@ pub const NOTIFY_METADATA: &[i64] = &[
     SYS_SETXATTRAT,
     SYS_REMOVEXATTRAT,
 ];
+
+/// `inotify_add_watch`, performed by the supervisor, which refuses a watch
+/// on a denied path ([`crate::supervise::watch`]): Landlock does not check
+/// watches, and a watch on a directory names what appears in it.
+pub const NOTIFY_WATCH: i64 = libc::SYS_inotify_add_watch;
 
 /// `file_setattr` (Linux 6.17; one number on every arch).
 pub const SYS_FILE_SETATTR: i64 = 469;
@@ -1043,7 +1061,7 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
 
 /// The supervised filter (classic BPF, written out: seccompiler 0.5 has no
 /// `USER_NOTIF` action). Decides on registers only:
-/// - the metadata calls of [`NOTIFY_METADATA`] → notify;
+/// - the metadata calls of [`NOTIFY_METADATA`] and [`NOTIFY_WATCH`] → notify;
 /// - `ioctl` with a command of [`NOTIFY_IOCTLS`] → notify;
 /// - `connect(fd, addr, addrlen)` → notify unless `addrlen` is 16 or 28
 ///   (TCP/UDP to an inet address keeps its speed; a unix address of exactly
@@ -1061,7 +1079,7 @@ pub fn notify_filter() -> BpfProgram {
         insn(RET_K, 0, 0, RET_KILL_PROCESS),
         insn(LD_W_ABS, 0, 0, 0), // nr
     ];
-    for nr in NOTIFY_METADATA {
+    for nr in NOTIFY_METADATA.iter().chain([&NOTIFY_WATCH]) {
         p.push(insn(JEQ_K, 0, 1, u32::try_from(*nr).unwrap_or(u32::MAX)));
         p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
     }
@@ -1177,7 +1195,7 @@ mod tests {
         assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1_0000_0000, 110]), N, "high half");
         assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1000, 16]), A);
         assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1000, 20]), N);
-        for nr in super::NOTIFY_METADATA {
+        for nr in super::NOTIFY_METADATA.iter().chain([&super::NOTIFY_WATCH]) {
             assert_eq!(run(&p, *nr, [0; 6]), N, "nr {nr}");
         }
         for cmd in super::NOTIFY_IOCTLS {

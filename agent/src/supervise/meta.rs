@@ -349,7 +349,7 @@ fn read_op(task: &Task<'_>, action: Action) -> Result<Op, Errno> {
 }
 
 /// Why the call was refused rather than performed.
-enum Fail {
+pub(super) enum Fail {
     Errno(Errno),
     /// Outside every writable root (or cannot be placed): `EPERM`, audited.
     Outside(String),
@@ -400,7 +400,7 @@ fn fd_flags(fd: &OwnedFd) -> Result<i32, Errno> {
 }
 
 /// What a descriptor refers to, for the audit log (the kernel's name for it).
-fn fd_target(fd: BorrowedFd<'_>) -> String {
+pub(super) fn fd_target(fd: BorrowedFd<'_>) -> String {
     nix::fcntl::readlink(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)).as_str())
         .map_or_else(|_| "?".to_owned(), |p| p.to_string_lossy().into_owned())
 }
@@ -498,6 +498,43 @@ pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
 fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
     let (target, action) = decode(task.nr(), task.args())?;
     let op = read_op(task, action)?;
+    let (obj, label, by_fd) = locate(task, target)?;
+    let shown = |obj: &Object| {
+        if by_fd {
+            format!("{label} ({})", fd_target(obj.fd()))
+        } else {
+            label.clone()
+        }
+    };
+    if let Op::Refused(cmd) = op {
+        return Err(Fail::Outside(format!(
+            "{}: ioctl {cmd:#x} is not allowed under lockrun",
+            shown(&obj)
+        )));
+    }
+    if !roots.judge(&obj)? {
+        return Err(Fail::Outside(shown(&obj)));
+    }
+    if let Op::Chmod(mode) = op {
+        let is_dir = matches!(obj, Object::Dir(_));
+        if crate::seccomp::set_id_refused(u64::from(mode), is_dir) {
+            return Err(Fail::SetId(format!(
+                "{} to mode 0{:o} on {}{}",
+                chmod_name(task.nr()),
+                mode & 0o7777,
+                shown(&obj),
+                if is_dir { " (a directory)" } else { "" }
+            )));
+        }
+    }
+    perform(&obj, &op).map_err(Fail::Errno)
+}
+
+/// What `target` names, read from the task and resolved as the kernel would
+/// for it, with how the task named it; `true` when by a descriptor, whose
+/// kernel name ([`fd_target`]) is then looked up only if it is refused.
+/// Checks that the task still waits on its notification after the reads.
+pub(super) fn locate(task: &Task<'_>, target: Target) -> Result<(Object, String, bool), Fail> {
     let named = name_target(task, target)?;
     // Everything taken from the task is in hand: is it still the task that asked?
     if !task.valid() {
@@ -537,35 +574,7 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
             }
         },
     };
-    let shown = |obj: &Object| {
-        if by_fd {
-            format!("{label} ({})", fd_target(obj.fd()))
-        } else {
-            label.clone()
-        }
-    };
-    if let Op::Refused(cmd) = op {
-        return Err(Fail::Outside(format!(
-            "{}: ioctl {cmd:#x} is not allowed under lockrun",
-            shown(&obj)
-        )));
-    }
-    if !roots.judge(&obj)? {
-        return Err(Fail::Outside(shown(&obj)));
-    }
-    if let Op::Chmod(mode) = op {
-        let is_dir = matches!(obj, Object::Dir(_));
-        if crate::seccomp::set_id_refused(u64::from(mode), is_dir) {
-            return Err(Fail::SetId(format!(
-                "{} to mode 0{:o} on {}{}",
-                chmod_name(task.nr()),
-                mode & 0o7777,
-                shown(&obj),
-                if is_dir { " (a directory)" } else { "" }
-            )));
-        }
-    }
-    perform(&obj, &op).map_err(Fail::Errno)
+    Ok((obj, label, by_fd))
 }
 
 fn perform(obj: &Object, op: &Op) -> Result<(), Errno> {

@@ -12,7 +12,10 @@
 //! - **other processes' scheduling** ([`sched`]): nice, scheduling policy,
 //!   CPU affinity and I/O priority of a task outside the run, which the
 //!   kernel lets a capability-less task set for every capability-less task
-//!   of its uid.
+//!   of its uid;
+//! - **watches on denied paths** ([`watch`]): Landlock does not check
+//!   `inotify_add_watch`, and a watch on a directory names what appears in
+//!   it.
 //!
 //! It also answers the calls of the seccomp deny list with `EPERM`
 //! ([`crate::seccomp::refused_call`]): the filter hands them over only so
@@ -94,6 +97,7 @@ pub mod meta;
 pub mod resolve;
 pub mod sched;
 pub mod unix;
+pub mod watch;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
@@ -454,6 +458,8 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         unix::sendto(&task, s)
     } else if crate::seccomp::NOTIFY_METADATA.contains(&nr) {
         meta::handle(&task, &s.fs_roots)
+    } else if nr == crate::seccomp::NOTIFY_WATCH {
+        watch::handle(&task, s)
     } else if crate::seccomp::NOTIFY_SCHED.iter().any(|c| c.nr == nr) {
         sched::handle(&task, s)
     } else if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {

@@ -372,6 +372,13 @@ impl Roots {
     /// Whether the directory `dir` is a writable root or beneath one, with
     /// no denied path nearer.
     pub fn judge_dir(&self, dir: BorrowedFd<'_>) -> Result<bool, Errno> {
+        Ok(self.nearest(dir)? == Some(true))
+    }
+
+    /// The nearest root at or above the directory `dir`: `Some(true)` a
+    /// writable one, `Some(false)` a denied one; `None` when the walk
+    /// reached `/` (or went deeper than any path) without meeting one.
+    fn nearest(&self, dir: BorrowedFd<'_>) -> Result<Option<bool>, Errno> {
         // `None`: still at `dir` itself (borrowed, not duplicated).
         let mut up: Option<OwnedFd> = None;
         let mut st = stat(dir)?;
@@ -381,18 +388,40 @@ impl Roots {
                 .iter()
                 .find(|(d, i, _)| (*d, *i) == (st.st_dev, st.st_ino))
             {
-                return Ok(*w);
+                return Ok(Some(*w));
             }
             let cur = up.as_ref().map_or(dir, AsFd::as_fd);
             let parent = open_at(cur, b"..", libc::O_PATH | libc::O_DIRECTORY, 0)?;
             let pst = stat(parent.as_fd())?;
             if (pst.st_dev, pst.st_ino) == (st.st_dev, st.st_ino) {
-                return Ok(false);
+                return Ok(None);
             }
             up = Some(parent);
             st = pst;
         }
-        Ok(false)
+        Ok(None)
+    }
+
+    /// Whether `obj` is a denied path or lies beneath one (with no writable
+    /// root nearer). Retried with capabilities as [`Roots::judge`] is.
+    pub fn denied(&self, obj: &Object) -> Result<bool, Errno> {
+        let dir = match obj {
+            Object::Anonymous(_) | Object::Written(_) => return Ok(false),
+            Object::Dir(fd) => fd.as_fd(),
+            // The entry itself may be a denied file.
+            Object::Entry { obj, parent, .. } => {
+                let st = stat(obj.as_fd())?;
+                if self
+                    .entries
+                    .iter()
+                    .any(|(d, i, w)| !w && (*d, *i) == (st.st_dev, st.st_ino))
+                {
+                    return Ok(true);
+                }
+                parent.as_fd()
+            }
+        };
+        notify::retry_with_caps(|| self.nearest(dir), |_| true).map(|n| n == Some(false))
     }
 
     /// Whether `obj` lies beneath a writable root.

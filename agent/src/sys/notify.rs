@@ -460,6 +460,16 @@ pub fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
     unit_result(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }.into())
 }
 
+/// `inotify_add_watch(inotify, path, mask)`: the watch descriptor.
+pub fn inotify_add_watch(inotify: BorrowedFd<'_>, path: &CStr, mask: u32) -> io::Result<i32> {
+    // SAFETY: a descriptor and a NUL-terminated path, live for the call.
+    let wd = unsafe { libc::inotify_add_watch(inotify.as_raw_fd(), path.as_ptr(), mask) };
+    if wd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(wd)
+}
+
 // The capset(2) structs are the parent module's (`super::CapHeader`, `super::CapData`).
 use super::{CapData, CapHeader};
 
