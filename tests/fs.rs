@@ -468,6 +468,86 @@ fn deny_read_paths_are_unreadable_by_every_path() {
     assert!(w.wt.join("mine-link").exists());
 }
 
+/// Landlock does not check an inotify watch, and a watch on a directory
+/// names every entry made in it: a run could learn the names that appear in
+/// a denied dir, which listing it refuses. The watch is refused (`EACCES`)
+/// and shown; fanotify, which watches by inode and reports by handle, is
+/// refused whole (`EPERM`). Judged from outside: a file made in the denied
+/// dir while the run watches is not named to it. Controls: the same watch
+/// on a readable dir names its new file, and outside, the denied dir can be
+/// watched.
+#[test]
+fn a_watch_names_nothing_made_in_a_denied_dir() {
+    use std::io::{BufRead as _, Write as _};
+    use std::process::Stdio;
+    let w = World::new("watch");
+    let vault = w.root.join("vault");
+    std::fs::create_dir_all(&vault).unwrap();
+    let log = w.root.join("audit.jsonl");
+    let mut run = Background(
+        w.cmd(
+            &["--deny-read", s(&vault), "--audit-log", s(&log)],
+            &support::probe_argv(&[&["watch_names", s(&vault), s(&w.data)]]),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    let mut out = std::io::BufReader::new(run.0.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    while lines.last().is_none_or(|l| l != "ready") {
+        let mut line = String::new();
+        assert_ne!(out.read_line(&mut line).unwrap(), 0, "{lines:?}");
+        lines.push(line.trim_end().to_owned());
+    }
+    assert_eq!(lines, ["errno=EACCES", "ok", "ready"]);
+    // Made outside while the run watches.
+    std::fs::write(vault.join("secret-name"), "x").unwrap();
+    std::fs::write(w.data.join("plain-name"), "x").unwrap();
+    writeln!(run.0.stdin.take().unwrap()).unwrap();
+    let rest: Vec<String> = out.lines().map(Result::unwrap).collect();
+    assert_eq!(rest, ["name=plain-name", "end"]);
+    assert!(run.wait().success());
+    let mut stderr = String::new();
+    run.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "lockrun: 1 filesystem access refused: {} (python3)\n",
+            vault.display()
+        )),
+        "{stderr}"
+    );
+    let audit = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        audit.contains("inotify_add_watch on") && audit.contains("\"fs.read_dir\""),
+        "{audit}"
+    );
+    // fanotify: refused in a run, shown; outside it opens.
+    let fan = w.run(&[], &support::probe_argv(&[&["fanotify"]]));
+    assert_eq!(String::from_utf8_lossy(&fan.stdout), "errno=EPERM\n");
+    assert!(
+        String::from_utf8_lossy(&fan.stderr).contains(": fanotify_init (python3)\n"),
+        "{fan:?}"
+    );
+    // Controls outside: the denied dir can be watched, fanotify opens.
+    assert_eq!(w.probe_outside(&[&["fanotify"]]), ["ok"]);
+    let argv = support::probe_argv(&[&["watch_names", s(&vault)]]);
+    let outside = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&outside.stdout), "ok\nready\nend\n");
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn kill_and_ptrace_of_an_outside_process_fail() {
     let w = World::new("killptrace");

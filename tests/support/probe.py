@@ -255,6 +255,40 @@ def op(name, a):
         # OP PID: lower PID's scheduling one way (nice 19, pinned to CPU 0,
         # SCHED_IDLE, the idle I/O class).
         lower_scheduling(name, int(a[0]))
+    elif name == "watch_names":
+        # watch_names DIR...: an inotify watch on each (a line each), then
+        # "ready"; after a line on stdin, the names of the entries made in
+        # the watched dirs meanwhile, a line each, and "end".
+        import select, struct
+        fd = libc.inotify_init1(0)
+        for d in a:
+            if libc.inotify_add_watch(fd, d.encode(), 0x100) < 0:  # IN_CREATE
+                e = ctypes.get_errno()
+                print("errno=" + errno.errorcode.get(e, str(e)), flush=True)
+            else:
+                print("ok", flush=True)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        names = []
+        while select.select([fd], [], [], 0.5)[0]:
+            buf = os.read(fd, 65536)
+            at = 0
+            while at < len(buf):
+                _, _, _, n = struct.unpack_from("iIII", buf, at)
+                names.append(buf[at + 16:at + 16 + n].rstrip(b"\0").decode())
+                at += 16 + n
+        for n in sorted(names):
+            print("name=" + n)
+        print("end", flush=True)
+        return
+    elif name == "fanotify":
+        # fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME): what an
+        # unprivileged process may ask.
+        libc.fanotify_init.restype = ctypes.c_int
+        fd = libc.fanotify_init(0xc00, 0)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "fanotify_init")
+        os.close(fd)
     elif name == "nice_user":
         # Every process of our uid to nice 1.
         os.setpriority(os.PRIO_USER, 0, 1)
