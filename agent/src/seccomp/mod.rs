@@ -98,6 +98,7 @@ pub enum Widens {
     OtherLimits,
     OtherScheduling,
     Watches,
+    SharedPort,
     X32Abi,
 }
 
@@ -159,6 +160,11 @@ impl Widens {
                 "fanotify watches files by inode and reports them by handle, past every path the \
                  rules name (a watch on a denied directory names what appears in it); inotify \
                  works, judged by lockrun"
+            }
+            Self::SharedPort => {
+                "a socket with it may bind a port that a socket of the same uid outside the run \
+                 holds, and take the connections or datagrams meant for that one (SO_REUSEPORT; \
+                 SO_REUSEADDR on a datagram socket); bind a port of the run's own instead"
             }
             Self::X32Abi => {
                 "an x32-ABI call is an ordinary call under another number, which the filter's \
@@ -832,6 +838,11 @@ pub fn describe() -> Vec<(&'static str, String)> {
         ),
         (
             "supervised",
+            "setsockopt SO_REUSEPORT, SO_REUSEADDR: lockrun sets them, refused (EPERM, shown) when turning on port sharing \
+             for an inet socket (SO_REUSEPORT; SO_REUSEADDR but on a stream socket)".to_owned(),
+        ),
+        (
+            "supervised",
             "inotify_add_watch: lockrun adds the watch, refused (EACCES, shown) at or beneath a denied path".to_owned(),
         ),
         (
@@ -884,6 +895,11 @@ pub const NOTIFY_METADATA: &[i64] = &[
 /// watches, and a watch on a directory names what appears in it.
 pub const NOTIFY_WATCH: i64 = libc::SYS_inotify_add_watch;
 
+/// `setsockopt(fd, SOL_SOCKET, optname, …)` with one of these options goes
+/// to the supervisor, which refuses turning on port sharing for inet
+/// sockets and performs the rest ([`crate::supervise::reuse`]).
+pub const NOTIFY_SOCKOPTS: [u32; 2] = [libc::SO_REUSEADDR as u32, libc::SO_REUSEPORT as u32];
+
 /// `file_setattr` (Linux 6.17; one number on every arch).
 pub const SYS_FILE_SETATTR: i64 = 469;
 
@@ -905,7 +921,12 @@ pub const NOTIFY_IOCTLS: &[u32] = &[
 
 /// The calls [`notify_filter`] judges by their arguments: `ioctl` by its
 /// command, `connect` and `sendto` by their address length.
-const NOTIFY_JUDGED: [i64; 3] = [libc::SYS_ioctl, libc::SYS_connect, libc::SYS_sendto];
+const NOTIFY_JUDGED: [i64; 4] = [
+    libc::SYS_ioctl,
+    libc::SYS_connect,
+    libc::SYS_sendto,
+    libc::SYS_setsockopt,
+];
 
 /// A call that sets a task's CPU or I/O scheduling.
 #[derive(Debug)]
@@ -1068,6 +1089,7 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
 ///   that length is refused by the unix hooks, see [`crate::bpf::unix`]);
 /// - `sendto(fd, buf, len, flags, addr, addrlen)` → notify when `addr` is not
 ///   NULL and `addrlen` is not 16 or 28;
+/// - `setsockopt(fd, SOL_SOCKET, SO_REUSEADDR | SO_REUSEPORT)` → notify;
 /// - the scheduling calls of [`NOTIFY_SCHED`] → notify unless they name
 ///   the caller itself;
 /// - everything else → allow (the other filters still apply).
@@ -1114,6 +1136,17 @@ pub fn notify_filter() -> BpfProgram {
         insn(JEQ_K, 1, 0, INET_ADDRLENS[1]),
         insn(RET_K, 0, 0, RET_USER_NOTIF),
         insn(RET_K, 0, 0, RET_ALLOW),
+    ]);
+    // setsockopt: SOL_SOCKET (args[1]) and one of the port-sharing options (args[2]).
+    p.extend([
+        insn(JEQ_K, 0, 7, libc::SYS_setsockopt as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(1)),
+        insn(JEQ_K, 0, 3, libc::SOL_SOCKET as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(2)),
+        insn(JEQ_K, 2, 0, NOTIFY_SOCKOPTS[0]),
+        insn(JEQ_K, 1, 0, NOTIFY_SOCKOPTS[1]),
+        insn(RET_K, 0, 0, RET_ALLOW),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
     ]);
     // Scheduling: allowed when every register naming the caller does.
     for c in NOTIFY_SCHED {
@@ -1205,6 +1238,12 @@ mod tests {
             );
         }
         assert_eq!(run(&p, libc::SYS_ioctl, [0, libc::TCGETS, 0, 0, 0, 0]), A);
+        let so = libc::SYS_setsockopt;
+        let sol = libc::SOL_SOCKET as u64;
+        assert_eq!(run(&p, so, [3, sol, 2, 0x1000, 4, 0]), N, "SO_REUSEADDR");
+        assert_eq!(run(&p, so, [3, sol, 15, 0x1000, 4, 0]), N, "SO_REUSEPORT");
+        assert_eq!(run(&p, so, [3, sol, 9, 0x1000, 4, 0]), A, "SO_KEEPALIVE");
+        assert_eq!(run(&p, so, [3, 6, 2, 0x1000, 4, 0]), A, "IPPROTO_TCP level");
         for nr in [
             libc::SYS_read,
             libc::SYS_openat,

@@ -13,6 +13,9 @@
 //!   CPU affinity and I/O priority of a task outside the run, which the
 //!   kernel lets a capability-less task set for every capability-less task
 //!   of its uid;
+//! - **ports shared with sockets outside** ([`reuse`]): `SO_REUSEPORT`,
+//!   and `SO_REUSEADDR` on a datagram socket, let a socket take the
+//!   connections or datagrams of another of the same uid;
 //! - **watches on denied paths** ([`watch`]): Landlock does not check
 //!   `inotify_add_watch`, and a watch on a directory names what appears in
 //!   it.
@@ -95,6 +98,7 @@
 
 pub mod meta;
 pub mod resolve;
+pub mod reuse;
 pub mod sched;
 pub mod unix;
 pub mod watch;
@@ -458,6 +462,8 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         unix::sendto(&task, s)
     } else if crate::seccomp::NOTIFY_METADATA.contains(&nr) {
         meta::handle(&task, &s.fs_roots)
+    } else if nr == libc::SYS_setsockopt {
+        reuse::handle(&task)
     } else if nr == crate::seccomp::NOTIFY_WATCH {
         watch::handle(&task, s)
     } else if crate::seccomp::NOTIFY_SCHED.iter().any(|c| c.nr == nr) {

@@ -460,6 +460,21 @@ pub fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
     unit_result(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }.into())
 }
 
+/// `setsockopt(SOL_SOCKET, opt, value)` for an int option.
+pub fn set_sockopt_int(sock: BorrowedFd<'_>, opt: i32, value: i32) -> io::Result<()> {
+    // SAFETY: value is a live int and the length is its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    unit_result(r.into())
+}
+
 /// `inotify_add_watch(inotify, path, mask)`: the watch descriptor.
 pub fn inotify_add_watch(inotify: BorrowedFd<'_>, path: &CStr, mask: u32) -> io::Result<i32> {
     // SAFETY: a descriptor and a NUL-terminated path, live for the call.
