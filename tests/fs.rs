@@ -1583,6 +1583,80 @@ fn scheduling_of_another_runs_command_cannot_be_lowered() {
     victim_w.assert_no_run_dirs();
 }
 
+/// `SO_REUSEPORT`, and `SO_REUSEADDR` on a datagram socket, let a socket
+/// bind a port a socket of the same uid outside already holds with it, and
+/// take the connections or datagrams meant for that one (by hand: 9 of 20
+/// connections, and all 20 datagrams). Refused (`EPERM`) and shown, and the
+/// port then cannot be bound (`EADDRINUSE`). Controls: outside, the same
+/// probe shares each port; inside, a TCP server's `SO_REUSEADDR` and turning
+/// `SO_REUSEPORT` off are set.
+#[test]
+fn a_socket_cannot_share_a_port_held_outside() {
+    use nix::sys::socket::{self as so, sockopt};
+    let w = World::new("reuse");
+    let held = |kind: so::SockType, opt: &str| {
+        let fd = so::socket(so::AddressFamily::Inet, kind, so::SockFlag::empty(), None).unwrap();
+        match opt {
+            "reuseport" => so::setsockopt(&fd, sockopt::ReusePort, &true).unwrap(),
+            _ => so::setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap(),
+        }
+        so::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &so::SockaddrIn::new(127, 0, 0, 1, 0),
+        )
+        .unwrap();
+        if kind == so::SockType::Stream {
+            so::listen(&fd, so::Backlog::new(8).unwrap()).unwrap();
+        }
+        let at: so::SockaddrIn = so::getsockname(std::os::fd::AsRawFd::as_raw_fd(&fd)).unwrap();
+        (fd, at.port().to_string())
+    };
+    let (_tcp, tcp_port) = held(so::SockType::Stream, "reuseport");
+    let (_udp, udp_port) = held(so::SockType::Datagram, "reuseaddr");
+    let (_udp_rp, reuseport_port) = held(so::SockType::Datagram, "reuseport");
+    let sharing: [&[&str]; 3] = [
+        &["share_port", "tcp", "reuseport", "1", &tcp_port],
+        &["share_port", "udp", "reuseaddr", "1", &udp_port],
+        &["share_port", "udp", "reuseport", "1", &reuseport_port],
+    ];
+    let log = w.root.join("audit.jsonl");
+    let mut ops = sharing.to_vec();
+    ops.extend([
+        &["share_port", "tcp", "reuseaddr", "1", "0"][..],
+        &["share_port", "udp", "reuseport", "0", "0"][..],
+    ]);
+    let out = w.run(&["--audit-log", s(&log)], &support::probe_argv(&ops));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        [
+            "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE",
+            "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE",
+            "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE",
+            "setsockopt=ok value=1 bind=ok",
+            "setsockopt=ok value=0 bind=ok",
+        ]
+    );
+    let why = lockrun::seccomp::Widens::SharedPort;
+    assert_eq!(
+        w.refused_calls(&log, "python3"),
+        [
+            "setsockopt SO_REUSEPORT on an inet stream socket",
+            "setsockopt SO_REUSEADDR on an inet datagram socket",
+            "setsockopt SO_REUSEPORT on an inet datagram socket",
+        ]
+        .map(|c| (c.to_owned(), why))
+    );
+    // Control: outside, each port is shared.
+    assert_eq!(
+        w.probe_outside(&sharing),
+        ["setsockopt=ok value=1 bind=ok"; 3]
+    );
+    w.assert_no_run_dirs();
+}
+
 /// The probe's `lease` op run by `c`, with the file `victim` tried by a
 /// writer outside while it holds on: its first line, and whether the
 /// writer's non-blocking open for writing succeeded or failed how.

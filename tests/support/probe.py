@@ -281,6 +281,25 @@ def op(name, a):
             print("name=" + n)
         print("end", flush=True)
         return
+    elif name == "share_port":
+        # share_port tcp|udp OPTION VALUE PORT: an inet socket with OPTION
+        # (reuseaddr, reuseport) set to VALUE, bound to 127.0.0.1:PORT (and
+        # listening, for tcp); each step's result on one line.
+        kind, opt, value, port = a[0], a[1], int(a[2]), int(a[3])
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM if kind == "tcp" else socket.SOCK_DGRAM)
+        optname = {"reuseaddr": socket.SO_REUSEADDR, "reuseport": socket.SO_REUSEPORT}[opt]
+        def step(fn):
+            try:
+                fn()
+                return "ok"
+            except OSError as e:
+                return "errno=" + errno.errorcode.get(e.errno, str(e.errno))
+        set_ = step(lambda: sock.setsockopt(socket.SOL_SOCKET, optname, value))
+        got = sock.getsockopt(socket.SOL_SOCKET, optname)
+        bind = step(lambda: (sock.bind(("127.0.0.1", port)), kind == "tcp" and sock.listen()))
+        print("setsockopt=%s value=%d bind=%s" % (set_, got, bind))
+        sock.close()
+        return
     elif name == "fanotify":
         # fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME): what an
         # unprivileged process may ask.
