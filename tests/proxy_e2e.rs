@@ -525,7 +525,8 @@ wt = os.environ["WT"]
 def dual(kind):
     s = socket.socket(socket.AF_INET6, kind)
     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if kind == socket.SOCK_STREAM:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("::", 0))
     return s
 t, u = dual(socket.SOCK_STREAM), dual(socket.SOCK_DGRAM)
