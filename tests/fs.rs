@@ -1583,62 +1583,125 @@ fn scheduling_of_another_runs_command_cannot_be_lowered() {
     victim_w.assert_no_run_dirs();
 }
 
+/// A nonblocking inet socket of `kind` on 127.0.0.1, a port of its own,
+/// with `opt` (`reuseport`, else `reuseaddr`) on, listening if a stream:
+/// it and its port.
+fn held_port(kind: nix::sys::socket::SockType, opt: &str) -> (std::os::fd::OwnedFd, u16) {
+    use nix::sys::socket::{self as so, sockopt};
+    use std::os::fd::AsRawFd as _;
+    let fd = so::socket(
+        so::AddressFamily::Inet,
+        kind,
+        so::SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .unwrap();
+    match opt {
+        "reuseport" => so::setsockopt(&fd, sockopt::ReusePort, &true).unwrap(),
+        _ => so::setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap(),
+    }
+    so::bind(fd.as_raw_fd(), &so::SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+    if kind == so::SockType::Stream {
+        so::listen(&fd, so::Backlog::new(64).unwrap()).unwrap();
+    }
+    let at: so::SockaddrIn = so::getsockname(fd.as_raw_fd()).unwrap();
+    (fd, at.port())
+}
+
+/// How many connections (`stream`) or datagrams wait on the nonblocking
+/// socket `fd`, taken.
+fn received(fd: &std::os::fd::OwnedFd, stream: bool) -> usize {
+    use nix::sys::socket as so;
+    use std::os::fd::AsRawFd as _;
+    let mut n = 0;
+    loop {
+        let r = if stream {
+            so::accept(fd.as_raw_fd()).map(|c| {
+                let _ = nix::unistd::close(c);
+            })
+        } else {
+            so::recv(fd.as_raw_fd(), &mut [0u8; 64], so::MsgFlags::empty()).map(drop)
+        };
+        if r.is_err() {
+            return n;
+        }
+        n += 1;
+    }
+}
+
 /// `SO_REUSEPORT`, and `SO_REUSEADDR` on a datagram socket, let a socket
 /// bind a port a socket of the same uid outside already holds with it, and
-/// take the connections or datagrams meant for that one (by hand: 9 of 20
-/// connections, and all 20 datagrams). Refused (`EPERM`) and shown, and the
-/// port then cannot be bound (`EADDRINUSE`). Controls: outside, the same
-/// probe shares each port; inside, a TCP server's `SO_REUSEADDR` and turning
-/// `SO_REUSEPORT` off are set.
+/// take the connections or datagrams meant for that one. Refused (`EPERM`)
+/// and shown, and the port then cannot be bound (`EADDRINUSE`). Judged
+/// here: while the run holds its sockets, every connection and datagram
+/// sent to the three ports reaches the sockets held outside. Controls: the
+/// same probe run outside shares each port and takes a part of each; inside,
+/// a TCP server's `SO_REUSEADDR` and turning `SO_REUSEPORT` off are set.
 #[test]
 fn a_socket_cannot_share_a_port_held_outside() {
-    use nix::sys::socket::{self as so, sockopt};
+    use nix::sys::socket as so;
+    use std::io::{BufRead as _, Write as _};
+    use std::process::Stdio;
     let w = World::new("reuse");
-    let held = |kind: so::SockType, opt: &str| {
-        let fd = so::socket(so::AddressFamily::Inet, kind, so::SockFlag::empty(), None).unwrap();
-        match opt {
-            "reuseport" => so::setsockopt(&fd, sockopt::ReusePort, &true).unwrap(),
-            _ => so::setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap(),
+    let (tcp, tcp_port) = held_port(so::SockType::Stream, "reuseport");
+    let (udp, udp_port) = held_port(so::SockType::Datagram, "reuseaddr");
+    let (udp_rp, reuseport_port) = held_port(so::SockType::Datagram, "reuseport");
+    // 20 connections with bytes, and 20 datagrams to each UDP port, each
+    // from a port of its own (a reuseport group picks by the sender's
+    // address): how many of each the sockets held here got.
+    let sent_and_got = || {
+        for _ in 0..20 {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", tcp_port)).unwrap();
+            c.write_all(b"secret").unwrap();
+            for port in [udp_port, reuseport_port] {
+                let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                u.send_to(b"secret", ("127.0.0.1", port)).unwrap();
+            }
         }
-        so::bind(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            &so::SockaddrIn::new(127, 0, 0, 1, 0),
-        )
-        .unwrap();
-        if kind == so::SockType::Stream {
-            so::listen(&fd, so::Backlog::new(8).unwrap()).unwrap();
-        }
-        let at: so::SockaddrIn = so::getsockname(std::os::fd::AsRawFd::as_raw_fd(&fd)).unwrap();
-        (fd, at.port().to_string())
+        std::thread::sleep(Duration::from_millis(200));
+        [
+            received(&tcp, true),
+            received(&udp, false),
+            received(&udp_rp, false),
+        ]
     };
-    let (_tcp, tcp_port) = held(so::SockType::Stream, "reuseport");
-    let (_udp, udp_port) = held(so::SockType::Datagram, "reuseaddr");
-    let (_udp_rp, reuseport_port) = held(so::SockType::Datagram, "reuseport");
+    let [tcp_port, udp_port, reuseport_port] =
+        [tcp_port, udp_port, reuseport_port].map(|p| p.to_string());
     let sharing: [&[&str]; 3] = [
         &["share_port", "tcp", "reuseport", "1", &tcp_port],
         &["share_port", "udp", "reuseaddr", "1", &udp_port],
         &["share_port", "udp", "reuseport", "1", &reuseport_port],
     ];
-    let log = w.root.join("audit.jsonl");
     let mut ops = sharing.to_vec();
-    ops.extend([
-        &["share_port", "tcp", "reuseaddr", "1", "0"][..],
-        &["share_port", "udp", "reuseport", "0", "0"][..],
-    ]);
-    let out = w.run(&["--audit-log", s(&log)], &support::probe_argv(&ops));
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        [
-            "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE",
-            "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE",
-            "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE",
-            "setsockopt=ok value=1 bind=ok",
-            "setsockopt=ok value=0 bind=ok",
-        ]
-    );
+    ops.push(&["hold"]);
+    // `argv` as lockrun runs it, or as a process outside: its lines up to
+    // "ready", then what the sockets here got while it held its own.
+    let holding = |mut c: Command| {
+        let mut p = Background(
+            c.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        while lines.last().is_none_or(|l| l != "ready") {
+            let mut line = String::new();
+            assert_ne!(out.read_line(&mut line).unwrap(), 0, "{lines:?}");
+            lines.push(line.trim_end().to_owned());
+        }
+        let got = sent_and_got();
+        writeln!(p.0.stdin.take().unwrap()).unwrap();
+        assert!(p.wait().success());
+        (lines, got)
+    };
+    let log = w.root.join("audit.jsonl");
+    let (lines, got) = holding(w.cmd(&["--audit-log", s(&log)], &support::probe_argv(&ops)));
+    // Judged here: every connection and datagram reached its socket.
+    assert_eq!(got, [20, 20, 20], "a socket of the run took its part");
+    let refused = "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE";
+    assert_eq!(lines, [refused, refused, refused, "ready"]);
     let why = lockrun::seccomp::Widens::SharedPort;
     assert_eq!(
         w.refused_calls(&log, "python3"),
@@ -1649,11 +1712,29 @@ fn a_socket_cannot_share_a_port_held_outside() {
         ]
         .map(|c| (c.to_owned(), why))
     );
-    // Control: outside, each port is shared.
+    // Inside, a TCP server's SO_REUSEADDR and SO_REUSEPORT off are set.
     assert_eq!(
-        w.probe_outside(&sharing),
-        ["setsockopt=ok value=1 bind=ok"; 3]
+        w.probe(
+            &[],
+            &[
+                &["share_port", "tcp", "reuseaddr", "1", "0"],
+                &["share_port", "udp", "reuseport", "0", "0"],
+            ]
+        ),
+        [
+            "setsockopt=ok value=1 bind=ok",
+            "setsockopt=ok value=0 bind=ok"
+        ]
     );
+    // Control: the same probe outside shares each port, and takes a part
+    // of each (all of the datagrams, where SO_REUSEADDR shares).
+    let argv = support::probe_argv(&ops);
+    let mut outside = Command::new(&argv[0]);
+    outside.args(&argv[1..]);
+    let (lines, got) = holding(outside);
+    let shared = "setsockopt=ok value=1 bind=ok";
+    assert_eq!(lines, [shared, shared, shared, "ready"]);
+    assert!(got[0] < 20 && got[1] == 0 && got[2] < 20, "{got:?}");
     w.assert_no_run_dirs();
 }
 

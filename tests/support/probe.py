@@ -110,6 +110,9 @@ def mq_receive(q):
     n = mq("mq_receive", q, buf, 64, None)
     return buf.raw[:n]
 
+# Sockets the probe keeps open until it ends.
+HELD = []
+
 def op(name, a):
     if name == "write":
         with open(a[0], "w") as f: f.write("pwned")
@@ -297,8 +300,14 @@ def op(name, a):
         set_ = step(lambda: sock.setsockopt(socket.SOL_SOCKET, optname, value))
         got = sock.getsockopt(socket.SOL_SOCKET, optname)
         bind = step(lambda: (sock.bind(("127.0.0.1", port)), kind == "tcp" and sock.listen()))
-        print("setsockopt=%s value=%d bind=%s" % (set_, got, bind))
-        sock.close()
+        print("setsockopt=%s value=%d bind=%s" % (set_, got, bind), flush=True)
+        # Kept open until the probe ends: a port it shares takes its part.
+        HELD.append(sock)
+        return
+    elif name == "hold":
+        # Print "ready", then wait for a line on stdin.
+        print("ready", flush=True)
+        sys.stdin.readline()
         return
     elif name == "fanotify":
         # fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME): what an

@@ -36,6 +36,8 @@ pub fn handle(task: &Task<'_>, s: &Shared) -> Reply {
     match add_watch(task, s, fd, path, mask) {
         Ok(wd) => Reply::Value(i64::from(wd)),
         Err(Fail::Errno(e)) => Reply::Errno(e),
+        // `locate` refuses only what it cannot place (a descriptor's
+        // object with no name to judge); no chmod is made here (`SetId`).
         Err(Fail::Outside(what) | Fail::SetId(what)) => {
             task.s.audit.record(Event::Filesystem(FsEvent {
                 pid: task.tgid(),
@@ -44,7 +46,7 @@ pub fn handle(task: &Task<'_>, s: &Shared) -> Reply {
                 access: vec!["fs.read_dir".to_owned()],
                 raw: format!(
                     "seccomp supervisor: inotify_add_watch on {what}, at or beneath a denied \
-                     path: refused (EACCES)"
+                     path or not placeable: refused (EACCES)"
                 ),
             }));
             Reply::Errno(libc::EACCES)
