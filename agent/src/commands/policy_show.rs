@@ -131,6 +131,10 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
                 "its IPC namespace's mqueue filesystem",
                 "every right (open, send and receive, create, remove POSIX message queues)",
             ),
+            crate::fs::OwnFs::Processes => (
+                "a procfs instance showing only the run's processes (hidepid=ptraceable)",
+                "read, execute, list",
+            ),
         };
         rules.push((
             format!("{} (the run's own: {what}, {at})", own.path().display()),
@@ -178,6 +182,10 @@ impl<'a> View<'a> {
                     n => n,
                 })
                 .join(", ")
+        ));
+        deny_read.push(format!(
+            "{}, but the run's own: a procfs instance of its mount namespace that shows only the run's processes (hidepid=ptraceable); another run's command, the caller's and the machine's processes have no entry there",
+            crate::fs::OwnFs::Processes.path().display()
         ));
         deny_read.sort();
         deny_read.dedup();

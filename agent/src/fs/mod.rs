@@ -180,10 +180,24 @@ pub enum OwnFs {
     /// kernel opens them there by itself, so it is granted even where the
     /// machine has no `/dev/mqueue` to mount it on.
     MessageQueues,
+    /// `/proc`, a procfs instance of its own that shows only the processes
+    /// the command may ptrace-read (`hidepid=ptraceable`, Linux 5.8): the
+    /// run's own. Every other process — another run's command, the caller's
+    /// shell, the machine's daemons — has no entry there (`ENOENT`), so its
+    /// command line, name, state and cgroup are out of reach, as under
+    /// bubblewrap's `--unshare-pid`. Landlock's ptrace scoping is what says
+    /// no to those outside; it records each it hides from a listing (an
+    /// outside process with capabilities is refused earlier, unrecorded).
+    Processes,
 }
 
 impl OwnFs {
-    pub const ALL: [OwnFs; 3] = [OwnFs::SharedMemory, OwnFs::Terminals, OwnFs::MessageQueues];
+    pub const ALL: [OwnFs; 4] = [
+        OwnFs::SharedMemory,
+        OwnFs::Terminals,
+        OwnFs::MessageQueues,
+        OwnFs::Processes,
+    ];
 
     /// Where it is mounted.
     #[must_use]
@@ -192,6 +206,7 @@ impl OwnFs {
             OwnFs::SharedMemory => "/dev/shm",
             OwnFs::Terminals => "/dev/pts",
             OwnFs::MessageQueues => "/dev/mqueue",
+            OwnFs::Processes => "/proc",
         })
     }
 
@@ -228,6 +243,14 @@ impl OwnFs {
                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                 &[],
             ),
+            // `ptraceable`, not `invisible`: the latter shows every process
+            // to members of its `gid` option's group, root's by default,
+            // which a run's command often is.
+            OwnFs::Processes => (
+                c"proc",
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                &[(c"hidepid", Some(c"ptraceable"))],
+            ),
         };
         crate::sys::NewFs {
             fstype,
@@ -238,12 +261,14 @@ impl OwnFs {
 
     /// The Landlock rights granted beneath it: every right in the run's
     /// shared memory and message queues, as in its temp dir; terminals are
-    /// read, written and driven by ioctl, and listed.
+    /// read, written and driven by ioctl, and listed; its processes are
+    /// read, as the machine's `/proc` was (nothing there is written).
     #[must_use]
     pub fn rights(self) -> u64 {
         match self {
             OwnFs::SharedMemory | OwnFs::MessageQueues => all_rights().bits(),
             OwnFs::Terminals => (rights(Grant::Tty) | AccessFs::ReadDir).bits(),
+            OwnFs::Processes => rights(Grant::Read).bits(),
         }
     }
 
@@ -252,7 +277,7 @@ impl OwnFs {
     /// temp dir.
     #[must_use]
     pub fn writable(self) -> bool {
-        self != OwnFs::Terminals
+        matches!(self, OwnFs::SharedMemory | OwnFs::MessageQueues)
     }
 }
 
@@ -692,6 +717,27 @@ mod tests {
         assert_eq!(of(&own, "/dev/null"), Some(Grant::Read));
     }
 
+    /// The machine's `/proc` gets no rule when the run has its own (whose
+    /// rule the child adds on the new mount), and its usual one otherwise.
+    #[test]
+    fn the_machines_processes_get_no_rule_when_the_run_has_its_own() {
+        let grants = |own: Vec<OwnFs>| {
+            let mut plan = Plan {
+                own,
+                ..Plan::default()
+            };
+            let denied: BTreeSet<PathBuf> = [PathBuf::from("/root/.ssh")].into_iter().collect();
+            plan.grant_except(Path::new("/"), Grant::Read, &denied)
+                .unwrap_or_else(|e| panic!("{e}"));
+            plan.grants
+        };
+        let proc_rule = |g: &[(PathBuf, Grant)]| g.iter().any(|(p, _)| p == Path::new("/proc"));
+        assert!(proc_rule(&grants(Vec::new())));
+        let own = grants(OwnFs::ALL.to_vec());
+        assert!(!proc_rule(&own));
+        assert!(own.iter().any(|(p, _)| p == Path::new("/etc")));
+    }
+
     #[test]
     fn narrowed_dirs_are_those_the_walk_lists_in_writable_roots() {
         let dir = std::env::temp_dir().join(format!("lockrun-fs-narrowed-{}", std::process::id()));
@@ -1034,6 +1080,11 @@ impl Plan {
             .iter()
             .any(|d| d.as_os_str().as_bytes() == root.as_os_str().as_bytes())
         {
+            return Ok(());
+        }
+        // The machine's /proc is out of sight (its processes are the
+        // point): the run's own is granted in the child.
+        if root == OwnFs::Processes.path() && self.own.contains(&OwnFs::Processes) {
             return Ok(());
         }
         if grant == Grant::Read && root == Path::new("/dev") {

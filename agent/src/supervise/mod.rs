@@ -287,12 +287,17 @@ impl<'a> Task<'a> {
         Ok(p)
     }
 
-    /// The task's working directory.
+    /// The task's working directory, through the run's own `/proc`. That
+    /// shows only the tasks its opener may ptrace-read, so a task that is
+    /// not dumpable is not there (`ENOENT`) until the capabilities are back.
     pub fn cwd(&self) -> Result<OwnedFd, Errno> {
         let p = std::ffi::CString::new(format!("proc/{}/cwd", self.n.pid)).unwrap_or_default();
         let open = || notify::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0);
         notify::retry_with_caps(open, |e| {
-            matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+            matches!(
+                e.raw_os_error(),
+                Some(libc::EACCES | libc::EPERM | libc::ENOENT)
+            )
         })
         .map_err(|_| libc::ESRCH)
     }
