@@ -127,6 +127,10 @@ def op(name, a):
         os.readlink(a[0])
     elif name == "listdir":
         os.listdir(a[0])
+    elif name == "lists":
+        # Whether the dir a[0] lists the entry a[1] (ENOENT if not).
+        if a[1] not in os.listdir(a[0]):
+            raise OSError(errno.ENOENT, a[1])
     elif name == "open_read":
         # Open only: a terminal or the kernel log would block a read.
         os.close(os.open(a[0], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))
