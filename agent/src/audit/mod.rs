@@ -721,10 +721,25 @@ fn by_destination(m: &BTreeMap<Destination, (u64, Vec<String>)>) -> Vec<String> 
     counted(m, show_dest)
 }
 
+/// The most targets one summary line names; the rest are counted (the
+/// audit log has each). A `ps` beside many other runs' processes, each
+/// hidden from the run's `/proc` and recorded, would otherwise make a line
+/// of hundreds.
+const SHOWN_PER_LINE: usize = 12;
+
 /// `<target> ×2 (cmd, cmd)` for each target of a tally, in its order (no
-/// `×1`).
+/// `×1`), the first [`SHOWN_PER_LINE`] of them, then `N more targets`.
 fn counted<K>(m: &BTreeMap<K, (u64, Vec<String>)>, show: impl Fn(&K) -> String) -> Vec<String> {
+    let mut parts = shown(m, show);
+    if m.len() > SHOWN_PER_LINE {
+        parts.push(format!("{} more targets", m.len() - SHOWN_PER_LINE));
+    }
+    parts
+}
+
+fn shown<K>(m: &BTreeMap<K, (u64, Vec<String>)>, show: impl Fn(&K) -> String) -> Vec<String> {
     m.iter()
+        .take(SHOWN_PER_LINE)
         .map(|(k, (n, comms))| {
             let times = if *n > 1 {
                 format!(" ×{n}")
@@ -838,6 +853,23 @@ mod tests {
             serde_json::from_str::<Event>(&full).unwrap(),
             Event::AuditRecordsLost(AuditLoss::SocketFull)
         );
+    }
+
+    #[test]
+    fn a_summary_line_names_at_most_a_dozen_targets_and_counts_the_rest() {
+        let log = AuditLog::open(None).unwrap();
+        for port in 1..=20u16 {
+            log.record(k(&format!("127.0.0.1:{port}"), "nc"));
+        }
+        let lines = log.summary();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let line = &lines[0];
+        assert!(
+            line.starts_with("lockrun: 20 connections refused: "),
+            "{line}"
+        );
+        assert!(line.ends_with(", 8 more targets"), "{line}");
+        assert_eq!(line.matches("(nc)").count(), SHOWN_PER_LINE, "{line}");
     }
 
     #[test]
