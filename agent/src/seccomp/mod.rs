@@ -99,6 +99,7 @@ pub enum Widens {
     OtherScheduling,
     Watches,
     SharedPort,
+    KernelLog,
     X32Abi,
 }
 
@@ -166,6 +167,12 @@ impl Widens {
                  holds, and take the connections or datagrams meant for that one (SO_REUSEPORT; \
                  SO_REUSEADDR on a datagram socket); bind a port of the run's own instead"
             }
+            Self::KernelLog => {
+                "it reads the kernel's log, where the kernel writes the audit records of other \
+                 processes (other runs' refusals, with their command lines and the paths they \
+                 were refused) when no audit daemon takes them; any user may read it where \
+                 kernel.dmesg_restrict is 0"
+            }
             Self::X32Abi => {
                 "an x32-ABI call is an ordinary call under another number, which the filter's \
                  lists would not know"
@@ -191,6 +198,7 @@ const DENY_ALWAYS: &[(i64, &str, Widens)] = &[
     (libc::SYS_bpf, "bpf", Widens::KernelPrograms),
     (libc::SYS_fanotify_init, "fanotify_init", Widens::Watches),
     (libc::SYS_fanotify_mark, "fanotify_mark", Widens::Watches),
+    (libc::SYS_syslog, "syslog", Widens::KernelLog),
     (
         libc::SYS_perf_event_open,
         "perf_event_open",
