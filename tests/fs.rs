@@ -565,6 +565,68 @@ fn a_watch_names_nothing_made_in_a_denied_dir() {
     w.assert_no_run_dirs();
 }
 
+/// `kernel.dmesg_restrict`, set for a test and put back when it ends.
+struct DmesgRestrict(String);
+
+impl DmesgRestrict {
+    const PATH: &'static str = "/proc/sys/kernel/dmesg_restrict";
+
+    fn set(value: &str) -> Self {
+        let was = std::fs::read_to_string(Self::PATH).unwrap();
+        std::fs::write(Self::PATH, value).unwrap();
+        Self(was)
+    }
+}
+
+impl Drop for DmesgRestrict {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, self.0.trim());
+    }
+}
+
+/// The kernel's log carries other processes' audit records when no audit
+/// daemon takes them (another run's refusals, with its command line), and
+/// any user may read it through `syslog(2)` where `kernel.dmesg_restrict` is
+/// 0: the call is refused (`EPERM`) and shown. The test sets that sysctl to
+/// 0 and puts it back. Judged from outside: a line written to the log
+/// before the run is not in what the run copied into its worktree.
+/// Control: outside, a process without capabilities copies the log, that
+/// line included.
+#[test]
+fn the_kernel_log_is_unreadable_even_where_any_user_may_read_it() {
+    let w = World::new("klog");
+    let marker = format!("lockrun-test-klog-{}", std::process::id());
+    std::fs::write("/dev/kmsg", format!("{marker}\n")).unwrap();
+    let _restrict = DmesgRestrict::set("0");
+    let copied = w.wt.join("klog");
+    let out = w.run(&[], &support::probe_argv(&[&["klog_copy", s(&copied)]]));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "errno=EPERM\n");
+    assert_absent(&copied);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(": syslog (python3)\n"),
+        "{out:?}"
+    );
+    // Control: a process without capabilities outside reads the line.
+    let outside = w.root.join("klog-outside");
+    let argv = support::probe_argv(&[&["klog_copy", s(&outside)]]);
+    let control = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+        .args(&argv)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&control.stdout),
+        "ok\n",
+        "{control:?}"
+    );
+    let log = std::fs::read(&outside).unwrap();
+    assert!(
+        log.windows(marker.len()).any(|l| l == marker.as_bytes()),
+        "the control did not read the marker"
+    );
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn kill_and_ptrace_of_an_outside_process_fail() {
     let w = World::new("killptrace");

@@ -127,6 +127,13 @@ def op(name, a):
         os.readlink(a[0])
     elif name == "listdir":
         os.listdir(a[0])
+    elif name == "klog_copy":
+        # The kernel log through syslog(2) (SYSLOG_ACTION_READ_ALL), into a[0].
+        buf = ctypes.create_string_buffer(1 << 20)
+        n = libc.klogctl(3, buf, len(buf))
+        if n < 0:
+            raise OSError(ctypes.get_errno(), "syslog")
+        with open(a[0], "wb") as f: f.write(buf.raw[:n])
     elif name == "lists":
         # Whether the dir a[0] lists the entry a[1] (ENOENT if not).
         if a[1] not in os.listdir(a[0]):
