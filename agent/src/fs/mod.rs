@@ -452,6 +452,7 @@ struct Roots {
 impl Roots {
     fn of(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Self {
         let mut denied: Vec<PathBuf> = Policy::secret_floor(&policy.home);
+        denied.extend(Policy::kernel_floor());
         denied.extend(policy.fs.deny_read.iter().map(|p| p.resolve(run_tmp)));
         denied.push(runs_dir.to_path_buf());
         denied.push(policy.run.state_dir.clone());
