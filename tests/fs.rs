@@ -627,6 +627,97 @@ fn the_kernel_log_is_unreadable_even_where_any_user_may_read_it() {
     w.assert_no_run_dirs();
 }
 
+/// tracefs at `/sys/kernel/tracing` for a test: mounted if the machine
+/// has none there, unmounted when the test ends.
+struct Tracefs(bool);
+
+impl Tracefs {
+    const AT: &'static str = "/sys/kernel/tracing";
+
+    fn mounted() -> Self {
+        if std::path::Path::new(Self::AT).join("trace").exists() {
+            return Self(false);
+        }
+        let ok = Command::new("mount")
+            .args(["-t", "tracefs", "nodev", Self::AT])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mounting tracefs at {}", Self::AT);
+        Self(true)
+    }
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = Command::new("umount").arg(Self::AT).status();
+        }
+    }
+}
+
+/// The kernel's tracing and debug filesystems are denied to every run: a
+/// run is often uid 0, which owns them, and tracefs's `trace` holds the
+/// events the machine's tracers enabled, from every process. The test
+/// mounts tracefs where the machine has none, and writes a line of its own
+/// into the trace buffer. Judged from outside: the run's copies into its
+/// worktree do not exist, each read refused by Landlock (`EACCES`) and
+/// shown. Control: outside, a process without capabilities copies `trace`,
+/// the line included.
+#[test]
+fn the_kernels_tracing_and_debug_filesystems_are_unreadable() {
+    let w = World::new("tracefs");
+    let _tracefs = Tracefs::mounted();
+    let marker = format!("lockrun-test-trace-{}", std::process::id());
+    std::fs::write(format!("{}/trace_marker", Tracefs::AT), &marker).unwrap();
+    let trace = format!("{}/trace", Tracefs::AT);
+    let (copy_trace, copy_mm) = (w.wt.join("trace"), w.wt.join("thp"));
+    let out = w.run(
+        &[],
+        &support::probe_argv(&[
+            &["copy", &trace, s(&copy_trace)],
+            &["listdir", "/sys/kernel/debug"],
+            &[
+                "copy",
+                "/sys/kernel/mm/transparent_hugepage/enabled",
+                s(&copy_mm),
+            ],
+        ]),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["errno=EACCES", "errno=EACCES", "ok"],
+        "{out:?}"
+    );
+    assert_absent(&copy_trace);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{trace} (python3)")) && err.contains("/sys/kernel/debug (python3)"),
+        "{err}"
+    );
+    // Control: outside, without capabilities, the marker is there to copy.
+    let outside = w.root.join("trace-outside");
+    let argv = support::probe_argv(&[&["copy", &trace, s(&outside)]]);
+    let control = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+        .args(&argv)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&control.stdout),
+        "ok\n",
+        "{control:?}"
+    );
+    let copied = std::fs::read_to_string(&outside).unwrap();
+    assert!(
+        copied.contains(&marker),
+        "the control did not read the marker"
+    );
+    w.assert_no_run_dirs();
+}
+
 #[test]
 fn kill_and_ptrace_of_an_outside_process_fail() {
     let w = World::new("killptrace");
