@@ -869,7 +869,7 @@ fn an_outside_process_is_not_in_the_runs_proc() {
         .any(|v| v == b"LOCKRUN_TEST_SECRET=inside"));
     assert_eq!(
         std::fs::read(w.wt.join("made-cmd")).unwrap(),
-        b"sleep\0300\0"
+        b"sleep\x00300\x00"
     );
 }
 

@@ -831,44 +831,7 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
     let path = Path::new(raw);
     let deny = ctx.deny_entry_for(path);
     if !is_write(&ev.access) {
-        return match deny {
-            Some((entry, DenySource::SecretFloor)) => Suggestion::Never {
-                reason: format!(
-                    "{raw} is under {}, one of the secrets lockrun always denies; no policy can \
-                     open it. Give the command what it needs another way (e.g. an env var with a \
-                     scoped token).",
-                    entry.display()
-                ),
-            },
-            Some((entry, DenySource::KernelFloor)) => Suggestion::Never {
-                reason: format!(
-                    "{raw} is under {}, a kernel tracing or debug filesystem, which holds other \
-                     processes' events; lockrun denies it to every run and no policy can open it.",
-                    entry.display()
-                ),
-            },
-            Some((entry, DenySource::Policy)) => Suggestion::Explain {
-                reason: format!(
-                    "{raw} is under the deny-read entry {} of the run's policy ([filesystem] \
-                     deny_read); remove that entry if the command really needs it.",
-                    entry.display()
-                ),
-            },
-            Some((entry, DenySource::StateDir)) => Suggestion::Never {
-                reason: format!(
-                    "{raw} is inside lockrun's state dir {} (other runs and agents); it is never \
-                     readable from a run.",
-                    entry.display()
-                ),
-            },
-            None => Suggestion::Explain {
-                reason: format!(
-                    "{raw} is not under any deny-read entry visible here (secrets, the policy \
-                     file as it is now, the state dir); the run may have had a --deny-read flag, \
-                     which the log does not record."
-                ),
-            },
-        };
+        return refused_read(raw, deny);
     }
     if let Some((entry, source)) = deny {
         return Suggestion::Warn {
@@ -929,6 +892,49 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         policy: format!("[filesystem]\nwritable = [\"{in_policy}\"]"),
         flag: Some(format!("--allow-write {}", dir.display())),
         note: link_note(ev, &dir),
+    }
+}
+
+/// Why a refused read is not suggested, or what would allow it, by the
+/// deny-read entry it lies under (if any).
+fn refused_read(raw: &str, deny: Option<&(PathBuf, DenySource)>) -> Suggestion {
+    match deny {
+        Some((entry, DenySource::SecretFloor)) => Suggestion::Never {
+            reason: format!(
+                "{raw} is under {}, one of the secrets lockrun always denies; no policy can \
+                 open it. Give the command what it needs another way (e.g. an env var with a \
+                 scoped token).",
+                entry.display()
+            ),
+        },
+        Some((entry, DenySource::KernelFloor)) => Suggestion::Never {
+            reason: format!(
+                "{raw} is under {}, a kernel tracing or debug filesystem, which holds other \
+                 processes' events; lockrun denies it to every run and no policy can open it.",
+                entry.display()
+            ),
+        },
+        Some((entry, DenySource::Policy)) => Suggestion::Explain {
+            reason: format!(
+                "{raw} is under the deny-read entry {} of the run's policy ([filesystem] \
+                 deny_read); remove that entry if the command really needs it.",
+                entry.display()
+            ),
+        },
+        Some((entry, DenySource::StateDir)) => Suggestion::Never {
+            reason: format!(
+                "{raw} is inside lockrun's state dir {} (other runs and agents); it is never \
+                 readable from a run.",
+                entry.display()
+            ),
+        },
+        None => Suggestion::Explain {
+            reason: format!(
+                "{raw} is not under any deny-read entry visible here (secrets, the policy \
+                 file as it is now, the state dir); the run may have had a --deny-read flag, \
+                 which the log does not record."
+            ),
+        },
     }
 }
 
