@@ -67,8 +67,6 @@ pub enum Suggestion {
 pub enum DenySource {
     /// The secrets lockrun always denies ([`Policy::secret_floor`]).
     SecretFloor,
-    /// The kernel's tracing and debug filesystems ([`Policy::KERNEL_FLOOR`]).
-    KernelFloor,
     /// `[filesystem] deny_read` of the run's policy.
     Policy,
     /// lockrun's state dir: other runs, other agents.
@@ -428,11 +426,6 @@ fn host_context(home: &Path, meta: Option<&RunMeta>, seen: &[PathBuf]) -> FsCont
         deny: Policy::secret_floor(home)
             .into_iter()
             .map(|p| (p, DenySource::SecretFloor))
-            .chain(
-                Policy::kernel_floor()
-                    .into_iter()
-                    .map(|p| (p, DenySource::KernelFloor)),
-            )
             .collect(),
         state_dirs: vec![default_state_dir(home)],
         narrowed: Vec::new(),
@@ -841,7 +834,6 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
                 entry.display(),
                 match source {
                     DenySource::SecretFloor => "a secret lockrun always denies",
-                    DenySource::KernelFloor => "a kernel filesystem lockrun always denies",
                     DenySource::Policy => "the run's policy",
                     DenySource::StateDir => "lockrun's state dir",
                 }
@@ -904,13 +896,6 @@ fn refused_read(raw: &str, deny: Option<&(PathBuf, DenySource)>) -> Suggestion {
                 "{raw} is under {}, one of the secrets lockrun always denies; no policy can \
                  open it. Give the command what it needs another way (e.g. an env var with a \
                  scoped token).",
-                entry.display()
-            ),
-        },
-        Some((entry, DenySource::KernelFloor)) => Suggestion::Never {
-            reason: format!(
-                "{raw} is under {}, a kernel tracing or debug filesystem, which holds other \
-                 processes' events; lockrun denies it to every run and no policy can open it.",
                 entry.display()
             ),
         },
@@ -1274,11 +1259,7 @@ mod tests {
             .into_iter()
             .map(|p| (p, DenySource::SecretFloor))
             .collect();
-        deny.extend(
-            Policy::kernel_floor()
-                .into_iter()
-                .map(|p| (p, DenySource::KernelFloor)),
-        );
+
         deny.push(("/srv/private".into(), DenySource::Policy));
         deny.push(("/var/lib/lockrun".into(), DenySource::StateDir));
         FsContext {
@@ -1686,16 +1667,6 @@ mod tests {
         assert!(
             reason(&nested).contains("/home/u/.config/gcloud"),
             "{nested:?}"
-        );
-        let trace = suggest_fs(
-            &fs(Some("/sys/kernel/tracing/trace"), &["fs.read_file"]),
-            &ctx(),
-            &dirs,
-        );
-        assert!(matches!(trace, Suggestion::Never { .. }), "{trace:?}");
-        assert!(
-            reason(&trace).contains("/sys/kernel/tracing, a kernel tracing"),
-            "{trace:?}"
         );
         let pol = suggest_fs(&fs(Some("/srv/private/a"), &["fs.read_dir"]), &ctx(), &dirs);
         assert!(matches!(pol, Suggestion::Explain { .. }), "{pol:?}");

@@ -169,9 +169,10 @@ impl<'a> View<'a> {
                 .iter()
                 .map(|p| p.display().to_string()),
         );
-        deny_read.extend(Policy::KERNEL_FLOOR.map(|p| {
-            format!("{p} (the kernel's tracing and debug filesystems: other processes' events)")
-        }));
+        deny_read.push(format!(
+            "every {} mount, hidden (an empty read-only tmpfs over each in the run's mount namespace: the kernel's tracing and debug filesystems hold other processes' events)",
+            crate::fs::HIDDEN_FSTYPES.join(" and "),
+        ));
         deny_read.push(format!(
             "{} (other runs and other agents; the run's own {{tmp}} and writable dirs beneath it stay open)",
             policy.run.state_dir.display()

@@ -307,6 +307,84 @@ pub fn own_filesystems(writable: &[PathBuf]) -> Vec<OwnFs> {
         .collect()
 }
 
+/// The machine's filesystems no run may see: the kernel's tracing and
+/// debug filesystems. A run is often uid 0, which owns them, and reading
+/// them needs no capability: tracefs's `trace` holds the events the
+/// machine's tracers enabled, from every process (the files other runs
+/// open, what they exec), and reading `trace_pipe` takes those events from
+/// the tracer they were meant for; debugfs holds the same and more. No
+/// build or agent reads them (their tools, perf and bpftrace, need calls a
+/// run is refused anyway).
+///
+/// Each mount of them is hidden, wherever it is, under an empty read-only
+/// tmpfs that the child mounts over it in the run's mount namespace
+/// ([`hidden_mounts`]). Not a Landlock denial: that would split `/sys` and
+/// `/sys/kernel` into a rule per entry on every run (~0.4 ms here), where
+/// a mount costs only where the machine has one, and catches every place
+/// it is mounted.
+pub const HIDDEN_FSTYPES: [&str; 2] = ["tracefs", "debugfs"];
+
+/// What a hidden mount shows a run: an empty, read-only tmpfs.
+#[must_use]
+pub fn empty_fs() -> crate::sys::NewFs {
+    use libc::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+    crate::sys::NewFs {
+        fstype: c"tmpfs",
+        attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+        options: &[(c"mode", Some(c"0555"))],
+    }
+}
+
+/// The mount points of `mountinfo` (`/proc/self/mountinfo`'s text) whose
+/// filesystem is one of [`HIDDEN_FSTYPES`], outermost first, and none
+/// beneath another (hiding that one hides it too).
+#[must_use]
+pub fn hidden_mounts(mountinfo: &str) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStringExt as _;
+    let mut found: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (fields, after) = line.split_once(" - ")?;
+            let fstype = after.split(' ').next()?;
+            let at = fields.split(' ').nth(4)?;
+            HIDDEN_FSTYPES
+                .contains(&fstype)
+                .then(|| PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(at))))
+        })
+        .collect();
+    found.sort_by_key(|p| p.components().count());
+    let mut outermost: Vec<PathBuf> = Vec::new();
+    for p in found {
+        if !outermost.iter().any(|o| p.starts_with(o)) {
+            outermost.push(p);
+        }
+    }
+    outermost
+}
+
+/// mountinfo's escapes (`\040` for a space, `\011`, `\012`, `\134`) undone.
+fn unescape_octal(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let code = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        if let Some(d) = code {
+            out.push(
+                d.iter()
+                    .fold(0u8, |n, c| n.wrapping_mul(8).wrapping_add(c - b'0')),
+            );
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
 /// The kernel's Landlock ABI version, or why there is none.
 pub fn kernel_abi() -> Result<i32, FsError> {
     match crate::sys::landlock_abi_version() {
@@ -452,7 +530,6 @@ struct Roots {
 impl Roots {
     fn of(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Self {
         let mut denied: Vec<PathBuf> = Policy::secret_floor(&policy.home);
-        denied.extend(Policy::kernel_floor());
         denied.extend(policy.fs.deny_read.iter().map(|p| p.resolve(run_tmp)));
         denied.push(runs_dir.to_path_buf());
         denied.push(policy.run.state_dir.clone());
@@ -737,6 +814,29 @@ mod tests {
         let own = grants(OwnFs::ALL.to_vec());
         assert!(!proc_rule(&own));
         assert!(own.iter().any(|(p, _)| p == Path::new("/etc")));
+    }
+
+    #[test]
+    fn hidden_mounts_are_the_outermost_tracing_and_debug_mounts() {
+        let mountinfo = "\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+23 27 0:22 / /sys rw,nosuid - sysfs sysfs rw
+30 23 0:7 / /sys/kernel/debug rw,nosuid - debugfs debugfs rw
+31 30 0:12 / /sys/kernel/debug/tracing rw - tracefs tracefs rw
+32 23 0:12 / /sys/kernel/tracing rw - tracefs tracefs rw
+33 27 0:12 / /srv/my\\040trace rw - tracefs tracefs rw
+34 27 0:40 / /srv/tracefs rw - tmpfs tracefs rw
+";
+        assert_eq!(
+            hidden_mounts(mountinfo),
+            [
+                PathBuf::from("/srv/my trace"),
+                PathBuf::from("/sys/kernel/debug"),
+                PathBuf::from("/sys/kernel/tracing"),
+            ]
+        );
+        assert!(hidden_mounts("22 27 0:21 / /proc rw - proc proc rw\n").is_empty());
+        assert_eq!(unescape_octal("a\\134b\\011\\9"), b"a\\b\t\\9");
     }
 
     #[test]

@@ -178,22 +178,6 @@ impl Policy {
         .collect()
     }
 
-    /// The kernel's tracing and debug filesystems, denied to every run,
-    /// whatever the policy says. A run is often uid 0, which owns them, and
-    /// reading them needs no capability: tracefs's `trace` holds the events
-    /// the machine's tracers enabled, from every process (the files other
-    /// runs open, what they exec), and reading `trace_pipe` takes them from
-    /// the tracer it was meant for; debugfs holds the same and more. No
-    /// build or agent reads them (their tools, perf and bpftrace, need
-    /// calls a run is refused anyway).
-    pub const KERNEL_FLOOR: [&'static str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug"];
-
-    /// [`Self::KERNEL_FLOOR`] as paths.
-    #[must_use]
-    pub fn kernel_floor() -> Vec<PathBuf> {
-        Self::KERNEL_FLOOR.iter().map(PathBuf::from).collect()
-    }
-
     /// The run directory root: `<state>/runs`.
     #[must_use]
     pub fn runs_dir(&self) -> PathBuf {

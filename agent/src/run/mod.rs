@@ -785,6 +785,14 @@ async fn run(
                     (true, None) => None,
                 })
                 .collect::<std::io::Result<Vec<_>>>()
+        })
+        .and_then(|mut m| {
+            // The machine's tracing and debug filesystems, out of sight.
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+            for at in crate::fs::hidden_mounts(&mountinfo) {
+                m.push(crate::sys::OwnMount::hiding(crate::fs::empty_fs(), &at)?);
+            }
+            Ok(m)
         });
     // The caller's terminal is on the machine's /dev/pts, out of sight
     // inside: it keeps a name there as /dev/console (as under bubblewrap),
@@ -798,7 +806,7 @@ async fn run(
         }
     }
     let mounts = mounts.map_err(|source| RunError::Child {
-        what: "the run's own /dev/shm, /dev/pts and /dev/mqueue",
+        what: "the run's own /dev/shm, /dev/pts, /dev/mqueue and /proc, and the hidden tracing and debug mounts",
         source,
     })?;
     let (plan, report) = crate::sys::ChildPlan::new(ruleset, seccomp, listener_tx, nofile, mounts)

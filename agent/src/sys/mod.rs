@@ -234,6 +234,17 @@ impl OwnMount {
         })
     }
 
+    /// `fs` mounted at `target` (canonical, a directory) to hide what is
+    /// there, with no rule of its own: a read-only filesystem, read as
+    /// what it lies in is.
+    pub fn hiding(fs: NewFs, target: &std::path::Path) -> io::Result<Self> {
+        Ok(Self {
+            what: Mounted::New(fs),
+            target: c_path(target)?,
+            rights: None,
+        })
+    }
+
     /// `mount`, a filesystem lockrun made and granted ([`make_fs`]), moved
     /// onto `target` (canonical, a directory).
     pub fn made(mount: OwnedFd, target: &std::path::Path) -> io::Result<Self> {
