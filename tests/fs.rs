@@ -565,6 +565,22 @@ fn a_watch_names_nothing_made_in_a_denied_dir() {
     w.assert_no_run_dirs();
 }
 
+/// The probe's `op` outside any sandbox, in a process without capabilities
+/// (as a run's command is, and any local user's process): it must succeed.
+fn probe_without_caps(op: &[&str]) {
+    let argv = support::probe_argv(&[op]);
+    let control = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+        .args(&argv)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&control.stdout),
+        "ok\n",
+        "{control:?}"
+    );
+}
+
 /// `kernel.dmesg_restrict`, set for a test and put back when it ends.
 struct DmesgRestrict(String);
 
@@ -608,17 +624,7 @@ fn the_kernel_log_is_unreadable_even_where_any_user_may_read_it() {
     );
     // Control: a process without capabilities outside reads the line.
     let outside = w.root.join("klog-outside");
-    let argv = support::probe_argv(&[&["klog_copy", s(&outside)]]);
-    let control = Command::new("setpriv")
-        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
-        .args(&argv)
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&control.stdout),
-        "ok\n",
-        "{control:?}"
-    );
+    probe_without_caps(&["klog_copy", s(&outside)]);
     let log = std::fs::read(&outside).unwrap();
     assert!(
         log.windows(marker.len()).any(|l| l == marker.as_bytes()),
@@ -701,17 +707,7 @@ fn the_kernels_tracing_filesystem_is_out_of_a_runs_sight() {
     assert_absent(std::path::Path::new(&planted));
     // Control: outside, without capabilities, the marker is there to copy.
     let outside = w.root.join("trace-outside");
-    let argv = support::probe_argv(&[&["copy", &trace, s(&outside)]]);
-    let control = Command::new("setpriv")
-        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
-        .args(&argv)
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&control.stdout),
-        "ok\n",
-        "{control:?}"
-    );
+    probe_without_caps(&["copy", &trace, s(&outside)]);
     let copied = std::fs::read_to_string(&outside).unwrap();
     assert!(
         copied.contains(&marker),
