@@ -63,6 +63,33 @@ impl Background {
             nix::sys::signal::Signal::SIGTERM,
         )
     }
+    /// `c` started with its stdio piped, and its stdout's lines up to and
+    /// including one that says `ready` (a probe holding what it made).
+    fn until_ready(
+        mut c: Command,
+    ) -> (
+        Self,
+        std::io::BufReader<std::process::ChildStdout>,
+        Vec<String>,
+    ) {
+        use std::io::BufRead as _;
+        use std::process::Stdio;
+        let mut p = Self(
+            c.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        while lines.last().is_none_or(|l| l != "ready") {
+            let mut line = String::new();
+            assert_ne!(out.read_line(&mut line).unwrap(), 0, "{lines:?}");
+            lines.push(line.trim_end().to_owned());
+        }
+        (p, out, lines)
+    }
     fn wait(&mut self) -> std::process::ExitStatus {
         let t = Instant::now();
         loop {
@@ -501,24 +528,10 @@ fn a_watch_names_nothing_made_in_a_denied_dir() {
     let vault = w.root.join("vault");
     std::fs::create_dir_all(&vault).unwrap();
     let log = w.root.join("audit.jsonl");
-    let mut run = Background(
-        w.cmd(
-            &["--deny-read", s(&vault), "--audit-log", s(&log)],
-            &support::probe_argv(&[&["watch_names", s(&vault), s(&w.data)]]),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
-    let mut out = std::io::BufReader::new(run.0.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    while lines.last().is_none_or(|l| l != "ready") {
-        let mut line = String::new();
-        assert_ne!(out.read_line(&mut line).unwrap(), 0, "{lines:?}");
-        lines.push(line.trim_end().to_owned());
-    }
+    let (mut run, out, lines) = Background::until_ready(w.cmd(
+        &["--deny-read", s(&vault), "--audit-log", s(&log)],
+        &support::probe_argv(&[&["watch_names", s(&vault), s(&w.data)]]),
+    ));
     assert_eq!(lines, ["errno=EACCES", "ok", "ready"]);
     // Made outside while the run watches.
     std::fs::write(vault.join("secret-name"), "x").unwrap();
@@ -1832,8 +1845,7 @@ fn received(fd: &std::os::fd::OwnedFd, stream: bool) -> usize {
 #[test]
 fn a_socket_cannot_share_a_port_held_outside() {
     use nix::sys::socket as so;
-    use std::io::{BufRead as _, Write as _};
-    use std::process::Stdio;
+    use std::io::Write as _;
     let w = World::new("reuse");
     let (tcp, tcp_port) = held_port(so::SockType::Stream, "reuseport");
     let (udp, udp_port) = held_port(so::SockType::Datagram, "reuseaddr");
@@ -1868,21 +1880,8 @@ fn a_socket_cannot_share_a_port_held_outside() {
     ops.push(&["hold"]);
     // `argv` as lockrun runs it, or as a process outside: its lines up to
     // "ready", then what the sockets here got while it held its own.
-    let holding = |mut c: Command| {
-        let mut p = Background(
-            c.stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
-        let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
-        let mut lines = Vec::new();
-        while lines.last().is_none_or(|l| l != "ready") {
-            let mut line = String::new();
-            assert_ne!(out.read_line(&mut line).unwrap(), 0, "{lines:?}");
-            lines.push(line.trim_end().to_owned());
-        }
+    let holding = |c: Command| {
+        let (mut p, _out, lines) = Background::until_ready(c);
         let got = sent_and_got();
         writeln!(p.0.stdin.take().unwrap()).unwrap();
         assert!(p.wait().success());

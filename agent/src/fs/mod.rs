@@ -767,21 +767,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The walk's grants from `root` down, around `denied`, for a run that
+    /// has the filesystems `own` of its own.
+    fn walked(root: &str, denied: &[&str], own: Vec<OwnFs>) -> Vec<(PathBuf, Grant)> {
+        let mut plan = Plan {
+            own,
+            ..Plan::default()
+        };
+        let denied: BTreeSet<PathBuf> = denied.iter().map(PathBuf::from).collect();
+        plan.grant_except(Path::new(root), Grant::Read, &denied)
+            .unwrap_or_else(|e| panic!("{e}"));
+        plan.grants
+    }
+
     /// `/dev`'s grants: with the run's own shared memory and terminals,
     /// the machine's get no rule; without, `/dev/pts` is listable only (no
     /// other process's terminal can be opened for reading), `/dev/shm`
     /// readable as before.
     #[test]
     fn the_machines_terminals_are_never_readable_and_hidden_when_the_run_has_its_own() {
-        let grants = |own: Vec<OwnFs>| {
-            let mut plan = Plan {
-                own,
-                ..Plan::default()
-            };
-            plan.grant_except(Path::new("/dev"), Grant::Read, &BTreeSet::new())
-                .unwrap_or_else(|e| panic!("{e}"));
-            plan.grants
-        };
+        let grants = |own| walked("/dev", &[], own);
         let of = |g: &[(PathBuf, Grant)], p: &str| {
             g.iter().find(|(q, _)| q == Path::new(p)).map(|(_, g)| *g)
         };
@@ -799,16 +804,7 @@ mod tests {
     /// rule the child adds on the new mount), and its usual one otherwise.
     #[test]
     fn the_machines_processes_get_no_rule_when_the_run_has_its_own() {
-        let grants = |own: Vec<OwnFs>| {
-            let mut plan = Plan {
-                own,
-                ..Plan::default()
-            };
-            let denied: BTreeSet<PathBuf> = [PathBuf::from("/root/.ssh")].into_iter().collect();
-            plan.grant_except(Path::new("/"), Grant::Read, &denied)
-                .unwrap_or_else(|e| panic!("{e}"));
-            plan.grants
-        };
+        let grants = |own| walked("/", &["/root/.ssh"], own);
         let proc_rule = |g: &[(PathBuf, Grant)]| g.iter().any(|(p, _)| p == Path::new("/proc"));
         assert!(proc_rule(&grants(Vec::new())));
         let own = grants(OwnFs::ALL.to_vec());
