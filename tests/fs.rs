@@ -646,33 +646,54 @@ fn the_kernel_log_is_unreadable_even_where_any_user_may_read_it() {
     w.assert_no_run_dirs();
 }
 
-/// tracefs at `/sys/kernel/tracing` for a test: mounted if the machine
-/// has none there, unmounted when the test ends.
-struct Tracefs(bool);
+/// A filesystem of the machine's, at a path, for a test: mounted if the
+/// machine has none there, unmounted (with what the kernel mounted beneath
+/// it) when the test ends.
+struct MachineFs {
+    at: &'static str,
+    mounted_here: bool,
+}
 
-impl Tracefs {
-    const AT: &'static str = "/sys/kernel/tracing";
+impl MachineFs {
+    const TRACEFS: &'static str = "/sys/kernel/tracing";
 
-    fn mounted() -> Self {
-        if std::path::Path::new(Self::AT).join("trace").exists() {
-            return Self(false);
+    /// `fstype` at `at`, which `stat -f` names `shown`.
+    fn mounted(fstype: &str, at: &'static str, shown: &str) -> Self {
+        if fs_type_at(at) == shown {
+            return Self {
+                at,
+                mounted_here: false,
+            };
         }
         let ok = Command::new("mount")
-            .args(["-t", "tracefs", "nodev", Self::AT])
+            .args(["-t", fstype, "nodev", at])
             .status()
             .unwrap()
             .success();
-        assert!(ok, "mounting tracefs at {}", Self::AT);
-        Self(true)
+        assert!(ok, "mounting {fstype} at {at}");
+        assert_eq!(fs_type_at(at), shown);
+        Self {
+            at,
+            mounted_here: true,
+        }
     }
 }
 
-impl Drop for Tracefs {
+impl Drop for MachineFs {
     fn drop(&mut self) {
-        if self.0 {
-            let _ = Command::new("umount").arg(Self::AT).status();
+        if self.mounted_here {
+            let _ = Command::new("umount").args(["-R", self.at]).status();
         }
     }
+}
+
+/// The type of the filesystem at `at`, as `stat -f` names it, outside.
+fn fs_type_at(at: &str) -> String {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%T", at])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// The kernel's tracing and debug filesystems are out of every run's
@@ -689,17 +710,17 @@ impl Drop for Tracefs {
 #[test]
 fn the_kernels_tracing_filesystem_is_out_of_a_runs_sight() {
     let w = World::new("tracefs");
-    let _tracefs = Tracefs::mounted();
+    let _tracefs = MachineFs::mounted("tracefs", MachineFs::TRACEFS, "tracefs");
     let marker = format!("lockrun-test-trace-{}", std::process::id());
-    std::fs::write(format!("{}/trace_marker", Tracefs::AT), &marker).unwrap();
-    let trace = format!("{}/trace", Tracefs::AT);
-    let planted = format!("{}/planted", Tracefs::AT);
+    std::fs::write(format!("{}/trace_marker", MachineFs::TRACEFS), &marker).unwrap();
+    let trace = format!("{}/trace", MachineFs::TRACEFS);
+    let planted = format!("{}/planted", MachineFs::TRACEFS);
     let (copy_trace, copy_thp) = (w.wt.join("trace"), w.wt.join("thp"));
     let out = w.run(
         &[],
         &support::probe_argv(&[
             &["copy", &trace, s(&copy_trace)],
-            &["lists", Tracefs::AT, "trace"],
+            &["lists", MachineFs::TRACEFS, "trace"],
             &["write", &planted],
             &["lists", "/sys/kernel", "mm"],
             &[
@@ -726,6 +747,66 @@ fn the_kernels_tracing_filesystem_is_out_of_a_runs_sight() {
         copied.contains(&marker),
         "the control did not read the marker"
     );
+    w.assert_no_run_dirs();
+}
+
+/// The machine's other filesystems that hold what a run must not read are
+/// out of its sight too, each under an empty read-only tmpfs: bpffs (the
+/// names of every pinned eBPF object, typed maps' entries), securityfs
+/// (IMA's list of every file run, where IMA is on), pstore (earlier
+/// crashes' kernel logs) and debugfs. The test mounts each where the
+/// machine has none, and pins a directory of its own in bpffs. In the run,
+/// the pinned name is not listed (`ENOENT`), securityfs's `lsm` is not
+/// there (`ENOENT`), debugfs lists no `tracing`, and each is a tmpfs.
+/// Judged from outside: the run's copy of `lsm` into its worktree does
+/// not exist. Control: outside, a process without capabilities lists the
+/// pinned name and `tracing`, and copies `lsm`.
+#[test]
+fn the_kernels_other_filesystems_are_out_of_a_runs_sight() {
+    let w = World::new("kernelfs");
+    let hidden = [
+        ("bpf", "/sys/fs/bpf", "bpf_fs"),
+        ("securityfs", "/sys/kernel/security", "securityfs"),
+        ("pstore", "/sys/fs/pstore", "pstorefs"),
+        ("debugfs", "/sys/kernel/debug", "debugfs"),
+    ];
+    let _mounted = hidden.map(|(fstype, at, shown)| MachineFs::mounted(fstype, at, shown));
+    let name = format!("lockrun-test-{}", std::process::id());
+    let pinned = std::path::Path::new("/sys/fs/bpf").join(&name);
+    std::fs::create_dir(&pinned).unwrap();
+    let _pinned = RemovedAtEnd(vec![pinned]);
+    let lsm = "/sys/kernel/security/lsm";
+    let copy_lsm = w.wt.join("lsm");
+    let ops: [&[&str]; 3] = [
+        &["lists", "/sys/fs/bpf", &name],
+        &["copy", lsm, s(&copy_lsm)],
+        &["lists", "/sys/kernel/debug", "tracing"],
+    ];
+    let out = w.run(&[], &support::probe_argv(&ops));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["errno=ENOENT"; 3],
+        "{out:?}"
+    );
+    assert_absent(&copy_lsm);
+    let mut stat = vec!["stat", "-f", "-c", "%T"];
+    stat.extend(hidden.map(|(_, at, _)| at));
+    let types = w.run(&[], &stat);
+    assert_eq!(
+        String::from_utf8_lossy(&types.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["tmpfs"; 4],
+        "{types:?}"
+    );
+    // Control: outside, without capabilities, each is there to read.
+    let outside = w.root.join("lsm-outside");
+    probe_without_caps(&["lists", "/sys/fs/bpf", &name]);
+    probe_without_caps(&["copy", lsm, s(&outside)]);
+    probe_without_caps(&["lists", "/sys/kernel/debug", "tracing"]);
+    assert!(!std::fs::read(&outside).unwrap().is_empty());
     w.assert_no_run_dirs();
 }
 

@@ -170,8 +170,12 @@ impl<'a> View<'a> {
                 .map(|p| p.display().to_string()),
         );
         deny_read.push(format!(
-            "every {} mount, hidden (an empty read-only tmpfs over each in the run's mount namespace: the kernel's tracing and debug filesystems hold other processes' events)",
-            crate::fs::HIDDEN_FSTYPES.join(" and "),
+            "every mount of these, hidden (an empty read-only tmpfs over each in the run's mount namespace): {}",
+            crate::fs::HIDDEN_FS
+                .iter()
+                .map(|h| format!("{} ({})", h.fstype, h.holds))
+                .collect::<Vec<_>>()
+                .join(", "),
         ));
         deny_read.push(format!(
             "{} (other runs and other agents; the run's own {{tmp}} and writable dirs beneath it stay open)",

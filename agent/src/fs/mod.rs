@@ -307,14 +307,31 @@ pub fn own_filesystems(writable: &[PathBuf]) -> Vec<OwnFs> {
         .collect()
 }
 
-/// The machine's filesystems no run may see: the kernel's tracing and
-/// debug filesystems. A run is often uid 0, which owns them, and reading
-/// them needs no capability: tracefs's `trace` holds the events the
-/// machine's tracers enabled, from every process (the files other runs
-/// open, what they exec), and reading `trace_pipe` takes those events from
-/// the tracer they were meant for; debugfs holds the same and more. No
-/// build or agent reads them (their tools, perf and bpftrace, need calls a
-/// run is refused anyway).
+/// A filesystem of the machine's that no run may see, and what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HiddenFs {
+    /// Its type, as mountinfo names it.
+    pub fstype: &'static str,
+    /// What a run could read there (for `policy show`).
+    pub holds: &'static str,
+}
+
+/// The machine's filesystems no run may see. A run is often uid 0, which
+/// owns them, and reading them needs no capability:
+/// - tracefs's `trace` holds the events the machine's tracers enabled,
+///   from every process (the files other runs open, what they exec), and
+///   reading `trace_pipe` takes those events from the tracer they were
+///   meant for; debugfs holds the same and more;
+/// - bpffs holds the names of every pinned eBPF object (lockrun's own:
+///   which build runs here), and a pinned map whose types the kernel knows
+///   (BTF) reads as its entries;
+/// - securityfs holds the LSMs' state and, where IMA is on, the list of
+///   every file the machine's processes ran or read, with its hash;
+/// - pstore holds the kernel logs of earlier crashes, the log a refused
+///   `syslog` keeps from a run.
+///
+/// No build or agent reads them (their tools, perf, bpftool, bpftrace,
+/// need calls a run is refused anyway).
 ///
 /// Each mount of them is hidden, wherever it is, under an empty read-only
 /// tmpfs that the child mounts over it in the run's mount namespace
@@ -322,7 +339,28 @@ pub fn own_filesystems(writable: &[PathBuf]) -> Vec<OwnFs> {
 /// `/sys/kernel` into a rule per entry on every run (~0.4 ms here), where
 /// a mount costs only where the machine has one, and catches every place
 /// it is mounted.
-pub const HIDDEN_FSTYPES: [&str; 2] = ["tracefs", "debugfs"];
+pub const HIDDEN_FS: [HiddenFs; 5] = [
+    HiddenFs {
+        fstype: "tracefs",
+        holds: "other processes' trace events",
+    },
+    HiddenFs {
+        fstype: "debugfs",
+        holds: "the kernel's internals and trace events",
+    },
+    HiddenFs {
+        fstype: "bpf",
+        holds: "pinned eBPF objects, and typed maps' entries",
+    },
+    HiddenFs {
+        fstype: "securityfs",
+        holds: "the LSMs' state and IMA's list of every file run",
+    },
+    HiddenFs {
+        fstype: "pstore",
+        holds: "earlier crashes' kernel logs",
+    },
+];
 
 /// What a hidden mount shows a run: an empty, read-only tmpfs.
 #[must_use]
@@ -336,7 +374,7 @@ pub fn empty_fs() -> crate::sys::NewFs {
 }
 
 /// The mount points of `mountinfo` (`/proc/self/mountinfo`'s text) whose
-/// filesystem is one of [`HIDDEN_FSTYPES`], outermost first, and none
+/// filesystem is one of [`HIDDEN_FS`], outermost first, and none
 /// beneath another (hiding that one hides it too).
 #[must_use]
 pub fn hidden_mounts(mountinfo: &str) -> Vec<PathBuf> {
@@ -347,8 +385,9 @@ pub fn hidden_mounts(mountinfo: &str) -> Vec<PathBuf> {
             let (fields, after) = line.split_once(" - ")?;
             let fstype = after.split(' ').next()?;
             let at = fields.split(' ').nth(4)?;
-            HIDDEN_FSTYPES
-                .contains(&fstype)
+            HIDDEN_FS
+                .iter()
+                .any(|h| h.fstype == fstype)
                 .then(|| PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(at))))
         })
         .collect();
@@ -813,7 +852,7 @@ mod tests {
     }
 
     #[test]
-    fn hidden_mounts_are_the_outermost_tracing_and_debug_mounts() {
+    fn hidden_mounts_are_the_outermost_mounts_of_the_hidden_types() {
         let mountinfo = "\
 22 27 0:21 / /proc rw,relatime - proc proc rw
 23 27 0:22 / /sys rw,nosuid - sysfs sysfs rw
@@ -822,6 +861,9 @@ mod tests {
 32 23 0:12 / /sys/kernel/tracing rw - tracefs tracefs rw
 33 27 0:12 / /srv/my\\040trace rw - tracefs tracefs rw
 34 27 0:40 / /srv/tracefs rw - tmpfs tracefs rw
+35 23 0:30 / /sys/fs/bpf rw - bpf bpf rw,mode=700
+36 23 0:8 / /sys/kernel/security rw - securityfs securityfs rw
+37 23 0:31 / /sys/fs/pstore rw - pstore pstore rw
 ";
         assert_eq!(
             hidden_mounts(mountinfo),
@@ -829,6 +871,9 @@ mod tests {
                 PathBuf::from("/srv/my trace"),
                 PathBuf::from("/sys/kernel/debug"),
                 PathBuf::from("/sys/kernel/tracing"),
+                PathBuf::from("/sys/fs/bpf"),
+                PathBuf::from("/sys/kernel/security"),
+                PathBuf::from("/sys/fs/pstore"),
             ]
         );
         assert!(hidden_mounts("22 27 0:21 / /proc rw - proc proc rw\n").is_empty());
