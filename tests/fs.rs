@@ -3808,6 +3808,82 @@ fn a_path_denied_beneath_a_writable_dir_in_a_denied_dir_stays_denied() {
     assert_canary(&env);
 }
 
+/// Agents' worktrees under one dir, and that dir denied (`--deny-read
+/// agents`): a run on one of them reads and writes its own, and git works
+/// there, while another agent's worktree beside it cannot be read, by its
+/// path, through `/proc/self/root` or through a symlink in the run's own,
+/// nor the common dir listed (`EACCES`). Judged from outside: no copy of
+/// the other agent's file landed in the run's worktree, and the file is
+/// unchanged. Control: the same run without the denial copies it (as the
+/// README says, a run reads other agents' worktrees unless denied).
+#[test]
+fn another_agents_worktree_is_unreadable_when_the_dir_of_all_worktrees_is_denied() {
+    let w = World::new("agents-dir");
+    let agents = w.root.join("agents");
+    let alice = agents.join("alice/repo");
+    std::fs::create_dir_all(&alice).unwrap();
+    let theirs = w.canary(&w.other.join("code.rs"));
+    let link = alice.join("link");
+    std::os::unix::fs::symlink(&theirs, &link).unwrap();
+    let run = |extra: &[&str], argv: &[String]| {
+        Command::new(BIN)
+            .args(["--worktree", s(&alice), "--state-dir", s(&w.state)])
+            .args(extra)
+            .arg("--")
+            .args(argv)
+            .env("HOME", &w.home)
+            .current_dir(&alice)
+            .output()
+            .unwrap()
+    };
+    let lines = |out: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let copy = alice.join("copy");
+    let via_root = format!("/proc/self/root{}", s(&theirs));
+    let mine = alice.join("mine");
+    let denied = ["--deny-read", s(&agents)];
+    let out = run(
+        &denied,
+        &support::probe_argv(&[
+            &["copy", s(&theirs), s(&copy)],
+            &["read", &via_root],
+            &["read", s(&link)],
+            &["listdir", s(&agents)],
+            &["write", s(&mine)],
+        ]),
+    );
+    assert_eq!(
+        lines(&out),
+        [
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "ok"
+        ],
+        "{out:?}"
+    );
+    assert_absent(&copy);
+    assert_eq!(std::fs::read(&mine).unwrap(), b"pwned");
+    let git = "git init -q && git add mine && git -c user.name=a -c user.email=a@b \
+               commit -q -m mine && git log --format=%s";
+    let out = run(&denied, &["sh".into(), "-c".into(), git.into()]);
+    assert_eq!(lines(&out), ["mine"], "{out:?}");
+    // Control: without the denial, the run copies the other agent's file.
+    let out = run(
+        &[],
+        &support::probe_argv(&[&["copy", s(&theirs), s(&copy)]]),
+    );
+    assert_eq!(lines(&out), ["ok"], "{out:?}");
+    assert_eq!(std::fs::read(&copy).unwrap(), b"canary");
+    assert_canary(&theirs);
+    w.assert_no_run_dirs();
+}
+
 /// `Cpus_allowed_list` of a process: "0-1", "0,2-3".
 fn cpus_allowed(status: &str) -> String {
     status
