@@ -233,17 +233,26 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
         notes.push("sandbox-runtime: skipped: not installed".into());
     }
     if peers.join("bin/nono").exists() {
-        v.push(Runner {
-            name: "nono",
-            argv: vec![
-                peers.join("bin/nono").display().to_string(),
-                "run".into(),
-                "--block-net".into(),
-                "--allow".into(),
-                wt.clone(),
-                "--".into(),
-            ],
-        });
+        // nono reads only what it is given (the others read the whole
+        // machine): the bench's dir, which holds `tar x`'s archive, and
+        // git's user config, without which git stops ("fatal: unknown error
+        // occurred while reading the configuration files").
+        let mut argv = vec![
+            peers.join("bin/nono").display().to_string(),
+            "run".into(),
+            "--block-net".into(),
+            "--allow".into(),
+            wt.clone(),
+        ];
+        if let Some(dir) = worktree.parent() {
+            argv.extend(["--read".into(), dir.display().to_string()]);
+        }
+        let gitconfig = std::env::var_os("HOME").map(|h| Path::new(&h).join(".gitconfig"));
+        if let Some(c) = gitconfig.filter(|c| c.exists()) {
+            argv.extend(["--read-file".into(), c.display().to_string()]);
+        }
+        argv.push("--".into());
+        v.push(Runner { name: "nono", argv });
     } else {
         notes.push("nono: skipped: not installed".into());
     }
