@@ -810,6 +810,82 @@ fn the_kernels_other_filesystems_are_out_of_a_runs_sight() {
     w.assert_no_run_dirs();
 }
 
+/// The machine's own secrets, which uid 0 without capabilities reads by
+/// their owner's permission bits, are masked in every run: the password
+/// hashes in `/etc/shadow`, an SSH host key, cloud-init's user data (the
+/// test makes the last two where the machine has none, and removes what it
+/// made). In the run each is `EACCES` to read, and cloud-init's dir to
+/// list, while `/etc/passwd` beside them reads; judged from outside, the
+/// run's copies into its worktree do not exist. Control: outside, a
+/// process without capabilities copies each. A secret above a writable
+/// root is left as it is (masking it would hide what the run may write):
+/// with `--allow-write` on a dir in cloud-init's, the run reads the user
+/// data.
+#[test]
+fn the_machines_own_secrets_are_unreadable() {
+    let w = World::new("machine-secrets");
+    let pid = std::process::id();
+    let mut made = Vec::new();
+    let host_key = std::path::Path::new("/etc/ssh/ssh_host_ed25519_key");
+    if !host_key.exists() {
+        std::fs::create_dir_all("/etc/ssh").unwrap();
+        std::fs::write(host_key, "lockrun-test host key\n").unwrap();
+        std::fs::set_permissions(host_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        made.push(host_key.to_path_buf());
+    }
+    let cloud = std::path::Path::new("/var/lib/cloud");
+    if !cloud.exists() {
+        std::fs::create_dir_all(cloud).unwrap();
+        made.push(cloud.to_path_buf());
+    }
+    let user_data = cloud.join(format!("lockrun-test-user-data-{pid}"));
+    std::fs::write(&user_data, "lockrun-test user data\n").unwrap();
+    std::fs::set_permissions(&user_data, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let writable_in_cloud = cloud.join(format!("lockrun-test-wt-{pid}"));
+    std::fs::create_dir(&writable_in_cloud).unwrap();
+    made.splice(0..0, [user_data.clone(), writable_in_cloud.clone()]);
+    let _made = RemovedAtEnd(made);
+    let secrets = ["/etc/shadow", s(host_key), s(&user_data)];
+    let copies: Vec<_> = (0..secrets.len())
+        .map(|i| w.wt.join(format!("copy-{i}")))
+        .collect();
+    let mut ops: Vec<Vec<&str>> = secrets
+        .iter()
+        .zip(&copies)
+        .map(|(secret, copy)| vec!["copy", *secret, s(copy)])
+        .collect();
+    ops.push(vec!["listdir", s(cloud)]);
+    ops.push(vec!["read", "/etc/passwd"]);
+    let ops: Vec<&[&str]> = ops.iter().map(Vec::as_slice).collect();
+    assert_eq!(
+        w.probe(&[], &ops),
+        [
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "errno=EACCES",
+            "ok"
+        ]
+    );
+    for copy in &copies {
+        assert_absent(copy);
+    }
+    // Control: outside, without capabilities, each is there to copy.
+    for (i, secret) in secrets.iter().enumerate() {
+        let outside = w.root.join(format!("outside-{i}"));
+        probe_without_caps(&["copy", secret, s(&outside)]);
+        assert!(!std::fs::read(&outside).unwrap().is_empty(), "{secret}");
+    }
+    // Above a writable root, the user data is not masked.
+    assert_eq!(
+        w.probe(
+            &["--allow-write", s(&writable_in_cloud)],
+            &[&["read", s(&user_data)], &["read", "/etc/shadow"]]
+        ),
+        ["ok", "errno=EACCES"]
+    );
+}
+
 #[test]
 fn kill_and_ptrace_of_an_outside_process_fail() {
     let w = World::new("killptrace");

@@ -177,6 +177,21 @@ impl<'a> View<'a> {
                 .collect::<Vec<_>>()
                 .join(", "),
         ));
+        let mut secrets: Vec<(Vec<&str>, &str)> = Vec::new();
+        for m in &crate::fs::MACHINE_SECRETS {
+            match secrets.last_mut() {
+                Some((paths, holds)) if *holds == m.holds => paths.push(m.path),
+                _ => secrets.push((vec![m.path], m.holds)),
+            }
+        }
+        deny_read.push(format!(
+            "the machine's own secrets, where it has them, masked (an empty dir or file of mode 0000 bound over each in the run's mount namespace: EACCES, unrecorded; not where a writable path lies at, in or above one): {}",
+            secrets
+                .iter()
+                .map(|(paths, holds)| format!("{} ({holds})", paths.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
         deny_read.push(format!(
             "{} (other runs and other agents; the run's own {{tmp}} and writable dirs beneath it stay open)",
             policy.run.state_dir.display()

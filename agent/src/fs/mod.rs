@@ -373,6 +373,120 @@ pub fn empty_fs() -> crate::sys::NewFs {
     }
 }
 
+/// A path where a machine keeps secrets of its own, and what they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineSecret {
+    pub path: &'static str,
+    pub holds: &'static str,
+}
+
+/// The machine's own secrets, masked in every run whatever the policy says.
+///
+/// A run is often uid 0, and uid 0 without capabilities still passes the
+/// owner's permission bits of every file root owns: `/etc/shadow` (0640
+/// root:shadow), the SSH host keys (0600), `/etc/ssl/private` (0710) read
+/// as they would for root. Landlock could deny them only by splitting
+/// `/etc` and `/var/lib` into a rule per entry (~150 more rules here, about
+/// twice the walk every run waits for). So each that exists is masked in
+/// the run's mount namespace instead ([`masks`]), under a bind of an
+/// empty dir or file of mode 0000 (a bind costs ~18 µs here, a tmpfs of
+/// its own ~43). Both answer `EACCES`, as a denial does, but the kernel
+/// records nothing (the refusal is the permission bits', not Landlock's).
+pub const MACHINE_SECRETS: [MachineSecret; 22] = [
+    secret("/etc/shadow", "password hashes"),
+    secret("/etc/shadow-", "password hashes"),
+    secret("/etc/gshadow", "group password hashes"),
+    secret("/etc/gshadow-", "group password hashes"),
+    secret("/etc/security/opasswd", "old password hashes"),
+    secret("/etc/ssh/ssh_host_rsa_key", "the host's SSH keys"),
+    secret("/etc/ssh/ssh_host_ecdsa_key", "the host's SSH keys"),
+    secret("/etc/ssh/ssh_host_ed25519_key", "the host's SSH keys"),
+    secret("/etc/ssh/ssh_host_dsa_key", "the host's SSH keys"),
+    secret("/etc/ssl/private", "TLS private keys"),
+    secret("/etc/pki/tls/private", "TLS private keys"),
+    secret("/etc/letsencrypt", "TLS private keys"),
+    secret("/etc/wireguard", "WireGuard keys"),
+    secret(
+        "/etc/NetworkManager/system-connections",
+        "network passwords",
+    ),
+    secret("/etc/kubernetes", "Kubernetes cluster credentials"),
+    secret("/var/lib/kubelet", "Kubernetes pods' secrets"),
+    secret("/var/lib/docker", "containers' files and secrets"),
+    secret("/var/lib/containerd", "containers' files and secrets"),
+    secret("/var/lib/cloud", "cloud-init's user data"),
+    secret("/var/log/audit", "the audit log: other runs' refusals"),
+    secret("/var/log/journal", "every service's log"),
+    secret("/run/log/journal", "every service's log"),
+];
+
+const fn secret(path: &'static str, holds: &'static str) -> MachineSecret {
+    MachineSecret { path, holds }
+}
+
+/// How one of [`MACHINE_SECRETS`] is masked where the machine has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mask {
+    /// A directory, under a bind of an empty dir of mode 0000.
+    Dir(PathBuf),
+    /// A file, under a bind of an empty file of mode 0000.
+    File(PathBuf),
+}
+
+/// The [`MACHINE_SECRETS`] this machine has, each at its canonical path,
+/// none twice, outermost first. Most machines have few of them: an absent
+/// one costs one `lstat`.
+#[must_use]
+pub fn machine_secrets() -> Vec<Mask> {
+    let mut found: Vec<Mask> = Vec::new();
+    for s in &MACHINE_SECRETS {
+        if std::fs::symlink_metadata(s.path).is_err() {
+            continue;
+        }
+        let Ok(at) = Path::new(s.path).canonicalize() else {
+            continue;
+        };
+        let mask = match std::fs::metadata(&at) {
+            Ok(m) if m.is_dir() => Mask::Dir(at),
+            Ok(m) if m.is_file() => Mask::File(at),
+            _ => continue,
+        };
+        if !found.contains(&mask) {
+            found.push(mask);
+        }
+    }
+    found.sort_by_key(|m| m.path().components().count());
+    found
+}
+
+/// Of `found` ([`machine_secrets`], in its order), those to mask: none at,
+/// beneath or above a writable root (masking it would hide the worktree,
+/// or what the caller asked to write), and none beneath another.
+#[must_use]
+pub fn masks<T>(found: Vec<(Mask, T)>, writable: &[PathBuf]) -> Vec<(Mask, T)> {
+    let mut out: Vec<(Mask, T)> = Vec::new();
+    for (m, t) in found {
+        let at = m.path();
+        let near_writable = writable
+            .iter()
+            .any(|w| w.starts_with(at) || at.starts_with(w));
+        if !near_writable && !out.iter().any(|(o, _)| at.starts_with(o.path())) {
+            out.push((m, t));
+        }
+    }
+    out
+}
+
+impl Mask {
+    /// Where it goes.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        match self {
+            Mask::Dir(p) | Mask::File(p) => p,
+        }
+    }
+}
+
 /// The mount points of `mountinfo` (`/proc/self/mountinfo`'s text) whose
 /// filesystem is one of [`HIDDEN_FS`], outermost first, and none
 /// beneath another (hiding that one hides it too).
@@ -849,6 +963,36 @@ mod tests {
         let own = grants(OwnFs::ALL.to_vec());
         assert!(!proc_rule(&own));
         assert!(own.iter().any(|(p, _)| p == Path::new("/etc")));
+    }
+
+    #[test]
+    fn a_secret_near_a_writable_root_or_beneath_another_is_not_masked() {
+        let found = vec![
+            (Mask::Dir(PathBuf::from("/etc/ssl/private")), 1),
+            (Mask::Dir(PathBuf::from("/var/lib/docker")), 2),
+            (Mask::Dir(PathBuf::from("/var/lib/cloud")), 3),
+            (Mask::File(PathBuf::from("/etc/shadow")), 4),
+            (Mask::Dir(PathBuf::from("/var/lib/docker/volumes")), 5),
+            (
+                Mask::File(PathBuf::from("/var/lib/cloud/instance/user-data.txt")),
+                6,
+            ),
+        ];
+        let writable = [
+            PathBuf::from("/var/lib/cloud/instance/wt"),
+            PathBuf::from("/etc"),
+        ];
+        let kept: Vec<i32> = masks(found, &writable)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        // /etc/ssl/private and /etc/shadow lie beneath a writable /etc,
+        // /var/lib/cloud above a worktree, docker's volumes beneath docker;
+        // the user data beside the worktree is masked on its own.
+        assert_eq!(kept, [2, 6]);
+        assert!(MACHINE_SECRETS
+            .iter()
+            .all(|s| s.path.starts_with('/') && !s.holds.is_empty()));
     }
 
     #[test]

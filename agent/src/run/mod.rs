@@ -37,7 +37,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd as _;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt as _, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -193,6 +193,47 @@ impl RunDir {
     pub fn tmp(&self) -> &Path {
         &self.tmp
     }
+}
+
+/// `<state>/sealed-file` or `<state>/sealed-dir`: an empty file or dir of
+/// mode 0000 whose bind masks one of the machine's secrets
+/// ([`crate::fs::Mask`]). Made by the first run that needs it and kept:
+/// made and removed per run on this VM's ext4, they cost ~0.3 ms. Each
+/// run checks its type and mode (which only root outside could have
+/// changed) and puts the mode back to 0000. Beneath the state dir, which a
+/// run cannot read; the bind shows it at the masked path only, where its
+/// mode refuses a command without capabilities to read, list or enter it
+/// (`EACCES`).
+fn sealed(state_dir: &Path, mask: &crate::fs::Mask) -> std::io::Result<PathBuf> {
+    let dir = matches!(mask, crate::fs::Mask::Dir(_));
+    let at = state_dir.join(if dir { "sealed-dir" } else { "sealed-file" });
+    let made = if dir {
+        std::fs::DirBuilder::new().mode(0o000).create(&at)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o000)
+            .open(&at)
+            .map(drop)
+    };
+    match made {
+        Ok(()) => return Ok(at),
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        Err(_) => {}
+    }
+    let md = std::fs::symlink_metadata(&at)?;
+    if md.is_dir() != dir || !(md.is_dir() || md.is_file()) {
+        return Err(std::io::Error::other(format!(
+            "{} is not a {}: remove it",
+            at.display(),
+            if dir { "directory" } else { "file" }
+        )));
+    }
+    if md.permissions().mode() & 0o7777 != 0 {
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o000))?;
+    }
+    Ok(at)
 }
 
 impl Drop for RunDir {
@@ -711,6 +752,13 @@ async fn run(
         tracing::debug!("7. the run's IPC namespace and message queues made");
         Ok((k, queues))
     });
+    // The machine's secrets to mask, and what masks each: a few `lstat`s
+    // and a file or dir made, while the walk finishes (it is the longer).
+    let secrets = crate::fs::machine_secrets()
+        .into_iter()
+        .map(|m| sealed(&policy.run.state_dir, &m).map(|source| (m, source)))
+        .collect::<std::io::Result<Vec<_>>>();
+    tracing::debug!("7. the machine's secrets found");
     let fs = walk.wait().ok_or(FsError::WalkPanicked).and_then(|fs| fs);
     let ((kernel, queues), fs) = match (kernel, fs) {
         (Ok(kernel), Ok(fs)) => (kernel, fs),
@@ -792,6 +840,10 @@ async fn run(
             for at in crate::fs::hidden_mounts(&mountinfo) {
                 m.push(crate::sys::OwnMount::hiding(crate::fs::empty_fs(), &at)?);
             }
+            // The machine's own secrets, masked.
+            for (mask, source) in crate::fs::masks(secrets?, &supervise.writable) {
+                m.push(crate::sys::OwnMount::bind(&source, mask.path())?);
+            }
             Ok(m)
         });
     // The caller's terminal is on the machine's /dev/pts, out of sight
@@ -806,7 +858,7 @@ async fn run(
         }
     }
     let mounts = mounts.map_err(|source| RunError::Child {
-        what: "the run's own /dev/shm, /dev/pts, /dev/mqueue and /proc, and the hidden tracing and debug mounts",
+        what: "the run's own /dev/shm, /dev/pts, /dev/mqueue and /proc, the hidden kernel filesystems and the masked machine secrets",
         source,
     })?;
     let (plan, report) = crate::sys::ChildPlan::new(ruleset, seccomp, listener_tx, nofile, mounts)
