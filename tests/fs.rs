@@ -447,6 +447,45 @@ fn sigterm_kills_a_command_that_does_not_trap_and_cleans_up() {
     w.assert_no_run_dirs();
 }
 
+/// The secret floor covers the home of the command's uid too, not only
+/// `$HOME`: a caller whose `HOME` is another (here the test's, as under
+/// `sudo` keeping the user's) would otherwise leave root's `~/.ssh` to a
+/// run of uid 0, which passes its owner's permission bits. The test puts a
+/// key in root's `~/.ssh` (and removes what it made). In the run, reading
+/// it is `EACCES`; judged from outside, the run's copy into its worktree
+/// does not exist. Control: outside, a process without capabilities copies
+/// it.
+#[test]
+fn the_uids_own_home_secrets_are_denied_when_home_is_another() {
+    let w = World::new("uid-home");
+    let pid = std::process::id();
+    let home = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .dir;
+    assert_ne!(home, w.home, "the run's HOME must be another");
+    let ssh = home.join(".ssh");
+    let key = ssh.join(format!("lockrun-test-key-{pid}"));
+    let made = if ssh.exists() {
+        key.clone()
+    } else {
+        ssh.clone()
+    };
+    std::fs::create_dir_all(&ssh).unwrap();
+    let _made = RemovedAtEnd(vec![made]);
+    std::fs::write(&key, "lockrun-test key\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let copy = w.wt.join("key");
+    assert_eq!(
+        w.probe(&[], &[&["copy", s(&key), s(&copy)]]),
+        ["errno=EACCES"]
+    );
+    assert_absent(&copy);
+    let outside = w.root.join("key-outside");
+    probe_without_caps(&["copy", s(&key), s(&outside)]);
+    assert_eq!(std::fs::read(&outside).unwrap(), b"lockrun-test key\n");
+}
+
 #[test]
 fn deny_read_paths_are_unreadable_by_every_path() {
     let w = World::new("denyread");

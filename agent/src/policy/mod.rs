@@ -152,9 +152,27 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Secrets denied to every run, whatever the policy says.
+    /// Secrets denied to every run, whatever the policy says: beneath
+    /// `home` (`$HOME`) and, where it is another, beneath the home the
+    /// password database gives the command's uid. A caller whose `HOME`
+    /// is not its uid's (`sudo` keeping the user's, a runner's own) would
+    /// otherwise leave `/root/.ssh` readable to a run of uid 0, which
+    /// passes its owner's permission bits.
     #[must_use]
     pub fn secret_floor(home: &Path) -> Vec<PathBuf> {
+        let uid_home = nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|u| u.dir)
+            .filter(|d| d.is_absolute() && d != home && d != Path::new("/"));
+        std::iter::once(home)
+            .chain(uid_home.as_deref())
+            .flat_map(Self::secrets_beneath)
+            .collect()
+    }
+
+    /// The secrets of the floor beneath one home.
+    fn secrets_beneath(home: &Path) -> Vec<PathBuf> {
         [
             ".ssh",
             ".aws",
