@@ -617,6 +617,14 @@ fn a_watch_names_nothing_made_in_a_denied_dir() {
     w.assert_no_run_dirs();
 }
 
+/// A command's standard output, line by line.
+fn stdout_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The probe's `op` outside any sandbox, in a process without capabilities
 /// (as a run's command is, and any local user's process): it must succeed.
 fn probe_without_caps(op: &[&str]) {
@@ -822,24 +830,12 @@ fn the_kernels_other_filesystems_are_out_of_a_runs_sight() {
         &["lists", "/sys/kernel/debug", "tracing"],
     ];
     let out = w.run(&[], &support::probe_argv(&ops));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        ["errno=ENOENT"; 3],
-        "{out:?}"
-    );
+    assert_eq!(stdout_lines(&out), ["errno=ENOENT"; 3], "{out:?}");
     assert_absent(&copy_lsm);
     let mut stat = vec!["stat", "-f", "-c", "%T"];
     stat.extend(hidden.map(|(_, at, _)| at));
     let types = w.run(&[], &stat);
-    assert_eq!(
-        String::from_utf8_lossy(&types.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        ["tmpfs"; 4],
-        "{types:?}"
-    );
+    assert_eq!(stdout_lines(&types), ["tmpfs"; 4], "{types:?}");
     // Control: outside, without capabilities, each is there to read.
     let outside = w.root.join("lsm-outside");
     probe_without_caps(&["lists", "/sys/fs/bpf", &name]);
@@ -3951,12 +3947,6 @@ fn another_agents_worktree_is_unreadable_when_the_dir_of_all_worktrees_is_denied
             .output()
             .unwrap()
     };
-    let lines = |out: &Output| -> Vec<String> {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    };
     let copy = alice.join("copy");
     let via_root = format!("/proc/self/root{}", s(&theirs));
     let mine = alice.join("mine");
@@ -3972,7 +3962,7 @@ fn another_agents_worktree_is_unreadable_when_the_dir_of_all_worktrees_is_denied
         ]),
     );
     assert_eq!(
-        lines(&out),
+        stdout_lines(&out),
         [
             "errno=EACCES",
             "errno=EACCES",
@@ -3987,13 +3977,13 @@ fn another_agents_worktree_is_unreadable_when_the_dir_of_all_worktrees_is_denied
     let git = "git init -q && git add mine && git -c user.name=a -c user.email=a@b \
                commit -q -m mine && git log --format=%s";
     let out = run(&denied, &["sh".into(), "-c".into(), git.into()]);
-    assert_eq!(lines(&out), ["mine"], "{out:?}");
+    assert_eq!(stdout_lines(&out), ["mine"], "{out:?}");
     // Control: without the denial, the run copies the other agent's file.
     let out = run(
         &[],
         &support::probe_argv(&[&["copy", s(&theirs), s(&copy)]]),
     );
-    assert_eq!(lines(&out), ["ok"], "{out:?}");
+    assert_eq!(stdout_lines(&out), ["ok"], "{out:?}");
     assert_eq!(std::fs::read(&copy).unwrap(), b"canary");
     assert_canary(&theirs);
     w.assert_no_run_dirs();
