@@ -433,45 +433,47 @@ pub enum Mask {
     File(PathBuf),
 }
 
-/// The [`MACHINE_SECRETS`] this machine has, each at its canonical path,
-/// none twice, outermost first. Most machines have few of them: an absent
-/// one costs one `lstat`.
+/// The [`MACHINE_SECRETS`] this machine has, each at its canonical path.
+/// Most machines have few of them: an absent one costs one `lstat`.
 #[must_use]
 pub fn machine_secrets() -> Vec<Mask> {
-    let mut found: Vec<Mask> = Vec::new();
-    for s in &MACHINE_SECRETS {
-        if std::fs::symlink_metadata(s.path).is_err() {
-            continue;
-        }
-        let Ok(at) = Path::new(s.path).canonicalize() else {
-            continue;
-        };
-        let mask = match std::fs::metadata(&at) {
-            Ok(m) if m.is_dir() => Mask::Dir(at),
-            Ok(m) if m.is_file() => Mask::File(at),
-            _ => continue,
-        };
-        if !found.contains(&mask) {
-            found.push(mask);
-        }
-    }
-    found.sort_by_key(|m| m.path().components().count());
-    found
+    MACHINE_SECRETS
+        .iter()
+        .filter(|s| std::fs::symlink_metadata(s.path).is_ok())
+        .filter_map(|s| {
+            let at = Path::new(s.path).canonicalize().ok()?;
+            match std::fs::metadata(&at).ok()? {
+                m if m.is_dir() => Some(Mask::Dir(at)),
+                m if m.is_file() => Some(Mask::File(at)),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
-/// Of `found` ([`machine_secrets`], in its order), those to mask: none at,
-/// beneath or above a writable root (masking it would hide the worktree,
-/// or what the caller asked to write), and none beneath another.
+/// Of `found` ([`machine_secrets`]), those to mask, outermost first: none
+/// at, beneath or above a writable root (masking it would hide the
+/// worktree, or what the caller asked to write), and none at or beneath
+/// another.
 #[must_use]
-pub fn masks<T>(found: Vec<(Mask, T)>, writable: &[PathBuf]) -> Vec<(Mask, T)> {
-    let mut out: Vec<(Mask, T)> = Vec::new();
-    for (m, t) in found {
+pub fn masks(found: Vec<Mask>, writable: &[PathBuf]) -> Vec<Mask> {
+    let apart = found.into_iter().filter(|m| {
         let at = m.path();
-        let near_writable = writable
+        !writable
             .iter()
-            .any(|w| w.starts_with(at) || at.starts_with(w));
-        if !near_writable && !out.iter().any(|(o, _)| at.starts_with(o.path())) {
-            out.push((m, t));
+            .any(|w| w.starts_with(at) || at.starts_with(w))
+    });
+    outermost(apart.collect(), Mask::path)
+}
+
+/// `items` outermost first (fewest path components), without any at or
+/// beneath one before it: mounting over that one hides it too.
+fn outermost<T>(mut items: Vec<T>, path: impl Fn(&T) -> &Path) -> Vec<T> {
+    items.sort_by_key(|i| path(i).components().count());
+    let mut out: Vec<T> = Vec::new();
+    for i in items {
+        if !out.iter().any(|o| path(&i).starts_with(path(o))) {
+            out.push(i);
         }
     }
     out
@@ -493,7 +495,7 @@ impl Mask {
 #[must_use]
 pub fn hidden_mounts(mountinfo: &str) -> Vec<PathBuf> {
     use std::os::unix::ffi::OsStringExt as _;
-    let mut found: Vec<PathBuf> = mountinfo
+    let found: Vec<PathBuf> = mountinfo
         .lines()
         .filter_map(|line| {
             let (fields, after) = line.split_once(" - ")?;
@@ -505,14 +507,7 @@ pub fn hidden_mounts(mountinfo: &str) -> Vec<PathBuf> {
                 .then(|| PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(at))))
         })
         .collect();
-    found.sort_by_key(|p| p.components().count());
-    let mut outermost: Vec<PathBuf> = Vec::new();
-    for p in found {
-        if !outermost.iter().any(|o| p.starts_with(o)) {
-            outermost.push(p);
-        }
-    }
-    outermost
+    outermost(found, PathBuf::as_path)
 }
 
 /// mountinfo's escapes (`\040` for a space, `\011`, `\012`, `\134`) undone.
@@ -967,29 +962,32 @@ mod tests {
 
     #[test]
     fn a_secret_near_a_writable_root_or_beneath_another_is_not_masked() {
+        let dir = |p: &str| Mask::Dir(PathBuf::from(p));
+        let file = |p: &str| Mask::File(PathBuf::from(p));
         let found = vec![
-            (Mask::Dir(PathBuf::from("/etc/ssl/private")), 1),
-            (Mask::Dir(PathBuf::from("/var/lib/docker")), 2),
-            (Mask::Dir(PathBuf::from("/var/lib/cloud")), 3),
-            (Mask::File(PathBuf::from("/etc/shadow")), 4),
-            (Mask::Dir(PathBuf::from("/var/lib/docker/volumes")), 5),
-            (
-                Mask::File(PathBuf::from("/var/lib/cloud/instance/user-data.txt")),
-                6,
-            ),
+            dir("/etc/ssl/private"),
+            dir("/var/lib/docker/volumes"),
+            dir("/var/lib/cloud"),
+            file("/etc/shadow"),
+            dir("/var/lib/docker"),
+            file("/var/lib/cloud/instance/user-data.txt"),
+            dir("/var/lib/docker"),
         ];
         let writable = [
             PathBuf::from("/var/lib/cloud/instance/wt"),
             PathBuf::from("/etc"),
         ];
-        let kept: Vec<i32> = masks(found, &writable)
-            .into_iter()
-            .map(|(_, n)| n)
-            .collect();
         // /etc/ssl/private and /etc/shadow lie beneath a writable /etc,
-        // /var/lib/cloud above a worktree, docker's volumes beneath docker;
-        // the user data beside the worktree is masked on its own.
-        assert_eq!(kept, [2, 6]);
+        // /var/lib/cloud above a worktree, docker's volumes beneath docker
+        // (listed before it), docker twice; the user data beside the
+        // worktree is masked on its own.
+        assert_eq!(
+            masks(found, &writable),
+            [
+                dir("/var/lib/docker"),
+                file("/var/lib/cloud/instance/user-data.txt")
+            ]
+        );
         assert!(MACHINE_SECRETS
             .iter()
             .all(|s| s.path.starts_with('/') && !s.holds.is_empty()));

@@ -195,17 +195,39 @@ impl RunDir {
     }
 }
 
-/// `<state>/sealed-file` or `<state>/sealed-dir`: an empty file or dir of
-/// mode 0000 whose bind masks one of the machine's secrets
-/// ([`crate::fs::Mask`]). Made by the first run that needs it and kept:
+/// `<state>/sealed-file` and `<state>/sealed-dir`: an empty file and dir
+/// of mode 0000 whose binds mask the machine's secrets
+/// ([`crate::fs::Mask`]). Made by the first run that needs them and kept:
 /// made and removed per run on this VM's ext4, they cost ~0.3 ms. Each
-/// run checks its type and mode (which only root outside could have
+/// run checks their type and mode (which only root outside could have
 /// changed) and puts the mode back to 0000. Beneath the state dir, which a
-/// run cannot read; the bind shows it at the masked path only, where its
+/// run cannot read; a bind shows one at the masked path only, where its
 /// mode refuses a command without capabilities to read, list or enter it
 /// (`EACCES`).
-fn sealed(state_dir: &Path, mask: &crate::fs::Mask) -> std::io::Result<PathBuf> {
-    let dir = matches!(mask, crate::fs::Mask::Dir(_));
+struct Sealed {
+    file: PathBuf,
+    dir: PathBuf,
+}
+
+impl Sealed {
+    fn in_state_dir(state_dir: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            file: sealed(state_dir, false)?,
+            dir: sealed(state_dir, true)?,
+        })
+    }
+
+    /// What masks `mask`.
+    fn over(&self, mask: &crate::fs::Mask) -> &Path {
+        match mask {
+            crate::fs::Mask::File(_) => &self.file,
+            crate::fs::Mask::Dir(_) => &self.dir,
+        }
+    }
+}
+
+/// One of [`Sealed`]'s two, made or checked.
+fn sealed(state_dir: &Path, dir: bool) -> std::io::Result<PathBuf> {
     let at = state_dir.join(if dir { "sealed-dir" } else { "sealed-file" });
     let made = if dir {
         std::fs::DirBuilder::new().mode(0o000).create(&at)
@@ -752,12 +774,14 @@ async fn run(
         tracing::debug!("7. the run's IPC namespace and message queues made");
         Ok((k, queues))
     });
-    // The machine's secrets to mask, and what masks each: a few `lstat`s
-    // and a file or dir made, while the walk finishes (it is the longer).
-    let secrets = crate::fs::machine_secrets()
-        .into_iter()
-        .map(|m| sealed(&policy.run.state_dir, &m).map(|source| (m, source)))
-        .collect::<std::io::Result<Vec<_>>>();
+    // The machine's secrets to mask, and what masks them: a few `lstat`s,
+    // while the walk finishes (it is the longer).
+    let secrets = crate::fs::machine_secrets();
+    let sealed = if secrets.is_empty() {
+        Ok(None)
+    } else {
+        Sealed::in_state_dir(&policy.run.state_dir).map(Some)
+    };
     tracing::debug!("7. the machine's secrets found");
     let fs = walk.wait().ok_or(FsError::WalkPanicked).and_then(|fs| fs);
     let ((kernel, queues), fs) = match (kernel, fs) {
@@ -835,14 +859,16 @@ async fn run(
                 .collect::<std::io::Result<Vec<_>>>()
         })
         .and_then(|mut m| {
-            // The machine's tracing and debug filesystems, out of sight.
+            // The machine's kernel filesystems (`HIDDEN_FS`), out of sight.
             let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
             for at in crate::fs::hidden_mounts(&mountinfo) {
                 m.push(crate::sys::OwnMount::hiding(crate::fs::empty_fs(), &at)?);
             }
             // The machine's own secrets, masked.
-            for (mask, source) in crate::fs::masks(secrets?, &supervise.writable) {
-                m.push(crate::sys::OwnMount::bind(&source, mask.path())?);
+            if let Some(sealed) = sealed? {
+                for mask in crate::fs::masks(secrets, &supervise.writable) {
+                    m.push(crate::sys::OwnMount::bind(sealed.over(&mask), mask.path())?);
+                }
             }
             Ok(m)
         });
