@@ -18,6 +18,8 @@
 mod python;
 #[path = "support/skip.rs"]
 mod skip;
+#[path = "support/watchdog.rs"]
+mod watchdog;
 use python::python3;
 #[path = "net_support.rs"]
 mod net_support;
@@ -32,6 +34,7 @@ use std::time::Duration;
 
 use net_support::{TcpSink, UdpSink};
 use support::{assert_eperm, assert_run_gone, probe_outside, s, wait_for, Background, World};
+use watchdog::{gone, kill_watchdog_of, watchdog_of};
 
 fn p(port: u16) -> String {
     port.to_string()
@@ -543,9 +546,83 @@ while True:
     time.sleep(0.05)
 "#;
 
+/// The shell's pid, a background child's and an orphaned grandchild's
+/// (its parent gone: outside the command's process tree), then a tick
+/// into the worktree every 20 ms.
+const TICKING: &str = r#"
+sleep 300 & bg=$!
+(sleep 301 & echo $! > orphan) ; orphan=$(cat orphan)
+echo "$$ $bg $orphan" > pids
+while :; do date +%s%N > tick; sleep 0.02; done
+"#;
+
 #[test]
-fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
-    const T: &str = "a_sigkilled_lockrun_leaves_its_command_confined_until_gc";
+fn a_sigkilled_lockrun_takes_its_whole_run_with_it() {
+    const T: &str = "a_sigkilled_lockrun_takes_its_whole_run_with_it";
+    let Some(w) = World::new(T) else { return };
+    let pids_file = w.wt.join("pids");
+    let tick = w.wt.join("tick");
+    let mut bg = Background(
+        w.cmd(&[], &["sh", "-c", TICKING])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let read_tick = || std::fs::read_to_string(&tick).unwrap_or_default();
+    if !bg.until_started(&w, || pids_file.exists() && !read_tick().is_empty()) {
+        return;
+    }
+    let pids: Vec<u32> = std::fs::read_to_string(&pids_file)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    let run_id = w.run_id();
+    let watchdog = watchdog_of(bg.0.id());
+    // Controls: while lockrun lives, so do the run's processes and the
+    // watchdog, and the worktree changes.
+    let before = read_tick();
+    wait_for("the tick to move", || read_tick() != before);
+    for p in pids.iter().chain([&watchdog]) {
+        assert!(
+            !gone(*p),
+            "{p} of {pids:?} (watchdog {watchdog}) is gone early"
+        );
+    }
+
+    // Until this test's own gc, no other test's may reap the dead run.
+    let kept = support::ORPHAN_KEPT
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    bg.0.kill().unwrap();
+    bg.0.wait().unwrap();
+
+    // Judged from outside: every process of the run dies, the one outside
+    // the command's process tree included, and the watchdog ends.
+    for p in &pids {
+        wait_for(&format!("process {p} of the run to die"), || gone(*p));
+    }
+    wait_for("the watchdog to end", || gone(watchdog));
+    let cg = support::run_cgroup(&run_id);
+    assert_eq!(procs(&cg), "", "processes left in the run's cgroup");
+    let last = read_tick();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read_tick(), last, "the worktree still changes");
+
+    // What is left for gc: the empty cgroup and the run dir.
+    assert!(w.state.join("runs").join(&run_id).exists());
+    let out = w.gc_keeping(&kept);
+    drop(kept);
+    assert!(out.status.success(), "{out:?}");
+    assert_run_gone(&w.state, &run_id);
+}
+
+#[test]
+fn a_run_whose_lockrun_and_watchdog_are_killed_stays_confined_until_gc() {
+    const T: &str = "a_run_whose_lockrun_and_watchdog_are_killed_stays_confined_until_gc";
     let Some(w) = World::new(T) else { return };
     let sink = TcpSink::bind("127.0.0.1");
     let target = w.outside.join("escaped");
@@ -590,11 +667,14 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
         .parse()
         .unwrap();
 
-    // SIGKILL: lockrun gets no chance to tear anything down. Until this
-    // test's own gc, no other test's may reap the orphan.
+    // SIGKILL, to the watchdog first (as the OOM killer takes both, which
+    // share memory): lockrun gets no chance to tear anything down, and
+    // nothing ends the run. Until this test's own gc, no other test's may
+    // reap the orphan.
     let kept = support::ORPHAN_KEPT
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    kill_watchdog_of(bg.0.id());
     bg.0.kill().unwrap();
     bg.0.wait().unwrap();
     let at_kill = rounds().len();
@@ -645,12 +725,7 @@ fn a_sigkilled_lockrun_leaves_its_command_confined_until_gc() {
         )),
         "{stdout}"
     );
-    let gone = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
-            st.rsplit(')').next().unwrap().trim_start().starts_with('Z')
-        })
-    };
-    wait_for("the command's process to be gone", gone);
+    wait_for("the command's process to be gone", || gone(pid));
     assert_run_gone(&w.state, &run_id);
     assert!(
         !lockrun::bpf::registered_runs().unwrap().contains(&cg_id),

@@ -11,6 +11,8 @@
 mod python;
 #[path = "support/skip.rs"]
 mod skip;
+#[path = "support/watchdog.rs"]
+mod watchdog;
 use python::python3;
 #[path = "support/fs.rs"]
 mod support;
@@ -729,9 +731,11 @@ print("ok" if not errs and st == 0 else "fail %r %r" % (errs, st))
     }
 }
 
-/// If lockrun dies, nobody answers: the kernel fails notified syscalls with
-/// ENOSYS (the listener is closed), inside and outside alike. Closed, not
-/// open. A TCP connect to an allowed endpoint still works: it never was notified.
+/// If lockrun dies and its watchdog with it (the OOM killer takes both:
+/// they share memory), nobody answers: the kernel fails notified syscalls
+/// with ENOSYS (the listener is closed), inside and outside alike. Closed,
+/// not open. A TCP connect to an allowed endpoint still works: it never
+/// was notified.
 #[test]
 fn a_dead_supervisor_fails_closed() {
     const T: &str = "a_dead_supervisor_fails_closed";
@@ -768,6 +772,7 @@ fn a_dead_supervisor_fails_closed() {
         assert!(t.elapsed().as_secs() < 20, "the command never started");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    watchdog::kill_watchdog_of(lockrun.id());
     lockrun.kill().unwrap();
     lockrun.wait().unwrap();
     std::fs::write(&go, b"").unwrap();

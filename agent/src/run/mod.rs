@@ -14,8 +14,9 @@
 //!    cgroup's parent; the run registered in their maps, allowing only the
 //!    proxy endpoint and the policy's loopback endpoints;
 //! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]);
-//!    then an IPC namespace of the run's own ([`own_ipc_namespace`]), made
-//!    while the walk finishes;
+//!    then an IPC namespace of the run's own ([`own_ipc_namespace`]), and
+//!    the run's watchdog ([`crate::sys::watchdog`]: should lockrun die, it
+//!    kills what is in the run's cgroup), made while the walk finishes;
 //! 8. the child's environment, built explicitly;
 //! 9. spawn with the child-side confinement ([`crate::sys`]) as `pre_exec`
 //!    (it joins the cgroup first, so no instruction runs outside), receive
@@ -25,15 +26,16 @@
 //! 10. teardown, in reverse, on every path: the cgroup killed and removed,
 //!     the seccomp supervisor stopped (after the cgroup: until then a
 //!     descendant may still call), the hooks drained and the run unregistered, the proxy stopped, the kernel audit
-//!     read to its end; the run dir is removed beside the rest, once the
-//!     cgroup is gone.
+//!     read to its end; the run dir is removed and the watchdog stood down
+//!     beside the rest, once the cgroup is gone.
 //!
 //! Each layer's handle also tears itself down in `Drop` (like [`RunDir`]):
 //! bound in setup order inside `run`, they are dropped in reverse on every
 //! path — a `?` during setup, the command's exit, or lockrun being signalled
 //! (signals are caught from before step 1 and forwarded to the command, so
 //! lockrun always reaches its teardown unless killed with `SIGKILL`; then the
-//! build's hooks keep judging the registered run and `gc` reaps).
+//! watchdog kills every process of the run, the build's hooks keep judging
+//! the registered run, and `gc` reaps its cgroup and run dir).
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd as _;
@@ -106,6 +108,8 @@ pub enum RunError {
     Signals(#[source] std::io::Error),
     #[error("waiting for the command: wait4: {0}")]
     Wait(#[source] std::io::Error),
+    #[error("the run's watchdog, which ends the run should lockrun die: {0}")]
+    Watchdog(#[source] std::io::Error),
 }
 
 /// An error and its sources, one line: `a: b: c`.
@@ -772,7 +776,12 @@ async fn run(
         own_ipc_namespace()?;
         let queues = own_message_queues()?;
         tracing::debug!("7. the run's IPC namespace and message queues made");
-        Ok((k, queues))
+        // The watchdog: should lockrun die from here on, it kills what is
+        // in the run's cgroup.
+        let watchdog =
+            crate::sys::watchdog::Watchdog::start(k.cgroup.dir_fd()).map_err(RunError::Watchdog)?;
+        tracing::debug!("7. watchdog started (pid {})", watchdog.pid());
+        Ok((k, watchdog, queues))
     });
     // The machine's secrets to mask, and what masks them: a few `lstat`s,
     // while the walk finishes (it is the longer).
@@ -784,7 +793,7 @@ async fn run(
     };
     tracing::debug!("7. the machine's secrets found");
     let fs = walk.wait().ok_or(FsError::WalkPanicked).and_then(|fs| fs);
-    let ((kernel, queues), fs) = match (kernel, fs) {
+    let ((kernel, watchdog, queues), fs) = match (kernel, fs) {
         (Ok(kernel), Ok(fs)) => (kernel, fs),
         (_, Err(e)) => return Err(e.into()),
         (Err(e), Ok(_)) => return Err(e),
@@ -933,7 +942,8 @@ async fn run(
     let run_id = dir.id().to_owned();
     // The message queues' mount with it: detached where the machine has no
     // /dev/mqueue, its last close waits out an RCU grace period.
-    let dir_removed = beside.run(move || drop((dir, queues)));
+    // The watchdog is stood down and reaped there too: nothing is left for it.
+    let dir_removed = beside.run(move || drop((watchdog, dir, queues)));
     // No task of the run is left: the audit stream's end can be marked now,
     // and the kernel queues it while the rest is torn down.
     let mut kernel_audit = kernel_audit;

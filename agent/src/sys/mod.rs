@@ -51,6 +51,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 pub mod notify;
 pub mod spawn;
+pub mod watchdog;
 
 /// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
 const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;

@@ -49,18 +49,18 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// `struct clone_args`, `CLONE_ARGS_SIZE_VER2` (Linux 5.7: with `cgroup`).
 #[repr(C)]
 #[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+pub(super) struct CloneArgs {
+    pub flags: u64,
+    pub pidfd: u64,
+    pub child_tid: u64,
+    pub parent_tid: u64,
+    pub exit_signal: u64,
+    pub stack: u64,
+    pub stack_size: u64,
+    pub tls: u64,
+    pub set_tid: u64,
+    pub set_tid_size: u64,
+    pub cgroup: u64,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -277,51 +277,89 @@ fn empty_sigset() -> libc::sigset_t {
     }
 }
 
-/// Start the child with `cl` and run `job` in it; the pid, or -errno.
+/// A stack for a child that shares lockrun's memory: an anonymous
+/// mapping, a guard page below it; unmapped when dropped.
 #[cfg(target_arch = "x86_64")]
-fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
-    // The child's stack, a guard page below it.
-    // SAFETY: an anonymous private mapping; the result is checked.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            CHILD_STACK + 4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED {
-        return -libc::c_long::from(
-            io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::ENOMEM),
-        );
+pub(super) struct Stack {
+    map: usize,
+    len: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Stack {
+    /// `size` bytes (a multiple of 16) above a guard page.
+    pub(super) fn map(size: usize) -> io::Result<Self> {
+        let len = size + 4096;
+        // SAFETY: an anonymous private mapping; the result is checked.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the first page of the mapping just made.
+        unsafe {
+            libc::mprotect(map, 4096, libc::PROT_NONE);
+        }
+        Ok(Self {
+            map: map as usize,
+            len,
+        })
     }
-    // SAFETY: the first page of the mapping just made.
-    unsafe {
-        libc::mprotect(map, 4096, libc::PROT_NONE);
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, which no child runs on any
+        // more (its owner reaps or waits for the child first).
+        unsafe {
+            libc::munmap(self.map as *mut libc::c_void, self.len);
+        }
     }
-    cl.flags |= CLONE_VM | CLONE_VFORK;
-    cl.stack = map as u64 + 4096;
-    cl.stack_size = CHILD_STACK as u64;
-    // Block every signal for the child's start (it unblocks them after
-    // resetting handlers); restored here once the child has exec'd.
+}
+
+/// `clone3` with `cl` plus `CLONE_VM` on `stack`: the child shares
+/// lockrun's memory and calls `entry(arg)` on that stack, with every
+/// signal blocked; this thread's mask is restored once `clone3` returns.
+///
+/// # Safety
+/// `entry` never returns, and touches only `arg`, its own stack and what
+/// outlives its use of it; `stack` outlives the child's use of it.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn clone_on_stack(
+    cl: &mut CloneArgs,
+    stack: &Stack,
+    entry: extern "C" fn(usize) -> !,
+    arg: usize,
+) -> libc::c_long {
+    cl.flags |= CLONE_VM;
+    cl.stack = (stack.map + 4096) as u64;
+    cl.stack_size = (stack.len - 4096) as u64;
+    // Every signal blocked for the child's start (the command's child
+    // unblocks them after resetting handlers; the watchdog never does),
+    // restored here once clone3 returns.
     // SAFETY: sigset_t values on this stack; pthread_sigmask on this thread.
-    unsafe {
+    let old = unsafe {
+        let mut old: libc::sigset_t = std::mem::zeroed();
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&raw mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut job.sigmask);
-    }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut old);
+        old
+    };
     let ret: libc::c_long;
-    // SAFETY: clone3 with CLONE_VM | CLONE_VFORK and a stack of its own:
-    // the child starts on that stack (16-byte aligned top: the mapping is
-    // page-aligned and CHILD_STACK a multiple of 16) and calls
-    // `child_entry(&job)`, which never returns; this thread sleeps in the
-    // syscall until the child has exec'd or exited, so `job`, `cl`, the
-    // stack and everything they point at outlive the child's use. r12 and
-    // r13 survive the syscall in both processes; rcx and r11 it clobbers.
+    // SAFETY: clone3 with CLONE_VM and a stack of its own: the child starts
+    // on that stack (16-byte aligned top: the mapping is page-aligned and
+    // its size a multiple of 16) and calls `entry(arg)`, which never
+    // returns (the caller's promise). r12 and r13 survive the syscall in
+    // both processes; rcx and r11 it clobbers.
     unsafe {
         std::arch::asm!(
             "syscall",
@@ -335,19 +373,34 @@ fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
             inlateout("rax") libc::SYS_clone3 => ret,
             in("rdi") std::ptr::from_mut(cl),
             in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") child_entry as extern "C" fn(*const ChildJob<'_>) -> !,
-            in("r13") &raw const job,
+            in("r12") entry,
+            in("r13") arg,
             lateout("rcx") _,
             lateout("r11") _,
         );
-        libc::pthread_sigmask(
-            libc::SIG_SETMASK,
-            &raw const job.sigmask,
-            std::ptr::null_mut(),
-        );
-        libc::munmap(map, CHILD_STACK + 4096);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut());
     }
     ret
+}
+
+/// Start the child with `cl` and run `job` in it; the pid, or -errno.
+#[cfg(target_arch = "x86_64")]
+fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
+    let stack = match Stack::map(CHILD_STACK) {
+        Ok(s) => s,
+        Err(e) => return -libc::c_long::from(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+    };
+    // The child restores this mask after resetting handlers: the current one.
+    // SAFETY: reading this thread's mask into a live sigset_t.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &raw mut job.sigmask);
+    }
+    cl.flags |= CLONE_VFORK;
+    // SAFETY: `child_entry` never returns; this thread sleeps in the
+    // syscall until the child has exec'd or exited (CLONE_VFORK), so
+    // `job`, `cl`, the stack and everything they point at outlive the
+    // child's use of them.
+    unsafe { clone_on_stack(cl, &stack, child_entry, std::ptr::from_ref(&job) as usize) }
 }
 
 /// Start the child with `cl` and run `job` in it; the pid, or -errno.
@@ -370,7 +423,7 @@ fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
         )
     };
     if ret == 0 {
-        child_entry(&raw const job);
+        child_entry(std::ptr::from_ref(&job) as usize);
     }
     if ret < 0 {
         -libc::c_long::from(
@@ -386,10 +439,10 @@ fn clone_child(cl: &mut CloneArgs, mut job: ChildJob<'_>) -> libc::c_long {
 /// The child's side: never returns. Async-signal-safe syscalls only, on
 /// what the parent prepared; writes nothing of the parent's but the
 /// `/bin/sh` argument slot lent in `job.sh_argv`.
-extern "C" fn child_entry(job: *const ChildJob<'_>) -> ! {
-    // SAFETY: the parent passed a live ChildJob and waits until this
-    // process exec's or exits.
-    let job = unsafe { &*job };
+extern "C" fn child_entry(job: usize) -> ! {
+    // SAFETY: the parent passed the address of a live ChildJob and waits
+    // until this process exec's or exits.
+    let job = unsafe { &*(job as *const ChildJob<'_>) };
     // SAFETY: sigaction and sigprocmask with values on this stack. Every
     // signal is blocked (by the parent); a handler of lockrun's must not
     // run here, on this stack, in lockrun's memory: each caught signal
