@@ -507,13 +507,15 @@ fn cgroup_of(pid: u32) -> Result<PathBuf> {
     Ok(Path::new(root).join(rel.trim_start_matches('/')))
 }
 
-/// The cgroup of the (first) child of `pid`, once it has one.
+/// The run cgroup of the lockrun `pid`, once its command is in it: the
+/// cgroup of the child of `pid` that is in a run's (another child, the
+/// run's watchdog, stays in lockrun's).
 fn wait_for_child_cgroup(pid: u32) -> Result<PathBuf> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(kids) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
-            if let Some(kid) = kids.split_whitespace().next().and_then(|k| k.parse().ok()) {
-                let cg = cgroup_of(kid)?;
+            for kid in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                let Ok(cg) = cgroup_of(kid) else { continue };
                 if cg.to_string_lossy().contains("/lockrun/") {
                     return Ok(cg);
                 }
