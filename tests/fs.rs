@@ -3372,8 +3372,7 @@ except OSError as e:
 /// machine's, shared, and a file made there is then seen outside.
 #[test]
 fn a_run_has_shared_memory_of_its_own_that_nothing_outside_shares() {
-    use std::io::BufRead as _;
-    use std::process::Stdio;
+    use std::io::Read as _;
     let w = World::new("shm");
     let tag = format!("/dev/shm/lockrun-shm-{}", std::process::id());
     let [held, canary_at, other, shared] =
@@ -3390,18 +3389,9 @@ fn a_run_has_shared_memory_of_its_own_that_nothing_outside_shares() {
     // Run A writes its file, then holds on until its stdin is closed.
     let holder = "import sys\nopen(sys.argv[1], 'w').write('mine')\nprint('ready', flush=True)\n\
                   sys.stdin.read()\nprint(open(sys.argv[1]).read())\n";
-    let mut a = Background(
-        w.cmd(&[], &[python3(), "-c", holder, &held])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut a_out = std::io::BufReader::new(a.0.stdout.take().unwrap());
-    let mut line = String::new();
-    a_out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let (mut a, mut a_out, said) =
+        Background::until_ready(w.cmd(&[], &[python3(), "-c", holder, &held]));
+    assert_eq!(said, ["ready"]);
     // The machine does not see it,
     assert_absent(std::path::Path::new(&held));
     // nor does run B, whose /dev/shm is empty and its own; the machine's

@@ -519,7 +519,7 @@ fn kill(pid: u32, sig: libc::c_int) {
 }
 
 /// waitpid until the child is reaped; its status.
-fn reap_blocking(pid: u32) -> io::Result<ExitStatus> {
+pub(super) fn reap_blocking(pid: u32) -> io::Result<ExitStatus> {
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: waitpid on our own child with a live status word.

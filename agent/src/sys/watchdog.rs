@@ -110,14 +110,7 @@ impl Drop for Watchdog {
             let _ = nix::unistd::write(&tx, &[STAND_DOWN]);
         }
         // Reaped before its stack is unmapped (the field drops after this).
-        loop {
-            let mut status: libc::c_int = 0;
-            // SAFETY: waitpid on our own child with a live status word.
-            let r = unsafe { libc::waitpid(self.pid as libc::pid_t, &raw mut status, 0) };
-            if r >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                break;
-            }
-        }
+        let _ = super::spawn::reap_blocking(self.pid);
     }
 }
 
