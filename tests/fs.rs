@@ -413,9 +413,7 @@ fn another_runs_tmp_is_unreachable_and_sigterm_is_forwarded() {
         ]),
     );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
+        stdout_lines(&out),
         ["errno=EACCES", "errno=EACCES", "errno=EACCES", "ok"]
     );
     assert_absent(&a_tmp.join("pwned"));
@@ -778,9 +776,7 @@ fn the_kernels_tracing_filesystem_is_out_of_a_runs_sight() {
         ]),
     );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
+        stdout_lines(&out),
         ["errno=ENOENT", "errno=ENOENT", "errno=EROFS", "ok", "ok"],
         "{out:?}"
     );
@@ -930,12 +926,7 @@ fn kill_and_ptrace_of_an_outside_process_fail() {
         &[],
         &support::probe_argv(&[&["kill", &pid], &["ptrace", &pid]]),
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        ["errno=EPERM", "errno=EPERM"]
-    );
+    assert_eq!(stdout_lines(&out), ["errno=EPERM", "errno=EPERM"]);
     outside.assert_alive_untraced();
     // The refusal is told as what it was, with the process it aimed at
     // (ptrace is refused by seccomp before Landlock sees it: no record).
@@ -1015,12 +1006,7 @@ fn an_outside_process_is_not_in_the_runs_proc() {
         &["read", "/proc/1/cmdline"],
     ];
     let out = w.run(&[], &support::probe_argv(&ops));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        ["errno=ENOENT"; 5]
-    );
+    assert_eq!(stdout_lines(&out), ["errno=ENOENT"; 5]);
     assert_absent(&leak_env);
     assert_absent(&leak_cmd);
     outside.assert_alive_untraced();
@@ -1060,12 +1046,7 @@ fn an_outside_process_is_not_in_the_runs_proc() {
             PROBE,
         ],
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        ["ok"; 4]
-    );
+    assert_eq!(stdout_lines(&out), ["ok"; 4]);
     let made = std::fs::read(w.wt.join("made")).unwrap();
     assert!(made
         .split(|b| *b == 0)
@@ -3268,12 +3249,7 @@ fn the_state_dir_and_its_run_dirs_cannot_be_made_writable() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        ["ok", "errno=EACCES", "errno=EACCES"]
-    );
+    assert_eq!(stdout_lines(&out), ["ok", "errno=EACCES", "errno=EACCES"]);
     other.sigterm();
     assert!(!other.wait().success());
 }
@@ -3573,9 +3549,7 @@ fn the_callers_stdout_file_is_reachable_as_dev_stderr_and_nothing_more() {
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(out.status.success(), "{:?}: {said}", out.status);
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
+        stdout_lines(&out),
         ["ok", "ok", "errno=EACCES", "errno=EACCES", "errno=EACCES"],
         "{said}"
     );
