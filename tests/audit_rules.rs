@@ -132,7 +132,7 @@ fn refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records() {
         assert!(out.status.success(), "{err}");
         assert!(
             err.contains(&format!(
-                "lockrun: 2 filesystem accesses refused: {data} ×2 (sh)\n"
+                "lockrun: 2 filesystem accesses refused: create a file in {data} ×2 (sh)\n"
             )),
             "{err}"
         );
@@ -150,7 +150,7 @@ fn refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records() {
     // it), each without a process; the check on /proc is no refusal.
     assert!(
         err.contains(&format!(
-            "lockrun: 2 filesystem accesses refused: {data} ×2\n"
+            "lockrun: 2 filesystem accesses refused: create a file in {data} ×2\n"
         )),
         "{err}"
     );

@@ -586,7 +586,7 @@ fn a_watch_names_nothing_made_in_a_denied_dir() {
         .unwrap();
     assert!(
         stderr.contains(&format!(
-            "lockrun: 1 filesystem access refused: {} (python3)\n",
+            "lockrun: 1 filesystem access refused: list {} (python3)\n",
             vault.display()
         )),
         "{stderr}"
@@ -1767,7 +1767,10 @@ fn typing_into_the_callers_terminal_is_refused() {
     // Seen, not silent.
     assert_eq!(
         summary,
-        ["lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): ioctl TIOCSTI (python3)"]
+        [
+            "lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): ioctl TIOCSTI (python3)",
+            "lockrun: for details and the policy lines that would allow them, run it again with --audit-log FILE, then: lockrun audit FILE",
+        ]
     );
     w.assert_no_run_dirs();
 }
@@ -3459,7 +3462,7 @@ fn a_worktree_on_the_machines_shared_memory_keeps_it_and_audit_explains() {
     let audit = Command::new(BIN).arg("audit").arg(&log).output().unwrap();
     let text = String::from_utf8_lossy(&audit.stdout);
     assert!(
-        text.contains("/dev/shm — write (fs.make_reg)")
+        text.contains("/dev/shm — create a file in (fs.make_reg)")
             && text.contains("not suggested: /dev/shm is shared by every process on this machine")
             && !text.contains("allow with:"),
         "{text}"
@@ -3613,7 +3616,7 @@ fn a_worktree_named_in_bytes_that_are_not_utf8_keeps_the_audit_log_whole() {
         String::from_utf8_lossy(&audit.stderr)
     );
     assert!(
-        said.contains(&format!("{} — write (fs.make_reg)", s(&w.data))),
+        said.contains(&format!("{} — create a file in (fs.make_reg)", s(&w.data))),
         "{said}"
     );
 }

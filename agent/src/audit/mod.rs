@@ -410,7 +410,9 @@ struct Tally {
     /// Sockets of a kind a run may not make, by kind (`inet udplite`).
     sockets: BTreeMap<String, (u64, Vec<String>)>,
     proxy: BTreeMap<String, u64>,
-    fs: BTreeMap<String, (u64, Vec<String>)>,
+    /// Filesystem refusals by path and what was refused there
+    /// ([`refused_as`]).
+    fs: BTreeMap<(String, String), (u64, Vec<String>)>,
     scope: BTreeMap<ScopeTarget, (u64, Vec<String>)>,
     syscalls: BTreeMap<String, (u64, Vec<String>)>,
     /// Filesystem and scope refusals whose record named no process.
@@ -591,9 +593,12 @@ impl AuditLog {
             }
             Event::Filesystem(f) => {
                 *t.refused.entry(Layer::Filesystem).or_default() += 1;
-                let key = f.path.clone().unwrap_or_else(|| "(path unknown)".into());
+                let path = f.path.clone().unwrap_or_else(|| "(path unknown)".into());
                 t.no_process += u64::from(f.comm.is_empty());
-                seen(t.fs.entry(key).or_default(), &f.comm);
+                seen(
+                    t.fs.entry((path, refused_as(&f.access))).or_default(),
+                    &f.comm,
+                );
             }
             Event::AuditRecordsLost(loss) if !t.audit_loss.contains(loss) => {
                 t.audit_loss.push(*loss);
@@ -671,7 +676,7 @@ impl AuditLog {
         }
         let n_fs: u64 = t.fs.values().map(|(n, _)| n).sum();
         if n_fs > 0 {
-            let parts = counted(&t.fs, String::clone);
+            let parts = counted(&t.fs, |(path, what)| format!("{what} {path}"));
             lines.push(format!(
                 "lockrun: {n_fs} filesystem {} refused: {}",
                 plural(n_fs, "access", "accesses"),
@@ -705,14 +710,56 @@ impl AuditLog {
             lines.push(format!("lockrun: {loss}"));
         }
         if !lines.is_empty() {
-            if let Some(p) = &self.path {
-                lines.push(format!(
+            lines.push(match &self.path {
+                Some(p) => format!(
                     "lockrun: details and the policy lines that would allow them: lockrun audit {}",
                     p.display()
-                ));
-            }
+                ),
+                None => "lockrun: for details and the policy lines that would allow them, run it again with --audit-log FILE, then: lockrun audit FILE".to_owned(),
+            });
         }
         lines
+    }
+}
+
+/// What a filesystem refusal refused, said for its path: `create a file
+/// in` (Landlock names the directory for what is made or removed in it),
+/// `write`, `set the times of`. The rights as the records name them
+/// (`fs.make_reg`, the supervisor's `metadata.utimes`); one not known
+/// here is shown as named.
+#[must_use]
+pub fn refused_as(access: &[String]) -> String {
+    let said: Vec<&str> = access
+        .iter()
+        .map(|a| match a.as_str() {
+            "fs.execute" => "run",
+            "fs.write_file" => "write",
+            "fs.read_file" => "read",
+            "fs.read_dir" => "list",
+            "fs.remove_dir" => "remove a dir from",
+            "fs.remove_file" => "remove a file from",
+            "fs.make_char" => "make a char device in",
+            "fs.make_dir" => "make a dir in",
+            "fs.make_reg" => "create a file in",
+            "fs.make_sock" => "make a unix socket in",
+            "fs.make_fifo" => "make a fifo in",
+            "fs.make_block" => "make a block device in",
+            "fs.make_sym" => "make a symlink in",
+            "fs.refer" => "link or rename across",
+            "fs.truncate" => "truncate",
+            "fs.ioctl_dev" | "metadata.ioctl" => "ioctl on",
+            "metadata.chmod" => "chmod",
+            "metadata.chown" => "chown",
+            "metadata.utimes" => "set the times of",
+            "metadata.setxattr" => "set an xattr of",
+            "metadata.removexattr" => "remove an xattr of",
+            other => other,
+        })
+        .collect();
+    if said.is_empty() {
+        "access".to_owned()
+    } else {
+        said.join(" and ")
     }
 }
 
@@ -780,6 +827,79 @@ fn show_dest(d: &Destination) -> String {
 mod tests {
     use super::*;
 
+    /// The summary's lines of a log kept nowhere (`--audit-log` not given),
+    /// but the last, which must tell how to get the details.
+    fn refusals(log: &AuditLog) -> Vec<String> {
+        let mut lines = log.summary();
+        assert_eq!(
+            lines.pop().as_deref(),
+            Some(
+                "lockrun: for details and the policy lines that would allow them, run it again \
+                 with --audit-log FILE, then: lockrun audit FILE"
+            )
+        );
+        lines
+    }
+
+    #[test]
+    fn the_details_are_where_the_log_is_and_nothing_is_said_without_a_refusal() {
+        let dir = std::env::temp_dir().join(format!("lockrun-summary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.jsonl");
+        let kept = AuditLog::open(Some(&path)).unwrap();
+        assert_eq!(kept.summary(), Vec::<String>::new());
+        kept.record(k("127.0.0.1:6379", "redis-cli"));
+        assert_eq!(
+            kept.summary(),
+            vec![
+                "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
+                format!(
+                    "lockrun: details and the policy lines that would allow them: lockrun audit {}",
+                    path.display()
+                ),
+            ]
+        );
+        let unkept = AuditLog::open(None).unwrap();
+        assert_eq!(unkept.summary(), Vec::<String>::new());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn fs(path: Option<&str>, access: &[&str], comm: &str) -> Event {
+        Event::Filesystem(FsEvent {
+            pid: 1,
+            comm: comm.into(),
+            path: path.map(Into::into),
+            access: access.iter().map(|&a| a.into()).collect(),
+            raw: String::new(),
+        })
+    }
+
+    #[test]
+    fn a_filesystem_refusal_says_what_was_refused_where() {
+        let log = AuditLog::open(None).unwrap();
+        log.record(fs(Some("/etc"), &["fs.make_reg"], "sh"));
+        log.record(fs(Some("/etc"), &["fs.remove_file"], "rm"));
+        log.record(fs(Some("/etc/passwd"), &["fs.write_file"], "touch"));
+        log.record(fs(Some("/etc/passwd"), &["fs.write_file"], "sh"));
+        log.record(fs(Some("/etc/passwd"), &["metadata.utimes"], "touch"));
+        log.record(fs(Some("/etc/x"), &["fs.write_file", "fs.truncate"], "sh"));
+        log.record(fs(Some("/vault"), &["fs.read_dir"], "ls"));
+        log.record(fs(None, &["fs.future_right"], ""));
+        assert_eq!(
+            refusals(&log),
+            vec![
+                "lockrun: 8 filesystem accesses refused: fs.future_right (path unknown), \
+                 create a file in /etc (sh), remove a file from /etc (rm), \
+                 set the times of /etc/passwd (touch), write /etc/passwd ×2 (touch, sh), \
+                 write and truncate /etc/x (sh), list /vault (ls)"
+                    .to_owned(),
+                "lockrun: the kernel named no process for 1 of these (it names none on a host \
+                 whose audit rules leave the run out of syscall auditing, e.g. `-a task,never`)"
+                    .to_owned(),
+            ]
+        );
+    }
+
     fn k(dest: &str, comm: &str) -> Event {
         Event::KernelNetwork(KernelNetEvent {
             pid: 1,
@@ -808,7 +928,7 @@ mod tests {
         log.record(Event::AuditRecordsLost(dropped));
         log.record(Event::AuditRecordsLost(AuditLoss::SocketFull));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: lockrun's kernel audit socket overflowed while the run went on, so this \
                  run's filesystem and scope refusals may not all be shown"
@@ -861,7 +981,7 @@ mod tests {
         for port in 1..=20u16 {
             log.record(k(&format!("127.0.0.1:{port}"), "nc"));
         }
-        let lines = log.summary();
+        let lines = refusals(&log);
         assert_eq!(lines.len(), 1, "{lines:?}");
         let line = &lines[0];
         assert!(
@@ -879,7 +999,7 @@ mod tests {
         log.record(k("127.0.0.1:6379", "redis-cli"));
         log.record(k("[::1]:22", "ssh"));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: 3 connections refused: 127.0.0.1:6379 ×2 (redis-cli), [::1]:22 (ssh)"
                     .to_owned()
@@ -919,7 +1039,7 @@ mod tests {
         log.record(inbound("[fd00::2]:5353", 9000, "udp"));
         log.record(k("127.0.0.1:6379", "redis-cli"));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: 3 packets from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): from 10.1.2.3 to port 8080 (tcp) ×2, from fd00::2 to port 9000 (udp)".to_owned(),
                 "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
@@ -938,7 +1058,7 @@ mod tests {
         log.record(egress("10.1.2.3:40001", 8080));
         log.record(k("127.0.0.1:6379", "redis-cli"));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: 3 packets to outside dropped (a run's sockets exchange packets only with loopback, and no policy changes that): from port 8080 to 10.1.2.3:40000 (tcp) ×2, from port 8080 to 10.1.2.3:40001 (tcp)".to_owned(),
                 "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
@@ -963,7 +1083,7 @@ mod tests {
         log.record(call("unshare", "bwrap"));
         log.record(call("clone with CLONE_NEWUSER", "chrome"));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: 3 system calls refused (seccomp: calls that would widen the sandbox, which no policy allows): clone with CLONE_NEWUSER (chrome), unshare ×2 (bwrap)".to_owned(),
             ]
@@ -994,7 +1114,7 @@ mod tests {
         log.record(socket("inet6", "icmp", "ping"));
         log.record(k("127.0.0.1:6379", "redis-cli"));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: 1 connection refused: 127.0.0.1:6379 (redis-cli)".to_owned(),
                 "lockrun: 3 sockets refused (a run may make inet sockets of three kinds only, TCP, MPTCP and UDP, and no policy changes that): inet udplite ×2 (python3), inet6 icmp (ping)".to_owned(),
@@ -1012,7 +1132,7 @@ mod tests {
             per_cpu: 32,
         });
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: 5000 packets from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): from 10.1.2.3 to port 9000 (udp), 4999 more not itemized (only the first 32 on each CPU are)".to_owned(),
             ]
@@ -1051,7 +1171,7 @@ mod tests {
             "cat",
         ));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![
                 "lockrun: 4 attempts to reach processes outside the run refused (Landlock; no \
                  policy allows it): signal to pid 42 (sshd) ×2 (kill, sh), abstract unix socket \
@@ -1081,7 +1201,7 @@ mod tests {
         log.record(p("", 0, cap, 503));
         log.record(p("evil.example", 443, "no allow rule matches", 403));
         assert_eq!(
-            log.summary(),
+            refusals(&log),
             vec![format!(
                 "lockrun: 3 proxy requests refused: ({cap}) ×2, evil.example:443"
             )]

@@ -408,7 +408,7 @@ fn refusal<'e>(
             f.path.clone().unwrap_or_else(|| "(path not named)".into()),
             format!(
                 "{} ({})",
-                if is_write(&f.access) { "write" } else { "read" },
+                crate::audit::refused_as(&f.access),
                 f.access.join(", ")
             ),
             named(&f.comm),
@@ -959,12 +959,20 @@ fn not_to_open(dir: &Path, raw: &str, home: &Path) -> Option<Suggestion> {
         });
     }
     if is_too_broad(dir, home) {
+        // A refusal to make or remove something names the directory itself.
+        let what = if Path::new(raw) == dir {
+            format!("making {} writable", dir.display())
+        } else {
+            format!(
+                "the nearest directory of {raw} is {}; making it writable",
+                dir.display()
+            )
+        };
         return Some(Suggestion::Warn {
             reason: format!(
-                "the nearest directory of {raw} is {}; making it writable would open far more \
-                 than this file. Point the program at the worktree or its temp dir ({{tmp}}), \
-                 usually through its own environment variable.",
-                dir.display()
+                "{what} would open far more than this needs. Point the program at the worktree \
+                 or the run's temp dir ($TMPDIR; `{{tmp}}` in a policy's [env]), usually through \
+                 its own environment variable."
             ),
         });
     }
@@ -1533,6 +1541,26 @@ mod tests {
             let s = suggest_fs(&fs(Some(p), &["fs.write_file"]), &ctx(), &dirs);
             assert!(matches!(s, Suggestion::Warn { .. }), "{p}: {s:?}");
         }
+        // A file in it names the file and its dir; a file made in it names
+        // the dir alone (Landlock's record has no name for it).
+        let file = suggest_fs(&fs(Some("/etc/hosts"), &["fs.write_file"]), &ctx(), &dirs);
+        let file = reason(&file);
+        assert!(
+            file.starts_with(
+                "the nearest directory of /etc/hosts is /etc; making it writable would open far more"
+            ),
+            "{file}"
+        );
+        let made = suggest_fs(&fs(Some("/etc"), &["fs.make_reg"]), &ctx(), &dirs);
+        let made = reason(&made);
+        assert!(
+            made.starts_with("making /etc writable would open far more than this needs."),
+            "{made}"
+        );
+        assert!(
+            made.contains("($TMPDIR; `{tmp}` in a policy's [env])"),
+            "{made}"
+        );
     }
 
     #[test]
