@@ -149,7 +149,7 @@ fn the_machines_huge_page_files_are_not_readable() {
     );
     assert!(out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains(&format!("refused: {file}")),
+        String::from_utf8_lossy(&out.stderr).contains(&format!("refused: read {file} (python3)")),
         "lockrun names the refusal: {}",
         String::from_utf8_lossy(&out.stderr)
     );
