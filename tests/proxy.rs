@@ -35,7 +35,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockrun::audit::{AuditLog, Event, ProxyEvent, Record};
+use lockrun::audit::{AuditLog, Event, ProxyEvent, ProxyVerdict, Record};
 use lockrun::policy::{HostName, HostPattern, HostRule, IpNet, NetworkPolicy, PrivateGrant};
 use lockrun::proxy::{NoResolver, ProxyConfig, RunningProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -94,6 +94,8 @@ fn policy(
 struct Proxy {
     proxy: RunningProxy,
     audit_path: PathBuf,
+    /// The log the proxy records in, for the run's end-of-run summary.
+    audit: Arc<AuditLog>,
     _dir: Scratch,
 }
 
@@ -102,12 +104,13 @@ impl Proxy {
         let dir = Scratch::new("audit");
         let audit_path = dir.0.join("audit.jsonl");
         let audit = Arc::new(AuditLog::open(Some(&audit_path)).unwrap());
-        let mut config = ProxyConfig::new(network, audit, Arc::new(NoResolver));
+        let mut config = ProxyConfig::new(network, Arc::clone(&audit), Arc::new(NoResolver));
         tweak(&mut config);
         let proxy = RunningProxy::start(config).unwrap();
         Self {
             proxy,
             audit_path,
+            audit,
             _dir: dir,
         }
     }
@@ -367,6 +370,20 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
         "{}",
         refused[2].reason
     );
+    // The same, as the verdicts `lockrun audit` and the summary go by.
+    assert_eq!(
+        refused.iter().map(|e| e.verdict).collect::<Vec<_>>(),
+        vec![
+            ProxyVerdict::NotListed,
+            ProxyVerdict::NotListed,
+            ProxyVerdict::PortNotAllowed,
+            ProxyVerdict::Address {
+                addr: th.host_ip,
+                own_host: true
+            },
+        ]
+    );
+    assert!(allowed.iter().all(|e| e.verdict == ProxyVerdict::Allowed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -984,7 +1001,9 @@ http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
 
 /// Upstream failures: a port with nothing listening is 502; an address that
 /// never answers (on-link, but no host answers ARP for it) is 504 after the
-/// connect timeout. Both audited as allowed by policy (not refusals), nothing dialed.
+/// connect timeout; an allowed name that does not resolve is 502. All
+/// audited as allowed by policy, whose upstream failed (not refusals),
+/// nothing dialed; the run's summary says so, and counts no refusal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_refusal_is_502_and_silence_is_504() {
     let test = "upstream_refusal_is_502_and_silence_is_504";
@@ -1011,7 +1030,7 @@ async fn upstream_refusal_is_502_and_silence_is_504() {
     let silent = [silent];
     let p = Proxy::start(
         policy(
-            &["closed.test:81", "silent.test:80"],
+            &["closed.test:81", "silent.test:80", "gone.test:80"],
             &[("closed.test", &ip), ("silent.test", &silent)],
             Some((&["closed.test", "silent.test"], grant)),
         ),
@@ -1035,12 +1054,42 @@ async fn upstream_refusal_is_502_and_silence_is_504() {
     .await;
     assert_eq!(status, 504, "{answer}");
     assert!(answer.contains("timed out"), "{answer}");
+    // No fixed answer, and the test's resolver answers nothing.
+    let (status, answer) = raw(
+        p.addr(),
+        format!("CONNECT gone.test:80 HTTP/1.1\r\n{a}\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 502, "{answer}");
+    assert!(
+        answer.contains("upstream: no resolver: gone.test"),
+        "{answer}"
+    );
     let ev = p.events();
     assert_eq!(
         ev.iter().map(|e| e.status).collect::<Vec<_>>(),
-        vec![502, 504]
+        vec![502, 504, 502]
     );
-    assert!(ev.iter().all(|e| e.allowed && e.dialed.is_none()), "{ev:?}");
+    assert!(
+        ev.iter().all(|e| e.allowed
+            && e.verdict == ProxyVerdict::UpstreamFailed
+            && !e.refused()
+            && e.dialed.is_none()),
+        "{ev:?}"
+    );
+    assert!(p.audit.refused().is_empty(), "{:?}", p.audit.refused());
+    let summary = p.audit.summary();
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    assert!(
+        summary[0].starts_with(
+            "lockrun: 3 proxy requests the policy allowed failed upstream, not refused: \
+             closed.test:81 (allowed by `closed.test:81`; upstream: cannot connect: "
+        ) && summary[0].contains("gone.test:80 (no resolver: gone.test is not in")
+            && summary[0].contains(
+                "silent.test:80 (allowed by `silent.test:80`; upstream: cannot connect: "
+            ),
+        "{summary:?}"
+    );
 }
 
 /// Forwarded requests keep their upstream connection for the next one, but

@@ -37,7 +37,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use build::TestBuild;
-use lockrun::audit::{Destination, Event, KernelNetEvent, ProxyEvent, Record};
+use lockrun::audit::{Destination, Event, KernelNetEvent, ProxyEvent, ProxyVerdict, Record};
 use lockrun::policy::IpNet;
 use support::{can_netns, skip, Range, Scratch, TestHost};
 
@@ -406,6 +406,90 @@ fn an_unlisted_name_gets_403_and_the_host_hears_nothing() {
             .lines()
             .any(|l| l == "lockrun: 2 proxy requests refused: unlisted.test:80 ×2"),
         "{stderr}"
+    );
+}
+
+/// A host the policy allows whose upstream fails (its checked address takes
+/// no connection on that port) is the upstream's failure, not a refusal:
+/// the client gets 502 with the cause, the audit log records it as allowed
+/// with verdict `upstream_failed`, the end-of-run summary says "failed
+/// upstream, not refused" apart from the refusals, and `lockrun audit`
+/// offers no line to allow what is allowed. Beside it, a refused host is
+/// still called refused (the control).
+#[test]
+fn an_allowed_host_whose_upstream_fails_is_not_called_refused() {
+    let test = "an_allowed_host_whose_upstream_fails_is_not_called_refused";
+    if !can_run(test) {
+        return;
+    }
+    let (th, mut net) = web_host();
+    // Port 81 of the test host: nothing listens there.
+    net.allow.push("down.test:81".into());
+    net.resolve.push(("down.test", vec![th.ns_ip]));
+    net.resolve.push(("unlisted.test", vec![th.ns_ip]));
+    if let Some((hosts, _)) = &mut net.private {
+        hosts.push("down.test");
+    }
+    let sb = Sandbox::new(&net);
+    let out = sb.run(
+        r#"
+        echo "down=$(curl -s -D "$WT/down.head" -o /dev/null -w '%{http_code}' http://down.test:81/)"
+        echo "unlisted=$(curl -s -o /dev/null -w '%{http_code}' http://unlisted.test/)"
+        "#,
+    );
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(field(&stdout, "down"), "502", "{stdout}\n{stderr}");
+    assert_eq!(field(&stdout, "unlisted"), "403", "{stdout}\n{stderr}");
+    let head = std::fs::read_to_string(sb.wt().join("down.head")).unwrap();
+    assert!(
+        head.lines().any(
+            |l| l.starts_with("X-Lockrun-Reason: upstream: cannot connect: ")
+                && l.contains("Connection refused")
+        ),
+        "{head}"
+    );
+
+    let ev = sb.proxy_events();
+    let down: Vec<_> = ev.iter().filter(|e| e.host == "down.test").collect();
+    assert_eq!(down.len(), 1, "{ev:?}");
+    assert!(down[0].allowed && !down[0].refused(), "{:?}", down[0]);
+    assert_eq!(down[0].verdict, ProxyVerdict::UpstreamFailed);
+    assert_eq!(down[0].status, 502);
+
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("lockrun: "))
+        .collect();
+    assert_eq!(
+        lines[0], "lockrun: 1 proxy request refused: unlisted.test:80",
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with("lockrun: details and the policy lines"),
+        "{stderr}"
+    );
+    assert!(
+        lines[2].starts_with(
+            "lockrun: 1 proxy request the policy allowed failed upstream, not refused: \
+             down.test:81 (allowed by `down.test:81`; upstream: cannot connect: "
+        ),
+        "{stderr}"
+    );
+    assert_eq!(lines.len(), 3, "{stderr}");
+
+    let audit = Command::new(BIN)
+        .args(["audit", sb.audit_path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let explained = text(&audit.stdout);
+    assert!(
+        explained.contains("unlisted.test:80 — GET → 403")
+            && explained.contains("allow = [\"unlisted.test:80\"]")
+            && !explained.contains("down.test:81 —")
+            && !explained.contains("allow = [\"down.test:81\"]"),
+        "lockrun audit: {explained}{}",
+        text(&audit.stderr)
     );
 }
 

@@ -178,11 +178,87 @@ pub struct ProxyEvent {
     pub port: u16,
     /// The checked address actually dialed, when one was.
     pub dialed: Option<SocketAddr>,
+    /// The policy let the request through ([`ProxyVerdict::allowed`]).
     pub allowed: bool,
-    /// Why: the rule that allowed it, or the refusal reason.
+    /// Why, in words: the rule that allowed it, or the refusal reason.
     pub reason: String,
     /// HTTP status returned to the client.
     pub status: u16,
+    /// Why, as the proxy decided it: what the summary and `lockrun audit`
+    /// go by. A log written before lockrun recorded it reads back as
+    /// [`ProxyVerdict::Unrecorded`].
+    #[serde(default)]
+    pub verdict: ProxyVerdict,
+}
+
+impl ProxyEvent {
+    /// Refused by the proxy: a request the policy, the address guard or the
+    /// proxy itself turned away. Not a client's first try without the
+    /// credentials (git asks once without them, then with them), and not a
+    /// request the policy allowed whose upstream then failed.
+    #[must_use]
+    pub fn refused(&self) -> bool {
+        match self.verdict {
+            ProxyVerdict::Unrecorded => !self.allowed && self.status != 407,
+            v => !v.allowed() && v != ProxyVerdict::NoCredentials,
+        }
+    }
+}
+
+/// What the proxy decided about a request, and why, as a value: the
+/// `reason` beside it says the same in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProxyVerdict {
+    /// Allowed, and relayed to the upstream (whatever it answered).
+    Allowed,
+    /// Allowed by the policy, but the upstream failed: its name did not
+    /// resolve (in time) or has no address, no checked address took the
+    /// connection, or it closed before its answer was through. No policy
+    /// line changes that.
+    UpstreamFailed,
+    /// No allow rule names the host.
+    NotListed,
+    /// Allow rules name the host, on other ports only.
+    PortNotAllowed,
+    /// A `[network] deny` entry covers the host (deny wins over allow).
+    Denied,
+    /// The request named an IP address that no allow rule lists.
+    IpLiteral,
+    /// The address guard refused `addr`, which the host resolved to (or
+    /// the listed IP literal itself): a loopback, private, link-local,
+    /// reserved or embedded address not granted, or (`own_host`) an
+    /// address of this host.
+    Address {
+        addr: std::net::IpAddr,
+        own_host: bool,
+    },
+    /// The proxy could not read this host's addresses, without which it
+    /// cannot judge an answer: refused rather than judged without them.
+    GuardUnavailable,
+    /// No proxy credentials: the challenge a client answers by sending
+    /// them (git's first try). Not counted as a refusal.
+    NoCredentials,
+    /// Credentials that are not this run's.
+    WrongCredentials,
+    /// The request itself: malformed, too large, a method or HTTP version
+    /// the proxy does not serve, or not complete in time.
+    BadRequest,
+    /// Over the run's connection cap (`run.max_connections`).
+    Overloaded,
+    /// Not recorded: a log from a lockrun before the verdict was written.
+    #[default]
+    Unrecorded,
+}
+
+impl ProxyVerdict {
+    /// The policy let the request through (the upstream may still have
+    /// failed). `false` for [`Self::Unrecorded`]: the event's `allowed`
+    /// says.
+    #[must_use]
+    pub fn allowed(self) -> bool {
+        matches!(self, Self::Allowed | Self::UpstreamFailed)
+    }
 }
 
 /// A filesystem access refused by Landlock (from the kernel audit records) or
@@ -410,6 +486,9 @@ struct Tally {
     /// Sockets of a kind a run may not make, by kind (`inet udplite`).
     sockets: BTreeMap<String, (u64, Vec<String>)>,
     proxy: BTreeMap<String, u64>,
+    /// Requests the policy allowed whose upstream failed, by target: count
+    /// and the latest reason.
+    upstream: BTreeMap<String, (u64, String)>,
     /// Filesystem refusals by path and what was refused there
     /// ([`refused_as`]).
     fs: BTreeMap<(String, String), (u64, Vec<String>)>,
@@ -430,6 +509,54 @@ fn seen(entry: &mut (u64, Vec<String>), comm: &str) {
 }
 
 impl Tally {
+    /// The proxy's refusals, by target.
+    fn proxy_line(&self) -> Option<String> {
+        let n: u64 = self.proxy.values().sum();
+        let parts: Vec<String> = self
+            .proxy
+            .iter()
+            .map(|(h, n)| {
+                if *n > 1 {
+                    format!("{h} ×{n}")
+                } else {
+                    h.clone()
+                }
+            })
+            .collect();
+        (n > 0).then(|| {
+            format!(
+                "lockrun: {n} proxy {} refused: {}",
+                plural(n, "request", "requests"),
+                parts.join(", ")
+            )
+        })
+    }
+
+    /// Requests the policy allowed whose upstream failed, by target, each
+    /// with the latest cause.
+    fn upstream_line(&self) -> Option<String> {
+        let n: u64 = self.upstream.values().map(|(n, _)| n).sum();
+        let parts: Vec<String> = self
+            .upstream
+            .iter()
+            .map(|(h, (n, why))| {
+                let times = if *n > 1 {
+                    format!(" ×{n}")
+                } else {
+                    String::new()
+                };
+                format!("{h}{times} ({why})")
+            })
+            .collect();
+        (n > 0).then(|| {
+            format!(
+                "lockrun: {n} proxy {} the policy allowed failed upstream, not refused: {}",
+                plural(n, "request", "requests"),
+                parts.join(", ")
+            )
+        })
+    }
+
     /// The summary's lines for packets the packet programs dropped: from
     /// outside (`ingress`), and of the run's sockets to outside (`egress`).
     fn packet_lines(&self, lines: &mut Vec<String>) {
@@ -569,9 +696,15 @@ impl AuditLog {
                 t.inbound_unitemized += count;
                 t.inbound_per_cpu = *per_cpu;
             }
-            // 407 is the credentials challenge (git asks once without them):
-            // not a policy refusal.
-            Event::Proxy(p) if !p.allowed && p.status != 407 => {
+            Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
+                let e = t
+                    .upstream
+                    .entry(format!("{}:{}", p.host, p.port))
+                    .or_default();
+                e.0 += 1;
+                e.1.clone_from(&p.reason);
+            }
+            Event::Proxy(p) if p.refused() => {
                 *t.refused.entry(Layer::Proxy).or_default() += 1;
                 // A connection refused before any request (the cap, a head
                 // that never came) has no target: its reason names it.
@@ -617,7 +750,9 @@ impl AuditLog {
             .clone()
     }
 
-    /// The end-of-run summary lines for stderr (empty when nothing was refused).
+    /// The end-of-run summary lines for stderr: what was refused, and
+    /// requests the policy allowed whose upstream failed (empty when
+    /// neither).
     #[must_use]
     pub fn summary(&self) -> Vec<String> {
         let t = self
@@ -655,25 +790,7 @@ impl AuditLog {
                 parts.join(", ")
             ));
         }
-        let n_proxy: u64 = t.proxy.values().sum();
-        if n_proxy > 0 {
-            let parts: Vec<String> = t
-                .proxy
-                .iter()
-                .map(|(h, n)| {
-                    if *n > 1 {
-                        format!("{h} ×{n}")
-                    } else {
-                        h.clone()
-                    }
-                })
-                .collect();
-            lines.push(format!(
-                "lockrun: {n_proxy} proxy {} refused: {}",
-                plural(n_proxy, "request", "requests"),
-                parts.join(", ")
-            ));
-        }
+        lines.extend(t.proxy_line());
         let n_fs: u64 = t.fs.values().map(|(n, _)| n).sum();
         if n_fs > 0 {
             let parts = counted(&t.fs, |(path, what)| format!("{what} {path}"));
@@ -718,6 +835,8 @@ impl AuditLog {
                 None => "lockrun: for details and the policy lines that would allow them, run it again with --audit-log FILE, then: lockrun audit FILE".to_owned(),
             });
         }
+        // Last, and without the pointer to policy lines: not refusals.
+        lines.extend(t.upstream_line());
         lines
     }
 }
@@ -1185,27 +1304,92 @@ mod tests {
     #[test]
     fn proxy_refusals_without_a_target_are_named_by_their_reason() {
         let log = AuditLog::open(None).unwrap();
-        let p = |host: &str, port: u16, reason: &str, status: u16| {
-            Event::Proxy(ProxyEvent {
-                method: if host.is_empty() { "" } else { "CONNECT" }.into(),
-                host: host.into(),
-                port,
-                dialed: None,
-                allowed: false,
-                reason: reason.into(),
-                status,
-            })
-        };
         let cap = "too many connections (run.max_connections = 256)";
-        log.record(p("", 0, cap, 503));
-        log.record(p("", 0, cap, 503));
-        log.record(p("evil.example", 443, "no allow rule matches", 403));
+        log.record(proxy("", 0, ProxyVerdict::Overloaded, cap, 503));
+        log.record(proxy("", 0, ProxyVerdict::Overloaded, cap, 503));
+        log.record(proxy(
+            "evil.example",
+            443,
+            ProxyVerdict::NotListed,
+            "evil.example is not in the allowlist",
+            403,
+        ));
         assert_eq!(
             refusals(&log),
             vec![format!(
                 "lockrun: 3 proxy requests refused: ({cap}) ×2, evil.example:443"
             )]
         );
+    }
+
+    fn proxy(host: &str, port: u16, verdict: ProxyVerdict, reason: &str, status: u16) -> Event {
+        Event::Proxy(ProxyEvent {
+            method: if host.is_empty() { "" } else { "CONNECT" }.into(),
+            host: host.into(),
+            port,
+            dialed: None,
+            allowed: verdict.allowed(),
+            reason: reason.into(),
+            status,
+            verdict,
+        })
+    }
+
+    /// A request the policy allowed whose upstream failed (its name did not
+    /// resolve, no connection) is said apart, after the refusals and their
+    /// pointer to policy lines, and counted as no refusal; the credentials
+    /// challenge is not said at all.
+    #[test]
+    fn an_allowed_request_whose_upstream_failed_is_not_called_refused() {
+        let log = AuditLog::open(None).unwrap();
+        let unresolved = "resolving api.example.com failed: Name or service not known";
+        log.record(proxy(
+            "api.example.com",
+            443,
+            ProxyVerdict::UpstreamFailed,
+            unresolved,
+            502,
+        ));
+        log.record(proxy(
+            "api.example.com",
+            443,
+            ProxyVerdict::UpstreamFailed,
+            unresolved,
+            502,
+        ));
+        log.record(proxy(
+            "git.example.com",
+            443,
+            ProxyVerdict::NoCredentials,
+            "proxy credentials required",
+            407,
+        ));
+        assert_eq!(
+            log.summary(),
+            vec![format!(
+                "lockrun: 2 proxy requests the policy allowed failed upstream, not refused: api.example.com:443 ×2 ({unresolved})"
+            )]
+        );
+        assert!(log.refused().is_empty());
+        log.record(proxy(
+            "evil.example",
+            443,
+            ProxyVerdict::NotListed,
+            "evil.example is not in the allowlist",
+            403,
+        ));
+        let lines = log.summary();
+        assert_eq!(
+            lines[0],
+            "lockrun: 1 proxy request refused: evil.example:443"
+        );
+        assert!(lines[1].contains("--audit-log FILE"), "{lines:?}");
+        assert!(
+            lines[2].contains("failed upstream, not refused"),
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 3);
+        assert_eq!(log.refused(), BTreeMap::from([(Layer::Proxy, 1)]));
     }
 
     #[test]

@@ -13,13 +13,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::audit::{
-    Destination, Event, FsEvent, KernelNetEvent, Layer, ProxyEvent, Record, ScopeTarget,
+    Destination, Event, FsEvent, KernelNetEvent, Layer, ProxyEvent, ProxyVerdict, Record,
+    ScopeTarget,
 };
 use crate::cli::AuditArgs;
 use crate::policy::{HostName, Overrides, PathSpec, Policy};
@@ -349,7 +350,7 @@ fn refusal<'e>(
     is_dir: &dyn Fn(&Path) -> bool,
 ) -> Option<(Layer, String, String, Option<&'e str>, Suggestion)> {
     Some(match event {
-        Event::Proxy(p) if !p.allowed => (
+        Event::Proxy(p) if p.refused() => (
             Layer::Proxy,
             format!("{}:{}", show_host(&p.host), p.port),
             format!("{} → {}: {}", p.method, p.status, p.reason),
@@ -486,100 +487,107 @@ fn state_dir_from_run_path(path: &Path, run_id: &str) -> Option<PathBuf> {
 
 // ---------------------------------------------------------------- proxy
 
-/// The line that would allow a proxy refusal, or why there is none.
+/// The line that would allow a proxy refusal, or why there is none: by
+/// the refusal's verdict, as the proxy recorded it.
 #[must_use]
 pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
-    let reason = ev.reason.to_ascii_lowercase();
     let host = ev.host.trim_start_matches('[').trim_end_matches(']');
-    let addr = ev.dialed.map(|a| a.ip()).or_else(|| find_ip(&ev.reason));
-
-    // An IP literal: the proxy allows names only.
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return match classify(ip) {
-            AddrClass::Loopback | AddrClass::Unspecified => Suggestion::Never {
-                reason: format!(
-                    "{ip} is this host (loopback): the proxy never connects back to the host. \
-                     A local service is reached directly with [network] local = [\"ADDR:PORT\"]."
-                ),
-            },
-            _ => Suggestion::Explain {
-                reason: format!(
-                    "the request named an IP address ({ip}); the proxy allows host names only, \
-                     checked before DNS. Make the program use the host's name, then allow that name."
-                ),
-            },
-        };
-    }
-    if mentions_any(
-        &reason,
-        &["own address", "host's own", "this host", "host address"],
-    ) {
-        return Suggestion::Never {
-            reason: format!(
-                "{} resolved to an address of this host{}; the proxy never connects to the host \
-                 itself (that would reach services outside the sandbox). A service on this host is \
-                 reached directly: [network] local = [\"127.0.0.1:PORT\"].",
-                host,
-                addr.map(|a| format!(" ({a})")).unwrap_or_default()
-            ),
-        };
-    }
-    if let Some(ip) = addr.filter(|_| is_guard_reason(&reason)) {
-        return suggest_guarded(host, ip, &ev.reason);
-    }
-    if is_guard_reason(&reason) {
-        if mentions_any(&reason, &["loopback", "localhost"]) {
-            return Suggestion::Never {
-                reason: format!(
-                    "{host} resolved to a loopback address: the proxy never connects back to the \
-                     host. A local service is reached directly with [network] local."
-                ),
-            };
-        }
-        return Suggestion::Explain {
-            reason: format!(
-                "the address guard refused what {host} resolved to ({}), and the log does not name \
-                 the address. If {host} really lives on a private network, grant it: \
-                 [[network.private]] hosts = [\"{host}\"] network = \"<its address>/32\".",
-                ev.reason
-            ),
-        };
-    }
-    if reason.contains("deny") {
-        return Suggestion::Explain {
+    match ev.verdict {
+        ProxyVerdict::NotListed | ProxyVerdict::PortNotAllowed => allow_host(host, ev.port),
+        ProxyVerdict::Denied => Suggestion::Explain {
             reason: format!(
                 "{host} matches a [network] deny entry ({}); deny wins over allow. Remove that \
                  entry from the policy if the host is really needed.",
                 ev.reason
             ),
-        };
-    }
-    if matches!(ev.status, 400 | 405 | 501)
-        || mentions_any(
-            &reason,
-            &["malformed", "invalid", "method", "userinfo", "bad request"],
-        )
-    {
-        return Suggestion::Explain {
+        },
+        // An IP literal: the proxy allows names only.
+        ProxyVerdict::IpLiteral => match host.parse::<IpAddr>().map(classify) {
+            Ok(AddrClass::Loopback | AddrClass::Unspecified) => Suggestion::Never {
+                reason: format!(
+                    "{host} is this host (loopback): the proxy never connects back to the host. \
+                     A local service is reached directly with [network] local = [\"ADDR:PORT\"]."
+                ),
+            },
+            _ => Suggestion::Explain {
+                reason: format!(
+                    "the request named an IP address ({host}); the proxy allows host names only, \
+                     checked before DNS. Make the program use the host's name, then allow that name."
+                ),
+            },
+        },
+        ProxyVerdict::Address {
+            addr,
+            own_host: true,
+        } => Suggestion::Never {
+            reason: format!(
+                "{host} resolved to an address of this host ({addr}); the proxy never connects \
+                 to the host itself (that would reach services outside the sandbox). A service \
+                 on this host is reached directly: [network] local = [\"127.0.0.1:PORT\"]."
+            ),
+        },
+        ProxyVerdict::Address {
+            addr,
+            own_host: false,
+        } => suggest_guarded(host, addr, &ev.reason),
+        ProxyVerdict::GuardUnavailable => Suggestion::Explain {
+            reason: format!(
+                "the proxy could not read this host's addresses, without which it cannot judge \
+                 what {host} resolved to, so it refused ({}); no policy line changes that. Run \
+                 it again.",
+                ev.reason
+            ),
+        },
+        ProxyVerdict::WrongCredentials | ProxyVerdict::NoCredentials => Suggestion::Explain {
+            reason: "the request came without this run's proxy credentials (the proxy URL in \
+                     the run's environment carries them); no policy line changes that."
+                .into(),
+        },
+        ProxyVerdict::BadRequest => Suggestion::Explain {
             reason: format!(
                 "the request itself was refused, not its host ({}); no policy line changes that.",
                 ev.reason
             ),
-        };
+        },
+        ProxyVerdict::Overloaded => Suggestion::Explain {
+            reason: format!(
+                "{}: the run had that many connections to the proxy open at once. Raise [run] \
+                 max_connections in the policy if the command really needs more.",
+                ev.reason
+            ),
+        },
+        ProxyVerdict::Allowed | ProxyVerdict::UpstreamFailed => Suggestion::Explain {
+            reason: format!(
+                "the policy allowed it; the upstream failed ({}). No policy line changes that.",
+                ev.reason
+            ),
+        },
+        ProxyVerdict::Unrecorded => Suggestion::Explain {
+            reason: format!(
+                "refused: {}. This log is from an earlier lockrun, which did not record the \
+                 refusal in a form `lockrun audit` can advise on; run the command again with \
+                 this lockrun for the line that would allow it.",
+                ev.reason
+            ),
+        },
     }
+}
+
+/// `[network] allow` for `host` (the port too, unless 443), and the flag.
+fn allow_host(host: &str, port: u16) -> Suggestion {
     let Ok(name) = HostName::parse(host) else {
         return Suggestion::Explain {
             reason: format!("`{host}` is not a valid host name; nothing to allow."),
         };
     };
-    let rule = if ev.port == 443 {
+    let rule = if port == 443 {
         name.to_string()
     } else {
-        format!("{name}:{}", ev.port)
+        format!("{name}:{port}")
     };
     Suggestion::Allow {
         policy: format!("[network]\nallow = [\"{rule}\"]"),
-        flag: Some(format!("--allow-host {name}:{}", ev.port)),
+        flag: Some(format!("--allow-host {name}:{port}")),
         note: None,
     }
 }
@@ -628,53 +636,6 @@ fn suggest_guarded(host: &str, ip: IpAddr, reason: &str) -> Suggestion {
             ),
         },
     }
-}
-
-fn is_guard_reason(reason: &str) -> bool {
-    mentions_any(
-        reason,
-        &[
-            "address guard",
-            "guard",
-            "loopback",
-            "private",
-            "link-local",
-            "link local",
-            "cgnat",
-            "shared address",
-            "unique local",
-            "multicast",
-            "broadcast",
-            "unspecified",
-            "reserved",
-            "nat64",
-            "6to4",
-            "teredo",
-            "mapped",
-        ],
-    )
-}
-
-fn mentions_any(haystack: &str, needles: &[&str]) -> bool {
-    needles.iter().any(|n| haystack.contains(n))
-}
-
-/// The first IP address (or `ADDR:PORT`, `[v6]:PORT`) named in a text.
-fn find_ip(text: &str) -> Option<IpAddr> {
-    text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '"' | '\''))
-        .map(|t| t.trim_end_matches(['.', ':']))
-        .find_map(|t| {
-            t.parse::<IpAddr>()
-                .ok()
-                .or_else(|| t.parse::<SocketAddr>().ok().map(|s| s.ip()))
-                .or_else(|| {
-                    t.trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .parse::<Ipv6Addr>()
-                        .ok()
-                        .map(IpAddr::V6)
-                })
-        })
 }
 
 // ---------------------------------------------------------------- kernel
@@ -1218,17 +1179,46 @@ fn render_suggestion(out: &mut String, s: &Suggestion) {
 #[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
+    use crate::policy::NetworkPolicy;
+    use crate::proxy::allowlist::Reason;
+    use crate::proxy::guard::check_addr;
 
-    fn proxy(host: &str, port: u16, reason: &str, status: u16) -> ProxyEvent {
+    /// A refusal as the proxy records it: the allowlist's or the address
+    /// guard's own `Reason`, in words and as the verdict.
+    fn proxy(host: &str, port: u16, why: &Reason) -> ProxyEvent {
         ProxyEvent {
             method: "CONNECT".into(),
             host: host.into(),
             port,
             dialed: None,
             allowed: false,
-            reason: reason.into(),
-            status,
+            reason: why.to_string(),
+            status: 403,
+            verdict: why.verdict(),
         }
+    }
+
+    /// What the proxy decides for `host` on port 443 under a policy that
+    /// allows it, resolving to `addr`, on a host whose own addresses are
+    /// `own`: its refusal (the allowlist and the guard themselves).
+    fn guarded(host: &str, addr: &str, own: &[&str]) -> ProxyEvent {
+        let name = HostName::parse(host).unwrap();
+        let own: std::collections::HashSet<IpAddr> =
+            own.iter().map(|a| a.parse().unwrap()).collect();
+        let addr: IpAddr = addr.parse().unwrap();
+        let refusal = check_addr(&NetworkPolicy::default(), &name, addr, &own).unwrap_err();
+        proxy(
+            host,
+            443,
+            &Reason::Address {
+                host: host.into(),
+                refusal,
+            },
+        )
+    }
+
+    fn not_listed(host: &str, port: u16) -> ProxyEvent {
+        proxy(host, port, &Reason::NotListed { host: host.into() })
     }
 
     fn kernel(dest: Destination, protocol: &str) -> KernelNetEvent {
@@ -1310,7 +1300,7 @@ mod tests {
 
     #[test]
     fn proxy_host_on_443_is_allowed_by_name() {
-        let s = suggest_proxy(&proxy("API.Example.com", 443, "no allow rule matches", 403));
+        let s = suggest_proxy(&not_listed("api.example.com", 443));
         assert_eq!(
             allow(&s),
             (
@@ -1322,29 +1312,24 @@ mod tests {
 
     #[test]
     fn proxy_host_on_other_port_names_the_port() {
-        let s = suggest_proxy(&proxy(
-            "git.example.org",
-            8443,
-            "no allow rule matches",
-            403,
-        ));
-        assert_eq!(
-            allow(&s),
-            (
-                "[network]\nallow = [\"git.example.org:8443\"]",
-                Some("--allow-host git.example.org:8443")
-            )
+        let s = suggest_proxy(&not_listed("git.example.org", 8443));
+        let expected = (
+            "[network]\nallow = [\"git.example.org:8443\"]",
+            Some("--allow-host git.example.org:8443"),
         );
+        assert_eq!(allow(&s), expected);
+        let other_port = Reason::PortNotAllowed {
+            host: "git.example.org".into(),
+            port: crate::policy::Port::new(8443).unwrap(),
+            allowed: "443".into(),
+        };
+        let s = suggest_proxy(&proxy("git.example.org", 8443, &other_port));
+        assert_eq!(allow(&s), expected);
     }
 
     #[test]
     fn proxy_private_address_gets_a_private_grant() {
-        let s = suggest_proxy(&proxy(
-            "git.internal.example",
-            443,
-            "address guard: 10.20.0.5 is private (RFC 1918)",
-            403,
-        ));
+        let s = suggest_proxy(&guarded("git.internal.example", "10.20.0.5", &[]));
         let Suggestion::Allow { policy, flag, .. } = &s else {
             panic!("{s:?}")
         };
@@ -1353,22 +1338,12 @@ mod tests {
             "[[network.private]]\nhosts = [\"git.internal.example\"]\nnetwork = \"10.20.0.5/32\""
         );
         assert_eq!(flag, &None);
-        let v6 = suggest_proxy(&proxy(
-            "db.internal.example",
-            443,
-            "address guard: fd00::5 is unique local",
-            403,
-        ));
+        let v6 = suggest_proxy(&guarded("db.internal.example", "fd00::5", &[]));
         assert!(
             allow(&v6).0.ends_with("network = \"fd00::5/128\""),
             "{v6:?}"
         );
-        let cgnat = suggest_proxy(&proxy(
-            "t.example",
-            443,
-            "address guard: 100.64.1.2 is CGNAT",
-            403,
-        ));
+        let cgnat = suggest_proxy(&guarded("t.example", "100.64.1.2", &[]));
         assert!(
             allow(&cgnat).0.ends_with("network = \"100.64.1.2/32\""),
             "{cgnat:?}"
@@ -1377,66 +1352,98 @@ mod tests {
 
     #[test]
     fn proxy_never_suggests_loopback_or_the_host() {
-        for (host, why) in [
-            ("localhost", "address guard: 127.0.0.1 is loopback"),
-            (
-                "evil.example",
-                "address guard: ::ffff:127.0.0.1 is IPv4-mapped loopback",
+        for ev in [
+            guarded("localhost", "127.0.0.1", &[]),
+            guarded("evil.example", "::ffff:127.0.0.1", &[]),
+            guarded("evil.example", "::1", &[]),
+            guarded("me.example", "9.9.9.9", &["9.9.9.9"]),
+            guarded("me.example", "2606:4700::1111", &["2606:4700::1111"]),
+            guarded("meta.example", "169.254.169.254", &[]),
+            proxy(
+                "127.0.0.1",
+                443,
+                &Reason::IpLiteral {
+                    addr: "127.0.0.1".parse().unwrap(),
+                },
             ),
-            ("evil.example", "address guard: ::1 is loopback"),
-            ("evil.example", "resolves to loopback"),
-            (
-                "me.example",
-                "address guard: 203.0.113.7 is one of this host's own addresses",
-            ),
-            (
-                "meta.example",
-                "address guard: 169.254.169.254 is link-local",
-            ),
-            ("127.0.0.1", "IP literal refused"),
         ] {
-            let s = suggest_proxy(&proxy(host, 443, why, 403));
+            let s = suggest_proxy(&ev);
             assert!(
                 matches!(s, Suggestion::Never { .. }),
-                "{host} / {why}: {s:?}"
+                "{} / {}: {s:?}",
+                ev.host,
+                ev.reason
             );
         }
-    }
-
-    #[test]
-    fn proxy_dialed_address_is_used_when_the_reason_has_none() {
-        let mut ev = proxy("nas.example", 443, "private address refused", 403);
-        ev.dialed = Some("192.168.1.9:443".parse().unwrap());
-        assert!(allow(&suggest_proxy(&ev))
-            .0
-            .ends_with("network = \"192.168.1.9/32\""));
-    }
-
-    #[test]
-    fn proxy_guard_without_address_explains() {
-        let s = suggest_proxy(&proxy(
-            "x.example",
-            443,
-            "address guard: private address",
-            403,
-        ));
-        assert!(matches!(s, Suggestion::Explain { .. }), "{s:?}");
-        assert!(reason(&s).contains("[[network.private]]"));
+        // A public address of this host: refused as the host's own, not
+        // as a range.
+        let own = guarded("me.example", "8.8.8.8", &["8.8.8.8"]);
+        assert_eq!(
+            own.verdict,
+            ProxyVerdict::Address {
+                addr: "8.8.8.8".parse().unwrap(),
+                own_host: true
+            }
+        );
+        assert!(reason(&suggest_proxy(&own)).contains("address of this host (8.8.8.8)"));
     }
 
     #[test]
     fn proxy_deny_entry_and_bad_requests_explain() {
-        let d = suggest_proxy(&proxy(
-            "evil.example.org",
-            443,
-            "matches deny entry evil.example.org",
-            403,
-        ));
+        let deny = Reason::Denied {
+            host: "evil.example.org".into(),
+            pattern: crate::policy::HostPattern::parse("*.example.org").unwrap(),
+        };
+        let d = suggest_proxy(&proxy("evil.example.org", 443, &deny));
         assert!(reason(&d).contains("deny wins"), "{d:?}");
-        let bad = suggest_proxy(&proxy("a.example", 443, "userinfo in target", 400));
-        assert!(reason(&bad).contains("request itself"), "{bad:?}");
-        let lit = suggest_proxy(&proxy("93.184.216.34", 443, "IP literal refused", 403));
+        assert!(reason(&d).contains("`*.example.org`"), "{d:?}");
+        let mut bad = not_listed("a.example", 443);
+        bad.verdict = ProxyVerdict::BadRequest;
+        bad.status = 400;
+        assert!(
+            reason(&suggest_proxy(&bad)).contains("request itself"),
+            "{bad:?}"
+        );
+        let lit = Reason::IpLiteral {
+            addr: "93.184.216.34".parse().unwrap(),
+        };
+        let lit = suggest_proxy(&proxy("93.184.216.34", 443, &lit));
         assert!(reason(&lit).contains("host names only"), "{lit:?}");
+    }
+
+    /// An allowed host whose name did not resolve was refused by no one:
+    /// no line to allow it (it is allowed), and not listed as a refusal.
+    #[test]
+    fn an_upstream_failure_is_not_a_refusal_and_suggests_nothing() {
+        let mut ev = not_listed("api.example.com", 443);
+        ev.verdict = ProxyVerdict::UpstreamFailed;
+        ev.allowed = true;
+        ev.status = 502;
+        ev.reason = "resolving api.example.com failed: Name or service not known".into();
+        assert!(!ev.refused());
+        let s = suggest_proxy(&ev);
+        assert!(reason(&s).contains("the policy allowed it"), "{s:?}");
+        // The credentials challenge is no refusal either; wrong ones are.
+        ev.verdict = ProxyVerdict::NoCredentials;
+        ev.allowed = false;
+        ev.status = 407;
+        assert!(!ev.refused());
+        ev.verdict = ProxyVerdict::WrongCredentials;
+        assert!(ev.refused());
+    }
+
+    /// A log from before verdicts were recorded reads back, and gets no
+    /// advice it cannot back.
+    #[test]
+    fn a_log_without_verdicts_reads_back_unrecorded() {
+        let line = r#"{"ts_ms":1,"event":"proxy","method":"CONNECT","host":"a.example","port":443,"dialed":null,"allowed":false,"reason":"a.example is not in the allowlist","status":403}"#;
+        let rec: Record = serde_json::from_str(line).unwrap();
+        let Event::Proxy(p) = rec.event else {
+            panic!("{rec:?}")
+        };
+        assert_eq!(p.verdict, ProxyVerdict::Unrecorded);
+        assert!(p.refused());
+        assert!(reason(&suggest_proxy(&p)).contains("earlier lockrun"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::guard::AddrRefusal;
+use crate::audit::ProxyVerdict;
 use crate::policy::{HostName, HostPattern, HostRule, NetworkPolicy, Port};
 
 /// Why a request was refused by policy. Printed in the 403's
@@ -34,6 +35,29 @@ pub enum Reason {
     IpLiteral { addr: IpAddr },
     #[error("{host} resolves to {refusal}; whole request refused")]
     Address { host: String, refusal: AddrRefusal },
+}
+
+impl Reason {
+    /// The same, as the audit log's typed verdict.
+    #[must_use]
+    pub fn verdict(&self) -> ProxyVerdict {
+        match self {
+            Self::NotListed { .. } => ProxyVerdict::NotListed,
+            Self::PortNotAllowed { .. } => ProxyVerdict::PortNotAllowed,
+            Self::Denied { .. } => ProxyVerdict::Denied,
+            Self::IpLiteral { .. } => ProxyVerdict::IpLiteral,
+            Self::Address { refusal, .. } => match refusal {
+                AddrRefusal::Special { addr, .. } => ProxyVerdict::Address {
+                    addr: *addr,
+                    own_host: false,
+                },
+                AddrRefusal::OwnHost { addr } => ProxyVerdict::Address {
+                    addr: *addr,
+                    own_host: true,
+                },
+            },
+        }
+    }
 }
 
 /// The allowlist's decision.

@@ -20,7 +20,7 @@ use super::pool::Pool;
 use super::request::{parse_head, Body, HeadError, Host, Kind, RequestHead, Target, MAX_HEAD};
 use super::resolver::Resolver;
 use super::ProxyConfig;
-use crate::audit::{AuditLog, Event, ProxyEvent};
+use crate::audit::{AuditLog, Event, ProxyEvent, ProxyVerdict};
 use crate::policy::{HostName, NetworkPolicy, Port};
 
 /// The buffer of a tunnel direction that could get no splice pipe (see
@@ -85,7 +85,7 @@ impl Shared {
         method: &str,
         target: Option<&Target>,
         dialed: Option<SocketAddr>,
-        allowed: bool,
+        verdict: ProxyVerdict,
         reason: String,
         status: u16,
     ) {
@@ -94,9 +94,10 @@ impl Shared {
             host: target.map(Target::host_string).unwrap_or_default(),
             port: target.map_or(0, |t| t.port.get()),
             dialed,
-            allowed,
+            allowed: verdict.allowed(),
             reason,
             status,
+            verdict,
         }));
     }
 
@@ -278,7 +279,14 @@ async fn too_many(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphor
         "too many connections (run.max_connections = {})",
         shared.max_connections
     );
-    shared.record(&method, target.as_ref(), None, false, reason.clone(), 503);
+    shared.record(
+        &method,
+        target.as_ref(),
+        None,
+        ProxyVerdict::Overloaded,
+        reason.clone(),
+        503,
+    );
     refuse_and_close(&mut client, 503, &reason).await;
 }
 
@@ -397,9 +405,25 @@ async fn refuse_and_close(client: &mut BufReader<TcpStream>, status: u16, reason
     let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
 }
 
-/// A refusal: status and reason.
+/// A refusal, or an upstream's failure: the status answered, the reason
+/// in words, and as the audit log's verdict.
 #[derive(Debug)]
-pub(crate) struct Refusal(u16, String);
+pub(crate) struct Refusal {
+    status: u16,
+    reason: String,
+    verdict: ProxyVerdict,
+}
+
+impl Refusal {
+    /// The upstream failed (`502`, or `504` when it timed out).
+    fn upstream(status: u16, reason: String) -> Self {
+        Self {
+            status,
+            reason,
+            verdict: ProxyVerdict::UpstreamFailed,
+        }
+    }
+}
 
 #[allow(clippy::too_many_lines)] // the gates in order, each with its refusal
 async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
@@ -414,29 +438,46 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                     "request head not complete within {} s",
                     shared.head_timeout.as_secs()
                 );
-                shared.record("", None, None, false, reason.clone(), 408);
+                shared.record(
+                    "",
+                    None,
+                    None,
+                    ProxyVerdict::BadRequest,
+                    reason.clone(),
+                    408,
+                );
                 refuse_and_close(&mut client, 408, &reason).await;
                 return;
             }
             Err(ReadError::Head(e)) => {
                 let status = e.status();
-                shared.record("", None, None, false, e.to_string(), status);
+                shared.record(
+                    "",
+                    None,
+                    None,
+                    ProxyVerdict::BadRequest,
+                    e.to_string(),
+                    status,
+                );
                 refuse_and_close(&mut client, status, &e.to_string()).await;
                 return;
             }
         };
         first_byte = shared.idle;
         if !shared.authorized(head.proxy_auth.as_deref()) {
-            let reason = if head.proxy_auth.is_some() {
-                "wrong proxy credentials"
+            let (verdict, reason) = if head.proxy_auth.is_some() {
+                (ProxyVerdict::WrongCredentials, "wrong proxy credentials")
             } else {
-                "proxy credentials required (use the proxy URL from the environment)"
+                (
+                    ProxyVerdict::NoCredentials,
+                    "proxy credentials required (use the proxy URL from the environment)",
+                )
             };
             shared.record(
                 &head.method,
                 Some(head.target()),
                 None,
-                false,
+                verdict,
                 reason.into(),
                 407,
             );
@@ -446,16 +487,19 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
         let target = head.target().clone();
         let (rule, addrs) = match decide(&shared, &target).await {
             Ok(d) => d,
-            Err(Refusal(status, reason)) => {
-                shared.record(
-                    &head.method,
-                    Some(&target),
-                    None,
-                    false,
-                    reason.clone(),
-                    status,
-                );
-                refuse_and_close(&mut client, status, &reason).await;
+            Err(Refusal {
+                status,
+                reason,
+                verdict,
+            }) => {
+                // A name the policy allowed that did not resolve is the
+                // upstream's failure: said as one, like a failed dial.
+                let said = match verdict {
+                    ProxyVerdict::UpstreamFailed => format!("upstream: {reason}"),
+                    _ => reason.clone(),
+                };
+                shared.record(&head.method, Some(&target), None, verdict, reason, status);
+                refuse_and_close(&mut client, status, &said).await;
                 return;
             }
         };
@@ -471,7 +515,7 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
                     &head.method,
                     Some(&target),
                     Some(dialed),
-                    true,
+                    ProxyVerdict::Allowed,
                     allowed_by,
                     200,
                 );
@@ -511,12 +555,16 @@ async fn dial_or_refuse(
 ) -> Option<(TcpStream, SocketAddr)> {
     match dial(addrs, shared.connect_timeout).await {
         Ok(u) => Some(u),
-        Err(Refusal(status, reason)) => {
+        Err(Refusal {
+            status,
+            reason,
+            verdict,
+        }) => {
             shared.record(
                 &head.method,
                 Some(head.target()),
                 None,
-                true,
+                verdict,
                 format!("{allowed_by}; upstream: {reason}"),
                 status,
             );
@@ -531,7 +579,11 @@ async fn decide(
     shared: &Shared,
     target: &Target,
 ) -> Result<(crate::policy::HostRule, Vec<SocketAddr>), Refusal> {
-    let forbidden = |r: Reason| Refusal(403, r.to_string());
+    let forbidden = |r: Reason| Refusal {
+        status: 403,
+        reason: r.to_string(),
+        verdict: r.verdict(),
+    };
     let (rule, name, addrs): (_, HostName, Vec<IpAddr>) = match &target.host {
         Host::Ip(ip) => match check_ip(&shared.network, *ip, target.port) {
             Verdict::Allow(rule) => {
@@ -552,8 +604,13 @@ async fn decide(
                     )
                     .await
                     {
-                        Err(_) => return Err(Refusal(504, format!("resolving {name} timed out"))),
-                        Ok(Err(e)) => return Err(Refusal(502, e.to_string())),
+                        Err(_) => {
+                            return Err(Refusal::upstream(
+                                504,
+                                format!("resolving {name} timed out"),
+                            ))
+                        }
+                        Ok(Err(e)) => return Err(Refusal::upstream(502, e.to_string())),
                         Ok(Ok(a)) => a,
                     }
                 };
@@ -563,13 +620,12 @@ async fn decide(
         },
     };
     if addrs.is_empty() {
-        return Err(Refusal(502, format!("{name} has no address")));
+        return Err(Refusal::upstream(502, format!("{name} has no address")));
     }
-    let own = shared.own.get().map_err(|e| {
-        Refusal(
-            502,
-            format!("cannot read this host's addresses (getifaddrs: {e}); refusing"),
-        )
+    let own = shared.own.get().map_err(|e| Refusal {
+        status: 502,
+        reason: format!("cannot read this host's addresses (getifaddrs: {e}); refusing"),
+        verdict: ProxyVerdict::GuardUnavailable,
     })?;
     check_answer(&shared.network, &name, &addrs, &own).map_err(|refusal| {
         forbidden(Reason::Address {
@@ -636,7 +692,7 @@ pub(crate) async fn dial(
         }
     }
     let status = if all_timed_out { 504 } else { 502 };
-    Err(Refusal(
+    Err(Refusal::upstream(
         status,
         format!("cannot connect: {}", errors.join("; ")),
     ))
@@ -852,7 +908,7 @@ async fn forward(
                     &head.method,
                     Some(target),
                     Some(dialed),
-                    true,
+                    ProxyVerdict::Allowed,
                     allowed_by.to_owned(),
                     status,
                 );
@@ -861,23 +917,30 @@ async fn forward(
             // The upstream had closed the kept connection: once more, fresh.
             Err(ForwardError::Stale) => {}
             Err(ForwardError::BeforeResponse(status, why)) => {
+                // 400: the client's body did not come through as framed.
+                let verdict = if status == 400 {
+                    ProxyVerdict::BadRequest
+                } else {
+                    ProxyVerdict::UpstreamFailed
+                };
                 shared.record(
                     &head.method,
                     Some(target),
                     Some(dialed),
-                    true,
+                    verdict,
                     format!("{allowed_by}; upstream: {why}"),
                     status,
                 );
                 refuse_and_close(client, status, &format!("upstream: {why}")).await;
                 return false;
             }
+            // Either side may have gone: the answer was relayed, in part.
             Err(ForwardError::AfterResponse(status)) => {
                 shared.record(
                     &head.method,
                     Some(target),
                     Some(dialed),
-                    true,
+                    ProxyVerdict::Allowed,
                     format!("{allowed_by}; relay cut short"),
                     status,
                 );
@@ -1336,9 +1399,14 @@ mod tests {
         };
         let (_, dialed) = dial(&[closed, good], Duration::from_secs(2)).await.unwrap();
         assert_eq!(dialed, good);
-        let Refusal(status, why) = dial(&[closed], Duration::from_secs(2)).await.unwrap_err();
-        assert_eq!(status, 502);
-        assert!(why.contains(&closed.to_string()), "{why}");
+        let refusal = dial(&[closed], Duration::from_secs(2)).await.unwrap_err();
+        assert_eq!(refusal.status, 502);
+        assert_eq!(refusal.verdict, ProxyVerdict::UpstreamFailed);
+        assert!(
+            refusal.reason.contains(&closed.to_string()),
+            "{}",
+            refusal.reason
+        );
     }
 
     #[tokio::test]
