@@ -57,7 +57,14 @@ struct Net<'a> {
     private: Option<(Vec<&'a str>, IpNet)>,
 }
 
-impl Net<'_> {
+impl<'a> Net<'a> {
+    /// Allow `host:port`, resolving to `ip`, in the private grant.
+    fn allow_on(&mut self, host: &'a str, port: u16, ip: IpAddr) {
+        self.allow.push(format!("{host}:{port}"));
+        self.resolve.push((host, vec![ip]));
+        self.private.as_mut().unwrap().0.push(host);
+    }
+
     fn toml(&self) -> String {
         let q = |v: &mut dyn Iterator<Item = String>| {
             v.map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
@@ -238,9 +245,7 @@ fn curl_git_and_python_inside_reach_the_allowed_test_host() {
         return;
     }
     let (th, mut net) = web_host();
-    net.allow.push("git.test:80".into());
-    net.resolve.push(("git.test", vec![th.ns_ip]));
-    net.private.as_mut().unwrap().0.push("git.test");
+    net.allow_on("git.test", 80, th.ns_ip);
 
     // A bare repo served as dumb HTTP from the test host.
     let src = Scratch::new("gitsrc");
@@ -424,12 +429,8 @@ fn an_allowed_host_whose_upstream_fails_is_not_called_refused() {
     }
     let (th, mut net) = web_host();
     // Port 81 of the test host: nothing listens there.
-    net.allow.push("down.test:81".into());
-    net.resolve.push(("down.test", vec![th.ns_ip]));
+    net.allow_on("down.test", 81, th.ns_ip);
     net.resolve.push(("unlisted.test", vec![th.ns_ip]));
-    if let Some((hosts, _)) = &mut net.private {
-        hosts.push("down.test");
-    }
     let sb = Sandbox::new(&net);
     let out = sb.run(
         r#"

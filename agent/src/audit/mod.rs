@@ -500,6 +500,15 @@ struct Tally {
     audit_loss: Vec<AuditLoss>,
 }
 
+/// ` ×n` after what was seen more than once.
+fn times(n: u64) -> String {
+    if n > 1 {
+        format!(" ×{n}")
+    } else {
+        String::new()
+    }
+}
+
 /// One more of a tally's entries, and the command that made it (once).
 fn seen(entry: &mut (u64, Vec<String>), comm: &str) {
     entry.0 += 1;
@@ -515,13 +524,7 @@ impl Tally {
         let parts: Vec<String> = self
             .proxy
             .iter()
-            .map(|(h, n)| {
-                if *n > 1 {
-                    format!("{h} ×{n}")
-                } else {
-                    h.clone()
-                }
-            })
+            .map(|(h, n)| format!("{h}{}", times(*n)))
             .collect();
         (n > 0).then(|| {
             format!(
@@ -539,14 +542,7 @@ impl Tally {
         let parts: Vec<String> = self
             .upstream
             .iter()
-            .map(|(h, (n, why))| {
-                let times = if *n > 1 {
-                    format!(" ×{n}")
-                } else {
-                    String::new()
-                };
-                format!("{h}{times} ({why})")
-            })
+            .map(|(h, (n, why))| format!("{h}{} ({why})", times(*n)))
             .collect();
         (n > 0).then(|| {
             format!(
@@ -1343,20 +1339,10 @@ mod tests {
     fn an_allowed_request_whose_upstream_failed_is_not_called_refused() {
         let log = AuditLog::open(None).unwrap();
         let unresolved = "resolving api.example.com failed: Name or service not known";
-        log.record(proxy(
-            "api.example.com",
-            443,
-            ProxyVerdict::UpstreamFailed,
-            unresolved,
-            502,
-        ));
-        log.record(proxy(
-            "api.example.com",
-            443,
-            ProxyVerdict::UpstreamFailed,
-            unresolved,
-            502,
-        ));
+        for _ in 0..2 {
+            let failed = ProxyVerdict::UpstreamFailed;
+            log.record(proxy("api.example.com", 443, failed, unresolved, 502));
+        }
         log.record(proxy(
             "git.example.com",
             443,
