@@ -379,7 +379,8 @@ async fn clients_reach_an_allowed_test_host_and_unlisted_names_get_403() {
             ProxyVerdict::PortNotAllowed,
             ProxyVerdict::Address {
                 addr: th.host_ip,
-                own_host: true
+                range: None,
+                embedded: None,
             },
         ]
     );

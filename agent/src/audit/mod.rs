@@ -226,12 +226,13 @@ pub enum ProxyVerdict {
     /// The request named an IP address that no allow rule lists.
     IpLiteral,
     /// The address guard refused `addr`, which the host resolved to (or
-    /// the listed IP literal itself): a loopback, private, link-local,
-    /// reserved or embedded address not granted, or (`own_host`) an
-    /// address of this host.
+    /// the listed IP literal itself): one in a special `range` not
+    /// granted (found as `embedded`, when an IPv6 form carries it), or,
+    /// with no range, an address of this host.
     Address {
         addr: std::net::IpAddr,
-        own_host: bool,
+        range: Option<crate::proxy::guard::Range>,
+        embedded: Option<std::net::Ipv4Addr>,
     },
     /// The proxy could not read this host's addresses, without which it
     /// cannot judge an answer: refused rather than judged without them.

@@ -24,6 +24,7 @@ use crate::audit::{
 };
 use crate::cli::AuditArgs;
 use crate::policy::{HostName, Overrides, PathSpec, Policy};
+use crate::proxy::guard::Range;
 
 /// Why a log could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -518,7 +519,8 @@ pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
         },
         ProxyVerdict::Address {
             addr,
-            own_host: true,
+            range: None,
+            ..
         } => Suggestion::Never {
             reason: format!(
                 "{host} resolved to an address of this host ({addr}); the proxy never connects \
@@ -528,8 +530,9 @@ pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
         },
         ProxyVerdict::Address {
             addr,
-            own_host: false,
-        } => suggest_guarded(host, addr, &ev.reason),
+            range: Some(range),
+            embedded,
+        } => suggest_guarded(host, addr, range, embedded),
         ProxyVerdict::GuardUnavailable => Suggestion::Explain {
             reason: format!(
                 "the proxy could not read this host's addresses, without which it cannot judge \
@@ -592,47 +595,45 @@ fn allow_host(host: &str, port: u16) -> Suggestion {
     }
 }
 
-fn suggest_guarded(host: &str, ip: IpAddr, reason: &str) -> Suggestion {
-    let ip = canonical(ip);
-    match classify(ip) {
-        AddrClass::Loopback | AddrClass::Unspecified => Suggestion::Never {
+/// For an address the guard refused as lying in `range`: a private grant
+/// where the guard would accept one (for the IPv4 address an IPv6 form
+/// carries, which is what it judges), else why not.
+fn suggest_guarded(host: &str, ip: IpAddr, range: Range, embedded: Option<Ipv4Addr>) -> Suggestion {
+    let judged = embedded.map_or(ip, IpAddr::V4);
+    match range {
+        r if r.grantable() => {
+            let net = match judged {
+                IpAddr::V4(_) => format!("{judged}/32"),
+                IpAddr::V6(_) => format!("{judged}/128"),
+            };
+            Suggestion::Allow {
+                policy: format!("[[network.private]]\nhosts = [\"{host}\"]\nnetwork = \"{net}\""),
+                flag: None,
+                note: Some(format!(
+                    "{host} resolved to {ip}, in the {} range; only a policy file can grant a \
+                     private network (there is no flag), and only for the names it lists.",
+                    r.name()
+                )),
+            }
+        }
+        Range::Loopback | Range::Unspecified | Range::ThisNetwork => Suggestion::Never {
             reason: format!(
                 "{host} resolved to {ip}, which is this host: the proxy never connects back to \
                  the host (that would reach services outside the sandbox). A local service is \
                  reached directly: [network] local = [\"127.0.0.1:PORT\"] / --allow-local."
             ),
         },
-        AddrClass::LinkLocal => Suggestion::Never {
+        Range::LinkLocal => Suggestion::Never {
             reason: format!(
                 "{host} resolved to the link-local address {ip} (where cloud metadata services \
                  and their credentials live); lockrun does not suggest opening it."
             ),
         },
-        AddrClass::Special => Suggestion::Never {
+        other => Suggestion::Never {
             reason: format!(
-                "{host} resolved to {ip}, a multicast, broadcast or reserved address: not \
-                 something a proxy tunnel can reach."
-            ),
-        },
-        AddrClass::Private => {
-            let net = match ip {
-                IpAddr::V4(_) => format!("{ip}/32"),
-                IpAddr::V6(_) => format!("{ip}/128"),
-            };
-            Suggestion::Allow {
-                policy: format!("[[network.private]]\nhosts = [\"{host}\"]\nnetwork = \"{net}\""),
-                flag: None,
-                note: Some(format!(
-                    "{host} resolved to the private address {ip}; only a policy file can grant \
-                     a private network (there is no flag), and only for the names it lists."
-                )),
-            }
-        }
-        AddrClass::Public => Suggestion::Explain {
-            reason: format!(
-                "the address guard refused {ip} for {host} ({reason}); it is not a private \
-                 network lockrun can grant. If it is one of this host's addresses, it cannot be \
-                 allowed."
+                "{host} resolved to {ip}, a {} address: not one a policy can grant, nor one a \
+                 proxy tunnel should reach.",
+                other.name()
             ),
         },
     }
@@ -1348,6 +1349,28 @@ mod tests {
             allow(&cgnat).0.ends_with("network = \"100.64.1.2/32\""),
             "{cgnat:?}"
         );
+        // An IPv6 form carrying a private IPv4 address: the guard judges,
+        // and a grant must name, the IPv4 address inside.
+        for carrier in ["64:ff9b::a14:5", "2002:a14:5::1", "::ffff:10.20.0.5"] {
+            let s = suggest_proxy(&guarded("nas.example", carrier, &[]));
+            assert!(
+                allow(&s).0.ends_with("network = \"10.20.0.5/32\""),
+                "{carrier}: {s:?}"
+            );
+        }
+        // Ranges no grant opens.
+        for (addr, what) in [
+            ("198.51.100.7", "documentation"),
+            ("198.18.0.1", "benchmarking"),
+            ("224.0.0.1", "multicast"),
+            ("0.1.2.3", "this host"),
+        ] {
+            let s = suggest_proxy(&guarded("x.example", addr, &[]));
+            assert!(
+                matches!(s, Suggestion::Never { .. }) && reason(&s).contains(what),
+                "{addr}: {s:?}"
+            );
+        }
     }
 
     #[test]
@@ -1382,7 +1405,8 @@ mod tests {
             own.verdict,
             ProxyVerdict::Address {
                 addr: "8.8.8.8".parse().unwrap(),
-                own_host: true
+                range: None,
+                embedded: None,
             }
         );
         assert!(reason(&suggest_proxy(&own)).contains("address of this host (8.8.8.8)"));

@@ -47,13 +47,15 @@ impl Reason {
             Self::Denied { .. } => ProxyVerdict::Denied,
             Self::IpLiteral { .. } => ProxyVerdict::IpLiteral,
             Self::Address { refusal, .. } => match refusal {
-                AddrRefusal::Special { addr, .. } => ProxyVerdict::Address {
+                AddrRefusal::Special { addr, special } => ProxyVerdict::Address {
                     addr: *addr,
-                    own_host: false,
+                    range: Some(special.range),
+                    embedded: special.via.map(|(_, v4)| v4),
                 },
                 AddrRefusal::OwnHost { addr } => ProxyVerdict::Address {
                     addr: *addr,
-                    own_host: true,
+                    range: None,
+                    embedded: None,
                 },
             },
         }

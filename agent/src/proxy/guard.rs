@@ -24,7 +24,8 @@ use crate::policy::{HostName, NetworkPolicy};
 
 /// A special-purpose range the proxy never dials (unless granted, for the
 /// private ones).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Range {
     Loopback,
     Unspecified,
@@ -65,7 +66,9 @@ impl Range {
         matches!(self, Self::Private | Self::SharedCgnat | Self::UniqueLocal)
     }
 
-    fn name(self) -> &'static str {
+    /// Its name in words, as refusals say it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
         match self {
             Self::Loopback => "loopback",
             Self::Unspecified => "unspecified",
