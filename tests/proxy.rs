@@ -1085,10 +1085,10 @@ async fn upstream_refusal_is_502_and_silence_is_504() {
         summary[0].starts_with(
             "lockrun: 3 proxy requests the policy allowed failed upstream, not refused: \
              closed.test:81 (allowed by `closed.test:81`; upstream: cannot connect: "
-        ) && summary[0].contains("gone.test:80 (no resolver: gone.test is not in")
-            && summary[0].contains(
-                "silent.test:80 (allowed by `silent.test:80`; upstream: cannot connect: "
-            ),
+        ) && summary[0].contains(
+            "gone.test:80 (allowed by `gone.test:80`; upstream: no resolver: gone.test is not in"
+        ) && summary[0]
+            .contains("silent.test:80 (allowed by `silent.test:80`; upstream: cannot connect: "),
         "{summary:?}"
     );
 }

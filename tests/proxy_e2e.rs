@@ -484,11 +484,20 @@ fn an_allowed_host_whose_upstream_fails_is_not_called_refused() {
         .output()
         .unwrap();
     let explained = text(&audit.stdout);
+    // The refusal with its policy line; the upstream's failure apart,
+    // after it, with none.
+    let (refusals, failures) = explained
+        .split_once("  allowed, but failed upstream (not refused; no policy line changes these):\n")
+        .unwrap_or((&explained, ""));
     assert!(
-        explained.contains("unlisted.test:80 — GET → 403")
-            && explained.contains("allow = [\"unlisted.test:80\"]")
-            && !explained.contains("down.test:81 —")
-            && !explained.contains("allow = [\"down.test:81\"]"),
+        refusals.contains("unlisted.test:80 — GET → 403")
+            && refusals.contains("allow = [\"unlisted.test:80\"]")
+            && !refusals.contains("down.test:81 —")
+            && !refusals.contains("allow = [\"down.test:81\"]")
+            && failures.starts_with(
+                "    down.test:81 — GET → 502: allowed by `down.test:81`; upstream: cannot connect: "
+            )
+            && failures.lines().count() == 1,
         "lockrun audit: {explained}{}",
         text(&audit.stderr)
     );

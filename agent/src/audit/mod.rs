@@ -502,7 +502,7 @@ struct Tally {
 }
 
 /// ` ×n` after what was seen more than once.
-fn times(n: u64) -> String {
+pub(crate) fn times(n: u64) -> String {
     if n > 1 {
         format!(" ×{n}")
     } else {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::audit::{
-    Destination, Event, FsEvent, KernelNetEvent, Layer, ProxyEvent, ProxyVerdict, Record,
+    times, Destination, Event, FsEvent, KernelNetEvent, Layer, ProxyEvent, ProxyVerdict, Record,
     ScopeTarget,
 };
 use crate::cli::AuditArgs;
@@ -114,6 +114,17 @@ pub struct Refusal {
     pub suggestion: Suggestion,
 }
 
+/// Identical requests the policy allowed whose upstream then failed: no
+/// refusal, and no policy line would change them.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamFailure {
+    /// `host:port`.
+    pub target: String,
+    /// The method, the status answered and what failed.
+    pub detail: String,
+    pub count: u64,
+}
+
 /// One run of the log.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunSummary {
@@ -131,6 +142,8 @@ pub struct RunSummary {
     pub inbound_per_cpu: u64,
     pub by_process: BTreeMap<String, u64>,
     pub refusals: Vec<Refusal>,
+    /// Requests allowed whose upstream failed, said apart from the refusals.
+    pub upstream_failures: Vec<UpstreamFailure>,
     pub notices: Vec<String>,
 }
 
@@ -325,6 +338,22 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 *run.refused.entry(Layer::KernelNetwork).or_default() += count;
                 run.inbound_not_itemized += count;
                 run.inbound_per_cpu = *per_cpu;
+            }
+            Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
+                let target = format!("{}:{}", show_host(&p.host), p.port);
+                let detail = format!("{} → {}: {}", p.method, p.status, p.reason);
+                match run
+                    .upstream_failures
+                    .iter_mut()
+                    .find(|f| f.target == target && f.detail == detail)
+                {
+                    Some(f) => f.count += 1,
+                    None => run.upstream_failures.push(UpstreamFailure {
+                        target,
+                        detail,
+                        count: 1,
+                    }),
+                }
             }
             _ => {
                 if let Some(r) = refusal(event, ctx, is_dir) {
@@ -1089,59 +1118,73 @@ pub fn render_text(runs: &[RunSummary]) -> String {
         }
         if run.refused.is_empty() {
             out.push_str("  nothing refused\n");
-            continue;
+        } else {
+            render_refusals(&mut out, run);
         }
-        let per_layer: Vec<String> = run
-            .refused
-            .iter()
-            .map(|(l, n)| format!("{} {n}", layer_name(*l)))
-            .collect();
-        let _ = writeln!(out, "  refused:  {}", per_layer.join(", "));
-        if run.lost_kernel_events > 0 {
-            let _ = writeln!(
-                out,
-                "            ({} kernel refusals counted but not delivered: ring buffer full)",
-                run.lost_kernel_events
+        if !run.upstream_failures.is_empty() {
+            out.push_str(
+                "  allowed, but failed upstream (not refused; no policy line changes these):\n",
             );
-        }
-        if run.inbound_not_itemized > 0 {
-            let _ = writeln!(
-                out,
-                "            ({} packets from outside dropped and counted, not itemized: only the first {} on each CPU are)",
-                run.inbound_not_itemized, run.inbound_per_cpu
-            );
-        }
-        if !run.by_process.is_empty() {
-            let procs: Vec<String> = run
-                .by_process
-                .iter()
-                .map(|(c, n)| format!("{c} {n}"))
-                .collect();
-            let _ = writeln!(out, "  by process: {}", procs.join(", "));
-        }
-        for layer in Layer::ALL {
-            let group: Vec<&Refusal> = run.refusals.iter().filter(|r| r.layer == layer).collect();
-            if group.is_empty() {
-                continue;
-            }
-            let _ = writeln!(out, "  {}:", layer_name(layer));
-            for r in group {
-                let times = if r.count > 1 {
-                    format!(" ×{}", r.count)
-                } else {
-                    String::new()
-                };
-                let procs = if r.processes.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", r.processes.join(", "))
-                };
-                let _ = writeln!(out, "    {} — {}{times}{procs}", r.target, r.detail);
-                render_suggestion(&mut out, &r.suggestion);
+            for f in &run.upstream_failures {
+                let _ = writeln!(out, "    {} — {}{}", f.target, f.detail, times(f.count));
             }
         }
     }
     out
+}
+
+/// A run's refusals: the counts, then each group by layer with what to do.
+fn render_refusals(out: &mut String, run: &RunSummary) {
+    let per_layer: Vec<String> = run
+        .refused
+        .iter()
+        .map(|(l, n)| format!("{} {n}", layer_name(*l)))
+        .collect();
+    let _ = writeln!(out, "  refused:  {}", per_layer.join(", "));
+    if run.lost_kernel_events > 0 {
+        let _ = writeln!(
+            out,
+            "            ({} kernel refusals counted but not delivered: ring buffer full)",
+            run.lost_kernel_events
+        );
+    }
+    if run.inbound_not_itemized > 0 {
+        let _ = writeln!(
+            out,
+            "            ({} packets from outside dropped and counted, not itemized: only the first {} on each CPU are)",
+            run.inbound_not_itemized, run.inbound_per_cpu
+        );
+    }
+    if !run.by_process.is_empty() {
+        let procs: Vec<String> = run
+            .by_process
+            .iter()
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        let _ = writeln!(out, "  by process: {}", procs.join(", "));
+    }
+    for layer in Layer::ALL {
+        let group: Vec<&Refusal> = run.refusals.iter().filter(|r| r.layer == layer).collect();
+        if group.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "  {}:", layer_name(layer));
+        for r in group {
+            let procs = if r.processes.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", r.processes.join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "    {} — {}{}{procs}",
+                r.target,
+                r.detail,
+                times(r.count)
+            );
+            render_suggestion(out, &r.suggestion);
+        }
+    }
 }
 
 fn render_suggestion(out: &mut String, s: &Suggestion) {
@@ -1454,6 +1497,55 @@ mod tests {
         assert!(!ev.refused());
         ev.verdict = ProxyVerdict::WrongCredentials;
         assert!(ev.refused());
+    }
+
+    /// `lockrun audit` shows requests allowed whose upstream failed, apart
+    /// from the refusals and without advice, grouped and counted, also in
+    /// a run that refused nothing.
+    #[test]
+    fn upstream_failures_are_listed_apart_from_refusals() {
+        let line = |e: Event| Record { ts_ms: 0, event: e };
+        let mut failed = not_listed("api.example.com", 443);
+        failed.verdict = ProxyVerdict::UpstreamFailed;
+        failed.allowed = true;
+        failed.status = 502;
+        failed.reason =
+            "allowed by `api.example.com`; upstream: resolving api.example.com failed: \
+                         Name or service not known"
+                .into();
+        let start = |id: &str| {
+            line(Event::RunStart {
+                run_id: id.into(),
+                command: vec!["curl".into()],
+                policy: vec![],
+                worktree: "/w".into(),
+            })
+        };
+        let records = vec![
+            start("r1"),
+            line(Event::Proxy(failed.clone())),
+            line(Event::Proxy(failed.clone())),
+            line(Event::Proxy(not_listed("evil.example", 443))),
+            start("r2"),
+            line(Event::Proxy(failed)),
+        ];
+        let runs = summarize(&records, |_, _| ctx(), &|_: &Path| false);
+        assert_eq!(runs[0].refused.get(&Layer::Proxy), Some(&1));
+        assert_eq!(runs[0].refusals.len(), 1);
+        assert_eq!(runs[0].upstream_failures.len(), 1);
+        assert_eq!(runs[0].upstream_failures[0].count, 2);
+        assert!(runs[1].refused.is_empty() && runs[1].refusals.is_empty());
+        let text = render_text(&runs);
+        let said =
+            "  allowed, but failed upstream (not refused; no policy line changes these):\n    \
+                    api.example.com:443 — CONNECT → 502: allowed by `api.example.com`; upstream: \
+                    resolving api.example.com failed: Name or service not known";
+        let (r1, r2) = text.split_once("\nrun r2").unwrap();
+        assert!(r1.contains("evil.example:443 — CONNECT → 403"), "{text}");
+        assert!(r1.contains(&format!("{said} ×2\n")), "{text}");
+        assert!(!r1.contains("allow = [\"api.example.com"), "{text}");
+        assert!(r2.contains("nothing refused"), "{text}");
+        assert!(r2.ends_with(&format!("{said}\n")), "{text}");
     }
 
     /// A log from before verdicts were recorded reads back, and gets no

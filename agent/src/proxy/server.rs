@@ -412,6 +412,9 @@ pub(crate) struct Refusal {
     status: u16,
     reason: String,
     verdict: ProxyVerdict,
+    /// For an upstream's failure: the words of the rule that allowed the
+    /// request ("allowed by" and the rule), which its record says first.
+    allowed_by: Option<String>,
 }
 
 impl Refusal {
@@ -421,6 +424,23 @@ impl Refusal {
             status,
             reason,
             verdict: ProxyVerdict::UpstreamFailed,
+            allowed_by: None,
+        }
+    }
+
+    /// An upstream's failure after `rule` allowed the request.
+    fn allowed_by(mut self, rule: &crate::policy::HostRule) -> Self {
+        self.allowed_by = Some(format!("allowed by `{rule}`"));
+        self
+    }
+
+    /// What the audit log records: for an upstream's failure, the rule
+    /// that allowed the request, then what failed (as a failed dial's
+    /// record says it).
+    fn recorded(&self) -> String {
+        match &self.allowed_by {
+            Some(rule) => format!("{rule}; upstream: {}", self.reason),
+            None => self.reason.clone(),
         }
     }
 }
@@ -487,19 +507,22 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
         let target = head.target().clone();
         let (rule, addrs) = match decide(&shared, &target).await {
             Ok(d) => d,
-            Err(Refusal {
-                status,
-                reason,
-                verdict,
-            }) => {
+            Err(refusal) => {
                 // A name the policy allowed that did not resolve is the
                 // upstream's failure: said as one, like a failed dial.
-                let said = match verdict {
-                    ProxyVerdict::UpstreamFailed => format!("upstream: {reason}"),
-                    _ => reason.clone(),
+                let said = match refusal.verdict {
+                    ProxyVerdict::UpstreamFailed => format!("upstream: {}", refusal.reason),
+                    _ => refusal.reason.clone(),
                 };
-                shared.record(&head.method, Some(&target), None, verdict, reason, status);
-                refuse_and_close(&mut client, status, &said).await;
+                shared.record(
+                    &head.method,
+                    Some(&target),
+                    None,
+                    refusal.verdict,
+                    refusal.recorded(),
+                    refusal.status,
+                );
+                refuse_and_close(&mut client, refusal.status, &said).await;
                 return;
             }
         };
@@ -555,20 +578,18 @@ async fn dial_or_refuse(
 ) -> Option<(TcpStream, SocketAddr)> {
     match dial(addrs, shared.connect_timeout).await {
         Ok(u) => Some(u),
-        Err(Refusal {
-            status,
-            reason,
-            verdict,
-        }) => {
+        Err(mut failed) => {
+            failed.allowed_by = Some(allowed_by.to_owned());
             shared.record(
                 &head.method,
                 Some(head.target()),
                 None,
-                verdict,
-                format!("{allowed_by}; upstream: {reason}"),
-                status,
+                failed.verdict,
+                failed.recorded(),
+                failed.status,
             );
-            refuse_and_close(client, status, &format!("upstream: {reason}")).await;
+            let said = format!("upstream: {}", failed.reason);
+            refuse_and_close(client, failed.status, &said).await;
             None
         }
     }
@@ -583,6 +604,7 @@ async fn decide(
         status: 403,
         reason: r.to_string(),
         verdict: r.verdict(),
+        allowed_by: None,
     };
     let (rule, name, addrs): (_, HostName, Vec<IpAddr>) = match &target.host {
         Host::Ip(ip) => match check_ip(&shared.network, *ip, target.port) {
@@ -608,9 +630,12 @@ async fn decide(
                             return Err(Refusal::upstream(
                                 504,
                                 format!("resolving {name} timed out"),
-                            ))
+                            )
+                            .allowed_by(&rule))
                         }
-                        Ok(Err(e)) => return Err(Refusal::upstream(502, e.to_string())),
+                        Ok(Err(e)) => {
+                            return Err(Refusal::upstream(502, e.to_string()).allowed_by(&rule))
+                        }
                         Ok(Ok(a)) => a,
                     }
                 };
@@ -620,12 +645,13 @@ async fn decide(
         },
     };
     if addrs.is_empty() {
-        return Err(Refusal::upstream(502, format!("{name} has no address")));
+        return Err(Refusal::upstream(502, format!("{name} has no address")).allowed_by(&rule));
     }
     let own = shared.own.get().map_err(|e| Refusal {
         status: 502,
         reason: format!("cannot read this host's addresses (getifaddrs: {e}); refusing"),
         verdict: ProxyVerdict::GuardUnavailable,
+        allowed_by: None,
     })?;
     check_answer(&shared.network, &name, &addrs, &own).map_err(|refusal| {
         forbidden(Reason::Address {
