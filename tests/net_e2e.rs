@@ -28,6 +28,7 @@ mod support;
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::os::fd::AsRawFd as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -546,24 +547,56 @@ while True:
     time.sleep(0.05)
 "#;
 
-/// The shell's pid, a background child's and an orphaned grandchild's
-/// (its parent gone: outside the command's process tree), then a tick
-/// into the worktree every 20 ms.
+/// The shell's pid, a background child's, an orphaned grandchild's (its
+/// parent gone: outside the command's process tree) and the pid of a
+/// ticker that left the shell's session and process group (`setsid`),
+/// writing into the worktree every 20 ms.
 const TICKING: &str = r#"
 sleep 300 & bg=$!
 (sleep 301 & echo $! > orphan) ; orphan=$(cat orphan)
-echo "$$ $bg $orphan" > pids
-while :; do date +%s%N > tick; sleep 0.02; done
+setsid sh -c 'echo $$ > away; while :; do date +%s%N > tick; sleep 0.02; done' &
+until [ -s away ]; do sleep 0.01; done
+echo "$$ $bg $orphan $(cat away)" > pids
+wait
 "#;
+
+/// How a test kills lockrun.
+#[derive(Clone, Copy)]
+enum KillLockrun {
+    /// `SIGKILL` to lockrun's pid alone.
+    Pid,
+    /// `SIGKILL` to lockrun's process group (`timeout -s KILL`, a CI job
+    /// cancelled): the command's processes still in it die with lockrun,
+    /// and so would the watchdog if it were in it.
+    Group,
+}
 
 #[test]
 fn a_sigkilled_lockrun_takes_its_whole_run_with_it() {
-    const T: &str = "a_sigkilled_lockrun_takes_its_whole_run_with_it";
-    let Some(w) = World::new(T) else { return };
+    killed_lockrun_takes_its_whole_run_with_it(
+        "a_sigkilled_lockrun_takes_its_whole_run_with_it",
+        KillLockrun::Pid,
+    );
+}
+
+/// The runner kills lockrun's whole process group: the watchdog, in a
+/// group of its own, lives to end the run's processes that left it.
+#[test]
+fn a_sigkill_to_lockruns_process_group_takes_its_whole_run_with_it() {
+    killed_lockrun_takes_its_whole_run_with_it(
+        "a_sigkill_to_lockruns_process_group_takes_its_whole_run_with_it",
+        KillLockrun::Group,
+    );
+}
+
+fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockrun) {
+    let Some(w) = World::new(test) else { return };
     let pids_file = w.wt.join("pids");
     let tick = w.wt.join("tick");
     let mut bg = Background(
         w.cmd(&[], &["sh", "-c", TICKING])
+            // lockrun leads a process group of its own, as under a runner.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -571,7 +604,10 @@ fn a_sigkilled_lockrun_takes_its_whole_run_with_it() {
             .unwrap(),
     );
     let read_tick = || std::fs::read_to_string(&tick).unwrap_or_default();
-    if !bg.until_started(&w, || pids_file.exists() && !read_tick().is_empty()) {
+    if !bg.until_started(&w, || {
+        std::fs::read_to_string(&pids_file).is_ok_and(|p| p.ends_with('\n'))
+            && !read_tick().is_empty()
+    }) {
         return;
     }
     let pids: Vec<u32> = std::fs::read_to_string(&pids_file)
@@ -579,11 +615,12 @@ fn a_sigkilled_lockrun_takes_its_whole_run_with_it() {
         .split_whitespace()
         .map(|p| p.parse().unwrap())
         .collect();
-    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert_eq!(pids.len(), 4, "{pids:?}");
     let run_id = w.run_id();
     let watchdog = watchdog_of(bg.0.id());
     // Controls: while lockrun lives, so do the run's processes and the
-    // watchdog, and the worktree changes.
+    // watchdog, and the worktree changes; the ticker left lockrun's
+    // process group.
     let before = read_tick();
     wait_for("the tick to move", || read_tick() != before);
     for p in pids.iter().chain([&watchdog]) {
@@ -592,16 +629,27 @@ fn a_sigkilled_lockrun_takes_its_whole_run_with_it() {
             "{p} of {pids:?} (watchdog {watchdog}) is gone early"
         );
     }
+    let pid_t = |pid: u32| nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+    let group =
+        |pid: u32| u32::try_from(nix::unistd::getpgid(Some(pid_t(pid))).unwrap().as_raw()).unwrap();
+    assert_eq!(group(pids[0]), bg.0.id(), "the shell is in lockrun's group");
+    assert_ne!(group(pids[3]), bg.0.id(), "the ticker left lockrun's group");
 
     // Until this test's own gc, no other test's may reap the dead run.
     let kept = support::ORPHAN_KEPT
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    bg.0.kill().unwrap();
+    match how {
+        KillLockrun::Pid => bg.0.kill().unwrap(),
+        KillLockrun::Group => {
+            nix::sys::signal::killpg(pid_t(bg.0.id()), nix::sys::signal::Signal::SIGKILL).unwrap();
+        }
+    }
     bg.0.wait().unwrap();
 
-    // Judged from outside: every process of the run dies, the one outside
-    // the command's process tree included, and the watchdog ends.
+    // Judged from outside: every process of the run dies, those outside
+    // the command's process tree and lockrun's process group included,
+    // and the watchdog ends.
     for p in &pids {
         wait_for(&format!("process {p} of the run to die"), || gone(*p));
     }

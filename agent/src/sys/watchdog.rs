@@ -7,8 +7,9 @@
 //! runner thought it over, until `lockrun gc`.
 //!
 //! So before the command starts lockrun clones a watchdog: a process of
-//! its own thread group (outside the run's cgroup, unconfined, every
-//! signal blocked but `SIGKILL` and `SIGSTOP`) that keeps only two
+//! its own thread group and process group (outside the run's cgroup,
+//! unconfined, every signal blocked but `SIGKILL` and `SIGSTOP`; a
+//! `SIGKILL` to lockrun's process group does not reach it) that keeps only two
 //! descriptors: the read end of a pipe whose write end lockrun alone
 //! holds, and the run cgroup's `cgroup.kill` (Linux 5.14). It blocks in
 //! `read`:
@@ -88,12 +89,24 @@ impl Watchdog {
         // The watchdog holds its own copies (its descriptor table is a copy).
         drop(wake_rx);
         drop(cgroup_kill);
-        Ok(Self {
+        let watchdog = Self {
             pid: started.pid,
             wake: Some(wake_tx),
             #[cfg(target_arch = "x86_64")]
             _stack: started.stack,
-        })
+        };
+        // A process group of its own, made from here before the command
+        // starts (the watchdog may not have run yet): a `SIGKILL` to
+        // lockrun's group (`timeout -s KILL`, a runner's timeout, a CI job
+        // cancelled) must not take the watchdog with lockrun, or nothing
+        // ends the run's processes that left that group.
+        let pid = nix::unistd::Pid::from_raw(watchdog.pid as i32);
+        nix::unistd::setpgid(pid, pid).map_err(|e| {
+            io::Error::other(format!(
+                "giving the watchdog a process group of its own: setpgid: {e}"
+            ))
+        })?;
+        Ok(watchdog)
     }
 
     /// The watchdog's pid.
