@@ -412,8 +412,9 @@ pub(crate) struct Refusal {
     status: u16,
     reason: String,
     verdict: ProxyVerdict,
-    /// For an upstream's failure: the words of the rule that allowed the
-    /// request ("allowed by" and the rule), which its record says first.
+    /// For a failure after the policy allowed the request: the words of
+    /// the rule that allowed it ("allowed by" and the rule), which its
+    /// record says first.
     allowed_by: Option<String>,
 }
 
@@ -442,6 +443,32 @@ impl Refusal {
             Some(rule) => format!("{rule}; upstream: {}", self.reason),
             None => self.reason.clone(),
         }
+    }
+
+    /// Record it and answer the client with it, closing the connection. A
+    /// failure after the policy allowed the request (one that names the
+    /// rule) is the upstream's, and said so: `upstream: …`.
+    async fn answer(
+        self,
+        shared: &Shared,
+        client: &mut BufReader<TcpStream>,
+        head: &RequestHead,
+        dialed: Option<SocketAddr>,
+    ) {
+        let said = match self.allowed_by {
+            Some(_) => format!("upstream: {}", self.reason),
+            None => self.reason.clone(),
+        };
+        let status = self.status;
+        shared.record(
+            &head.method,
+            Some(head.target()),
+            dialed,
+            self.verdict,
+            self.recorded(),
+            status,
+        );
+        refuse_and_close(client, status, &said).await;
     }
 }
 
@@ -510,19 +537,7 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
             Err(refusal) => {
                 // A name the policy allowed that did not resolve is the
                 // upstream's failure: said as one, like a failed dial.
-                let said = match refusal.verdict {
-                    ProxyVerdict::UpstreamFailed => format!("upstream: {}", refusal.reason),
-                    _ => refusal.reason.clone(),
-                };
-                shared.record(
-                    &head.method,
-                    Some(&target),
-                    None,
-                    refusal.verdict,
-                    refusal.recorded(),
-                    refusal.status,
-                );
-                refuse_and_close(&mut client, refusal.status, &said).await;
+                refusal.answer(&shared, &mut client, &head, None).await;
                 return;
             }
         };
@@ -580,16 +595,7 @@ async fn dial_or_refuse(
         Ok(u) => Some(u),
         Err(mut failed) => {
             failed.allowed_by = Some(allowed_by.to_owned());
-            shared.record(
-                &head.method,
-                Some(head.target()),
-                None,
-                failed.verdict,
-                failed.recorded(),
-                failed.status,
-            );
-            let said = format!("upstream: {}", failed.reason);
-            refuse_and_close(client, failed.status, &said).await;
+            failed.answer(shared, client, head, None).await;
             None
         }
     }
@@ -949,15 +955,13 @@ async fn forward(
                 } else {
                     ProxyVerdict::UpstreamFailed
                 };
-                shared.record(
-                    &head.method,
-                    Some(target),
-                    Some(dialed),
-                    verdict,
-                    format!("{allowed_by}; upstream: {why}"),
+                let failed = Refusal {
                     status,
-                );
-                refuse_and_close(client, status, &format!("upstream: {why}")).await;
+                    reason: why,
+                    verdict,
+                    allowed_by: Some(allowed_by.to_owned()),
+                };
+                failed.answer(shared, client, head, Some(dialed)).await;
                 return false;
             }
             // Either side may have gone: the answer was relayed, in part.
