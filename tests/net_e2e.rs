@@ -569,6 +569,59 @@ enum KillLockrun {
     /// cancelled): the command's processes still in it die with lockrun,
     /// and so would the watchdog if it were in it.
     Group,
+    /// `cgroup.kill` of the cgroup lockrun was started in, as a service
+    /// manager stops a unit (systemd's `KillMode=control-group`) or a
+    /// runner kills a job's cgroup: every process in it dies at once, and
+    /// so would the watchdog if it were in it.
+    Cgroup,
+}
+
+/// The cgroup a test starts lockrun in, as a service manager would:
+/// `<cgroup2>/lockrun-test-caller-<pid>`, made by the test; killed and
+/// removed when dropped, on every path.
+struct CallerCgroup(std::path::PathBuf);
+
+impl CallerCgroup {
+    fn new() -> Self {
+        let root = lockrun::cgroup::cgroup2_mount().unwrap();
+        let cg = Self(root.join(format!("lockrun-test-caller-{}", std::process::id())));
+        std::fs::create_dir(&cg.0).unwrap();
+        cg
+    }
+
+    /// `inner` (a lockrun command), started by a shell that first moves
+    /// itself into this cgroup and then execs it: lockrun is in it from
+    /// its first instruction, as under a service manager.
+    fn wrap(&self, inner: &Command) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", r#"echo $$ > "$0" && exec "$@""#])
+            .arg(self.0.join("cgroup.procs"))
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        for (k, v) in inner.get_envs() {
+            if let Some(v) = v {
+                c.env(k, v);
+            }
+        }
+        if let Some(d) = inner.get_current_dir() {
+            c.current_dir(d);
+        }
+        c
+    }
+}
+
+impl Drop for CallerCgroup {
+    fn drop(&mut self) {
+        if procs(&self.0).trim().is_empty() {
+            let _ = std::fs::remove_dir(&self.0);
+            return;
+        }
+        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+        let t = std::time::Instant::now();
+        while std::fs::remove_dir(&self.0).is_err() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 #[test]
@@ -589,12 +642,29 @@ fn a_sigkill_to_lockruns_process_group_takes_its_whole_run_with_it() {
     );
 }
 
+/// A service manager kills every process of lockrun's cgroup: the
+/// watchdog, in a cgroup beneath the run's, lives to end the run, whose
+/// processes are in the run's cgroup and not in lockrun's.
+#[test]
+fn a_kill_of_lockruns_cgroup_takes_its_whole_run_with_it() {
+    killed_lockrun_takes_its_whole_run_with_it(
+        "a_kill_of_lockruns_cgroup_takes_its_whole_run_with_it",
+        KillLockrun::Cgroup,
+    );
+}
+
 fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockrun) {
     let Some(w) = World::new(test) else { return };
     let pids_file = w.wt.join("pids");
     let tick = w.wt.join("tick");
+    let caller = matches!(how, KillLockrun::Cgroup).then(CallerCgroup::new);
+    let inner = w.cmd(&[], &["sh", "-c", TICKING]);
+    let mut cmd = match &caller {
+        Some(cg) => cg.wrap(&inner),
+        None => inner,
+    };
     let mut bg = Background(
-        w.cmd(&[], &["sh", "-c", TICKING])
+        cmd
             // lockrun leads a process group of its own, as under a runner.
             .process_group(0)
             .stdin(Stdio::null())
@@ -634,6 +704,24 @@ fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockr
         |pid: u32| u32::try_from(nix::unistd::getpgid(Some(pid_t(pid))).unwrap().as_raw()).unwrap();
     assert_eq!(group(pids[0]), bg.0.id(), "the shell is in lockrun's group");
     assert_ne!(group(pids[3]), bg.0.id(), "the ticker left lockrun's group");
+    let cgroup_of = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+            .unwrap()
+    };
+    let run_cgroup = lockrun::cgroup::relative_path(&run_id);
+    for p in &pids {
+        assert_eq!(cgroup_of(*p), run_cgroup, "process {p} of the run");
+    }
+    if let Some(cg) = &caller {
+        let lockrun = bg.0.id().to_string();
+        assert!(
+            procs(&cg.0).lines().any(|p| p == lockrun),
+            "lockrun is in the caller's cgroup"
+        );
+    }
 
     // Until this test's own gc, no other test's may reap the dead run.
     let kept = support::ORPHAN_KEPT
@@ -643,6 +731,10 @@ fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockr
         KillLockrun::Pid => bg.0.kill().unwrap(),
         KillLockrun::Group => {
             nix::sys::signal::killpg(pid_t(bg.0.id()), nix::sys::signal::Signal::SIGKILL).unwrap();
+        }
+        KillLockrun::Cgroup => {
+            let cg = caller.as_ref().unwrap();
+            std::fs::write(cg.0.join("cgroup.kill"), "1").unwrap();
         }
     }
     bg.0.wait().unwrap();

@@ -32,6 +32,17 @@ pub const PARENT: &str = "lockrun";
 /// The prefix of a build's parent cgroup under [`PARENT`].
 pub const BUILD_PREFIX: &str = "build-";
 
+/// The cgroup beneath a run's that holds the run's watchdog
+/// ([`crate::sys::watchdog`]): `<run>/watchdog`. Beneath the run's, so it
+/// goes wherever the run's cgroup goes (teardown, `lockrun gc` of any
+/// build, which remove nested cgroups) and a kill of the run takes it too;
+/// outside the caller's cgroup, so a service manager or runner that kills
+/// every process of lockrun's cgroup (systemd's `KillMode=control-group`,
+/// a container's `cgroup.kill`) does not take the watchdog with lockrun.
+/// Not the run's own cgroup: its `cgroup.procs` lists the run's processes
+/// alone, and the hooks know the watchdog by no run.
+pub const WATCHDOG: &str = "watchdog";
+
 /// This build's parent cgroup, `<cgroup2>/lockrun/build-<build-id>`, where
 /// the hooks are attached and every run's cgroup is made.
 pub fn build_parent() -> Result<PathBuf, CgroupError> {
@@ -336,6 +347,17 @@ impl RunCgroup {
         self.dir.as_fd()
     }
 
+    /// Make the cgroup that holds the run's watchdog ([`WATCHDOG`]) and
+    /// open it, for `clone3` to fork the watchdog straight into.
+    pub fn watchdog_home(&self) -> Result<File, CgroupError> {
+        let path = self.path.join(WATCHDOG);
+        fs::create_dir(&path).map_err(|source| CgroupError::Mkdir {
+            path: path.clone(),
+            source,
+        })?;
+        File::open(&path).map_err(|source| CgroupError::Open { path, source })
+    }
+
     /// Put a process (by pid) into the cgroup. For tests and for processes
     /// the parent starts itself; the run's child is forked into it.
     pub fn add_pid(&self, pid: u32) -> Result<(), CgroupError> {
@@ -516,14 +538,10 @@ fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
     if !cg.exists() {
         return Ok(());
     }
-    // Nested cgroups the run made itself (it cannot: Landlock) would block rmdir; remove them too.
-    if let Ok(entries) = fs::read_dir(cg) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                kill_and_remove(&e.path())?;
-            }
-        }
-    }
+    // One kill for the whole tree (`cgroup.kill` takes every descendant
+    // cgroup's processes too, and `populated` counts them): the run and its
+    // watchdog ([`WATCHDOG`]) die in the same instant, so there is no moment
+    // in which the run lives on without its watchdog.
     if populated(cg)? {
         write_file(&cg.join("cgroup.kill"), b"1")?;
         let start = Instant::now();
@@ -533,6 +551,19 @@ fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
                 return Err(CgroupError::StillPopulated(cg.to_path_buf(), DRAIN_TIMEOUT));
             }
             pause.sleep();
+        }
+    }
+    remove_tree(cg)
+}
+
+/// rmdir an emptied cgroup, nested ones first (the watchdog's, and any the
+/// run made itself, which it cannot: Landlock).
+fn remove_tree(cg: &Path) -> Result<(), CgroupError> {
+    if let Ok(entries) = fs::read_dir(cg) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path())?;
+            }
         }
     }
     // A just-emptied cgroup can briefly refuse rmdir with EBUSY.

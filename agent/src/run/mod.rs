@@ -26,8 +26,9 @@
 //! 10. teardown, in reverse, on every path: the cgroup killed and removed,
 //!     the seccomp supervisor stopped (after the cgroup: until then a
 //!     descendant may still call), the hooks drained and the run unregistered, the proxy stopped, the kernel audit
-//!     read to its end; the run dir is removed and the watchdog stood down
-//!     beside the rest, once the cgroup is gone.
+//!     read to its end; the run dir is removed and the watchdog reaped
+//!     beside the rest, once the cgroup is gone (the cgroup's kill took
+//!     the watchdog too, in its cgroup beneath the run's).
 //!
 //! Each layer's handle also tears itself down in `Drop` (like [`RunDir`]):
 //! bound in setup order inside `run`, they are dropped in reverse on every
@@ -778,8 +779,13 @@ async fn run(
         tracing::debug!("7. the run's IPC namespace and message queues made");
         // The watchdog: should lockrun die from here on, it kills what is
         // in the run's cgroup.
-        let watchdog =
-            crate::sys::watchdog::Watchdog::start(k.cgroup.dir_fd()).map_err(RunError::Watchdog)?;
+        let home = k
+            .cgroup
+            .watchdog_home()
+            .map_err(|e| RunError::Watchdog(std::io::Error::other(e)))?;
+        let watchdog = crate::sys::watchdog::Watchdog::start(k.cgroup.dir_fd(), home.as_fd())
+            .map_err(RunError::Watchdog)?;
+        drop(home);
         tracing::debug!("7. watchdog started (pid {})", watchdog.pid());
         Ok((k, watchdog, queues))
     });
@@ -942,7 +948,8 @@ async fn run(
     let run_id = dir.id().to_owned();
     // The message queues' mount with it: detached where the machine has no
     // /dev/mqueue, its last close waits out an RCU grace period.
-    // The watchdog is stood down and reaped there too: nothing is left for it.
+    // The watchdog is reaped there too: the cgroup's kill took it with
+    // the rest (its cgroup is beneath the run's); nothing is left for it.
     let dir_removed = beside.run(move || drop((watchdog, dir, queues)));
     // No task of the run is left: the audit stream's end can be marked now,
     // and the kernel queues it while the rest is torn down.

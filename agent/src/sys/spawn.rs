@@ -44,7 +44,7 @@ use std::process::ExitStatus;
 use super::{ChildPlan, Report, Step};
 
 const CLONE_PIDFD: u64 = 0x1000;
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+pub(super) const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// `struct clone_args`, `CLONE_ARGS_SIZE_VER2` (Linux 5.7: with `cgroup`).
 #[repr(C)]

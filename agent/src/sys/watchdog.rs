@@ -7,9 +7,11 @@
 //! runner thought it over, until `lockrun gc`.
 //!
 //! So before the command starts lockrun clones a watchdog: a process of
-//! its own thread group and process group (outside the run's cgroup,
-//! unconfined, every signal blocked but `SIGKILL` and `SIGSTOP`; a
-//! `SIGKILL` to lockrun's process group does not reach it) that keeps only two
+//! its own thread group, process group and cgroup (unconfined, every
+//! signal blocked but `SIGKILL` and `SIGSTOP`; a `SIGKILL` to lockrun's
+//! process group does not reach it, nor does a kill of every process in
+//! lockrun's cgroup: it is forked straight into `<run cgroup>/watchdog`,
+//! [`crate::cgroup::WATCHDOG`], beneath the run's and outside the caller's) that keeps only two
 //! descriptors: the read end of a pipe whose write end lockrun alone
 //! holds, and the run cgroup's `cgroup.kill` (Linux 5.14). It blocks in
 //! `read`:
@@ -18,8 +20,10 @@
 //!   kernel kills every process of the run, those that left the command's
 //!   process tree included) and exits. The run dir and the empty cgroup
 //!   are left to the next run's sweep and to `lockrun gc`;
-//! - **a byte**: lockrun stands it down at the end of the run, once the
-//!   cgroup is gone, and reaps it.
+//! - **a byte**: lockrun stands it down when it drops it before the
+//!   run's cgroup is killed (a setup step that failed after it started),
+//!   and reaps it. At a run's end the cgroup's kill takes it with the rest
+//!   (its cgroup is beneath the run's), and lockrun reaps it.
 //!
 //! On `x86_64` it shares lockrun's memory (`CLONE_VM`, on a stack of its
 //! own, as the command's spawn does), so no page table is copied and
@@ -61,8 +65,9 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// Clone the watchdog over the `cgroup.kill` of the cgroup `cgroup`
-    /// (its directory).
-    pub fn start(cgroup: BorrowedFd<'_>) -> io::Result<Self> {
+    /// (its directory), into the cgroup `home` (its directory,
+    /// [`crate::cgroup::RunCgroup::watchdog_home`]).
+    pub fn start(cgroup: BorrowedFd<'_>, home: BorrowedFd<'_>) -> io::Result<Self> {
         // SAFETY: openat on a live directory fd and a NUL-terminated name;
         // the result is checked before it is owned.
         let cgroup_kill = unsafe {
@@ -84,8 +89,7 @@ impl Watchdog {
         let kill_fd = u32::try_from(cgroup_kill.as_raw_fd()).map_err(io::Error::other)?;
         let rx_fd = u32::try_from(wake_rx.as_raw_fd()).map_err(io::Error::other)?;
         let arg = (u64::from(kill_fd) << 32 | u64::from(rx_fd)) as usize;
-        let started =
-            clone_watchdog(arg).map_err(|e| io::Error::new(e.kind(), format!("clone3: {e}")))?;
+        let started = clone_watchdog(arg, home)?;
         // The watchdog holds its own copies (its descriptor table is a copy).
         drop(wake_rx);
         drop(cgroup_kill);
@@ -137,11 +141,16 @@ struct Started {
 #[cfg(target_arch = "x86_64")]
 const STACK: usize = 16 * 1024;
 
+/// Forked straight into `home` (`CLONE_INTO_CGROUP`, Linux 5.7, as the
+/// command is into the run's): no window outside it, and no migration
+/// through `cgroup.procs`, which waits for an RCU grace period.
 #[cfg(target_arch = "x86_64")]
-fn clone_watchdog(arg: usize) -> io::Result<Started> {
+fn clone_watchdog(arg: usize, home: BorrowedFd<'_>) -> io::Result<Started> {
     let stack = super::spawn::Stack::map(STACK)?;
     let mut cl = super::spawn::CloneArgs {
+        flags: super::spawn::CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
+        cgroup: home.as_raw_fd() as u64,
         ..super::spawn::CloneArgs::default()
     };
     // SAFETY: `watch` only reads its argument and issues raw syscalls on
@@ -150,7 +159,11 @@ fn clone_watchdog(arg: usize) -> io::Result<Started> {
     // are both gone); every signal is blocked in it.
     let ret = unsafe { super::spawn::clone_on_stack(&mut cl, &stack, watch, arg) };
     if ret < 0 {
-        return Err(io::Error::from_raw_os_error((-ret) as i32));
+        let e = io::Error::from_raw_os_error((-ret) as i32);
+        return Err(io::Error::new(
+            e.kind(),
+            format!("clone3 into its cgroup (CLONE_INTO_CGROUP, Linux 5.7): {e}"),
+        ));
     }
     Ok(Started {
         pid: ret as u32,
@@ -158,8 +171,30 @@ fn clone_watchdog(arg: usize) -> io::Result<Started> {
     })
 }
 
+/// Forked, then moved into `home` through its `cgroup.procs` before the
+/// command starts.
 #[cfg(not(target_arch = "x86_64"))]
-fn clone_watchdog(arg: usize) -> io::Result<Started> {
+fn clone_watchdog(arg: usize, home: BorrowedFd<'_>) -> io::Result<Started> {
+    let started = fork_watchdog(arg)?;
+    let procs = format!("/proc/self/fd/{}/cgroup.procs", home.as_raw_fd());
+    let moved = std::fs::OpenOptions::new()
+        .write(true)
+        .open(procs)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, started.pid.to_string().as_bytes()));
+    if let Err(e) = moved {
+        // SAFETY: kill(2) of the child just forked, not yet reaped.
+        unsafe { libc::kill(started.pid as i32, libc::SIGKILL) };
+        let _ = super::spawn::reap_blocking(started.pid);
+        return Err(io::Error::new(
+            e.kind(),
+            format!("moving the watchdog into its cgroup: {e}"),
+        ));
+    }
+    Ok(started)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fork_watchdog(arg: usize) -> io::Result<Started> {
     // SAFETY: fork; the child runs `watch` (raw syscalls on its own copy
     // of the memory) with every signal blocked and never returns.
     unsafe {
