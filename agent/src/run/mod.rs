@@ -779,10 +779,13 @@ async fn run(
         tracing::debug!("7. the run's IPC namespace and message queues made");
         // The watchdog: should lockrun die from here on, it kills what is
         // in the run's cgroup.
-        let home = k
-            .cgroup
-            .watchdog_home()
-            .map_err(|e| RunError::Watchdog(std::io::Error::other(e)))?;
+        let home = k.cgroup.watchdog_home().map_err(|e| {
+            RunError::Watchdog(std::io::Error::other(format!(
+                "its cgroup beneath the run's: {} (a limit on nested cgroups, \
+                     cgroup.max.depth or cgroup.max.descendants above it?)",
+                chain(&e)
+            )))
+        })?;
         let watchdog = crate::sys::watchdog::Watchdog::start(k.cgroup.dir_fd(), home.as_fd())
             .map_err(RunError::Watchdog)?;
         drop(home);
