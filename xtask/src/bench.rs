@@ -509,14 +509,15 @@ fn cgroup_of(pid: u32) -> Result<PathBuf> {
 
 /// The run cgroup of the lockrun `pid`, once its command is in it: the
 /// cgroup of the child of `pid` that is in a run's (another child, the
-/// run's watchdog, stays in lockrun's).
+/// run's watchdog, is in a cgroup of its own beneath the run's,
+/// `<run>/watchdog`, which no hook knows as a run).
 fn wait_for_child_cgroup(pid: u32) -> Result<PathBuf> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(kids) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
             for kid in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
                 let Ok(cg) = cgroup_of(kid) else { continue };
-                if cg.to_string_lossy().contains("/lockrun/") {
+                if cg.to_string_lossy().contains("/lockrun/") && !cg.ends_with("watchdog") {
                     return Ok(cg);
                 }
             }
