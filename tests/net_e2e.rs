@@ -458,12 +458,30 @@ fn unix_sockets_outside_the_run_are_unreachable() {
     assert!(!nothing(&docker) && !nothing(&abs));
 }
 
-/// A sibling cgroup `<cgroup2>/lockrun-test-<pid>` owned by the test, removed when dropped.
-struct Sibling(std::path::PathBuf);
+/// A cgroup the test makes, `<cgroup2>/<name>-<pid>`, outside lockrun's
+/// tree; whatever is in it is killed and it is removed when dropped, on
+/// every path.
+struct TestCgroup(std::path::PathBuf);
 
-impl Drop for Sibling {
+impl TestCgroup {
+    fn new(name: &str) -> Self {
+        let root = lockrun::cgroup::cgroup2_mount().unwrap();
+        let cg = Self(root.join(format!("{name}-{}", std::process::id())));
+        std::fs::create_dir(&cg.0).unwrap();
+        cg
+    }
+}
+
+impl Drop for TestCgroup {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
+        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        if !procs.trim().is_empty() {
+            let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+        }
+        let t = std::time::Instant::now();
+        while std::fs::remove_dir(&self.0).is_err() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -476,8 +494,7 @@ fn moving_out_of_the_run_cgroup_and_bpf_are_refused() {
     const T: &str = "moving_out_of_the_run_cgroup_and_bpf_are_refused";
     let Some(w) = World::new(T) else { return };
     let root = lockrun::cgroup::cgroup2_mount().unwrap();
-    let sib = Sibling(root.join(format!("lockrun-test-{}", std::process::id())));
-    std::fs::create_dir(&sib.0).unwrap();
+    let sib = TestCgroup::new("lockrun-test");
     let parent = root.join(lockrun::cgroup::PARENT);
     let build = lockrun::cgroup::build_parent().unwrap();
     let target = |cg: &Path| cg.join("cgroup.procs").display().to_string();
@@ -576,52 +593,24 @@ enum KillLockrun {
     Cgroup,
 }
 
-/// The cgroup a test starts lockrun in, as a service manager would:
-/// `<cgroup2>/lockrun-test-caller-<pid>`, made by the test; killed and
-/// removed when dropped, on every path.
-struct CallerCgroup(std::path::PathBuf);
-
-impl CallerCgroup {
-    fn new() -> Self {
-        let root = lockrun::cgroup::cgroup2_mount().unwrap();
-        let cg = Self(root.join(format!("lockrun-test-caller-{}", std::process::id())));
-        std::fs::create_dir(&cg.0).unwrap();
-        cg
-    }
-
-    /// `inner` (a lockrun command), started by a shell that first moves
-    /// itself into this cgroup and then execs it: lockrun is in it from
-    /// its first instruction, as under a service manager.
-    fn wrap(&self, inner: &Command) -> Command {
-        let mut c = Command::new("sh");
-        c.args(["-c", r#"echo $$ > "$0" && exec "$@""#])
-            .arg(self.0.join("cgroup.procs"))
-            .arg(inner.get_program())
-            .args(inner.get_args());
-        for (k, v) in inner.get_envs() {
-            if let Some(v) = v {
-                c.env(k, v);
-            }
-        }
-        if let Some(d) = inner.get_current_dir() {
-            c.current_dir(d);
-        }
-        c
-    }
-}
-
-impl Drop for CallerCgroup {
-    fn drop(&mut self) {
-        if procs(&self.0).trim().is_empty() {
-            let _ = std::fs::remove_dir(&self.0);
-            return;
-        }
-        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
-        let t = std::time::Instant::now();
-        while std::fs::remove_dir(&self.0).is_err() && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(10));
+/// `inner` (a lockrun command), started by a shell that first moves
+/// itself into the cgroup `cg` and then execs it: lockrun is in it from
+/// its first instruction, as under a service manager.
+fn started_in(cg: &TestCgroup, inner: &Command) -> Command {
+    let mut c = Command::new("sh");
+    c.args(["-c", r#"echo $$ > "$0" && exec "$@""#])
+        .arg(cg.0.join("cgroup.procs"))
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
         }
     }
+    if let Some(d) = inner.get_current_dir() {
+        c.current_dir(d);
+    }
+    c
 }
 
 #[test]
@@ -657,10 +646,11 @@ fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockr
     let Some(w) = World::new(test) else { return };
     let pids_file = w.wt.join("pids");
     let tick = w.wt.join("tick");
-    let caller = matches!(how, KillLockrun::Cgroup).then(CallerCgroup::new);
+    // The cgroup lockrun is started in, as a service manager would.
+    let caller = matches!(how, KillLockrun::Cgroup).then(|| TestCgroup::new("lockrun-test-caller"));
     let inner = w.cmd(&[], &["sh", "-c", TICKING]);
     let mut cmd = match &caller {
-        Some(cg) => cg.wrap(&inner),
+        Some(cg) => started_in(cg, &inner),
         None => inner,
     };
     let mut bg = Background(
