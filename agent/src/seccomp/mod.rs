@@ -724,7 +724,13 @@ fn front(decided: &[i64]) -> BpfProgram {
     ]);
     let mut to_parts = Vec::new();
     search(&mut p, &mut to_parts, &nrs);
+    // Where every found number goes: a load of an argument, which ends the
+    // kernel's trial run there (it follows loads of the number and the
+    // architecture only). A decided number is never always allowed, so the
+    // cache loses nothing, and the trial no longer walks the parts' lists
+    // for each of them. Each part loads what it compares first.
     let parts_at = p.len();
+    p.push(insn(LD_W_ABS, 0, 0, arg_lo(0)));
     for at in to_parts {
         p[at].k = u32::try_from(parts_at - at - 1).unwrap_or(u32::MAX);
     }
