@@ -170,11 +170,17 @@ impl RunDir {
             tmp: tmp.clone(),
             id,
         };
+        // A symlink whose target is the owner line: kept in the inode, it
+        // costs no data block to write and none to free, where a file's
+        // write and removal cost ~0.15 ms on this VM's ext4 (mounted with
+        // `discard`). Read by `Owner::of_run_dir`.
         let owner = root.join("owner");
-        std::fs::write(&owner, Owner::current().to_line()).map_err(|source| RunError::Owner {
-            path: owner.clone(),
-            source,
-        })?;
+        std::os::unix::fs::symlink(Owner::current().to_line().trim_end(), &owner).map_err(
+            |source| RunError::Owner {
+                path: owner.clone(),
+                source,
+            },
+        )?;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&tmp)
@@ -347,6 +353,19 @@ impl Owner {
         })
     }
 
+    /// The owner a run dir names: its `owner` symlink's target, or, in a
+    /// run dir of an earlier build, its `owner` file's line.
+    #[must_use]
+    pub fn of_run_dir(dir: &Path) -> Option<Self> {
+        let at = dir.join("owner");
+        match std::fs::read_link(&at) {
+            Ok(target) => target.to_str().and_then(Self::parse),
+            Err(_) => std::fs::read_to_string(&at)
+                .ok()
+                .and_then(|s| Self::parse(&s)),
+        }
+    }
+
     /// Whether this very process is still running.
     #[must_use]
     pub fn alive(self) -> bool {
@@ -408,9 +427,7 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
             report.kept_young += 1;
             continue;
         }
-        let owner = std::fs::read_to_string(path.join("owner"))
-            .ok()
-            .and_then(|s| Owner::parse(&s));
+        let owner = Owner::of_run_dir(&path);
         if owner.is_some_and(Owner::alive) {
             report.kept_alive += 1;
             continue;
@@ -1324,6 +1341,41 @@ mod tests {
             ..me
         }
         .alive());
+    }
+
+    /// A run dir made now names its owner by a symlink; one of an earlier
+    /// build, by a file; one with neither, or with a line that does not
+    /// parse, names none (and is reaped once old).
+    #[test]
+    fn a_run_dirs_owner_is_read_from_its_symlink_or_its_file() {
+        let base = std::env::temp_dir().join(format!("lockrun-owner-{}", std::process::id()));
+        let runs = base.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        let dir = RunDir::create(&runs).unwrap();
+        let made = runs.join(dir.id());
+        assert!(std::fs::symlink_metadata(made.join("owner"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(Owner::of_run_dir(&made), Some(Owner::current()));
+        drop(dir);
+        assert!(!made.exists());
+
+        let earlier = base.join("earlier");
+        std::fs::create_dir_all(&earlier).unwrap();
+        assert_eq!(Owner::of_run_dir(&earlier), None);
+        std::fs::write(earlier.join("owner"), "123 456\n").unwrap();
+        assert_eq!(
+            Owner::of_run_dir(&earlier),
+            Some(Owner {
+                pid: 123,
+                start: 456
+            })
+        );
+        std::fs::remove_file(earlier.join("owner")).unwrap();
+        std::os::unix::fs::symlink("123 x", earlier.join("owner")).unwrap();
+        assert_eq!(Owner::of_run_dir(&earlier), None);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
