@@ -370,6 +370,18 @@ impl RunCgroup {
         populated(&self.path)
     }
 
+    /// Kill every process of the run's cgroup and of those beneath it (the
+    /// watchdog's), in one instant (`cgroup.kill`). They die a moment later.
+    pub fn kill(&self) -> Result<(), CgroupError> {
+        write_file(&self.path.join("cgroup.kill"), b"1")
+    }
+
+    /// Until no process is left in the cgroup or beneath it (after
+    /// [`Self::kill`]), or `DRAIN_TIMEOUT` has passed (an error).
+    pub fn wait_empty(&self) -> Result<(), CgroupError> {
+        drain(&self.path)
+    }
+
     /// Teardown: `cgroup.kill`, wait until `cgroup.events` says `populated 0`, rmdir.
     pub fn remove(mut self) -> Result<(), CgroupError> {
         self.removed = true;
@@ -544,16 +556,22 @@ fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
     // in which the run lives on without its watchdog.
     if populated(cg)? {
         write_file(&cg.join("cgroup.kill"), b"1")?;
-        let start = Instant::now();
-        let mut pause = Backoff::default();
-        while populated(cg)? {
-            if start.elapsed() > DRAIN_TIMEOUT {
-                return Err(CgroupError::StillPopulated(cg.to_path_buf(), DRAIN_TIMEOUT));
-            }
-            pause.sleep();
-        }
+        drain(cg)?;
     }
     remove_tree(cg)
+}
+
+/// Wait until `cg` has no process, nor any cgroup beneath it.
+fn drain(cg: &Path) -> Result<(), CgroupError> {
+    let start = Instant::now();
+    let mut pause = Backoff::default();
+    while populated(cg)? {
+        if start.elapsed() > DRAIN_TIMEOUT {
+            return Err(CgroupError::StillPopulated(cg.to_path_buf(), DRAIN_TIMEOUT));
+        }
+        pause.sleep();
+    }
+    Ok(())
 }
 
 /// rmdir an emptied cgroup, nested ones first (the watchdog's, and any the

@@ -942,7 +942,7 @@ async fn run(
     }
 
     // 9. spawn and supervise
-    let (started, supervisor) = spawn_and_wait(
+    let (started, supervisor, mount_namespace) = spawn_and_wait(
         argv,
         &env,
         cgroup.dir_fd(),
@@ -960,17 +960,26 @@ async fn run(
     //     drained and the run unregistered, the proxy stopped, the kernel audit read to
     //     its end; the run dir is removed beside, once the cgroup is gone.
     let mut teardown_errors = Vec::new();
-    if let Err(e) = cgroup.remove() {
-        teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
-    }
+    // The command's mount namespace, which lockrun held so that the
+    // command's exit, which lockrun waited for, did not tear it down
+    // (see `Child::mount_namespace`): its teardown, an RCU grace period,
+    // passes beside, now.
+    let namespace_dropped = beside.run(move || drop(mount_namespace));
+    // What is left of the run dies with its watchdog, in one instant; the
+    // watchdog is reaped the moment it is dead (its exit is reported to
+    // lockrun, its parent, at once), which is most often all that the
+    // wait for the cgroup to empty then waits for: it finds it empty,
+    // rather than waking from its first sleep to see so.
+    let killed = cgroup.kill();
+    drop(watchdog);
+    let emptied = killed.and_then(|()| cgroup.wait_empty());
     // No process of the run is left (or none that `lockrun gc` will not
     // kill): the run dir goes now, beside the rest of the teardown.
     let run_id = dir.id().to_owned();
-    // The message queues' mount with it: detached where the machine has no
-    // /dev/mqueue, its last close waits out an RCU grace period.
-    // The watchdog is reaped there too: the cgroup's kill took it with
-    // the rest (its cgroup is beneath the run's); nothing is left for it.
-    let dir_removed = beside.run(move || drop((watchdog, dir, queues)));
+    let dir_removed = beside.run(move || drop(dir));
+    if let Err(e) = emptied.and_then(|()| cgroup.remove()) {
+        teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
+    }
     // No task of the run is left: the audit stream's end can be marked now,
     // and the kernel queues it while the rest is torn down.
     let mut kernel_audit = kernel_audit;
@@ -1027,7 +1036,12 @@ async fn run(
         exit: code,
         refused: audit.refused(),
     });
+    // The message queues' mount: detached where the machine has no
+    // /dev/mqueue, its last close waits out an RCU grace period, in step
+    // with the namespace's beside, while this thread has nothing else to do.
+    drop(queues);
     // A panic there left what it had not removed to `lockrun gc`.
+    let _ = namespace_dropped.wait();
     let _ = dir_removed.wait();
     tracing::debug!("11. run dir removed");
     Ok(code)
@@ -1227,7 +1241,14 @@ async fn spawn_and_wait(
     supervise: (std::os::fd::OwnedFd, crate::supervise::Config),
     signals: &mut Signals,
     kernel_audit: Option<&crate::audit::kernel::KernelAudit>,
-) -> Result<(Started, Option<crate::supervise::Supervisor>), RunError> {
+) -> Result<
+    (
+        Started,
+        Option<crate::supervise::Supervisor>,
+        Option<std::os::fd::OwnedFd>,
+    ),
+    RunError,
+> {
     use crate::sys::spawn::SpawnError;
     use std::os::fd::AsFd as _;
     tracing::debug!("9. spawning");
@@ -1248,9 +1269,12 @@ async fn spawn_and_wait(
                 Some(libc::ENOENT | libc::ENOTDIR) => Started::NotFound(e),
                 _ => Started::NotExecutable(e),
             };
-            return Ok((started, None));
+            return Ok((started, None, None));
         }
     };
+    // Held until the teardown (see there): the command's exit then leaves
+    // the namespace standing.
+    let mount_namespace = child.mount_namespace();
     // The child sent the listener (and its root) before exec; without it, its notified
     // syscalls would fail (ENOSYS): refuse the run rather than limp.
     let (listener_rx, config) = supervise;
@@ -1277,7 +1301,7 @@ async fn spawn_and_wait(
         tokio::select! {
             status = child.wait() => {
                 return status
-                    .map(|s| (Started::Exited(s), Some(supervisor)))
+                    .map(|s| (Started::Exited(s), Some(supervisor), mount_namespace))
                     .map_err(RunError::Wait);
             }
             sig = signals.recv() => child.signal(sig as libc::c_int),
