@@ -13,11 +13,11 @@
 //!    and report fds are still usable until then; then, when planned,
 //!    **the run's own `/dev/shm`, `/dev/pts` and `/dev/mqueue`**
 //!    ([`OwnMount`]): the child was cloned into a mount namespace of its own
-//!    (`CLONE_NEWNS`), makes every mount there private, makes a tmpfs and a
-//!    new devpts instance, grants them in the Landlock ruleset and mounts
-//!    them, and moves the run's message queues (made and granted by
-//!    lockrun) onto `/dev/mqueue` — needs `CAP_SYS_ADMIN`, so before the
-//!    capabilities go;
+//!    (`CLONE_NEWNS`), makes every mount there private and moves each
+//!    filesystem lockrun made and granted in the Landlock ruleset (a tmpfs,
+//!    a new devpts instance, the run's message queues, empty ones over the
+//!    machine's kernel filesystems) onto its path — needs `CAP_SYS_ADMIN`,
+//!    so before the capabilities go;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
@@ -47,7 +47,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 pub mod notify;
 pub mod spawn;
@@ -140,32 +140,30 @@ pub struct ChildPlan {
 /// (see [`crate::fs::OwnFs`]: `/dev/shm`, `/dev/pts`, `/dev/mqueue`), or a
 /// bind of the caller's terminal.
 ///
+/// lockrun makes each filesystem beforehand ([`make_fs`]: `fsopen`,
+/// `fsconfig`, `fsmount`, Linux 5.2), a detached mount, and adds a Landlock
+/// rule granting it through the mount's descriptor ([`grant_beneath`]) —
+/// the rule is keyed by the filesystem's root inode, which exists only for
+/// this run. The run's message queues, which `mq_open` reaches without a
+/// path, are granted so also where the machine has no `/dev/mqueue`.
 /// The child is cloned into a mount namespace of its own (`CLONE_NEWNS`).
 /// There it makes every mount private (so nothing it mounts reaches the
-/// machine's namespace), makes each filesystem (`fsopen`, `fsconfig`,
-/// `fsmount`, Linux 5.2), adds a Landlock rule granting it through the new
-/// mount's descriptor — the rule is keyed by the filesystem's root inode,
-/// which exists only for this run — and moves it onto its path
-/// (`move_mount`). The run's message queues, which `mq_open` reaches
-/// without a path, lockrun makes and grants itself ([`make_fs`]), so that
-/// they are granted also where the machine has no `/dev/mqueue`; the child
-/// only moves them there when it has. The filesystems go away with the namespaces, when the run's last process
-/// ends. The command cannot unmount them or leave the namespace: the mount
+/// machine's namespace) and moves each onto its path (`move_mount`); the
+/// message queues only where the machine has a `/dev/mqueue`. The
+/// filesystems go away with the namespace, once the run's last process has
+/// ended and lockrun has let it go. The command cannot unmount them or leave the namespace: the mount
 /// family, `setns` and `unshare` are on the seccomp deny list, and it has
 /// no capability.
 pub struct OwnMount {
     what: Mounted,
     /// Where it goes.
     target: std::ffi::CString,
-    /// The Landlock rights granted beneath it (none for a bind of a file
-    /// whose inode has its rule already).
-    rights: Option<u64>,
 }
 
 enum Mounted {
-    New(NewFs),
     /// Made by lockrun beforehand ([`make_fs`]), granted already: moved.
     Made(OwnedFd),
+    /// A bind of a file whose inode has its rule already.
     Bind(std::ffi::CString),
 }
 
@@ -225,34 +223,14 @@ fn zero(r: libc::c_long) -> io::Result<()> {
 }
 
 impl OwnMount {
-    /// `fs`, granted `rights` beneath it, and mounted at `target`
-    /// (canonical, a directory).
-    pub fn new(fs: NewFs, target: &std::path::Path, rights: u64) -> io::Result<Self> {
-        Ok(Self {
-            what: Mounted::New(fs),
-            target: c_path(target)?,
-            rights: Some(rights),
-        })
-    }
-
-    /// `fs` mounted at `target` (canonical, a directory) to hide what is
-    /// there, with no rule of its own: a read-only filesystem, read as
-    /// what it lies in is.
-    pub fn hiding(fs: NewFs, target: &std::path::Path) -> io::Result<Self> {
-        Ok(Self {
-            what: Mounted::New(fs),
-            target: c_path(target)?,
-            rights: None,
-        })
-    }
-
-    /// `mount`, a filesystem lockrun made and granted ([`make_fs`]), moved
-    /// onto `target` (canonical, a directory).
+    /// `mount`, a filesystem lockrun made ([`make_fs`]) and granted
+    /// ([`grant_beneath`]), or, to hide what is at `target`, an empty
+    /// read-only one with no rule of its own, read as what it lies in is;
+    /// moved onto `target` (canonical, a directory).
     pub fn made(mount: OwnedFd, target: &std::path::Path) -> io::Result<Self> {
         Ok(Self {
             what: Mounted::Made(mount),
             target: c_path(target)?,
-            rights: None,
         })
     }
 
@@ -262,14 +240,13 @@ impl OwnMount {
         Ok(Self {
             what: Mounted::Bind(c_path(source)?),
             target: c_path(target)?,
-            rights: None,
         })
     }
 
     /// Child side, in its new mount namespace, before the capabilities go:
-    /// make every mount private, then mount each and grant it in `ruleset`.
+    /// make every mount private, then mount each.
     /// Post-fork: no allocation.
-    fn mount_all(mounts: &[Self], ruleset: BorrowedFd<'_>) -> io::Result<()> {
+    fn mount_all(mounts: &[Self]) -> io::Result<()> {
         // SAFETY: mount(2) with a NUL-terminated literal and NULL pointers.
         if unsafe {
             libc::mount(
@@ -283,10 +260,10 @@ impl OwnMount {
         {
             return Err(io::Error::last_os_error());
         }
-        mounts.iter().try_for_each(|m| m.mount(ruleset))
+        mounts.iter().try_for_each(Self::mount)
     }
 
-    fn mount(&self, ruleset: BorrowedFd<'_>) -> io::Result<()> {
+    fn mount(&self) -> io::Result<()> {
         match &self.what {
             Mounted::Bind(source) => {
                 // SAFETY: mount(2) with NUL-terminated strings the plan owns,
@@ -303,13 +280,6 @@ impl OwnMount {
                     }
                     .into(),
                 )
-            }
-            Mounted::New(fs) => {
-                let mnt = make(fs)?;
-                if let Some(rights) = self.rights {
-                    add_path_rule(ruleset, mnt.0, rights)?;
-                }
-                self.move_onto_target(mnt.0)
             }
             Mounted::Made(mnt) => self.move_onto_target(mnt.as_raw_fd()),
         }
@@ -344,7 +314,7 @@ pub fn grant_beneath(ruleset: BorrowedFd<'_>, dir: BorrowedFd<'_>, rights: u64) 
 }
 
 /// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`).
-/// Post-fork: no allocation.
+/// Made by lockrun, before the child ([`make_fs`]).
 fn make(fs: &NewFs) -> io::Result<RawFd> {
     // SAFETY: fsopen(2) with a NUL-terminated literal.
     let ctx = RawFd::new(unsafe {
@@ -648,7 +618,7 @@ impl ChildPlan {
         }
         // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN)
         if !self.mounts.is_empty() {
-            if let Err(e) = OwnMount::mount_all(&self.mounts, self.landlock.as_fd()) {
+            if let Err(e) = OwnMount::mount_all(&self.mounts) {
                 self.report_failure(Step::OwnMounts as u8, &e);
                 return Err(e);
             }
