@@ -954,7 +954,7 @@ async fn run(
 
     // 10. teardown, in reverse: what is left of the run is killed, the hooks
     //     drained and the run unregistered, the proxy stopped, the kernel audit read to
-    //     its end; the run dir is removed beside, once the cgroup is gone.
+    //     its end; the run dir is removed beside, once the cgroup is empty.
     let mut teardown_errors = Vec::new();
     // The command's mount namespace, which lockrun held so that the
     // command's exit, which lockrun waited for, did not tear it down
