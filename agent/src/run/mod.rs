@@ -1277,7 +1277,7 @@ async fn spawn_and_wait(
     if let Some(k) = kernel_audit {
         k.wait_for_baseline();
     }
-    let child = match crate::sys::spawn::spawn(argv, env, cgroup, plan, report) {
+    let mut child = match crate::sys::spawn::spawn(argv, env, cgroup, plan, report) {
         Ok(c) => c,
         Err(SpawnError::Clone(source)) => {
             return Err(RunError::Child {
@@ -1296,7 +1296,7 @@ async fn spawn_and_wait(
     };
     // Held until the teardown (see there): the command's exit then leaves
     // the namespace standing.
-    let mount_namespace = child.mount_namespace();
+    let mount_namespace = child.take_mount_namespace();
     // The child sent the listener (and its root) before exec; without it, its notified
     // syscalls would fail (ENOSYS): refuse the run rather than limp.
     let (listener_rx, config) = supervise;

@@ -88,6 +88,7 @@ pub enum SpawnError {
 pub struct Child {
     pid: u32,
     pidfd: tokio::io::unix::AsyncFd<OwnedFd>,
+    mount_namespace: Option<OwnedFd>,
 }
 
 /// NUL-terminated pointer arrays over owned C strings.
@@ -178,6 +179,8 @@ pub fn spawn(
     let pid = ret as u32;
     // SAFETY: CLONE_PIDFD stored a new fd we own into `pidfd`.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // At once: a short command may be gone a moment later.
+    let mount_namespace = mount_namespace(&pidfd);
     // Close the parent's copies of the plan's fds, the report pipe's write
     // end among them, before reading it.
     drop(plan);
@@ -201,7 +204,29 @@ pub fn spawn(
         let _ = reap_blocking(pid);
         SpawnError::Clone(io::Error::other(e.to_string()))
     })?;
-    Ok(Child { pid, pidfd })
+    Ok(Child {
+        pid,
+        pidfd,
+        mount_namespace,
+    })
+}
+
+/// The mount namespace of the process `pidfd` refers to
+/// (`PIDFD_GET_MNT_NAMESPACE`, Linux 6.11), or `None` if the kernel has no
+/// such call or the process has exited already.
+fn mount_namespace(pidfd: &OwnedFd) -> Option<OwnedFd> {
+    // SAFETY: an ioctl without argument on a pidfd we own; the result is
+    // checked before it is owned.
+    let fd = unsafe { libc::ioctl(pidfd.as_raw_fd(), libc::PIDFD_GET_MNT_NAMESPACE, 0) };
+    if fd < 0 {
+        tracing::debug!(
+            "the command's mount namespace not held (its teardown falls to its exit): {}",
+            io::Error::last_os_error()
+        );
+        return None;
+    }
+    // SAFETY: the ioctl returned a new fd we own.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The candidates of glibc's `execvp` search, prepared in the parent.
@@ -541,33 +566,14 @@ impl Child {
         self.pid
     }
 
-    /// The command's mount namespace (`PIDFD_GET_MNT_NAMESPACE` on its
-    /// pidfd, Linux 6.11), or `None` if the kernel has no such call or the
-    /// command has exited already. Whoever holds it holds the namespace:
-    /// the command's exit no longer tears it down (an unmount of each of
-    /// its mounts, then an RCU grace period, ~0.15 ms here, before the
-    /// exit is reported); the last close of this does, once the command
-    /// is reaped.
-    #[must_use]
-    pub fn mount_namespace(&self) -> Option<OwnedFd> {
-        // SAFETY: an ioctl without argument on the pidfd we own; the
-        // result is checked before it is owned.
-        let fd = unsafe {
-            libc::ioctl(
-                self.pidfd.get_ref().as_raw_fd(),
-                libc::PIDFD_GET_MNT_NAMESPACE,
-                0,
-            )
-        };
-        if fd < 0 {
-            tracing::debug!(
-                "the command's mount namespace not held (its teardown falls to its exit): {}",
-                io::Error::last_os_error()
-            );
-            return None;
-        }
-        // SAFETY: the ioctl returned a new fd we own.
-        Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    /// The command's mount namespace, taken right after the clone, or
+    /// `None` (see [`mount_namespace`]). Whoever holds it holds the
+    /// namespace: the command's exit no longer tears it down (an unmount
+    /// of each of its mounts, then an RCU grace period, ~0.15 ms here,
+    /// before the exit is reported); the last close of this does, once the
+    /// command is reaped.
+    pub fn take_mount_namespace(&mut self) -> Option<OwnedFd> {
+        self.mount_namespace.take()
     }
 
     /// Send `sig` to the command (until it is reaped, its pid is still ours).
