@@ -373,13 +373,20 @@ impl RunCgroup {
     /// Kill every process of the run's cgroup and of those beneath it (the
     /// watchdog's), in one instant (`cgroup.kill`). They die a moment later.
     pub fn kill(&self) -> Result<(), CgroupError> {
-        write_file(&self.path.join("cgroup.kill"), b"1")
+        kill(&self.path)
     }
 
     /// Until no process is left in the cgroup or beneath it (after
     /// [`Self::kill`]), or `DRAIN_TIMEOUT` has passed (an error).
     pub fn wait_empty(&self) -> Result<(), CgroupError> {
         drain(&self.path)
+    }
+
+    /// Left as it is, to `lockrun gc`: after a [`Self::kill`] or
+    /// [`Self::wait_empty`] that failed, not tried again when dropped (a
+    /// second wait of `DRAIN_TIMEOUT`).
+    pub fn leave(mut self) {
+        self.removed = true;
     }
 
     /// Teardown: `cgroup.kill`, wait until `cgroup.events` says `populated 0`, rmdir.
@@ -555,10 +562,15 @@ fn kill_and_remove(cg: &Path) -> Result<(), CgroupError> {
     // watchdog ([`WATCHDOG`]) die in the same instant, so there is no moment
     // in which the run lives on without its watchdog.
     if populated(cg)? {
-        write_file(&cg.join("cgroup.kill"), b"1")?;
+        kill(cg)?;
         drain(cg)?;
     }
     remove_tree(cg)
+}
+
+/// Kill every process of `cg` and beneath it (`cgroup.kill`, Linux 5.14).
+fn kill(cg: &Path) -> Result<(), CgroupError> {
+    write_file(&cg.join("cgroup.kill"), b"1")
 }
 
 /// Wait until `cg` has no process, nor any cgroup beneath it.

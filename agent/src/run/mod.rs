@@ -973,7 +973,16 @@ async fn run(
     // kill): the run dir goes now, beside the rest of the teardown.
     let run_id = dir.id().to_owned();
     let dir_removed = beside.run(move || drop(dir));
-    if let Err(e) = emptied.and_then(|()| cgroup.remove()) {
+    let removed = match emptied {
+        Ok(()) => cgroup.remove(),
+        // Not killed, or not emptied in time: left to `lockrun gc`, not
+        // killed and waited for again.
+        Err(e) => {
+            cgroup.leave();
+            Err(e)
+        }
+    };
+    if let Err(e) = removed {
         teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
     }
     // No task of the run is left: the audit stream's end can be marked now,

@@ -301,21 +301,16 @@ impl OwnMount {
     }
 }
 
-/// A detached mount of a new `fs`, made in the calling thread's namespaces
-/// (an mqueue filesystem is its IPC namespace's), for lockrun to grant
-/// ([`grant_beneath`]) and hand to the child ([`OwnMount::made`]).
-pub fn make_fs(fs: &NewFs) -> io::Result<OwnedFd> {
-    make(fs).map(RawFd::into_owned)
-}
-
 /// Grant `rights` beneath the directory open as `dir` in `ruleset`.
 pub fn grant_beneath(ruleset: BorrowedFd<'_>, dir: BorrowedFd<'_>, rights: u64) -> io::Result<()> {
     add_path_rule(ruleset, dir.as_raw_fd(), rights)
 }
 
-/// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`).
-/// Made by lockrun, before the child ([`make_fs`]).
-fn make(fs: &NewFs) -> io::Result<RawFd> {
+/// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`), made
+/// in the calling thread's namespaces (an mqueue filesystem is its IPC
+/// namespace's), for lockrun to grant ([`grant_beneath`]) and hand to the
+/// child ([`OwnMount::made`]).
+pub fn make_fs(fs: &NewFs) -> io::Result<OwnedFd> {
     // SAFETY: fsopen(2) with a NUL-terminated literal.
     let ctx = RawFd::new(unsafe {
         libc::syscall(libc::SYS_fsopen, fs.fstype.as_ptr(), libc::FSOPEN_CLOEXEC)
@@ -342,6 +337,7 @@ fn make(fs: &NewFs) -> io::Result<RawFd> {
     })?;
     // SAFETY: fsmount(2) of the context above, with integer flags.
     RawFd::new(unsafe { libc::syscall(libc::SYS_fsmount, ctx.0, libc::FSMOUNT_CLOEXEC, fs.attrs) })
+        .map(RawFd::into_owned)
 }
 
 /// `landlock_add_rule(ruleset, PATH_BENEATH, {rights, dir})`. Post-fork: no
