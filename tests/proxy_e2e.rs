@@ -4,8 +4,10 @@
 //! from outside — the test host's own logs, the audit log, curl's status
 //! and exit code, and connections made from outside the run.
 //!
-//! Names resolve only through the policy's `[network.resolve]` answers; no
-//! test touches ambient DNS. Test hosts are veth pairs in 10.213.224–247
+//! Names resolve through the policy's `[network.resolve]` answers, and
+//! `localhost` once through the system resolver from `/etc/hosts` (the
+//! shipped binary is statically linked: its `getaddrinfo` is checked in a
+//! real run); no test touches ambient DNS. Test hosts are veth pairs in 10.213.224–247
 //! (one /30 per test; tests/proxy.rs owns 10.213.160–223), removed on
 //! every path.
 //!
@@ -1130,10 +1132,26 @@ fn allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed
         ("loop6.test", vec!["::1".parse().unwrap()]),
         ("meta.test", vec!["169.254.169.254".parse().unwrap()]),
     ]);
+    // `localhost` has no fixed answer: the proxy asks the system resolver
+    // (`getaddrinfo`, statically linked), which finds it in /etc/hosts.
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let system = hosts.lines().any(|l| {
+        let mut w = l.split('#').next().unwrap_or("").split_whitespace();
+        w.next().is_some_and(|a| a == "127.0.0.1" || a == "::1") && w.any(|n| n == "localhost")
+    });
+    if system {
+        net.allow.push(format!("localhost:{p4}"));
+    } else {
+        skip(
+            test,
+            "the system resolver part: /etc/hosts names no loopback address `localhost`",
+        );
+    }
     let sb = Sandbox::new(&net);
     let out = sb.run(&format!(
         r#"
         echo "control=$(curl -s -o /dev/null -w '%{{http_code}}' http://web.test/hello.txt)"
+        echo "system=$(curl -s -o /dev/null -w '%{{http_code}}' http://localhost:{p4}/)"
         echo "loop4=$(curl -s -o /dev/null -w '%{{http_code}}' http://loop4.test:{p4}/)"
         echo "loop4c=$(curl -s -p -o /dev/null -w '%{{http_connect}}' http://loop4.test:{p4}/)"
         echo "loop6=$(curl -s -o /dev/null -w '%{{http_code}}' http://loop6.test:{p6}/)"
@@ -1146,6 +1164,9 @@ fn allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed
     assert_eq!(field(&stdout, "control"), "200", "{stdout}");
     for k in ["loop4", "loop4c", "loop6", "loop6c", "meta", "metac"] {
         assert_eq!(field(&stdout, k), "403", "{k}: {stdout}");
+    }
+    if system {
+        assert_eq!(field(&stdout, "system"), "403", "{stdout}");
     }
     // Nothing reached the loopback listeners.
     for l in [Some(&l4), l6.as_ref()].into_iter().flatten() {
@@ -1172,6 +1193,19 @@ fn allowed_names_resolving_to_loopback_or_metadata_get_403_and_nothing_is_dialed
                 e.reason
             );
         }
+    }
+    if system {
+        // Refused for what it resolved to, by the system resolver: not a
+        // 502 for a lookup that failed.
+        let mine: Vec<_> = ev.iter().filter(|e| e.host == "localhost").collect();
+        assert_eq!(mine.len(), 1, "localhost: {ev:?}");
+        let e = mine[0];
+        assert!(!e.allowed && e.status == 403 && e.dialed.is_none(), "{e:?}");
+        assert!(
+            e.reason.starts_with("localhost resolves to ") && e.reason.contains(", loopback"),
+            "localhost: {}",
+            e.reason
+        );
     }
     assert_eq!(th.requests().len(), 1, "{:?}", th.requests());
 }
