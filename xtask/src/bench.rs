@@ -553,7 +553,9 @@ fn startup_table(
         &prefixes,
         &["git", "status", "--porcelain"],
         worktree,
-        reps.min(15),
+        // As many as start-up: the figure issue 2 judges against 1.05×,
+        // where 15 runs left a swing of several percent between runs.
+        reps,
         time_once,
     );
     let insides = measure_rounds(
@@ -712,7 +714,7 @@ pub fn run(o: &Options) -> Result<String> {
     notes.extend(more);
 
     let mut md = String::new();
-    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round). `git status` one sandbox each: a sandbox started for one `git status` (15 runs); in a running sandbox: one sandbox runs `bash`, which times ten statuses after a warm-up with `$EPOCHREALTIME`, per status (10 runs): what an agent inside a sandbox pays on each of its commands.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
+    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round). `git status` one sandbox each: a sandbox started for one `git status` (as many runs); in a running sandbox: one sandbox runs `bash`, which times ten statuses after a warm-up with `$EPOCHREALTIME`, per status (10 runs): what an agent inside a sandbox pays on each of its commands.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
     startup_table(&mut md, &mut notes, &rs, &worktree, o.reps);
     tar_table(&mut md, &mut notes, o, &peers, &dir, &worktree, &state)?;
 
