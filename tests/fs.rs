@@ -549,6 +549,113 @@ fn deny_read_paths_are_unreadable_by_every_path() {
     assert!(w.wt.join("mine-link").exists());
 }
 
+/// Landlock decides by path: a file beneath a denied dir that has a second
+/// name outside it (a hard link the machine's user made, before the run)
+/// would be read by that name. lockrun marks such files' inodes for
+/// fanotify permission events and refuses the run's opens of them by a name
+/// outside its writable roots (`EPERM`), reading and executing, and records
+/// the name used. Judged from outside: the run's copy made through the
+/// other name does not exist, and the audit log names the link. Controls:
+/// a file of two names that is not denied is read by both; the denied
+/// file's name in the worktree (the run's own) is read; while the run is
+/// alive, a process outside reads the secret by its other name.
+#[test]
+fn a_denied_file_is_unreadable_by_its_other_names() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let w = World::new("othernames");
+    let vault = w.root.join("vault");
+    let elsewhere = w.root.join("elsewhere");
+    std::fs::create_dir_all(vault.join("deeper")).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let secret = vault.join("deeper/key");
+    std::fs::write(&secret, "lockrun-test secret\n").unwrap();
+    let tool = vault.join("tool");
+    std::fs::write(&tool, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let public = w.canary(&w.data.join("public"));
+    let (key_link, tool_link, public_link) = (
+        elsewhere.join("key"),
+        elsewhere.join("tool"),
+        elsewhere.join("public"),
+    );
+    std::fs::hard_link(&secret, &key_link).unwrap();
+    std::fs::hard_link(&tool, &tool_link).unwrap();
+    std::fs::hard_link(&public, &public_link).unwrap();
+    let own = w.wt.join("key-own");
+    std::fs::hard_link(&secret, &own).unwrap();
+    // A denied file, not a dir: the secret floor's ~/.netrc.
+    let netrc = w.home.join(".netrc");
+    std::fs::write(&netrc, "machine x password p\n").unwrap();
+    let netrc_link = elsewhere.join("netrc");
+    std::fs::hard_link(&netrc, &netrc_link).unwrap();
+    let log = w.root.join("audit.jsonl");
+    let copy = w.wt.join("copy");
+    let (mut run, _out, lines) = Background::until_ready(w.cmd(
+        &["--deny-read", s(&vault), "--audit-log", s(&log)],
+        &support::probe_argv(&[
+            &["copy", s(&key_link), s(&copy)],
+            &["exec", s(&tool_link)],
+            &["read", s(&secret)],
+            &["read", s(&public_link)],
+            &["read", s(&own)],
+            &["read", s(&netrc_link)],
+            &["hold"],
+        ]),
+    ));
+    assert_eq!(
+        lines,
+        [
+            "errno=EPERM",
+            "errno=EPERM",
+            "errno=EACCES",
+            "ok",
+            "ok",
+            "errno=EPERM",
+            "ready"
+        ]
+    );
+    // Outside, while the guard answers: let through.
+    let outside = Command::new("timeout")
+        .args(["10", "cat", s(&key_link)])
+        .output()
+        .unwrap();
+    assert_eq!(outside.stdout, b"lockrun-test secret\n", "{outside:?}");
+    drop(run.0.stdin.take());
+    assert!(run.wait().success());
+    assert_absent(&copy);
+    let audit = std::fs::read_to_string(&log).unwrap();
+    let refused: Vec<(String, String, String)> = audit
+        .lines()
+        .filter_map(|l| match serde_json::from_str(l).unwrap() {
+            lockrun::audit::Record {
+                event: lockrun::audit::Event::Filesystem(f),
+                ..
+            } => Some((f.path.unwrap(), f.raw, f.other_name_of?)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 3, "{audit}");
+    assert_eq!(refused[2].2, s(&netrc));
+    assert_eq!(refused[0].0, s(&key_link));
+    assert_eq!(refused[0].2, s(&secret));
+    assert_eq!(refused[1].2, s(&tool));
+    assert!(
+        refused[0].1.contains(&format!(
+            "open of {}, another name of the denied {} (3 names)",
+            key_link.display(),
+            secret.display()
+        )),
+        "{}",
+        refused[0].1
+    );
+    assert_eq!(refused[1].0, s(&tool_link));
+    assert!(
+        refused[1].1.starts_with("fanotify guard: execute of"),
+        "{}",
+        refused[1].1
+    );
+}
+
 /// Landlock does not check an inotify watch, and a watch on a directory
 /// names every entry made in it: a run could learn the names that appear in
 /// a denied dir, which listing it refuses. The watch is refused (`EACCES`)

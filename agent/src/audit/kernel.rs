@@ -419,6 +419,7 @@ impl Correlator {
                     .map(str::to_owned)
                     .collect(),
                 raw,
+                other_name_of: None,
             }));
         }
     }

@@ -274,6 +274,10 @@ pub struct FsEvent {
     pub access: Vec<String>,
     /// The raw audit record, for what the fields above leave out.
     pub raw: String,
+    /// Refused as another name (a hard link) of this denied file, by
+    /// lockrun's guard of those ([`crate::fs::links`]), not by Landlock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_name_of: Option<String>,
 }
 
 /// A reach outside the run that Landlock refused (from the kernel audit
@@ -987,6 +991,7 @@ mod tests {
             path: path.map(Into::into),
             access: access.iter().map(|&a| a.into()).collect(),
             raw: String::new(),
+            other_name_of: None,
         })
     }
 

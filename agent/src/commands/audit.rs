@@ -812,6 +812,16 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
             ),
         };
     };
+    if let Some(denied) = &ev.other_name_of {
+        return Suggestion::Explain {
+            reason: format!(
+                "{raw} is another name (a hard link) of {denied}, which is denied: Landlock \
+                 decides by path, so lockrun guards the file itself and refuses the run every \
+                 name of it outside its writable roots. Remove the link if it need not exist \
+                 (`find / -xdev -samefile {denied}` lists its names), or give the command a copy."
+            ),
+        };
+    }
     let path = Path::new(raw);
     let deny = ctx.deny_entry_for(path);
     if !is_write(&ev.access) {
@@ -1292,6 +1302,7 @@ mod tests {
             path: path.map(Into::into),
             access: access.iter().map(|s| (*s).to_owned()).collect(),
             raw: "type=LANDLOCK_ACCESS".into(),
+            other_name_of: None,
         }
     }
 
@@ -1606,6 +1617,19 @@ mod tests {
     fn kernel_unspecified_points_to_loopback() {
         let s = suggest_kernel(&kernel(inet("0.0.0.0:8000"), "tcp"));
         assert!(reason(&s).contains("127.0.0.1:8000"), "{s:?}");
+    }
+
+    #[test]
+    fn a_read_by_a_denied_files_other_name_is_explained_not_allowed() {
+        let mut ev = fs(Some("/backup/root/.ssh/id"), &["fs.read_file"]);
+        ev.other_name_of = Some("/home/u/.ssh/id".into());
+        let s = suggest_fs(&ev, &ctx(), &dirs);
+        assert!(matches!(s, Suggestion::Explain { .. }), "{s:?}");
+        assert!(
+            reason(&s)
+                .contains("/backup/root/.ssh/id is another name (a hard link) of /home/u/.ssh/id"),
+            "{s:?}"
+        );
     }
 
     #[test]

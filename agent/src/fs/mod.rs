@@ -34,8 +34,12 @@
 //! [`crate::seccomp::set_id_refused`]), and so are the inode-attribute ioctls
 //! (`FS_IOC_SETFLAGS` for `chattr`, `FS_IOC_FSSETXATTR`, …: see
 //! [`crate::seccomp::NOTIFY_IOCTLS`]). Hard links that already exist outside
-//! a denied dir are readable through their other name (the command cannot
-//! make one: Landlock refuses a link that would widen a file's rights).
+//! a denied dir are not refused by Landlock, which decides by path: their
+//! inodes are guarded instead ([`links`]: fanotify permission events). The
+//! command cannot make one: Landlock refuses a link that would widen a
+//! file's rights.
+
+pub mod links;
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
@@ -84,6 +88,8 @@ pub enum FsError {
     },
     #[error("the ruleset has no file descriptor (Landlock unsupported)")]
     NoFd,
+    #[error(transparent)]
+    OtherNames(#[from] links::LinksError),
     #[error(
         "the thread building the Landlock ruleset panicked (a bug in lockrun; please report it)"
     )]
@@ -102,6 +108,8 @@ pub struct FsSandbox {
     own: Vec<OwnFs>,
     /// The denied-read paths, canonical.
     denied: Vec<PathBuf>,
+    /// Those of them that exist, as the walk found them.
+    denied_found: Vec<PathBuf>,
     /// The writable dirs that could not be granted whole.
     narrowed: Vec<Narrowed>,
     /// The listed dirs whose entries cost each run many rules.
@@ -598,6 +606,12 @@ impl FsSandbox {
             writable: roots.writable,
             own,
             denied: roots.denied.into_iter().collect(),
+            denied_found: {
+                let mut d = plan.denied_found;
+                d.sort();
+                d.dedup();
+                d
+            },
         })
     }
 
@@ -625,6 +639,13 @@ impl FsSandbox {
     #[must_use]
     pub fn writable_roots(&self) -> &[PathBuf] {
         &self.writable
+    }
+
+    /// The denied-read paths that exist, as the walk found them listing
+    /// their parents (canonical; one beneath another is not listed, nor found).
+    #[must_use]
+    pub fn denied_found(&self) -> &[PathBuf] {
+        &self.denied_found
     }
 
     /// The denied-read paths (canonical): nothing beneath them is writable.
@@ -1159,6 +1180,8 @@ struct Plan {
     written_outside: Vec<(u64, u64)>,
     /// The machine's filesystems there get no rule: the run has its own.
     own: Vec<OwnFs>,
+    /// The denied paths the walk found in the dirs it listed: those that exist.
+    denied_found: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -1364,6 +1387,7 @@ impl Plan {
             .iter()
             .any(|d| d.as_os_str().as_bytes() == root.as_os_str().as_bytes())
         {
+            self.denied_found.push(root.to_path_buf());
             return Ok(());
         }
         // The machine's /proc is out of sight (its processes are the

@@ -727,6 +727,14 @@ async fn run(
             tracing::debug!("3. Landlock ruleset prepared");
             let made = fs.as_ref().ok().map(made_filesystems);
             tracing::debug!("3. the run's own filesystems made");
+            // The denied files' other names (see crate::fs::links).
+            let fs = fs.and_then(|fs| {
+                let state = policy.run.state_dir.canonicalize();
+                let state = state.as_deref().unwrap_or(&policy.run.state_dir);
+                let linked = crate::fs::links::mark(fs.denied_found(), state, fs.writable_roots())?;
+                Ok((fs, linked))
+            });
+            tracing::debug!("3. the denied files' other names marked");
             (fs, made)
         })
     };
@@ -823,7 +831,7 @@ async fn run(
     let (fs, made) = walk
         .wait()
         .map_or((Err(FsError::WalkPanicked), None), |(fs, made)| (fs, made));
-    let ((kernel, watchdog, queues), fs) = match (kernel, fs) {
+    let ((kernel, watchdog, queues), (fs, linked)) = match (kernel, fs) {
         (Ok(kernel), Ok(fs)) => (kernel, fs),
         (_, Err(e)) => return Err(e.into()),
         (Err(e), Ok(_)) => return Err(e),
@@ -844,6 +852,20 @@ async fn run(
     for n in fs.narrowed() {
         tracing::warn!("{n}");
         audit.record(Event::Narrowed(n.clone()));
+    }
+    // Denied trees the walk for other names did not finish: a file there
+    // with a name outside is not guarded.
+    for (dir, why) in &linked.unwalked {
+        let message = format!(
+            "other names (hard links) of the files beneath {} not looked for: {why}; a file \
+             there with a name outside the denied paths is readable by that name",
+            dir.display()
+        );
+        tracing::warn!("{message}");
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Filesystem,
+            message,
+        });
     }
     // A denied path among thousands of siblings: a cost of every run, said
     // so that it can be moved rather than paid unexplained.
@@ -875,6 +897,13 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
+    // The denied files' other names, judged from here on: the command has
+    // not started.
+    linked.arm(crate::fs::links::Judge {
+        run_cgroup: supervise.cgroup_path.clone(),
+        writable: supervise.writable.clone(),
+        audit: audit.clone(),
+    });
     // Each of the run's own filesystems, made and granted beside
     // ([`made_filesystems`]) and moved by the child onto its path, which
     // hides the machine's; the run's message queues, made in this thread's
@@ -994,6 +1023,7 @@ async fn run(
     if let Some(s) = supervisor {
         s.finish();
     }
+    linked.finish();
     if let Some(h) = hooks.take() {
         if let Err(e) = h.finish(audit) {
             teardown_errors.push(format!(

@@ -488,6 +488,7 @@ pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
                     "seccomp supervisor: syscall {} on an object outside the writable roots: refused (EPERM)",
                     task.nr()
                 ),
+                other_name_of: None,
             }));
             Reply::Errno(libc::EPERM)
         }

@@ -48,6 +48,7 @@ pub fn handle(task: &Task<'_>, s: &Shared) -> Reply {
                     "seccomp supervisor: inotify_add_watch on {what}, at or beneath a denied \
                      path or not placeable: refused (EACCES)"
                 ),
+                other_name_of: None,
             }));
             Reply::Errno(libc::EACCES)
         }
