@@ -253,11 +253,8 @@ fn consider(marked: &mut Marked, path: &Path, meta: &std::fs::Metadata) -> Resul
 /// run is let through.
 #[must_use]
 pub fn in_run(cgroups: &str, run: Option<&str>) -> bool {
-    let Some(run) = run else { return true };
-    cgroups
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .is_some_and(|c| c == run || c.strip_prefix(run).is_some_and(|r| r.starts_with('/')))
+    use crate::cgroup::{membership, Membership};
+    run.is_none_or(|run| membership(cgroups, run) != Membership::Outside)
 }
 
 /// What the guard judges a run's opens by.

@@ -54,30 +54,23 @@ fn in_run(tid: i32, run: Option<&str>) -> Result<bool, super::Errno> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(libc::ESRCH),
         Err(_) => return Ok(false),
     };
-    Ok(run.is_some_and(|run| unified(&cgroups) == Some(run)))
-}
-
-/// The cgroup v2 path of a `/proc/<pid>/cgroup` text: its `0::` line.
-fn unified(cgroups: &str) -> Option<&str> {
-    cgroups.lines().find_map(|l| l.strip_prefix("0::"))
+    // Exactly the run's: the watchdog, beneath it, is lockrun's.
+    Ok(run.is_some_and(|run| {
+        crate::cgroup::membership(&cgroups, run) == crate::cgroup::Membership::InRun
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_unified_line_is_the_one_judged() {
-        let hybrid =
-            "12:pids:/user.slice\n1:name=systemd:/lockrun/build-1/r\n0::/lockrun/build-1/r\n";
-        assert_eq!(super::unified(hybrid), Some("/lockrun/build-1/r"));
-        assert_eq!(super::unified("1:name=systemd:/x\n"), None);
-        assert_eq!(super::unified("0::/\n"), Some("/"));
-    }
-
-    #[test]
     fn a_task_is_in_the_run_only_when_its_cgroup_is_the_runs() {
         let me = i32::try_from(std::process::id()).unwrap();
         let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let mine = super::unified(&mine).unwrap().to_owned();
+        let mine = mine
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap()
+            .to_owned();
         assert_eq!(super::in_run(me, Some(&mine)), Ok(true));
         assert_eq!(super::in_run(me, Some("/lockrun/build-x/other")), Ok(false));
         assert_eq!(super::in_run(me, None), Ok(false));
