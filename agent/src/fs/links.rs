@@ -359,9 +359,14 @@ fn serve(s: &Shared, stop: &OwnedFd) {
                 }
             }
             Err(nix::Error::EAGAIN | nix::Error::EINTR) => {}
+            // The kernel could not give lockrun the event's descriptor
+            // (`EMFILE`: the proxy's tunnels may hold most of them): it
+            // refused that open itself and took the event off the queue.
+            // The next ones are answered as ever; stopping here would leave
+            // every later open of a marked file, outside the run too,
+            // waiting until the run's end.
             Err(e) => {
-                tracing::warn!("the guard of denied files' other names stopped: read: {e}");
-                return;
+                tracing::warn!("an open of a denied file's other name was refused by the kernel, not judged: reading its event: {e}");
             }
         }
     }
