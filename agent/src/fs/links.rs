@@ -10,7 +10,9 @@
 //! one link ([`mark`]) and marks each of their inodes in a fanotify group of
 //! its own, for permission events (`FAN_OPEN_PERM`, `FAN_OPEN_EXEC_PERM`):
 //! every open of the inode, by any name and by any process, then waits for
-//! lockrun's answer. [`Guard`] answers:
+//! lockrun's answer. A thread of lockrun answers, from the first mark on:
+//! until the run is armed ([`Marked::arm`], just before the command starts)
+//! every open is let through, lockrun's own among them; then
 //! - a process of the run ([`in_run`]) is refused (`EPERM`), and the refusal
 //!   is recorded as a filesystem one, naming the name it used and the denied
 //!   name it is another of;
