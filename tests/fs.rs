@@ -554,11 +554,13 @@ fn deny_read_paths_are_unreadable_by_every_path() {
 /// would be read by that name. lockrun marks such files' inodes for
 /// fanotify permission events and refuses the run's opens of them by a name
 /// outside its writable roots (`EPERM`), reading and executing, and records
-/// the name used. Judged from outside: the run's copy made through the
-/// other name does not exist, and the audit log names the link. Controls:
-/// a file of two names that is not denied is read by both; the denied
-/// file's name in the worktree (the run's own) is read; while the run is
-/// alive, a process outside reads the secret by its other name.
+/// the name used. Judged from outside: the run's copies made through the
+/// other names do not exist, the denied tool left no mark of having run,
+/// and the audit log names each link. Controls: a file and a tool of two
+/// names that are not denied are read and run by their other names (the
+/// tool's mark exists); the denied file's name in the worktree (the run's
+/// own) is read; while the run is alive, a process outside reads the secret
+/// by its other name.
 #[test]
 fn a_denied_file_is_unreadable_by_its_other_names() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -569,18 +571,26 @@ fn a_denied_file_is_unreadable_by_its_other_names() {
     std::fs::create_dir_all(&elsewhere).unwrap();
     let secret = vault.join("deeper/key");
     std::fs::write(&secret, "lockrun-test secret\n").unwrap();
-    let tool = vault.join("tool");
-    std::fs::write(&tool, "#!/bin/sh\necho ran\n").unwrap();
-    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Each tool leaves a mark in the worktree when it runs.
+    let tool_at = |path: &std::path::Path, mark: &std::path::Path| {
+        std::fs::write(path, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let (tool, tool_ran) = (vault.join("tool"), w.wt.join("tool-ran"));
+    tool_at(&tool, &tool_ran);
+    let (public_tool, public_ran) = (w.data.join("public-tool"), w.wt.join("public-ran"));
+    tool_at(&public_tool, &public_ran);
     let public = w.canary(&w.data.join("public"));
-    let (key_link, tool_link, public_link) = (
+    let (key_link, tool_link, public_link, public_tool_link) = (
         elsewhere.join("key"),
         elsewhere.join("tool"),
         elsewhere.join("public"),
+        elsewhere.join("public-tool"),
     );
     std::fs::hard_link(&secret, &key_link).unwrap();
     std::fs::hard_link(&tool, &tool_link).unwrap();
     std::fs::hard_link(&public, &public_link).unwrap();
+    std::fs::hard_link(&public_tool, &public_tool_link).unwrap();
     let own = w.wt.join("key-own");
     std::fs::hard_link(&secret, &own).unwrap();
     // A denied file, not a dir: the secret floor's ~/.netrc.
@@ -589,7 +599,7 @@ fn a_denied_file_is_unreadable_by_its_other_names() {
     let netrc_link = elsewhere.join("netrc");
     std::fs::hard_link(&netrc, &netrc_link).unwrap();
     let log = w.root.join("audit.jsonl");
-    let copy = w.wt.join("copy");
+    let (copy, netrc_copy) = (w.wt.join("copy"), w.wt.join("netrc-copy"));
     let (mut run, _out, lines) = Background::until_ready(w.cmd(
         &["--deny-read", s(&vault), "--audit-log", s(&log)],
         &support::probe_argv(&[
@@ -598,7 +608,8 @@ fn a_denied_file_is_unreadable_by_its_other_names() {
             &["read", s(&secret)],
             &["read", s(&public_link)],
             &["read", s(&own)],
-            &["read", s(&netrc_link)],
+            &["copy", s(&netrc_link), s(&netrc_copy)],
+            &["exec", s(&public_tool_link)],
             &["hold"],
         ]),
     ));
@@ -611,6 +622,7 @@ fn a_denied_file_is_unreadable_by_its_other_names() {
             "ok",
             "ok",
             "errno=EPERM",
+            "ok",
             "ready"
         ]
     );
@@ -623,6 +635,12 @@ fn a_denied_file_is_unreadable_by_its_other_names() {
     drop(run.0.stdin.take());
     assert!(run.wait().success());
     assert_absent(&copy);
+    assert_absent(&netrc_copy);
+    assert_absent(&tool_ran);
+    assert!(
+        public_ran.exists(),
+        "the control tool ran by its other name"
+    );
     let audit = std::fs::read_to_string(&log).unwrap();
     let refused: Vec<(String, String, String)> = audit
         .lines()

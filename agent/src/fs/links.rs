@@ -142,13 +142,14 @@ fn mark_within(
 ) -> Result<Marked, LinksError> {
     let mut marked = Marked::default();
     let limit = budget;
-    for root in denied.iter().filter(|d| !d.starts_with(state_dir)) {
+    let roots: Vec<&PathBuf> = denied
+        .iter()
+        .filter(|d| !d.starts_with(state_dir) && !skip.contains(d))
+        .collect();
+    for (i, &root) in roots.iter().enumerate() {
         let Ok(meta) = std::fs::symlink_metadata(root) else {
             continue;
         };
-        if skip.contains(root) {
-            continue;
-        }
         if !meta.is_dir() {
             consider(&mut marked, root, &meta)?;
             continue;
@@ -173,10 +174,15 @@ fn mark_within(
                     }
                 };
                 if budget == 0 {
-                    marked.unwalked.push((
-                        dir.clone(),
-                        format!("the walk's budget of {limit} entries was spent"),
-                    ));
+                    // This root and every one after it: each is named, none
+                    // is left out silently.
+                    let why = format!("the walk's budget of {limit} entries was spent");
+                    marked.unwalked.extend(
+                        roots[i..]
+                            .iter()
+                            .filter(|r| r.symlink_metadata().is_ok())
+                            .map(|r| ((*r).clone(), why.clone())),
+                    );
                     return Ok(marked);
                 }
                 budget -= 1;
@@ -377,20 +383,21 @@ fn serve(s: &Shared, stop: &OwnedFd) {
 fn answer(s: &Shared, e: &FanotifyEvent) {
     let Some(fd) = e.fd() else { return };
     let tid = e.pid();
-    let Some((judge, linked)) = s.judge.get() else {
-        // Not armed: the command has not started.
-        if let Err(err) = s
-            .group
-            .write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW))
-        {
-            tracing::warn!("answering an open of a denied file's other name: {err}");
-        }
-        return;
-    };
-    let cgroups = std::fs::read_to_string(format!("/proc/{tid}/cgroup")).ok();
-    let name = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok();
-    let verdict = judge.verdict(cgroups.as_deref(), name.as_deref());
-    let response = if verdict == Verdict::Refused {
+    // Not armed: the command has not started, and every open is let through.
+    let judged = s.judge.get().map(|(judge, linked)| {
+        let cgroups = std::fs::read_to_string(format!("/proc/{tid}/cgroup")).ok();
+        let name = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok();
+        (
+            judge.verdict(cgroups.as_deref(), name.as_deref()),
+            judge,
+            linked,
+            name,
+        )
+    });
+    let refused = judged
+        .as_ref()
+        .is_some_and(|(v, ..)| *v == Verdict::Refused);
+    let response = if refused {
         Response::FAN_DENY
     } else {
         Response::FAN_ALLOW
@@ -398,10 +405,12 @@ fn answer(s: &Shared, e: &FanotifyEvent) {
     if let Err(err) = s.group.write_response(FanotifyResponse::new(fd, response)) {
         tracing::warn!("answering an open of a denied file's other name: {err}");
     }
-    if verdict == Verdict::Refused {
-        let denied = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-            .ok()
-            .and_then(|m| linked.iter().find(|l| l.dev == m.dev() && l.ino == m.ino()));
+    if let Some((Verdict::Refused, judge, linked, name)) = judged {
+        let denied = nix::sys::stat::fstat(fd.as_raw_fd()).ok().and_then(|m| {
+            linked
+                .iter()
+                .find(|l| l.dev == m.st_dev && l.ino == m.st_ino)
+        });
         judge.audit.record(Event::Filesystem(refusal(
             tid,
             e.mask(),
@@ -539,10 +548,19 @@ mod tests {
         // None with several names: no group is made.
         let m = mark_within(&[vault.join("single")], &state, &[], 100).unwrap();
         assert!(m.guard.is_none() && m.linked().is_empty());
-        // The budget spent: the walk says where it stopped.
+        // The budget spent: the walk names the root it stopped in and every
+        // root after it (not an absent one).
+        let later = root.join("later");
+        std::fs::create_dir_all(&later).unwrap();
+        let denied = [vault.clone(), root.join("absent"), later.clone()];
         let m = mark_within(&denied, &state, &[own], 2).unwrap();
-        assert_eq!(m.unwalked.len(), 1, "{:?}", m.unwalked);
-        assert!(m.unwalked[0].1.contains("budget"), "{:?}", m.unwalked);
+        let unwalked: Vec<&Path> = m.unwalked.iter().map(|(p, _)| p.as_path()).collect();
+        assert_eq!(unwalked, [vault.as_path(), later.as_path()]);
+        assert!(
+            m.unwalked.iter().all(|(_, why)| why.contains("budget")),
+            "{:?}",
+            m.unwalked
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
