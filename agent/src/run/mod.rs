@@ -52,6 +52,7 @@ use crate::policy::Policy;
 use crate::seccomp::SeccompError;
 
 mod beside;
+pub mod core_dumps;
 pub mod nested;
 
 /// Why a run could not be set up. Every variant maps to exit 125.
@@ -947,11 +948,26 @@ async fn run(
         what: "the run's own /dev/shm, /dev/pts, /dev/mqueue and /proc, the hidden kernel filesystems and the masked machine secrets",
         source,
     })?;
-    let (plan, report) = crate::sys::ChildPlan::new(ruleset, seccomp, listener_tx, nofile, mounts)
-        .map_err(|source| RunError::Child {
-            what: "report pipe",
-            source,
-        })?;
+    // A crash must not start a program outside the sandbox (see core_dumps).
+    let core_dumps = core_dumps::CoreDumps::of_machine();
+    if core_dumps.off() {
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Filesystem,
+            message: core_dumps.to_string(),
+        });
+    }
+    let (plan, report) = crate::sys::ChildPlan::new(
+        ruleset,
+        seccomp,
+        listener_tx,
+        nofile,
+        core_dumps.off(),
+        mounts,
+    )
+    .map_err(|source| RunError::Child {
+        what: "report pipe",
+        source,
+    })?;
 
     // 8. environment
     let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);
@@ -1056,7 +1072,16 @@ async fn run(
     }
 
     let code = match started {
-        Started::Exited(status) => exit_code(status),
+        Started::Exited(status) => {
+            if let Some(sig) = status.signal().filter(|s| core_dumps::dumps(*s)) {
+                if core_dumps.off() {
+                    eprintln!(
+                        "lockrun: the command died of signal {sig} and left no core dump: {core_dumps}"
+                    );
+                }
+            }
+            exit_code(status)
+        }
         Started::NotFound(e) => {
             eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
             exit::NOT_FOUND

@@ -71,13 +71,14 @@ pub enum Step {
     Notify,
     Rlimit,
     OwnMounts,
+    CoreLimit,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, CloseRange, Landlock, NoNewPrivs, Notify, OwnMounts,
-            Rlimit, Seccomp, Securebits,
+            Ambient, BoundingSet, Capset, CloseRange, CoreLimit, Landlock, NoNewPrivs, Notify,
+            OwnMounts, Rlimit, Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -91,6 +92,7 @@ impl Step {
             Notify,
             Rlimit,
             OwnMounts,
+            CoreLimit,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -110,6 +112,7 @@ impl Step {
             Step::Seccomp => "loading the seccomp filter with its notification listener (seccomp SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)",
             Step::Notify => "handing the seccomp listener and the command's root to lockrun (sendmsg SCM_RIGHTS)",
             Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
+            Step::CoreLimit => "turning core dumps off (setrlimit RLIMIT_CORE to 1 byte)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -131,6 +134,9 @@ pub struct ChildPlan {
     /// The caller's descriptor limit, when lockrun raised its own
     /// ([`raise_nofile`]): the command gets it back.
     nofile: Option<libc::rlimit>,
+    /// Whether the run's processes may not dump core
+    /// ([`crate::run::core_dumps`]): `RLIMIT_CORE` at 1 byte, soft and hard.
+    no_core_dumps: bool,
     /// The run's own filesystems, mounted in the child's mount namespace.
     mounts: Vec<OwnMount>,
     report: OwnedFd,
@@ -540,6 +546,7 @@ impl ChildPlan {
         seccomp: seccompiler::BpfProgram,
         listener_to: OwnedFd,
         nofile: Option<libc::rlimit>,
+        no_core_dumps: bool,
         mounts: Vec<OwnMount>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
@@ -553,6 +560,7 @@ impl ChildPlan {
                 last_cap,
                 setpcap,
                 nofile,
+                no_core_dumps,
                 mounts,
                 report: w,
             },
@@ -610,6 +618,18 @@ impl ChildPlan {
             // SAFETY: setrlimit with a live, initialized stack value.
             if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) } != 0 {
                 return Err(self.fail(Step::Rlimit));
+            }
+        }
+        // 1c. no core dumps: 1 byte, the one limit a piped core_pattern
+        //     heeds (raising the hard limit needs CAP_SYS_RESOURCE)
+        if self.no_core_dumps {
+            let one = libc::rlimit {
+                rlim_cur: 1,
+                rlim_max: 1,
+            };
+            // SAFETY: setrlimit with a live, initialized stack value.
+            if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &raw const one) } != 0 {
+                return Err(self.fail(Step::CoreLimit));
             }
         }
         // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN)
