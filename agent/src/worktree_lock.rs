@@ -260,7 +260,7 @@ fn holder_kind(pid: u32) -> Holder {
 /// The run whose cgroup a process is in, from its `/proc/<pid>/cgroup`:
 /// the cgroup v2 line (`0::/lockrun/build-…/<run-id>`).
 fn run_of(cgroups: &str) -> Option<String> {
-    let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let path = crate::cgroup::unified(cgroups)?;
     let beneath = path.strip_prefix(&format!("/{}/", crate::cgroup::PARENT))?;
     let run = beneath.rsplit('/').next()?;
     (!run.is_empty()).then(|| run.to_owned())

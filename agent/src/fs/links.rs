@@ -530,10 +530,7 @@ mod tests {
         assert_eq!(std::fs::read(&outside).unwrap(), b"x");
         let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let armed = |writable: Vec<PathBuf>| Judge {
-            run_cgroup: mine
-                .lines()
-                .find_map(|l| l.strip_prefix("0::"))
-                .map(Into::into),
+            run_cgroup: crate::cgroup::unified(&mine).map(Into::into),
             writable,
             audit: Arc::new(AuditLog::open(None).unwrap()),
         };

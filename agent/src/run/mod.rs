@@ -1073,12 +1073,11 @@ async fn run(
 
     let code = match started {
         Started::Exited(status) => {
-            if let Some(sig) = status.signal().filter(|s| core_dumps::dumps(*s)) {
-                if core_dumps.off() {
-                    eprintln!(
-                        "lockrun: the command died of signal {sig} and left no core dump: {core_dumps}"
-                    );
-                }
+            match status.signal() {
+                Some(sig) if core_dumps.off() && core_dumps::dumps(sig) => eprintln!(
+                    "lockrun: the command died of signal {sig} and left no core dump: {core_dumps}"
+                ),
+                _ => {}
             }
             exit_code(status)
         }

@@ -66,11 +66,7 @@ mod tests {
     fn a_task_is_in_the_run_only_when_its_cgroup_is_the_runs() {
         let me = i32::try_from(std::process::id()).unwrap();
         let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let mine = mine
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .unwrap()
-            .to_owned();
+        let mine = crate::cgroup::unified(&mine).unwrap().to_owned();
         assert_eq!(super::in_run(me, Some(&mine)), Ok(true));
         assert_eq!(super::in_run(me, Some("/lockrun/build-x/other")), Ok(false));
         assert_eq!(super::in_run(me, None), Ok(false));
