@@ -40,7 +40,6 @@ fn host_target() -> String {
     format!("{}-unknown-linux-gnu", std::env::consts::ARCH)
 }
 
-/// Where the agent's binaries are: `target/<host>/<profile>`.
 /// `bin` copied into `dir` (made if missing), replacing an older copy; its path.
 fn installed_copy(bin: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
@@ -51,6 +50,7 @@ fn installed_copy(bin: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(to)
 }
 
+/// Where the agent's binaries are: `target/<host>/<profile>`.
 fn agent_bin_dir(root: &Path, release: bool) -> PathBuf {
     root.join("target")
         .join(host_target())
