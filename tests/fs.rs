@@ -2088,6 +2088,65 @@ fn typing_into_the_callers_terminal_is_refused() {
     w.assert_no_run_dirs();
 }
 
+/// The terminal a run is given is the caller's: a line discipline switched
+/// on it (`TIOCSETD`) stays after the run. `n_null`, built into this
+/// kernel, swallows all that is typed and shown, and where modules load
+/// the kernel loads a discipline's module as root on the request
+/// (`dev.tty.ldisc_autoload`). Refused (`EPERM`) and shown. Judged from
+/// outside: the terminal's discipline after the run. Control: the same
+/// probe outside switches it.
+#[test]
+fn the_callers_terminal_keeps_its_line_discipline() {
+    const T: &str = "the_callers_terminal_keeps_its_line_discipline";
+    // Run argv with a fresh pty on its stdin; then print the pty's line
+    // discipline as seen from here.
+    const ON_A_PTY: &str = "import fcntl, os, struct, subprocess, sys, termios\n\
+        master, slave = os.openpty()\n\
+        code = subprocess.call(sys.argv[1:], stdin=slave)\n\
+        d = struct.unpack('i', fcntl.ioctl(slave, termios.TIOCGETD, bytes(4)))[0]\n\
+        print(f'exit={code} ldisc={d}')\n";
+    // A discipline other than n_tty (0) that this kernel has.
+    let ldiscs = std::fs::read_to_string("/proc/tty/ldiscs").unwrap();
+    let Some(other) = ldiscs
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .find(|n| *n != "0")
+    else {
+        support::skip(T, "the kernel has no line discipline but n_tty");
+        return;
+    };
+    let w = World::new("tiocsetd");
+    let probe = support::probe_argv(&[&["ldisc", other]]);
+    let control = Command::new(python3())
+        .args(["-c", ON_A_PTY])
+        .args(&probe)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&control.stdout),
+        format!("ok\nexit=0 ldisc={other}\n"),
+        "control: {control:?}"
+    );
+    let out = w
+        .cmd_under(&[python3(), "-c", ON_A_PTY], &[], &probe)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "errno=EPERM\nexit=0 ldisc=0\n",
+        "{out:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, \
+             which no policy allows): ioctl TIOCSETD (python3)"
+        ),
+        "{stderr}"
+    );
+    w.assert_no_run_dirs();
+}
+
 /// A capability-less uid 0 may lower the resource limits of every process
 /// of uid 0 (`prlimit`): an open-files limit of 3 starves a process
 /// outside, a CPU-time limit kills it, past the signal scoping. Refused

@@ -254,6 +254,10 @@ def op(name, a):
         # Push a byte into the input of our controlling tty (on fd 0).
         import fcntl, termios
         fcntl.ioctl(0, termios.TIOCSTI, b"x")
+    elif name == "ldisc":
+        # ldisc N: switch the line discipline of the terminal on fd 0 to N.
+        import fcntl, struct, termios
+        fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", int(a[0])))
     elif name == "shm_write":
         # shm_write key|id N: attach the segment and write into it
         p = sysv("shmat", sysv_id("shm", a[0], a[1]), None, 0)

@@ -23,7 +23,10 @@
 //!    `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
 //!    worktree would widen someone's privileges after the run), and `ioctl`
 //!    `TIOCSTI` and `TIOCLINUX` (typing into the caller's terminal, which
-//!    runs once lockrun exits; `dev.tty.legacy_tiocsti` is on here), and
+//!    runs once lockrun exits; `dev.tty.legacy_tiocsti` is on here) and
+//!    `TIOCSETD` (a line discipline switched stays on the caller's terminal
+//!    after the run: `n_null` swallows all it shows; where modules load,
+//!    the kernel loads the discipline's as root), and
 //!    `fcntl F_SETLEASE` (a lease on a file outside, which a capability-less
 //!    uid 0 may take on any root-owned file it can read, holds back every
 //!    other process's open of it for writing for up to 45 s), and
@@ -94,6 +97,7 @@ pub enum Widens {
     SocketFamily,
     SetIdMode,
     Terminal,
+    LineDiscipline,
     Leases,
     OtherLimits,
     OtherScheduling,
@@ -140,6 +144,12 @@ impl Widens {
             Self::Terminal => {
                 "it types into the terminal lockrun was started from, which runs what it typed \
                  outside the sandbox once lockrun exits"
+            }
+            Self::LineDiscipline => {
+                "it switches the terminal lockrun was started from to another line discipline, \
+                 which stays after lockrun exits (n_null swallows all that is typed and shown), \
+                 and where the kernel loads modules on demand (dev.tty.ldisc_autoload), it loads \
+                 that discipline's module as root"
             }
             Self::Leases => {
                 "a lease on a file outside the run stalls every process that then opens it for \
@@ -360,9 +370,15 @@ const F_UNLCK: u64 = libc::F_UNLCK as u64;
 /// `S_ISUID`, `S_ISGID`.
 const SET_ID_BITS: &[u64] = &[0o4000, 0o2000];
 
-/// Commands of `ioctl` that type into a terminal.
-const TERMINAL_IOCTLS: &[(u64, &str)] =
-    &[(libc::TIOCSTI, "TIOCSTI"), (libc::TIOCLINUX, "TIOCLINUX")];
+/// Commands of `ioctl` that change a terminal past the run: typing into it,
+/// and switching its line discipline (`TIOCSETD`, which takes the
+/// discipline through a pointer the filter cannot read, so every switch is
+/// refused; reading it, `TIOCGETD`, passes).
+const TERMINAL_IOCTLS: &[(u64, &str, Widens)] = &[
+    (libc::TIOCSTI, "TIOCSTI", Widens::Terminal),
+    (libc::TIOCLINUX, "TIOCLINUX", Widens::Terminal),
+    (libc::TIOCSETD, "TIOCSETD", Widens::LineDiscipline),
+];
 
 /// Whether a chmod to `mode` is refused for its set-id bits: `S_ISUID`
 /// always, `S_ISGID` unless the target is a directory (where it only hands
@@ -451,9 +467,10 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
         rules.insert(c.nr, r);
     }
     // Typing into the terminal lockrun was started from would run commands
-    // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT).
+    // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT); a
+    // line discipline switched stays on it (TIOCSETD).
     let mut tty = Vec::new();
-    for (cmd, _) in TERMINAL_IOCTLS {
+    for (cmd, _, _) in TERMINAL_IOCTLS {
         tty.push(SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, *cmd)?])?);
     }
     rules.insert(libc::SYS_ioctl, tty);
@@ -579,8 +596,8 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
         }
         libc::SYS_ioctl => TERMINAL_IOCTLS
             .iter()
-            .find(|(cmd, _)| *cmd == low(1))
-            .map(|(_, name)| (format!("ioctl {name}"), Widens::Terminal)),
+            .find(|(cmd, _, _)| *cmd == low(1))
+            .map(|(_, name, why)| (format!("ioctl {name}"), *why)),
         libc::SYS_prlimit64 if low(0) != 0 && args[2] != 0 => Some((
             format!(
                 "prlimit64 setting {} of pid {}",
@@ -818,7 +835,7 @@ pub fn describe() -> Vec<(&'static str, String)> {
         ),
         (
             "EPERM, each refusal shown",
-            "ioctl TIOCSTI, TIOCLINUX (typing into the caller's terminal)".to_owned(),
+            "ioctl TIOCSTI, TIOCLINUX, TIOCSETD (typing into the caller's terminal, switching its line discipline)".to_owned(),
         ),
         (
             "EPERM, each refusal shown",
@@ -1252,6 +1269,7 @@ mod tests {
             );
         }
         assert_eq!(run(&p, libc::SYS_ioctl, [0, libc::TCGETS, 0, 0, 0, 0]), A);
+        assert_eq!(run(&p, libc::SYS_ioctl, [0, libc::TIOCGETD, 0, 0, 0, 0]), A);
         let so = libc::SYS_setsockopt;
         let sol = libc::SOL_SOCKET as u64;
         assert_eq!(run(&p, so, [3, sol, 2, 0x1000, 4, 0]), N, "SO_REUSEADDR");
@@ -1470,6 +1488,12 @@ mod tests {
                 None,
             ),
             (libc::SYS_socket, [2, 1, 0, 0, 0, 0], super::RET_ALLOW, None),
+            (
+                libc::SYS_ioctl,
+                [0, libc::TIOCGETD, 0x7ffd_0000, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
         ];
         check_cases(&all, cases);
         // Typing into the terminal, and creating a set-id file: reported.
@@ -1485,6 +1509,11 @@ mod tests {
                 libc::SYS_ioctl,
                 [0, libc::TIOCLINUX, 0, 0, 0, 0],
                 "ioctl TIOCLINUX",
+            ),
+            (
+                libc::SYS_ioctl,
+                [0, libc::TIOCSETD, 0x7ffd_0000, 0, 0, 0],
+                "ioctl TIOCSETD",
             ),
             (
                 libc::SYS_openat,
@@ -1655,6 +1684,8 @@ mod tests {
             [3, libc::TIOCSTI, 0, 0, 0, 0],
             [3, libc::TIOCLINUX | 0x1_0000_0000, 0, 0, 0, 0],
             [3, libc::TCGETS, 0, 0, 0, 0],
+            [3, libc::TIOCSETD, 0x7ffd_0000, 0, 0, 0],
+            [3, libc::TIOCGETD, 0x7ffd_0000, 0, 0, 0],
             [3, 0x4008_6602, 0, 0, 0, 0],
             [3, super::F_SETLEASE, 0, 0, 0, 0],
             [3, super::F_SETLEASE, 1, 0, 0, 0],
@@ -1720,7 +1751,7 @@ mod tests {
         for cmd in super::NOTIFY_IOCTLS {
             args.push([3, u64::from(*cmd), 0, 0, 0, 0]);
         }
-        for (cmd, _) in super::TERMINAL_IOCTLS {
+        for (cmd, _, _) in super::TERMINAL_IOCTLS {
             args.push([3, *cmd, 0, 0, 0, 0]);
         }
         for nr in super::NOTIFY_METADATA.iter().chain(&super::NOTIFY_JUDGED) {
