@@ -1598,6 +1598,62 @@ fn seccomp_denials_and_controls() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("127.0.0.1"));
 }
 
+/// An inet socket of a protocol the inet code does not have itself (SCTP,
+/// L2TP) makes the kernel look the protocol up, and where modules load on
+/// demand, load its module as root (`net-pf-2-proto-132-type-1`) before any
+/// hook of the run is asked. This kernel loads none (no `CONFIG_MODULES`),
+/// so what is judged is where the call stops: inside, at the filter
+/// (`EPERM`, recorded and shown); outside, the same probe reaches the
+/// kernel's lookup (`EPROTONOSUPPORT` where the protocol is absent, as
+/// here). Controls inside: TCP, MPTCP and UDP by their numbers.
+#[test]
+fn inet_protocols_the_kernel_would_load_are_refused_first() {
+    let w = World::new("inet-protocols");
+    let log = w.root.join("audit.jsonl");
+    let refused: [&[&str]; 2] = [
+        &["socket", "inet", "132", "1"],  // SCTP, SOCK_STREAM
+        &["socket", "inet6", "115", "2"], // L2TP, SOCK_DGRAM
+    ];
+    for (op, got) in refused.iter().zip(w.probe_outside(&refused)) {
+        assert!(
+            got == "errno=EPROTONOSUPPORT" || got == "ok",
+            "control {op:?}: {got}"
+        );
+    }
+    let mut ops = refused.to_vec();
+    ops.extend([
+        &["socket", "inet", "6", "1"][..],
+        &["socket", "inet6", "262", "1"],
+        &["socket", "inet6", "17", "2"],
+    ]);
+    let out = w.run(&["--audit-log", s(&log)], &support::probe_argv(&ops));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["errno=EPERM", "errno=EPERM", "ok", "ok", "ok"]
+    );
+    let why = lockrun::seccomp::Widens::SocketProtocol;
+    assert_eq!(
+        w.refused_calls(&log, "python3"),
+        [
+            ("socket(AF_INET, IPPROTO_SCTP)".to_owned(), why),
+            ("socket(AF_INET6, IPPROTO_L2TP)".to_owned(), why),
+        ]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "lockrun: 2 system calls refused (seccomp: calls that would widen the sandbox, \
+             which no policy allows): socket(AF_INET, IPPROTO_SCTP) (python3), \
+             socket(AF_INET6, IPPROTO_L2TP) (python3)\n"
+        ),
+        "{stderr}"
+    );
+    w.assert_no_run_dirs();
+}
+
 /// x32-ABI calls (bit 30 in the number) are refused with EPERM whatever the
 /// kernel: where that ABI is on, they are the same calls under numbers the
 /// deny list and the supervisor would not know. Outside, the same call gets

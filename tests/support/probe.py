@@ -243,6 +243,7 @@ def op(name, a):
         fam = {"packet": 17, "inet": 2, "inet6": 10, "unix": 1, "netlink": 16, "vsock": 40, "alg": 38}[a[0]]
         typ = 3 if a[0] == "packet" else (5 if a[0] == "alg" else 2)
         proto = int(a[1]) if len(a) > 1 else 0
+        typ = int(a[2]) if len(a) > 2 else typ
         socket.socket(fam, typ, proto).close()
     elif name == "io_uring_setup":
         params = ctypes.create_string_buffer(120)

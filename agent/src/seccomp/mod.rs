@@ -17,7 +17,11 @@
 //!    filter never sees them), and `socket`/`socketpair` for any family but
 //!    `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK` with protocol
 //!    `NETLINK_ROUTE` (read-only without `CAP_NET_ADMIN`; `ip addr` needs
-//!    it, glibc's `getaddrinfo` uses it for `AI_ADDRCONFIG`). Raw `AF_INET`
+//!    it, glibc's `getaddrinfo` uses it for `AI_ADDRCONFIG`), and inet
+//!    sockets of any protocol but the inet code's own (TCP, UDP, MPTCP,
+//!    UDP-Lite, ICMP): asking for another (SCTP, L2TP) makes the kernel
+//!    load its module as root where modules load on demand, before any
+//!    hook of the run is asked. Raw `AF_INET`
 //!    sockets need `CAP_NET_RAW`, which is gone. Also **set-id mode bits**
 //!    (`S_ISUID`/`S_ISGID`) in the calls that create a file (`open`,
 //!    `openat`, `creat`, `mknod(at)`: a setuid-root file left in the
@@ -95,6 +99,7 @@ pub enum Widens {
     IoUring,
     FileHandles,
     SocketFamily,
+    SocketProtocol,
     SetIdMode,
     Terminal,
     LineDiscipline,
@@ -135,6 +140,11 @@ impl Widens {
             Self::SocketFamily => {
                 "a socket family other than unix, inet, inet6 and netlink route reaches networks \
                  and kernel interfaces no hook of lockrun judges"
+            }
+            Self::SocketProtocol => {
+                "an inet protocol other than TCP, UDP, MPTCP, UDP-Lite and ICMP (SCTP, L2TP, \
+                 DCCP, SMC) is one the network hooks do not judge, and where the kernel loads \
+                 modules on demand, asking for one makes it load that protocol's module as root"
             }
             Self::SetIdMode => {
                 "a set-user-ID or set-group-ID file left behind runs with its owner's or group's \
@@ -349,6 +359,40 @@ const SOCKET_FAMILIES: [u64; 3] = [
     libc::AF_INET6 as u64,
 ];
 
+/// The protocols an inet socket may ask for (0: the type's own): those of
+/// the inet code itself, which the kernel never loads a module for, and
+/// whose kinds the `sock_create` hook then judges (it lets TCP, MPTCP and
+/// UDP through). Any other makes the kernel look the protocol up, and
+/// where modules load on demand, load its module as root
+/// (`net-pf-2-proto-132`: SCTP) before any hook runs; refused here first.
+const INET_PROTOCOLS: [u64; 6] = [
+    0,
+    libc::IPPROTO_ICMP as u64,
+    libc::IPPROTO_TCP as u64,
+    libc::IPPROTO_UDP as u64,
+    libc::IPPROTO_UDPLITE as u64,
+    libc::IPPROTO_MPTCP as u64,
+];
+/// [`INET_PROTOCOLS`] for `AF_INET6`, with ICMPv6 for ICMP.
+const INET6_PROTOCOLS: [u64; 6] = [
+    0,
+    libc::IPPROTO_ICMPV6 as u64,
+    libc::IPPROTO_TCP as u64,
+    libc::IPPROTO_UDP as u64,
+    libc::IPPROTO_UDPLITE as u64,
+    libc::IPPROTO_MPTCP as u64,
+];
+
+/// The protocols `family` may ask for, `None` where the family does not
+/// limit them.
+fn inet_protocols(family: u64) -> Option<&'static [u64]> {
+    match i32::try_from(family) {
+        Ok(libc::AF_INET) => Some(&INET_PROTOCOLS),
+        Ok(libc::AF_INET6) => Some(&INET6_PROTOCOLS),
+        _ => None,
+    }
+}
+
 /// The open flags under which the kernel reads the mode (`WILL_CREATE`:
 /// `O_CREAT`, `__O_TMPFILE`); without them it ignores it, and a caller may
 /// leave garbage there (jemalloc's `syscall(SYS_open, path, flags)` in
@@ -442,7 +486,15 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
             cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
             cond(2, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
         ])?;
-        rules.insert(nr, vec![family_not_allowed, netlink_not_route]);
+        let mut refused = vec![family_not_allowed, netlink_not_route];
+        for family in [libc::AF_INET as u64, libc::AF_INET6 as u64] {
+            let mut other_protocol = vec![cond(0, SeccompCmpOp::Eq, family)?];
+            for protocol in inet_protocols(family).unwrap_or_default() {
+                other_protocol.push(cond(2, SeccompCmpOp::Ne, *protocol)?);
+            }
+            refused.push(SeccompRule::new(other_protocol)?);
+        }
+        rules.insert(nr, refused);
     }
     // Set-id bits: a file in the worktree made setuid root would run as
     // root for anyone outside, after the run. Refused wherever a file is
@@ -581,6 +633,19 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
                 "socketpair"
             };
             let (family, protocol) = (low(0), low(2));
+            if let Some(protocols) = inet_protocols(family) {
+                return (!protocols.contains(&protocol)).then(|| {
+                    let family = u32::try_from(family).unwrap_or(u32::MAX);
+                    (
+                        format!(
+                            "{call}({}, {})",
+                            family_name(family),
+                            protocol_name(protocol)
+                        ),
+                        Widens::SocketProtocol,
+                    )
+                });
+            }
             let allowed = SOCKET_FAMILIES.contains(&family)
                 || (family == libc::AF_NETLINK as u64 && protocol == NETLINK_ROUTE);
             if allowed {
@@ -647,6 +712,8 @@ fn rlimit_name(resource: u64) -> String {
 /// `AF_PACKET`, … or the number.
 fn family_name(family: u32) -> String {
     const NAMES: &[(i32, &str)] = &[
+        (libc::AF_INET, "AF_INET"),
+        (libc::AF_INET6, "AF_INET6"),
         (libc::AF_PACKET, "AF_PACKET"),
         (libc::AF_NETLINK, "AF_NETLINK"),
         (libc::AF_VSOCK, "AF_VSOCK"),
@@ -665,6 +732,25 @@ fn family_name(family: u32) -> String {
         .iter()
         .find(|(f, _)| u32::try_from(*f) == Ok(family))
         .map_or_else(|| format!("family {family}"), |(_, n)| (*n).to_owned())
+}
+
+/// An inet protocol as a person knows it, for the refusals of
+/// [`Widens::SocketProtocol`].
+fn protocol_name(protocol: u64) -> String {
+    const NAMES: &[(i32, &str)] = &[
+        (libc::IPPROTO_SCTP, "IPPROTO_SCTP"),
+        (libc::IPPROTO_DCCP, "IPPROTO_DCCP"),
+        (libc::IPPROTO_RAW, "IPPROTO_RAW"),
+        (libc::IPPROTO_IGMP, "IPPROTO_IGMP"),
+        (libc::IPPROTO_ICMP, "IPPROTO_ICMP"),
+        (libc::IPPROTO_ICMPV6, "IPPROTO_ICMPV6"),
+        (115, "IPPROTO_L2TP"),
+        (256, "IPPROTO_SMC"),
+    ];
+    NAMES
+        .iter()
+        .find(|(p, _)| u64::try_from(*p) == Ok(protocol))
+        .map_or_else(|| format!("protocol {protocol}"), |(_, n)| (*n).to_owned())
 }
 
 /// Every filter of a run as one program, in this order: the [`front`]
@@ -831,7 +917,7 @@ pub fn describe() -> Vec<(&'static str, String)> {
         ("EPERM, each refusal shown", "clone with any CLONE_NEW* flag".to_owned()),
         (
             "EPERM, each refusal shown",
-            "socket, socketpair: any family but AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK with NETLINK_ROUTE".to_owned(),
+            "socket, socketpair: any family but AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK with NETLINK_ROUTE; AF_INET and AF_INET6 with any protocol but TCP, UDP, MPTCP, UDP-Lite and ICMP".to_owned(),
         ),
         (
             "EPERM, each refusal shown",
@@ -1489,6 +1575,68 @@ mod tests {
             ),
             (libc::SYS_socket, [2, 1, 0, 0, 0, 0], super::RET_ALLOW, None),
             (
+                libc::SYS_socket,
+                [2, 1, 132, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socket(AF_INET, IPPROTO_SCTP)"),
+            ),
+            (
+                libc::SYS_socketpair,
+                [2, 5, 132, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socketpair(AF_INET, IPPROTO_SCTP)"),
+            ),
+            (
+                libc::SYS_socket,
+                [10, 2, 115, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socket(AF_INET6, IPPROTO_L2TP)"),
+            ),
+            (
+                libc::SYS_socket,
+                [10, 2, 1, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socket(AF_INET6, IPPROTO_ICMP)"),
+            ),
+            (
+                libc::SYS_socket,
+                [2, 1, 0x1_0000_0084, 0, 0, 0],
+                super::RET_USER_NOTIF,
+                Some("socket(AF_INET, IPPROTO_SCTP)"),
+            ),
+            (libc::SYS_socket, [2, 1, 6, 0, 0, 0], super::RET_ALLOW, None),
+            (
+                libc::SYS_socket,
+                [2, 1, 262, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_socket,
+                [2, 2, 136, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (libc::SYS_socket, [2, 2, 1, 0, 0, 0], super::RET_ALLOW, None),
+            (
+                libc::SYS_socket,
+                [10, 2, 58, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_socket,
+                [10, 2, 17, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
+                libc::SYS_socket,
+                [10, 1, 0x1_0000_0006, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
+            (
                 libc::SYS_ioctl,
                 [0, libc::TIOCGETD, 0x7ffd_0000, 0, 0, 0],
                 super::RET_ALLOW,
@@ -1674,6 +1822,7 @@ mod tests {
             [0x800_0000_0000; 6], // a set-id bit in the high half: not read
             [0x1_0000_0800; 6],   // S_ISUID in the low half
             [17, 3, 0, 0, 0, 0],
+            [2, 1, 132, 0, 0, 0],
             [16, 3, 4, 0, 0, 0],
             [16, 3, 0, 0, 0, 0],
             [1, 1, 0, 0, 0, 0],
