@@ -2144,23 +2144,26 @@ fn typing_into_the_callers_terminal_is_refused() {
     w.assert_no_run_dirs();
 }
 
-/// The terminal a run is given is the caller's: a line discipline switched
-/// on it (`TIOCSETD`) stays after the run. `n_null`, built into this
-/// kernel, swallows all that is typed and shown, and where modules load
-/// the kernel loads a discipline's module as root on the request
-/// (`dev.tty.ldisc_autoload`). Refused (`EPERM`) and shown. Judged from
-/// outside: the terminal's discipline after the run. Control: the same
-/// probe outside switches it.
+/// The terminal a run is given is the caller's, and two switches made on it
+/// stay after the run: a line discipline (`TIOCSETD`; `n_null`, built into
+/// this kernel, swallows all that is typed and shown, and where modules
+/// load the kernel loads a discipline's module as root on the request,
+/// `dev.tty.ldisc_autoload`), and exclusive mode (`TIOCEXCL`: every later
+/// open of it by a process without `CAP_SYS_ADMIN` gets `EBUSY`). Both
+/// refused (`EPERM`) and shown. Judged from outside: the terminal's
+/// discipline and exclusivity after the run. Control: the same probes
+/// outside switch them.
 #[test]
-fn the_callers_terminal_keeps_its_line_discipline() {
-    const T: &str = "the_callers_terminal_keeps_its_line_discipline";
+fn the_callers_terminal_keeps_its_line_discipline_and_stays_shared() {
+    const T: &str = "the_callers_terminal_keeps_its_line_discipline_and_stays_shared";
     // Run argv with a fresh pty on its stdin; then print the pty's line
-    // discipline as seen from here.
+    // discipline and exclusivity (TIOCGEXCL) as seen from here.
     const ON_A_PTY: &str = "import fcntl, os, struct, subprocess, sys, termios\n\
         master, slave = os.openpty()\n\
         code = subprocess.call(sys.argv[1:], stdin=slave)\n\
         d = struct.unpack('i', fcntl.ioctl(slave, termios.TIOCGETD, bytes(4)))[0]\n\
-        print(f'exit={code} ldisc={d}')\n";
+        x = struct.unpack('i', fcntl.ioctl(slave, 0x80045440, bytes(4)))[0]\n\
+        print(f'exit={code} ldisc={d} excl={x}')\n";
     // A discipline other than n_tty (0) that this kernel has.
     let ldiscs = std::fs::read_to_string("/proc/tty/ldiscs").unwrap();
     let Some(other) = ldiscs
@@ -2172,7 +2175,7 @@ fn the_callers_terminal_keeps_its_line_discipline() {
         return;
     };
     let w = World::new("tiocsetd");
-    let probe = support::probe_argv(&[&["ldisc", other]]);
+    let probe = support::probe_argv(&[&["ldisc", other], &["tty_excl"]]);
     let control = Command::new(python3())
         .args(["-c", ON_A_PTY])
         .args(&probe)
@@ -2180,7 +2183,7 @@ fn the_callers_terminal_keeps_its_line_discipline() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&control.stdout),
-        format!("ok\nexit=0 ldisc={other}\n"),
+        format!("ok\nok\nexit=0 ldisc={other} excl=1\n"),
         "control: {control:?}"
     );
     let out = w
@@ -2189,14 +2192,14 @@ fn the_callers_terminal_keeps_its_line_discipline() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "errno=EPERM\nexit=0 ldisc=0\n",
+        "errno=EPERM\nerrno=EPERM\nexit=0 ldisc=0 excl=0\n",
         "{out:?}"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(
-            "lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, \
-             which no policy allows): ioctl TIOCSETD (python3)"
+            "lockrun: 2 system calls refused (seccomp: calls that would widen the sandbox, \
+             which no policy allows): ioctl TIOCEXCL (python3), ioctl TIOCSETD (python3)\n"
         ),
         "{stderr}"
     );

@@ -259,6 +259,11 @@ def op(name, a):
         # ldisc N: switch the line discipline of the terminal on fd 0 to N.
         import fcntl, struct, termios
         fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", int(a[0])))
+    elif name == "tty_excl":
+        # Make the terminal on fd 0 exclusive: later opens without
+        # CAP_SYS_ADMIN get EBUSY.
+        import fcntl, termios
+        fcntl.ioctl(0, termios.TIOCEXCL)
     elif name == "shm_write":
         # shm_write key|id N: attach the segment and write into it
         p = sysv("shmat", sysv_id("shm", a[0], a[1]), None, 0)

@@ -30,7 +30,9 @@
 //!    runs once lockrun exits; `dev.tty.legacy_tiocsti` is on here) and
 //!    `TIOCSETD` (a line discipline switched stays on the caller's terminal
 //!    after the run: `n_null` swallows all it shows; where modules load,
-//!    the kernel loads the discipline's as root), and
+//!    the kernel loads the discipline's as root) and `TIOCEXCL` (exclusive
+//!    mode stays too, and refuses every later open of the terminal by a
+//!    process without `CAP_SYS_ADMIN`), and
 //!    `fcntl F_SETLEASE` (a lease on a file outside, which a capability-less
 //!    uid 0 may take on any root-owned file it can read, holds back every
 //!    other process's open of it for writing for up to 45 s), and
@@ -103,6 +105,7 @@ pub enum Widens {
     SetIdMode,
     Terminal,
     LineDiscipline,
+    ExclusiveTerminal,
     Leases,
     OtherLimits,
     OtherScheduling,
@@ -160,6 +163,11 @@ impl Widens {
                  which stays after lockrun exits (n_null swallows all that is typed and shown), \
                  and where the kernel loads modules on demand (dev.tty.ldisc_autoload), it loads \
                  that discipline's module as root"
+            }
+            Self::ExclusiveTerminal => {
+                "it makes the terminal lockrun was started from refuse every later open by a \
+                 process without CAP_SYS_ADMIN (EBUSY: password prompts of ssh and sudo, gpg's \
+                 pinentry), which stays after lockrun exits"
             }
             Self::Leases => {
                 "a lease on a file outside the run stalls every process that then opens it for \
@@ -415,13 +423,15 @@ const F_UNLCK: u64 = libc::F_UNLCK as u64;
 const SET_ID_BITS: &[u64] = &[0o4000, 0o2000];
 
 /// Commands of `ioctl` that change a terminal past the run: typing into it,
-/// and switching its line discipline (`TIOCSETD`, which takes the
-/// discipline through a pointer the filter cannot read, so every switch is
-/// refused; reading it, `TIOCGETD`, passes).
+/// switching its line discipline (`TIOCSETD`, which takes the discipline
+/// through a pointer the filter cannot read, so every switch is refused;
+/// reading it, `TIOCGETD`, passes), and making it exclusive (`TIOCEXCL`;
+/// `TIOCNXCL`, which undoes it, passes).
 const TERMINAL_IOCTLS: &[(u64, &str, Widens)] = &[
     (libc::TIOCSTI, "TIOCSTI", Widens::Terminal),
     (libc::TIOCLINUX, "TIOCLINUX", Widens::Terminal),
     (libc::TIOCSETD, "TIOCSETD", Widens::LineDiscipline),
+    (libc::TIOCEXCL, "TIOCEXCL", Widens::ExclusiveTerminal),
 ];
 
 /// Whether a chmod to `mode` is refused for its set-id bits: `S_ISUID`
@@ -520,7 +530,8 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     }
     // Typing into the terminal lockrun was started from would run commands
     // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT); a
-    // line discipline switched stays on it (TIOCSETD).
+    // line discipline switched stays on it (TIOCSETD), and so does
+    // exclusive mode, which refuses others' opens of it (TIOCEXCL).
     let mut tty = Vec::new();
     for (cmd, _, _) in TERMINAL_IOCTLS {
         tty.push(SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, *cmd)?])?);
@@ -921,7 +932,7 @@ pub fn describe() -> Vec<(&'static str, String)> {
         ),
         (
             "EPERM, each refusal shown",
-            "ioctl TIOCSTI, TIOCLINUX, TIOCSETD (typing into the caller's terminal, switching its line discipline)".to_owned(),
+            "ioctl TIOCSTI, TIOCLINUX, TIOCSETD, TIOCEXCL (typing into the caller's terminal, switching its line discipline, making it refuse others' opens)".to_owned(),
         ),
         (
             "EPERM, each refusal shown",
@@ -1642,6 +1653,12 @@ mod tests {
                 super::RET_ALLOW,
                 None,
             ),
+            (
+                libc::SYS_ioctl,
+                [0, libc::TIOCNXCL, 0, 0, 0, 0],
+                super::RET_ALLOW,
+                None,
+            ),
         ];
         check_cases(&all, cases);
         // Typing into the terminal, and creating a set-id file: reported.
@@ -1662,6 +1679,11 @@ mod tests {
                 libc::SYS_ioctl,
                 [0, libc::TIOCSETD, 0x7ffd_0000, 0, 0, 0],
                 "ioctl TIOCSETD",
+            ),
+            (
+                libc::SYS_ioctl,
+                [0, libc::TIOCEXCL, 0, 0, 0, 0],
+                "ioctl TIOCEXCL",
             ),
             (
                 libc::SYS_openat,
@@ -1835,6 +1857,8 @@ mod tests {
             [3, libc::TCGETS, 0, 0, 0, 0],
             [3, libc::TIOCSETD, 0x7ffd_0000, 0, 0, 0],
             [3, libc::TIOCGETD, 0x7ffd_0000, 0, 0, 0],
+            [3, libc::TIOCEXCL, 0, 0, 0, 0],
+            [3, libc::TIOCNXCL, 0, 0, 0, 0],
             [3, 0x4008_6602, 0, 0, 0, 0],
             [3, super::F_SETLEASE, 0, 0, 0, 0],
             [3, super::F_SETLEASE, 1, 0, 0, 0],
