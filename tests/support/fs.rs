@@ -13,7 +13,8 @@ use std::process::{Command, Output};
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 pub const PROBE: &str = include_str!("probe.py");
 
-/// One test's world, under `/tmp/lockrun-tests/<name>-<pid>`.
+/// One test's world, in `/tmp/lockrun-test-<name>-<pid>`, removed whole when it is
+/// dropped (no parent dir shared by the tests is left behind).
 pub struct World {
     pub root: PathBuf,
     /// The run's worktree.
@@ -30,7 +31,7 @@ pub struct World {
 
 impl World {
     pub fn new(name: &str) -> Self {
-        let root = PathBuf::from(format!("/tmp/lockrun-tests/{name}-{}", std::process::id()));
+        let root = PathBuf::from(format!("/tmp/lockrun-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let w = Self {
             wt: root.join("wt"),
