@@ -367,39 +367,37 @@ const SOCKET_FAMILIES: [u64; 3] = [
     libc::AF_INET6 as u64,
 ];
 
-/// The protocols an inet socket may ask for (0: the type's own): those of
-/// the inet code itself, which the kernel never loads a module for, and
-/// whose kinds the `sock_create` hook then judges (it lets TCP, MPTCP and
-/// UDP through). Any other makes the kernel look the protocol up, and
-/// where modules load on demand, load its module as root
-/// (`net-pf-2-proto-132`: SCTP) before any hook runs; refused here first.
-const INET_PROTOCOLS: [u64; 6] = [
-    0,
-    libc::IPPROTO_ICMP as u64,
-    libc::IPPROTO_TCP as u64,
-    libc::IPPROTO_UDP as u64,
-    libc::IPPROTO_UDPLITE as u64,
-    libc::IPPROTO_MPTCP as u64,
+/// The inet families and the protocols a socket of each may ask for (0:
+/// the type's own): those of the inet code itself, which the kernel never
+/// loads a module for, and whose kinds the `sock_create` hook then judges
+/// (it lets TCP, MPTCP and UDP through). Any other makes the kernel look
+/// the protocol up, and where modules load on demand, load its module as
+/// root (`net-pf-2-proto-132`: SCTP) before any hook runs; refused here
+/// first.
+const INET_PROTOCOLS: [(u64, [u64; 6]); 2] = [
+    (
+        libc::AF_INET as u64,
+        [
+            0,
+            libc::IPPROTO_ICMP as u64,
+            libc::IPPROTO_TCP as u64,
+            libc::IPPROTO_UDP as u64,
+            libc::IPPROTO_UDPLITE as u64,
+            libc::IPPROTO_MPTCP as u64,
+        ],
+    ),
+    (
+        libc::AF_INET6 as u64,
+        [
+            0,
+            libc::IPPROTO_ICMPV6 as u64,
+            libc::IPPROTO_TCP as u64,
+            libc::IPPROTO_UDP as u64,
+            libc::IPPROTO_UDPLITE as u64,
+            libc::IPPROTO_MPTCP as u64,
+        ],
+    ),
 ];
-/// [`INET_PROTOCOLS`] for `AF_INET6`, with `IPPROTO_ICMPV6` for `IPPROTO_ICMP`.
-const INET6_PROTOCOLS: [u64; 6] = [
-    0,
-    libc::IPPROTO_ICMPV6 as u64,
-    libc::IPPROTO_TCP as u64,
-    libc::IPPROTO_UDP as u64,
-    libc::IPPROTO_UDPLITE as u64,
-    libc::IPPROTO_MPTCP as u64,
-];
-
-/// The protocols `family` may ask for, `None` where the family does not
-/// limit them.
-fn inet_protocols(family: u64) -> Option<&'static [u64]> {
-    match i32::try_from(family) {
-        Ok(libc::AF_INET) => Some(&INET_PROTOCOLS),
-        Ok(libc::AF_INET6) => Some(&INET6_PROTOCOLS),
-        _ => None,
-    }
-}
 
 /// The open flags under which the kernel reads the mode (`WILL_CREATE`:
 /// `O_CREAT`, `__O_TMPFILE`); without them it ignores it, and a caller may
@@ -497,9 +495,9 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
             cond(2, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
         ])?;
         let mut refused = vec![family_not_allowed, netlink_not_route];
-        for family in [libc::AF_INET as u64, libc::AF_INET6 as u64] {
-            let mut other_protocol = vec![cond(0, SeccompCmpOp::Eq, family)?];
-            for protocol in inet_protocols(family).unwrap_or_default() {
+        for (family, protocols) in &INET_PROTOCOLS {
+            let mut other_protocol = vec![cond(0, SeccompCmpOp::Eq, *family)?];
+            for protocol in protocols {
                 other_protocol.push(cond(2, SeccompCmpOp::Ne, *protocol)?);
             }
             refused.push(SeccompRule::new(other_protocol)?);
@@ -644,7 +642,7 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
                 "socketpair"
             };
             let (family, protocol) = (low(0), low(2));
-            if let Some(protocols) = inet_protocols(family) {
+            if let Some((_, protocols)) = INET_PROTOCOLS.iter().find(|(f, _)| *f == family) {
                 return (!protocols.contains(&protocol)).then(|| {
                     let family = u32::try_from(family).unwrap_or(u32::MAX);
                     (
@@ -932,7 +930,10 @@ pub fn describe() -> Vec<(&'static str, String)> {
         ),
         (
             "EPERM, each refusal shown",
-            "ioctl TIOCSTI, TIOCLINUX, TIOCSETD, TIOCEXCL (typing into the caller's terminal, switching its line discipline, making it refuse others' opens)".to_owned(),
+            format!(
+                "ioctl {} (typing into the caller's terminal, switching its line discipline, making it refuse others' opens)",
+                TERMINAL_IOCTLS.iter().map(|(_, n, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
         ),
         (
             "EPERM, each refusal shown",
