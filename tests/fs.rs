@@ -2144,26 +2144,39 @@ fn typing_into_the_callers_terminal_is_refused() {
     w.assert_no_run_dirs();
 }
 
-/// The terminal a run is given is the caller's, and two switches made on it
-/// stay after the run: a line discipline (`TIOCSETD`; `n_null`, built into
-/// this kernel, swallows all that is typed and shown, and where modules
-/// load the kernel loads a discipline's module as root on the request,
-/// `dev.tty.ldisc_autoload`), and exclusive mode (`TIOCEXCL`: every later
-/// open of it by a process without `CAP_SYS_ADMIN` gets `EBUSY`). Both
-/// refused (`EPERM`) and shown. Judged from outside: the terminal's
-/// discipline and exclusivity after the run. Control: the same probes
-/// outside switch them.
+/// The terminal a run is given is the caller's, and three switches made on
+/// it stay after the run: a line discipline (`TIOCSETD`; `n_null`, built
+/// into this kernel, swallows all that is typed and shown, and where
+/// modules load the kernel loads a discipline's module as root on the
+/// request, `dev.tty.ldisc_autoload`), exclusive mode (`TIOCEXCL`: every
+/// later open of it by a process without `CAP_SYS_ADMIN` gets `EBUSY`), and
+/// stopped output (`tcflow(TCOOFF)`: the shell's next write to it blocks;
+/// `TCIOFF` sends its other end STOP). All refused (`EPERM`) and shown.
+/// Judged from outside: the terminal's discipline, exclusivity, whether a
+/// write to it goes through, and what its other end got, after the run.
+/// Control: the same probes outside switch them.
 #[test]
-fn the_callers_terminal_keeps_its_line_discipline_and_stays_shared() {
-    const T: &str = "the_callers_terminal_keeps_its_line_discipline_and_stays_shared";
-    // Run argv with a fresh pty on its stdin; then print the pty's line
-    // discipline and exclusivity (TIOCGEXCL) as seen from here.
-    const ON_A_PTY: &str = "import fcntl, os, struct, subprocess, sys, termios\n\
+fn the_callers_terminal_keeps_its_line_discipline_stays_shared_and_flows() {
+    const T: &str = "the_callers_terminal_keeps_its_line_discipline_stays_shared_and_flows";
+    // Run argv with a fresh pty on its stdin; then print, as seen from
+    // here, what the pty's other end got during the run, its line
+    // discipline, its exclusivity (TIOCGEXCL), and whether a write to it
+    // goes through.
+    const ON_A_PTY: &str = "import errno, fcntl, os, select, struct, subprocess, sys, termios\n\
         master, slave = os.openpty()\n\
         code = subprocess.call(sys.argv[1:], stdin=slave)\n\
+        def got():\n    \
+            return os.read(master, 64) if select.select([master], [], [], 0.2)[0] else b''\n\
+        sent = got()\n\
         d = struct.unpack('i', fcntl.ioctl(slave, termios.TIOCGETD, bytes(4)))[0]\n\
         x = struct.unpack('i', fcntl.ioctl(slave, 0x80045440, bytes(4)))[0]\n\
-        print(f'exit={code} ldisc={d} excl={x}')\n";
+        os.set_blocking(slave, False)\n\
+        try:\n    \
+            os.write(slave, b'w')\n    \
+            flow = got()\n\
+        except OSError as e:\n    \
+            flow = 'stopped' if e.errno == errno.EAGAIN else errno.errorcode[e.errno]\n\
+        print(f'exit={code} sent={sent} ldisc={d} excl={x} write={flow}')\n";
     // A discipline other than n_tty (0) that this kernel has.
     let ldiscs = std::fs::read_to_string("/proc/tty/ldiscs").unwrap();
     let Some(other) = ldiscs
@@ -2175,31 +2188,48 @@ fn the_callers_terminal_keeps_its_line_discipline_and_stays_shared() {
         return;
     };
     let w = World::new("tiocsetd");
-    let probe = support::probe_argv(&[&["ldisc", other], &["tty_excl"]]);
-    let control = Command::new(python3())
-        .args(["-c", ON_A_PTY])
-        .args(&probe)
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&control.stdout),
-        format!("ok\nok\nexit=0 ldisc={other} excl=1\n"),
-        "control: {control:?}"
+    let switches: &[&[&str]] = &[&["ldisc", other], &["tty_excl"]];
+    // TCIOFF (2), then TCOOFF (0): a STOP sent, then the output stopped.
+    let flow: &[&[&str]] = &[&["tty_flow", "2"], &["tty_flow", "0"]];
+    // Controls: outside, each switches the terminal. Apart: a discipline
+    // but n_tty may not know tcflow (n_null: EINVAL), nor take a write.
+    let control = |probe: &[&[&str]]| {
+        let out = Command::new(python3())
+            .args(["-c", ON_A_PTY])
+            .args(support::probe_argv(probe))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // (What a write then does is the discipline's: n_null refuses it.)
+    let after = control(switches);
+    assert!(
+        after.starts_with(&format!(
+            "ok\nok\nexit=0 sent=b'' ldisc={other} excl=1 write="
+        )),
+        "control: {after}"
     );
+    assert_eq!(
+        control(flow),
+        "ok\nok\nexit=0 sent=b'\\x13' ldisc=0 excl=0 write=stopped\n",
+    );
+    let probe = support::probe_argv(&[switches, flow].concat());
     let out = w
         .cmd_under(&[python3(), "-c", ON_A_PTY], &[], &probe)
         .output()
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "errno=EPERM\nerrno=EPERM\nexit=0 ldisc=0 excl=0\n",
+        "errno=EPERM\nerrno=EPERM\nerrno=EPERM\nerrno=EPERM\n\
+         exit=0 sent=b'' ldisc=0 excl=0 write=b'w'\n",
         "{out:?}"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(
-            "lockrun: 2 system calls refused (seccomp: calls that would widen the sandbox, \
-             which no policy allows): ioctl TIOCEXCL (python3), ioctl TIOCSETD (python3)\n"
+            "lockrun: 4 system calls refused (seccomp: calls that would widen the sandbox, \
+             which no policy allows): ioctl TCXONC TCIOFF (python3), ioctl TCXONC TCOOFF \
+             (python3), ioctl TIOCEXCL (python3), ioctl TIOCSETD (python3)\n"
         ),
         "{stderr}"
     );

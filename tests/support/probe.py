@@ -264,6 +264,11 @@ def op(name, a):
         # CAP_SYS_ADMIN get EBUSY.
         import fcntl, termios
         fcntl.ioctl(0, termios.TIOCEXCL)
+    elif name == "tty_flow":
+        # tty_flow N: tcflow on the terminal on fd 0 (TCOOFF 0 stops its
+        # output, TCIOFF 2 sends its other end STOP).
+        import fcntl, termios
+        fcntl.ioctl(0, termios.TCXONC, int(a[0]))
     elif name == "shm_write":
         # shm_write key|id N: attach the segment and write into it
         p = sysv("shmat", sysv_id("shm", a[0], a[1]), None, 0)

@@ -32,7 +32,8 @@
 //!    after the run: `n_null` swallows all it shows; where modules load,
 //!    the kernel loads the discipline's as root) and `TIOCEXCL` (exclusive
 //!    mode stays too, and refuses every later open of the terminal by a
-//!    process without `CAP_SYS_ADMIN`), and
+//!    process without `CAP_SYS_ADMIN`) and `TCXONC` `TCOOFF`/`TCIOFF`
+//!    (stopped output stays stopped: the shell's next write blocks), and
 //!    `fcntl F_SETLEASE` (a lease on a file outside, which a capability-less
 //!    uid 0 may take on any root-owned file it can read, holds back every
 //!    other process's open of it for writing for up to 45 s), and
@@ -106,6 +107,7 @@ pub enum Widens {
     Terminal,
     LineDiscipline,
     ExclusiveTerminal,
+    TerminalFlow,
     Leases,
     OtherLimits,
     OtherScheduling,
@@ -168,6 +170,11 @@ impl Widens {
                 "it makes the terminal lockrun was started from refuse every later open by a \
                  process without CAP_SYS_ADMIN (EBUSY: password prompts of ssh and sudo, gpg's \
                  pinentry), which stays after lockrun exits"
+            }
+            Self::TerminalFlow => {
+                "it stops the output of the terminal lockrun was started from (TCOOFF), or asks \
+                 its other end to stop sending (TCIOFF), which stays after lockrun exits: the \
+                 shell's next write to it blocks"
             }
             Self::Leases => {
                 "a lease on a file outside the run stalls every process that then opens it for \
@@ -423,14 +430,33 @@ const SET_ID_BITS: &[u64] = &[0o4000, 0o2000];
 /// Commands of `ioctl` that change a terminal past the run: typing into it,
 /// switching its line discipline (`TIOCSETD`, which takes the discipline
 /// through a pointer the filter cannot read, so every switch is refused;
-/// reading it, `TIOCGETD`, passes), and making it exclusive (`TIOCEXCL`;
-/// `TIOCNXCL`, which undoes it, passes).
-const TERMINAL_IOCTLS: &[(u64, &str, Widens)] = &[
-    (libc::TIOCSTI, "TIOCSTI", Widens::Terminal),
-    (libc::TIOCLINUX, "TIOCLINUX", Widens::Terminal),
-    (libc::TIOCSETD, "TIOCSETD", Widens::LineDiscipline),
-    (libc::TIOCEXCL, "TIOCEXCL", Widens::ExclusiveTerminal),
+/// reading it, `TIOCGETD`, passes), making it exclusive (`TIOCEXCL`;
+/// `TIOCNXCL`, which undoes it, passes), and stopping its flow (`TCXONC`
+/// with `TCOOFF` or `TCIOFF`, an argument by value the kernel compares
+/// whole; `TCOON` and `TCION`, which restart it, pass). With `Some(arg)`,
+/// only that argument is refused.
+const TERMINAL_IOCTLS: &[TerminalIoctl] = &[
+    (libc::TIOCSTI, None, "TIOCSTI", Widens::Terminal),
+    (libc::TIOCLINUX, None, "TIOCLINUX", Widens::Terminal),
+    (libc::TIOCSETD, None, "TIOCSETD", Widens::LineDiscipline),
+    (libc::TIOCEXCL, None, "TIOCEXCL", Widens::ExclusiveTerminal),
+    (
+        libc::TCXONC,
+        Some(libc::TCOOFF as u64),
+        "TCXONC TCOOFF",
+        Widens::TerminalFlow,
+    ),
+    (
+        libc::TCXONC,
+        Some(libc::TCIOFF as u64),
+        "TCXONC TCIOFF",
+        Widens::TerminalFlow,
+    ),
 ];
+
+/// An `ioctl` command on a terminal, the one argument refused (`None`:
+/// every one), its name and why it is refused.
+type TerminalIoctl = (u64, Option<u64>, &'static str, Widens);
 
 /// Whether a chmod to `mode` is refused for its set-id bits: `S_ISUID`
 /// always, `S_ISGID` unless the target is a directory (where it only hands
@@ -450,6 +476,31 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
         op,
         value,
     )?)
+}
+
+/// The rules of `ioctl` on a terminal that changes it past the run
+/// ([`TERMINAL_IOCTLS`]).
+fn terminal_rules() -> Result<Vec<SeccompRule>, SeccompError> {
+    // Typing into the terminal lockrun was started from would run commands
+    // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT); a
+    // line discipline switched stays on it (TIOCSETD), and so does
+    // exclusive mode, which refuses others' opens of it (TIOCEXCL).
+    // Output stopped (TCXONC TCOOFF) stays stopped: the shell's next write
+    // to it blocks.
+    let mut tty = Vec::new();
+    for (cmd, arg, _, _) in TERMINAL_IOCTLS {
+        let mut c = vec![cond(1, SeccompCmpOp::Eq, *cmd)?];
+        if let Some(arg) = arg {
+            c.push(SeccompCondition::new(
+                2,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::Eq,
+                *arg,
+            )?);
+        }
+        tty.push(SeccompRule::new(c)?);
+    }
+    Ok(tty)
 }
 
 /// The seccompiler-built parts of [`combined`], in its order: the calls
@@ -526,15 +577,7 @@ fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
         }
         rules.insert(c.nr, r);
     }
-    // Typing into the terminal lockrun was started from would run commands
-    // outside the sandbox once it exits (TIOCSTI; TIOCLINUX on a VT); a
-    // line discipline switched stays on it (TIOCSETD), and so does
-    // exclusive mode, which refuses others' opens of it (TIOCEXCL).
-    let mut tty = Vec::new();
-    for (cmd, _, _) in TERMINAL_IOCTLS {
-        tty.push(SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, *cmd)?])?);
-    }
-    rules.insert(libc::SYS_ioctl, tty);
+    rules.insert(libc::SYS_ioctl, terminal_rules()?);
     // Another process's resource limits: a capability-less uid 0 may lower
     // those of every process of uid 0 (RLIMIT_CPU kills it, RLIMIT_NOFILE
     // starves it). Its own (pid 0, how setrlimit asks) and reading them pass.
@@ -670,8 +713,8 @@ pub fn refused_call(nr: i64, args: [u64; 6]) -> Option<(String, Widens)> {
         }
         libc::SYS_ioctl => TERMINAL_IOCTLS
             .iter()
-            .find(|(cmd, _, _)| *cmd == low(1))
-            .map(|(_, name, why)| (format!("ioctl {name}"), *why)),
+            .find(|(cmd, arg, _, _)| *cmd == low(1) && arg.is_none_or(|a| a == args[2]))
+            .map(|(_, _, name, why)| (format!("ioctl {name}"), *why)),
         libc::SYS_prlimit64 if low(0) != 0 && args[2] != 0 => Some((
             format!(
                 "prlimit64 setting {} of pid {}",
@@ -931,8 +974,8 @@ pub fn describe() -> Vec<(&'static str, String)> {
         (
             "EPERM, each refusal shown",
             format!(
-                "ioctl {} (typing into the caller's terminal, switching its line discipline, making it refuse others' opens)",
-                TERMINAL_IOCTLS.iter().map(|(_, n, _)| *n).collect::<Vec<_>>().join(", ")
+                "ioctl {} (typing into the caller's terminal, switching its line discipline, making it refuse others' opens, stopping its flow)",
+                TERMINAL_IOCTLS.iter().map(|(_, _, n, _)| *n).collect::<Vec<_>>().join(", ")
             ),
         ),
         (
@@ -1866,6 +1909,12 @@ mod tests {
             [3, libc::TIOCGETD, 0x7ffd_0000, 0, 0, 0],
             [3, libc::TIOCEXCL, 0, 0, 0, 0],
             [3, libc::TIOCNXCL, 0, 0, 0, 0],
+            [3, libc::TCXONC, 0, 0, 0, 0],
+            [3, libc::TCXONC, 1, 0, 0, 0],
+            [3, libc::TCXONC, 2, 0, 0, 0],
+            [3, libc::TCXONC, 3, 0, 0, 0],
+            [3, libc::TCXONC, 0x1_0000_0000, 0, 0, 0],
+            [3, libc::TCXONC | 0x1_0000_0000, 2, 0, 0, 0],
             [3, 0x4008_6602, 0, 0, 0, 0],
             [3, super::F_SETLEASE, 0, 0, 0, 0],
             [3, super::F_SETLEASE, 1, 0, 0, 0],
@@ -1931,8 +1980,8 @@ mod tests {
         for cmd in super::NOTIFY_IOCTLS {
             args.push([3, u64::from(*cmd), 0, 0, 0, 0]);
         }
-        for (cmd, _, _) in super::TERMINAL_IOCTLS {
-            args.push([3, *cmd, 0, 0, 0, 0]);
+        for (cmd, arg, _, _) in super::TERMINAL_IOCTLS {
+            args.push([3, *cmd, arg.unwrap_or(0), 0, 0, 0]);
         }
         for nr in super::NOTIFY_METADATA.iter().chain(&super::NOTIFY_JUDGED) {
             for a in &args {
