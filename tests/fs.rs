@@ -2236,6 +2236,87 @@ fn the_callers_terminal_keeps_its_line_discipline_stays_shared_and_flows() {
     w.assert_no_run_dirs();
 }
 
+/// A terminal's settings outlive the process that set them: a full-screen
+/// program that does not get to clean up leaves the caller's shell without
+/// echo, in raw mode. lockrun puts back the settings of the terminal it was
+/// started from once the run is over, whether the terminal is only the
+/// run's stdin or lockrun's controlling terminal too (in its foreground),
+/// and says so; settings the command put back itself draw no notice. In
+/// the background, the terminal is the foreground job's: lockrun leaves it
+/// alone (and is not stopped for touching it, `SIGTTOU`). Judged from
+/// outside: the pty's echo and canonical mode after the run. Control: the
+/// same command outside leaves them off.
+#[test]
+fn the_callers_terminal_settings_are_put_back_after_the_run() {
+    // ON_A_PTY stdin|ctty|background ARGV: run ARGV with a fresh pty on its
+    // stdin (ctty: the controlling terminal of a session of its own, ARGV
+    // in its foreground; background: ARGV in a process group of its own
+    // there), then print the pty's echo and canonical mode as seen from
+    // here.
+    const ON_A_PTY: &str = "import fcntl, os, subprocess, sys, termios\n\
+        mode = sys.argv[1]\n\
+        master, slave = os.openpty()\n\
+        if mode != 'stdin':\n    \
+            if os.fork():\n        \
+                sys.exit(os.waitstatus_to_exitcode(os.wait()[1]))\n    \
+            os.setsid()\n    \
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)\n\
+        p = subprocess.Popen(sys.argv[2:], stdin=slave, process_group=0 if mode == 'background' else None)\n\
+        try:\n    \
+            code = p.wait(timeout=30)\n\
+        except subprocess.TimeoutExpired:\n    \
+            code = 'stopped'\n    \
+            p.kill()\n\
+        l = termios.tcgetattr(slave)[3]\n\
+        print(f'exit={code} echo={int(bool(l & termios.ECHO))} icanon={int(bool(l & termios.ICANON))}', flush=True)\n";
+    let w = World::new("termios");
+    let on_a_pty = |mode: &str, under: bool, script: &str| {
+        let argv = ["sh", "-c", script];
+        let mut c = if under {
+            w.cmd_under(&[python3(), "-c", ON_A_PTY, mode], &[], &argv)
+        } else {
+            let mut c = Command::new(python3());
+            c.args(["-c", ON_A_PTY, mode]).args(argv);
+            c
+        };
+        let out = c.output().unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let raw = "stty -echo -icanon";
+    for mode in ["stdin", "ctty"] {
+        // Control: outside, the settings stay changed.
+        let (control, _) = on_a_pty(mode, false, raw);
+        assert_eq!(control, "exit=0 echo=0 icanon=0\n", "control, {mode}");
+        let (out, stderr) = on_a_pty(mode, true, raw);
+        assert_eq!(out, "exit=0 echo=1 icanon=1\n", "{mode}: {stderr}");
+        let notice = stderr
+            .lines()
+            .find(|l| l.starts_with("lockrun: the run left the settings of /dev/pts/"))
+            .unwrap_or_else(|| panic!("{mode}: no notice: {stderr}"));
+        assert!(
+            notice.ends_with(" changed (echo off, line editing off); put back as they were"),
+            "{mode}: {notice}"
+        );
+        // Put back by the command itself: nothing to say.
+        let (out, stderr) = on_a_pty(mode, true, &format!("{raw}; stty echo icanon"));
+        assert_eq!(out, "exit=0 echo=1 icanon=1\n", "{mode}: {stderr}");
+        assert!(!stderr.contains("the run left"), "{mode}: {stderr}");
+    }
+    // In the background (the command ignoring SIGTTOU, as it must to
+    // change them from there): left as the run left them, lockrun not
+    // stopped.
+    let from_background = format!("trap '' TTOU; {raw}");
+    let (control, _) = on_a_pty("background", false, &from_background);
+    assert_eq!(control, "exit=0 echo=0 icanon=0\n", "control, background");
+    let (out, stderr) = on_a_pty("background", true, &from_background);
+    assert_eq!(out, "exit=0 echo=0 icanon=0\n", "background: {stderr}");
+    assert!(!stderr.contains("the run left"), "background: {stderr}");
+    w.assert_no_run_dirs();
+}
+
 /// A capability-less uid 0 may lower the resource limits of every process
 /// of uid 0 (`prlimit`): an open-files limit of 3 starves a process
 /// outside, a CPU-time limit kills it, past the signal scoping. Refused

@@ -13,6 +13,7 @@
 //! | lockrun's own warnings and debug lines on stderr (`LOCKRUN_LOG`) | [`log`] |
 //! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |
 //! | one run at a time on a worktree with git, by a lock no run can take | [`worktree_lock`] |
+//! | the caller's terminal settings, put back after the run | [`terminal`] |
 //! | the few raw syscalls (the only `unsafe`, with `bpf::raw` for the bpf(2) calls aya lacks) | [`sys`] |
 
 pub mod audit;
@@ -30,6 +31,7 @@ pub mod run;
 pub mod seccomp;
 pub mod supervise;
 pub mod sys;
+pub mod terminal;
 pub mod worktree_lock;
 
 #[cfg(test)]

@@ -781,6 +781,9 @@ async fn run(
                 source,
             },
         })?;
+    // The caller's terminal settings, read now, put back after the run
+    // (see crate::terminal).
+    let terminals = crate::terminal::Terminals::save();
     for h in git_guard.iter().flat_map(|g| g.lock().held_by_runs()) {
         let message = format!(
             "the worktree {} is also locked by process {} ({}) of lockrun run {}: a command of a \
@@ -1059,6 +1062,15 @@ async fn run(
                 message,
             });
         }
+    }
+    // Nor to change the terminal again: its settings go back as they were.
+    for restored in terminals.restore() {
+        let message = restored.to_string();
+        eprintln!("lockrun: {message}");
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Scope,
+            message,
+        });
     }
     if let Some(p) = proxy {
         p.shutdown().await;
