@@ -212,3 +212,57 @@ impl fmt::Display for Restored {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::termios::SpecialCharacterIndices;
+
+    /// A real terminal's settings (a fresh pty's), to change.
+    fn settings() -> Termios {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        termios::tcgetattr(&pty.slave).unwrap()
+    }
+
+    #[test]
+    fn what_the_run_changed_is_named() {
+        let before = settings();
+        let mut raw = before.clone();
+        termios::cfmakeraw(&mut raw);
+        assert_eq!(
+            changes(&before, &raw),
+            [
+                "echo off",
+                "line editing off",
+                "^C and ^Z off",
+                "output processing off",
+                "Enter sends a carriage return",
+            ]
+        );
+        // Back the other way: as a run that turned them on would read.
+        assert_eq!(
+            changes(&raw, &before),
+            [
+                "echo on",
+                "line editing on",
+                "^C and ^Z on",
+                "output processing on",
+                "Enter sends a newline",
+            ]
+        );
+        let mut intr = before.clone();
+        intr.control_chars[SpecialCharacterIndices::VINTR as usize] = 0;
+        assert_eq!(changes(&before, &intr), ["control characters changed"]);
+        let mut other = before.clone();
+        other.local_flags.toggle(LocalFlags::ECHOCTL);
+        assert_eq!(changes(&before, &other), ["other settings changed"]);
+    }
+
+    #[test]
+    fn a_terminal_that_is_not_lockruns_own_may_be_set() {
+        // A pty opened here is no controlling terminal of this process:
+        // tcgetpgrp answers ENOTTY.
+        let pty = nix::pty::openpty(None, None).unwrap();
+        assert!(ours_to_set(pty.slave.as_fd()));
+    }
+}
