@@ -78,10 +78,11 @@ impl Terminals {
             let Ok(settings) = termios::tcgetattr(&fd) else {
                 continue;
             };
+            // A terminal (tcgetattr answered), known by its device number.
             let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
                 continue;
             };
-            if st.st_mode & libc::S_IFMT != libc::S_IFCHR || seen.contains(&st.st_rdev) {
+            if seen.contains(&st.st_rdev) {
                 continue;
             }
             seen.push(st.st_rdev);
