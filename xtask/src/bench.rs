@@ -260,7 +260,7 @@ fn runners(o: &Options, peers: &Path, worktree: &Path, state: &Path) -> (Vec<Run
 }
 
 /// Run `argv` once in `dir`; its wall time, or why it failed.
-fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
+fn time_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
     let t = Instant::now();
     let out = Command::new(&argv[0])
         .args(&argv[1..])
@@ -271,7 +271,7 @@ fn time_once(argv: &[String], dir: &Path) -> Result<Duration> {
         .output()?;
     let d = t.elapsed();
     failed(&out)?;
-    Ok(d)
+    Ok(vec![d])
 }
 
 /// An error for a run that failed: its status and the tool's own complaint
@@ -300,8 +300,9 @@ pub fn shuffle(order: &mut [usize], seed: &mut u64) {
     }
 }
 
-/// For each prefix (a sandbox), the median and 90th percentile of `reps`
-/// timed runs of `cmd` (after one warm-up), taken in rounds: one run of
+/// For each prefix (a sandbox), the median and 90th percentile of the
+/// times of `reps` runs of `cmd` (after one warm-up; `once` times a run,
+/// or each of the steps it times itself), taken in rounds: one run of
 /// each sandbox per round, in an order shuffled each round, so that the
 /// machine's drift (other tenants, frequency) and each sandbox's aftermath
 /// hit every sandbox alike. A sandbox whose run fails is dropped from later
@@ -311,7 +312,7 @@ fn measure_rounds(
     cmd: &[&str],
     dir: &Path,
     reps: usize,
-    once: fn(&[String], &Path) -> Result<Duration>,
+    once: fn(&[String], &Path) -> Result<Vec<Duration>>,
 ) -> Vec<Result<(Duration, Duration)>> {
     let argvs: Vec<Vec<String>> = prefixes
         .iter()
@@ -337,7 +338,7 @@ fn measure_rounds(
         for &i in &order {
             if let Ok(ts) = &mut times[i] {
                 match once(&argvs[i], dir) {
-                    Ok(d) => ts.push(d),
+                    Ok(d) => ts.extend(d),
                     Err(e) => times[i] = Err(e),
                 }
             }
@@ -353,10 +354,14 @@ fn measure_rounds(
         .collect()
 }
 
-/// What one `git status` takes inside a sandbox that is already running:
-/// the command is `bash -c` [`GIT_INSIDE`], which times itself with bash's
-/// `$EPOCHREALTIME` (no process of its own) after a warm-up status.
-fn inside_once(argv: &[String], dir: &Path) -> Result<Duration> {
+/// What each `git status` takes inside a sandbox that is already running:
+/// the command is `bash -c` [`GIT_INSIDE`], which times each of its
+/// statuses with bash's `$EPOCHREALTIME` (no process of its own) after a
+/// warm-up status. Each status is a sample of its own: the median is then
+/// over every status of every round, which one slow status (another
+/// tenant's moment on a shared core) no longer moves as it moved the mean
+/// of its round.
+fn inside_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
     let out = Command::new(&argv[0])
         .args(&argv[1..])
         .current_dir(dir)
@@ -365,26 +370,33 @@ fn inside_once(argv: &[String], dir: &Path) -> Result<Duration> {
         .output()?;
     failed(&out)?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let Some(times) = text.lines().last().map(|l| {
-        l.split(' ')
-            .map(str::parse::<f64>)
-            .collect::<Result<Vec<_>, _>>()
-    }) else {
-        bail!("no timing printed");
+    // The last lines: a sandbox may print its own before the command's.
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(ours) = lines.len().checked_sub(GIT_INSIDE_N).map(|at| &lines[at..]) else {
+        bail!(
+            "{} lines printed, {GIT_INSIDE_N} timed statuses expected: {text:?}",
+            lines.len()
+        );
     };
-    match times.as_deref() {
-        Ok([start, end]) if end >= start => Ok(Duration::from_secs_f64(
-            (end - start) / f64::from(GIT_INSIDE_N),
-        )),
-        _ => bail!("unexpected timing line: {text:?}"),
-    }
+    ours.iter()
+        .map(|l| {
+            let t = l
+                .split(' ')
+                .map(str::parse::<f64>)
+                .collect::<Result<Vec<_>, _>>();
+            match t.as_deref() {
+                Ok([start, end]) if end >= start => Ok(Duration::from_secs_f64(end - start)),
+                _ => bail!("unexpected timing line: {l:?}"),
+            }
+        })
+        .collect()
 }
 
 /// `git status`es timed inside one sandbox by [`inside_once`].
-const GIT_INSIDE_N: u32 = 10;
-const GIT_INSIDE: &str = "git status --porcelain >/dev/null || exit 1; s=$EPOCHREALTIME; \
-    for i in 1 2 3 4 5 6 7 8 9 10; do git status --porcelain >/dev/null || exit 1; done; \
-    echo \"$s $EPOCHREALTIME\"";
+const GIT_INSIDE_N: usize = 10;
+const GIT_INSIDE: &str = "git status --porcelain >/dev/null || exit 1; \
+    for i in 1 2 3 4 5 6 7 8 9 10; do s=$EPOCHREALTIME; \
+    git status --porcelain >/dev/null || exit 1; echo \"$s $EPOCHREALTIME\"; done";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -617,7 +629,7 @@ impl Drop for Tmpfs {
 
 /// The archive's files, placed again before each timed run: the previous
 /// run's tree is removed outside the timing.
-fn tar_once(argv: &[String], dir: &Path) -> Result<Duration> {
+fn tar_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
     let out = dir.join("src");
     if out.exists() {
         std::fs::remove_dir_all(&out)?;
@@ -714,7 +726,7 @@ pub fn run(o: &Options) -> Result<String> {
     notes.extend(more);
 
     let mut md = String::new();
-    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round). `git status` one sandbox each: a sandbox started for one `git status` (as many runs); in a running sandbox: one sandbox runs `bash`, which times ten statuses after a warm-up with `$EPOCHREALTIME`, per status (10 runs): what an agent inside a sandbox pays on each of its commands.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
+    let _ = writeln!(md, "Measured by `cargo xtask bench` on this machine ({} cores, kernel {}), medians of {} runs taken in rounds (one run of each sandbox per round, in an order shuffled each round). `git status` one sandbox each: a sandbox started for one `git status` (as many runs); in a running sandbox: one sandbox runs `bash`, which times each of ten statuses after a warm-up with `$EPOCHREALTIME` (10 runs: the median of 100 statuses): what an agent inside a sandbox pays on each of its commands.\n", std::thread::available_parallelism().map_or(0, std::num::NonZero::get), kernel(), o.reps);
     startup_table(&mut md, &mut notes, &rs, &worktree, o.reps);
     tar_table(&mut md, &mut notes, o, &peers, &dir, &worktree, &state)?;
 
