@@ -48,16 +48,19 @@ pub enum Layer {
     Scope,
     /// The seccomp deny list: calls that would widen the sandbox.
     Syscall,
+    /// The run's task limit (cgroup `pids.max`): forks and clones beyond it.
+    Tasks,
 }
 
 impl Layer {
     /// Every layer, in the order reports show them.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Filesystem,
         Self::KernelNetwork,
         Self::Proxy,
         Self::Scope,
         Self::Syscall,
+        Self::Tasks,
     ];
 }
 
@@ -440,6 +443,13 @@ pub enum Event {
     /// Kernel audit records lost: the filesystem and scope refusals shown
     /// may be fewer than were made.
     AuditRecordsLost(AuditLoss),
+    /// Forks and clones refused (`EAGAIN`) because the run had `limit`
+    /// tasks already (the policy's `run.max_tasks`), counted by the
+    /// kernel over the whole run (cgroup `pids.events`).
+    TaskLimit {
+        limit: u32,
+        refused: u64,
+    },
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {
         layer: Layer,
@@ -503,6 +513,8 @@ struct Tally {
     no_process: u64,
     /// Kernel audit records that did not reach lockrun, once per cause.
     audit_loss: Vec<AuditLoss>,
+    /// The run's task limit and the forks refused at it.
+    tasks: Option<(u32, u64)>,
 }
 
 /// ` ×n` after what was seen more than once.
@@ -734,6 +746,10 @@ impl AuditLog {
                     &f.comm,
                 );
             }
+            Event::TaskLimit { limit, refused } => {
+                *t.refused.entry(Layer::Tasks).or_default() += refused;
+                t.tasks = Some((*limit, *refused));
+            }
             Event::AuditRecordsLost(loss) if !t.audit_loss.contains(loss) => {
                 t.audit_loss.push(*loss);
             }
@@ -816,6 +832,12 @@ impl AuditLog {
                 "lockrun: {n_calls} system {} refused (seccomp: calls that would widen the sandbox, which no policy allows): {}",
                 plural(n_calls, "call", "calls"),
                 counted(&t.syscalls, String::clone).join(", ")
+            ));
+        }
+        if let Some((limit, refused)) = t.tasks {
+            lines.push(format!(
+                "lockrun: {refused} {} refused (EAGAIN): the run had reached its limit of {limit} tasks, processes and threads at once (run.max_tasks in the policy)",
+                plural(refused, "fork or thread", "forks or threads"),
             ));
         }
         if t.no_process > 0 {

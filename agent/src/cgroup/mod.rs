@@ -25,6 +25,8 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod pids;
+
 /// The directory under the cgroup2 root that holds every build's parent
 /// (and, from earlier builds, runs directly).
 pub const PARENT: &str = "lockrun";
@@ -148,6 +150,13 @@ pub enum CgroupError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "no cgroup pids controller for lockrun, which limits a run's tasks (run.max_tasks in the policy): \
+         none is enabled in the unified hierarchy's root (echo +pids > <cgroup2>/cgroup.subtree_control) \
+         and no v1 pids hierarchy is mounted; enable one, or set max_tasks = \"unlimited\" in the policy's [run] \
+         to run without a limit"
+    )]
+    NoPids,
     #[error("cgroup {0} still has processes {1:?} after cgroup.kill")]
     StillPopulated(PathBuf, Duration),
     #[error("rmdir {path} failed")]
@@ -275,6 +284,9 @@ pub struct RunCgroup {
     id: u64,
     dir: File,
     removed: bool,
+    /// The run's task limit, once set ([`Self::limit_tasks`]); where it
+    /// is a cgroup of a v1 hierarchy, removed after this one is emptied.
+    tasks: Option<pids::TaskCap>,
 }
 
 impl RunCgroup {
@@ -348,7 +360,28 @@ impl RunCgroup {
             id,
             dir,
             removed: false,
+            tasks: None,
         })
+    }
+
+    /// Limit the run's tasks ([`pids`]). Where that is a cgroup of a v1
+    /// pids hierarchy, the command's process must join it first: its
+    /// `tasks` file, open, is returned for that.
+    pub fn limit_tasks(
+        &mut self,
+        run_id: &str,
+        limit: crate::policy::TaskLimit,
+    ) -> Result<Option<std::os::fd::OwnedFd>, CgroupError> {
+        self.tasks = pids::TaskCap::set(self, run_id, limit)?;
+        Ok(self.tasks.as_mut().and_then(pids::TaskCap::take_join))
+    }
+
+    /// The run's task limit and the forks and clones refused at it so far
+    /// (read it before [`Self::remove`]); `None` without a limit.
+    #[must_use]
+    pub fn tasks_refused(&self) -> Option<Result<(u32, u64), CgroupError>> {
+        let t = self.tasks.as_ref()?;
+        Some(t.refused().map(|n| (t.limit(), n)))
     }
 
     #[must_use]
@@ -418,12 +451,27 @@ impl RunCgroup {
     /// second wait of `DRAIN_TIMEOUT`).
     pub fn leave(mut self) {
         self.removed = true;
+        if let Some(t) = self.tasks.take() {
+            t.leave();
+        }
     }
 
-    /// Teardown: `cgroup.kill`, wait until `cgroup.events` says `populated 0`, rmdir.
+    /// Teardown: `cgroup.kill`, wait until `cgroup.events` says `populated 0`,
+    /// rmdir (and the task limit's v1 cgroup after it).
     pub fn remove(mut self) -> Result<(), CgroupError> {
         self.removed = true;
-        kill_and_remove(&self.path)
+        let removed = kill_and_remove(&self.path);
+        match (removed, self.tasks.take()) {
+            (Ok(()), Some(t)) => t.remove(),
+            (Ok(()), None) => Ok(()),
+            // Still populated: the v1 one is too, and left with it.
+            (Err(e), t) => {
+                if let Some(t) = t {
+                    t.leave();
+                }
+                Err(e)
+            }
+        }
     }
 }
 
@@ -432,6 +480,9 @@ impl Drop for RunCgroup {
         if !self.removed {
             if let Err(e) = kill_and_remove(&self.path) {
                 tracing::warn!("cleaning up {}: {e}", self.path.display());
+                if let Some(t) = self.tasks.take() {
+                    t.leave();
+                }
             }
         }
     }
@@ -528,6 +579,7 @@ pub fn reap(run_id: &str) -> Result<Option<u64>, CgroupError> {
         Err(source) => return Err(CgroupError::Stat { path, source }),
     };
     kill_and_remove(&path)?;
+    pids::remove_v1(run_id)?;
     Ok(Some(id))
 }
 

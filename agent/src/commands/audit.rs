@@ -264,6 +264,31 @@ pub fn summarize(
         .collect()
 }
 
+/// The forks refused at the run's task limit: one refusal, counted by the
+/// kernel (which names no process), and the limit twice as high.
+fn task_limit_refusal(limit: u32, refused: u64) -> Refusal {
+    Refusal {
+        layer: Layer::Tasks,
+        target: format!("the run's limit of {limit} tasks"),
+        detail: "fork or clone refused with EAGAIN (cgroup pids.max)".to_owned(),
+        count: refused,
+        processes: Vec::new(),
+        suggestion: Suggestion::Allow {
+            policy: format!(
+                "[run]\nmax_tasks = {}",
+                limit.saturating_mul(2).min(crate::policy::TaskLimit::MOST)
+            ),
+            flag: None,
+            note: Some(
+                "tasks are the run's processes and threads at once; a limit reached by a \
+                 fork bomb or a runaway loop is doing its job, one reached by a real build \
+                 is too low"
+                    .to_owned(),
+            ),
+        },
+    }
+}
+
 /// The notice line an event gives, `layer: message`.
 fn notice(event: &Event) -> Option<String> {
     match event {
@@ -338,6 +363,10 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 *run.refused.entry(Layer::KernelNetwork).or_default() += count;
                 run.inbound_not_itemized += count;
                 run.inbound_per_cpu = *per_cpu;
+            }
+            Event::TaskLimit { limit, refused } => {
+                *run.refused.entry(Layer::Tasks).or_default() += refused;
+                run.refusals.push(task_limit_refusal(*limit, *refused));
             }
             Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
                 let target = format!("{}:{}", show_host(&p.host), p.port);
@@ -1074,6 +1103,7 @@ fn layer_name(l: Layer) -> &'static str {
         Layer::Proxy => "proxy",
         Layer::Scope => "processes outside the run",
         Layer::Syscall => "system calls",
+        Layer::Tasks => "task limit",
     }
 }
 

@@ -72,6 +72,11 @@ pub fn host_checks() -> Vec<Check> {
             .map_err(|e| e.to_string()),
     ));
     checks.push(check(
+        "cgroup pids",
+        "availability: the run's task limit (run.max_tasks), which stops a fork bomb at the run",
+        crate::cgroup::pids::available().map_err(|e| e.to_string()),
+    ));
+    checks.push(check(
         "bpffs",
         "network: hooks pinned, outliving lockrun",
         crate::bpf::preflight()

@@ -39,6 +39,15 @@ pub fn main(args: &GcArgs) -> i32 {
                 r.kept_young
             );
             reap_orphan_cgroups(grace);
+            // Task-limit cgroups of a v1 pids hierarchy whose run's
+            // cgroup is gone (a lockrun killed between the two).
+            let (reaped, kept) = crate::cgroup::pids::reap_v1_orphans();
+            for id in reaped {
+                println!("reaped the task-limit cgroup of run {id}: its run's cgroup is gone");
+            }
+            for (id, e) in kept {
+                println!("kept the task-limit cgroup of run {id}, whose run's cgroup is gone: {e}");
+            }
             reap_other_builds();
             let locks = policy.run.state_dir.join(crate::worktree_lock::LOCKS_DIR);
             for p in crate::worktree_lock::sweep(&locks) {

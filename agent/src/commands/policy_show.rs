@@ -337,6 +337,11 @@ impl<'a> View<'a> {
         let _ = writeln!(s, "idle tunnel limit: {} s", r.idle_tunnel.as_secs());
         let _ = writeln!(s, "gc grace: {} s", r.gc_grace.as_secs());
         let _ = writeln!(s, "max proxy connections: {}", r.max_connections);
+        let _ = writeln!(
+            s,
+            "max tasks (processes and threads at once; cgroup pids.max): {}",
+            r.max_tasks
+        );
         if !p.env.is_empty() {
             let _ = writeln!(s, "\n[env]");
             for (k, v) in &p.env {

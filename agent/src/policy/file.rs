@@ -20,6 +20,7 @@
 //! gc_grace_secs = 7200
 //! max_connections = 256
 //! landlock_abi = 7
+//! max_tasks = 4096                 # processes and threads at once, or "unlimited"
 //! [env]
 //! CLAUDE_CODE_TMPDIR = "{tmp}"
 //! ```
@@ -39,7 +40,7 @@ use serde::Deserialize;
 
 use super::{
     EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, NetworkPolicy, PathSpec, Policy,
-    PrivateGrant, RunSettings, LANDLOCK_ABI,
+    PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
 };
 
 /// The presets shipped in `policies/`, embedded so that `--policy NAME` works
@@ -163,6 +164,33 @@ struct RawRun {
     gc_grace_secs: Option<u64>,
     max_connections: Option<usize>,
     landlock_abi: Option<u8>,
+    max_tasks: Option<RawTaskLimit>,
+}
+
+/// `max_tasks = 4096` or `max_tasks = "unlimited"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged, expecting = "a number of tasks, or \"unlimited\"")]
+enum RawTaskLimit {
+    At(i64),
+    Word(String),
+}
+
+/// `run.max_tasks`: 1 to the kernel's most, or `"unlimited"`.
+fn task_limit(v: &RawTaskLimit) -> Result<TaskLimit, String> {
+    match v {
+        RawTaskLimit::At(n) => match u32::try_from(*n) {
+            Ok(n) if (1..=TaskLimit::MOST).contains(&n) => Ok(TaskLimit::At(n)),
+            _ => Err(format!(
+                "must be from 1 to {} (tasks: processes and threads), or \"unlimited\"",
+                TaskLimit::MOST
+            )),
+        },
+        RawTaskLimit::Word(w) if w == "unlimited" => Ok(TaskLimit::Unlimited),
+        RawTaskLimit::Word(w) => Err(format!(
+            "{w:?} is not a number of tasks; a number from 1 to {}, or \"unlimited\"",
+            TaskLimit::MOST
+        )),
+    }
 }
 
 /// What the command line adds to the policy file.
@@ -233,6 +261,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         gc_grace: Duration::from_hours(2),
         max_connections: 256,
         landlock_abi: LANDLOCK_ABI,
+        max_tasks: TaskLimit::DEFAULT,
     };
     for s in &chain {
         let ctx = Ctx {
@@ -285,6 +314,10 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
                 ));
             }
             run.landlock_abi = v;
+        }
+        if let Some(v) = &s.raw.run.max_tasks {
+            run.max_tasks =
+                task_limit(v).map_err(|why| PolicyError::value(&s.origin, "run.max_tasks", why))?;
         }
     }
     if let Some(d) = &over.state_dir {
@@ -699,6 +732,28 @@ mod tests {
         for (name, text) in PRESETS {
             parse_text(name, text).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+    }
+
+    #[test]
+    fn max_tasks_is_a_number_in_range_or_unlimited() {
+        let limit = |text: &str| {
+            let raw = parse_text("t.toml", &format!("[run]\nmax_tasks = {text}\n"))
+                .map_err(|e| e.to_string())?;
+            task_limit(raw.run.max_tasks.as_ref().unwrap())
+        };
+        assert_eq!(limit("64"), Ok(TaskLimit::At(64)));
+        assert_eq!(limit("1"), Ok(TaskLimit::At(1)));
+        assert_eq!(limit("4194304"), Ok(TaskLimit::At(TaskLimit::MOST)));
+        assert_eq!(limit("\"unlimited\""), Ok(TaskLimit::Unlimited));
+        for bad in ["0", "-1", "4194305", "99999999999", "\"max\"", "\"64\""] {
+            let err = limit(bad).unwrap_err();
+            assert!(err.contains("unlimited"), "{bad}: {err}");
+        }
+        let err = limit("true").unwrap_err();
+        assert!(
+            err.starts_with("t.toml:2:") && err.contains("a number of tasks"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -109,6 +109,41 @@ pub struct RunSettings {
     pub max_connections: usize,
     /// The Landlock ABI the policy demands; a weaker kernel refuses the run.
     pub landlock_abi: u8,
+    /// The most tasks (processes and threads) the run may have at once.
+    pub max_tasks: TaskLimit,
+}
+
+/// The most tasks (processes and threads) a run may have at once: a fork
+/// bomb inside, or a build that forks without end, would otherwise take
+/// every pid of the machine (`kernel.pid_max`, 32768 on many), and with
+/// them every other run's and the caller's ability to start anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskLimit {
+    /// At most this many at once (cgroup `pids.max`): a `fork` or
+    /// `clone` beyond gets `EAGAIN`, and is counted and shown.
+    At(u32),
+    /// No limit: the policy said `max_tasks = "unlimited"`. Where the
+    /// kernel has no pids controller for lockrun, the one way to run.
+    Unlimited,
+}
+
+impl TaskLimit {
+    /// The default: far above what a build or an agent's tools start (a
+    /// `cargo build -j` on many cores, a browser's threads), far below
+    /// the machine's pids.
+    pub const DEFAULT: Self = Self::At(4096);
+    /// The most `pids.max` takes (the kernel's `PID_MAX_LIMIT`).
+    pub const MOST: u32 = 4 * 1024 * 1024;
+}
+
+impl std::fmt::Display for TaskLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::At(n) => write!(f, "{n}"),
+            Self::Unlimited => f.write_str("unlimited"),
+        }
+    }
 }
 
 mod secs {

@@ -846,6 +846,7 @@ async fn run(
         listener_rx,
         listener_tx,
         cgroup,
+        join_tasks,
         proxy,
         proxy_env,
         mut hooks,
@@ -966,6 +967,7 @@ async fn run(
         nofile,
         core_dumps.off(),
         mounts,
+        join_tasks,
     )
     .map_err(|source| RunError::Child {
         what: "report pipe",
@@ -1022,7 +1024,21 @@ async fn run(
     let run_id = dir.id().to_owned();
     let dir_removed = beside.run(move || drop(dir));
     let removed = match emptied {
-        Ok(()) => cgroup.remove(),
+        Ok(()) => {
+            // The forks refused at the run's task limit, counted by the
+            // kernel until the last task of the run was gone.
+            match cgroup.tasks_refused() {
+                Some(Ok((limit, refused))) if refused > 0 => {
+                    audit.record(Event::TaskLimit { limit, refused });
+                }
+                Some(Err(e)) => teardown_errors.push(format!(
+                    "reading the forks refused at the run's task limit: {}",
+                    chain(&e)
+                )),
+                _ => {}
+            }
+            cgroup.remove()
+        }
         // Not killed, or not emptied in time: left to `lockrun gc`, not
         // killed and waited for again.
         Err(e) => {
@@ -1209,6 +1225,9 @@ struct KernelSide {
     listener_rx: std::os::fd::OwnedFd,
     listener_tx: std::os::fd::OwnedFd,
     cgroup: crate::cgroup::RunCgroup,
+    /// Where the run's task limit is a cgroup of a v1 pids hierarchy: its
+    /// `tasks` file, which the command's process joins first.
+    join_tasks: Option<std::os::fd::OwnedFd>,
     proxy: Option<crate::proxy::RunningProxy>,
     proxy_env: Vec<(OsString, OsString)>,
     hooks: Option<crate::bpf::NetworkHooks>,
@@ -1253,8 +1272,10 @@ fn kernel_side(
     };
     #[cfg(not(feature = "weaken-for-tests"))]
     let cgroup = crate::cgroup::RunCgroup::create(dir.id());
-    let cgroup = cgroup?;
-    tracing::debug!("4. cgroup created");
+    let mut cgroup = cgroup?;
+    // Its task limit: a fork bomb stops there, not at the machine's pids.
+    let join_tasks = cgroup.limit_tasks(dir.id(), policy.run.max_tasks)?;
+    tracing::debug!("4. cgroup created, its tasks limited");
 
     // 5. the proxy, when the policy allows any host; its endpoint is the one
     //    way out the hooks allow, beside the policy's loopback endpoints.
@@ -1321,6 +1342,7 @@ fn kernel_side(
         listener_rx,
         listener_tx,
         cgroup,
+        join_tasks,
         proxy,
         proxy_env,
         hooks,

@@ -72,13 +72,14 @@ pub enum Step {
     Rlimit,
     OwnMounts,
     CoreLimit,
+    JoinTasks,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, CloseRange, CoreLimit, Landlock, NoNewPrivs, Notify,
-            OwnMounts, Rlimit, Seccomp, Securebits,
+            Ambient, BoundingSet, Capset, CloseRange, CoreLimit, JoinTasks, Landlock, NoNewPrivs,
+            Notify, OwnMounts, Rlimit, Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -93,6 +94,7 @@ impl Step {
             Rlimit,
             OwnMounts,
             CoreLimit,
+            JoinTasks,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -113,6 +115,7 @@ impl Step {
             Step::Notify => "handing the seccomp listener and the command's root to lockrun (sendmsg SCM_RIGHTS)",
             Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
             Step::CoreLimit => "turning core dumps off (setrlimit RLIMIT_CORE to 1 byte)",
+            Step::JoinTasks => "joining the run's cgroup of the v1 pids hierarchy, which limits its tasks (write 0 to its tasks file)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -139,6 +142,10 @@ pub struct ChildPlan {
     no_core_dumps: bool,
     /// The run's own filesystems, mounted in the child's mount namespace.
     mounts: Vec<OwnMount>,
+    /// The `tasks` file of the run's cgroup in a v1 pids hierarchy, which
+    /// the child joins first ([`crate::cgroup::pids`]); `None` where the
+    /// limit is the run cgroup's own (v2), or there is none.
+    join_tasks: Option<OwnedFd>,
     report: OwnedFd,
 }
 
@@ -548,6 +555,7 @@ impl ChildPlan {
         nofile: Option<libc::rlimit>,
         no_core_dumps: bool,
         mounts: Vec<OwnMount>,
+        join_tasks: Option<OwnedFd>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -562,6 +570,7 @@ impl ChildPlan {
                 nofile,
                 no_core_dumps,
                 mounts,
+                join_tasks,
                 report: w,
             },
             Report(r),
@@ -600,6 +609,16 @@ impl ChildPlan {
     /// Apply the confinement to the calling (child) process. Post-fork,
     /// pre-exec: no allocation, no locks.
     pub fn apply(&self) -> io::Result<()> {
+        // 0. the run's task limit, v1: this process alone joins its cgroup
+        //    (`0`: the calling thread, which takes no global lock), before
+        //    anything of the command runs; what it starts is born there
+        if let Some(tasks) = &self.join_tasks {
+            // SAFETY: writes one byte from a static buffer to an fd we own;
+            // write(2) is async-signal-safe.
+            if unsafe { libc::write(tasks.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+                return Err(self.fail(Step::JoinTasks));
+            }
+        }
         // 1. close_range(3, ~0, CLOSE_RANGE_CLOEXEC)
         // SAFETY: plain syscall with integer arguments.
         if unsafe {

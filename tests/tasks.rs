@@ -1,0 +1,306 @@
+//! The run's task limit (`run.max_tasks`, cgroup `pids.max`): a fork or
+//! clone beyond it gets `EAGAIN`, the kernel counts each, and the run
+//! shows them; a fork bomb stops at the run while the machine forks on.
+//! Judged from outside: the kernel's own counters (`pids.events`,
+//! `pids.peak`) and the audit log, each beside a control.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/python.rs"]
+mod python;
+#[path = "support/skip.rs"]
+mod skip;
+#[path = "support/fs.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use lockrun::audit::{Event, Record};
+use python::python3;
+use support::{s, World};
+
+/// Forks children that wait on a pipe until it has `want` of them or a
+/// fork fails; prints `forked N errno NAME`.
+const FORKS: &str = r"
+import errno, os, sys
+want = int(sys.argv[1])
+r, w = os.pipe()
+kids, err = [], None
+for _ in range(want):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = e.errno
+        break
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    kids.append(pid)
+print('forked', len(kids), 'errno', errno.errorcode.get(err, err), flush=True)
+os.close(w)
+for k in kids:
+    os.waitpid(k, 0)
+";
+
+fn policy(w: &World, max_tasks: &str) -> PathBuf {
+    let p = w.root.join(format!("tasks-{max_tasks}.toml"));
+    std::fs::write(&p, format!("[run]\nmax_tasks = {max_tasks}\n")).unwrap();
+    p
+}
+
+fn records(log: &Path) -> Vec<Event> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Record>(l).unwrap().event)
+        .collect()
+}
+
+fn run_id(log: &Path) -> Option<String> {
+    records(log).into_iter().find_map(|e| match e {
+        Event::RunStart { run_id, .. } => Some(run_id),
+        _ => None,
+    })
+}
+
+/// The cgroup that holds the run's `pids.max`, wherever the pids
+/// controller is on this host (a v1 hierarchy, or the run's own unified
+/// cgroup).
+fn limit_cgroup(run_id: &str) -> Option<PathBuf> {
+    if let Some(m) = lockrun::cgroup::pids::v1_mount() {
+        return Some(m.join("lockrun").join(run_id));
+    }
+    lockrun::cgroup::find_run(run_id).ok().flatten()
+}
+
+/// The task limit left nothing of the run behind.
+fn assert_limit_gone(run_id: &str) {
+    if let Some(m) = lockrun::cgroup::pids::v1_mount() {
+        let dir = m.join("lockrun").join(run_id);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+    assert_eq!(lockrun::cgroup::find_run(run_id).unwrap(), None);
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn require_pids(test: &str) -> bool {
+    match lockrun::cgroup::pids::available() {
+        Ok(_) => true,
+        Err(e) => {
+            support::skip(test, &e.to_string());
+            false
+        }
+    }
+}
+
+#[test]
+fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
+    if !require_pids("a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown") {
+        return;
+    }
+    let w = World::new("tasks-limit");
+    let log = w.root.join("audit.jsonl");
+    let tight = policy(&w, "16");
+    let out = w.run(
+        &["--policy", s(&tight), "--audit-log", s(&log)],
+        &[python3(), "-c", FORKS, "40"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The python process is one task: fifteen children fill the sixteen,
+    // and the sixteenth fork is refused.
+    assert_eq!(stdout.trim(), "forked 15 errno EAGAIN", "{stderr}");
+    assert!(
+        stderr.contains(
+            "lockrun: 1 fork or thread refused (EAGAIN): the run had reached its limit of 16 tasks"
+        ),
+        "{stderr}"
+    );
+    // The kernel's count (pids.events), read by lockrun from outside.
+    let events = records(&log);
+    assert!(
+        events.contains(&Event::TaskLimit {
+            limit: 16,
+            refused: 1
+        }),
+        "{events:?}"
+    );
+    assert_limit_gone(&run_id(&log).unwrap());
+    // What `lockrun audit` suggests.
+    let audit = std::process::Command::new(support::BIN)
+        .args(["audit", s(&log)])
+        .output()
+        .unwrap();
+    let (report, _) = text(&audit);
+    assert!(
+        report.contains("max_tasks = 32") && report.contains("the run's limit of 16 tasks"),
+        "{report}"
+    );
+
+    // Control: the same forks under a limit above them, and outside.
+    let log = w.root.join("audit-control.jsonl");
+    let roomy = policy(&w, "64");
+    let out = w.run(
+        &["--policy", s(&roomy), "--audit-log", s(&log)],
+        &[python3(), "-c", FORKS, "40"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "forked 40 errno None", "{stderr}");
+    assert!(!stderr.contains("refused"), "{stderr}");
+    assert!(
+        !records(&log)
+            .iter()
+            .any(|e| matches!(e, Event::TaskLimit { .. })),
+        "no refusal, no event"
+    );
+    let outside = std::process::Command::new(python3())
+        .args(["-c", FORKS, "40"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&outside).0.trim(), "forked 40 errno None");
+}
+
+#[test]
+fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
+    if !require_pids("a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on") {
+        return;
+    }
+    let w = World::new("tasks-bomb");
+    let log = w.root.join("audit.jsonl");
+    let limit = policy(&w, "64");
+    // The bomb, then the command waits without forking (bash retries a
+    // refused fork, so the run stays at its limit); its end ends the run,
+    // whose teardown kills what is left of the bomb.
+    let child = w
+        .cmd(
+            &["--policy", s(&limit), "--audit-log", s(&log)],
+            &["bash", "-c", "f(){ f|f& }; f; exec sleep 3"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let run_id = loop {
+        if let Some(id) = run_id(&log) {
+            break id;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The run id is logged before the run's cgroup is made.
+    let (cg, max) = loop {
+        let found = limit_cgroup(&run_id).and_then(|cg| {
+            let max = std::fs::read_to_string(cg.join("pids.max")).ok()?;
+            Some((cg, max.trim().parse::<u64>().ok()?))
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no pids.max for the run"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let read = |f: &str| -> Option<u64> {
+        std::fs::read_to_string(cg.join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    // From outside: the run's tasks reach the limit and no further.
+    let mut peak = 0;
+    while start.elapsed() < Duration::from_secs(10) {
+        match read("pids.peak") {
+            Some(p) => peak = p,
+            None => break,
+        }
+        if peak >= max {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(peak, max, "the bomb should fill the run's {max} tasks");
+    // Control: while the run is full, a fork outside it succeeds.
+    let outside = std::process::Command::new("true").status().unwrap();
+    assert!(outside.success());
+    let refused_so_far = std::fs::read_to_string(cg.join("pids.events")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let refused = records(&log).into_iter().find_map(|e| match e {
+        Event::TaskLimit { limit, refused } => Some((limit, refused)),
+        _ => None,
+    });
+    assert!(
+        matches!(refused, Some((64, n)) if n > 0),
+        "{refused:?}; pids.events during the run: {refused_so_far}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("forks or threads refused (EAGAIN)"),
+        "{stderr}"
+    );
+    assert_limit_gone(&run_id);
+}
+
+#[test]
+fn gc_removes_a_task_limit_cgroup_whose_run_is_gone_and_no_other() {
+    let Some(mount) = lockrun::cgroup::pids::v1_mount() else {
+        // On a pure cgroup v2 host the limit is the run cgroup's own file,
+        // removed with it: there is no cgroup of its own to leave behind.
+        support::skip(
+            "gc_removes_a_task_limit_cgroup_whose_run_is_gone_and_no_other",
+            "no v1 pids hierarchy here, so no task-limit cgroup of a run's own",
+        );
+        return;
+    };
+    let w = World::new("tasks-gc");
+    let pid = std::process::id();
+    let orphan = format!("tasks-gc-orphan-{pid}");
+    let live = format!("tasks-gc-live-{pid}");
+    let top = mount.join("lockrun");
+    let _ = std::fs::create_dir(&top);
+    for id in [&orphan, &live] {
+        std::fs::create_dir(top.join(id)).unwrap();
+    }
+    // The control's run cgroup exists (young: gc's grace keeps it).
+    let live_cg = lockrun::cgroup::build_parent().unwrap().join(&live);
+    std::fs::create_dir_all(&live_cg).unwrap();
+    let out = std::process::Command::new(support::BIN)
+        .args(["gc", "--state-dir", s(&w.state)])
+        .env("HOME", &w.home)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    let orphan_left = top.join(&orphan).exists();
+    let live_left = top.join(&live).exists();
+    let _ = std::fs::remove_dir(top.join(&orphan));
+    let _ = std::fs::remove_dir(top.join(&live));
+    let _ = std::fs::remove_dir(&live_cg);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!orphan_left, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "reaped the task-limit cgroup of run {orphan}: its run's cgroup is gone"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        live_left,
+        "a run whose cgroup exists keeps its limit: {stdout}"
+    );
+}
