@@ -192,16 +192,25 @@ pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
     Ok(FOUND.get_or_init(|| p).clone())
 }
 
-/// The first cgroup2 mount point in a mountinfo text (fields: see proc(5)).
+/// The first cgroup2 mount point in a mountinfo text.
 fn parse_cgroup2_mount(info: &str) -> Option<PathBuf> {
-    info.lines().find_map(|line| {
+    mounts(info).find_map(|(at, fstype, _)| (fstype == "cgroup2").then_some(at))
+}
+
+/// Each mount of a mountinfo text: its mount point, filesystem type and
+/// super options (fields: see proc(5)).
+fn mounts(info: &str) -> impl Iterator<Item = (PathBuf, &str, &str)> {
+    info.lines().filter_map(|line| {
         let (left, right) = line.split_once(" - ")?;
-        let fstype = right.split_whitespace().next()?;
-        if fstype != "cgroup2" {
-            return None;
-        }
+        let mut right = right.split_whitespace();
+        let fstype = right.next()?;
+        let options = right.nth(1).unwrap_or_default();
         let mount_point = left.split_whitespace().nth(4)?;
-        Some(PathBuf::from(unescape_mountinfo(mount_point)))
+        Some((
+            PathBuf::from(unescape_mountinfo(mount_point)),
+            fstype,
+            options,
+        ))
     })
 }
 

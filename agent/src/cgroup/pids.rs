@@ -263,20 +263,10 @@ pub fn v1_mount() -> Option<PathBuf> {
 }
 
 /// The first mount of a v1 cgroup hierarchy whose super options name
-/// `pids` (fields: see proc(5)).
+/// `pids`.
 fn parse_v1_pids_mount(info: &str) -> Option<PathBuf> {
-    info.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mut right = right.split_whitespace();
-        if right.next()? != "cgroup" {
-            return None;
-        }
-        let options = right.nth(1)?;
-        if !options.split(',').any(|o| o == "pids") {
-            return None;
-        }
-        let mount_point = left.split_whitespace().nth(4)?;
-        Some(PathBuf::from(super::unescape_mountinfo(mount_point)))
+    super::mounts(info).find_map(|(at, fstype, options)| {
+        (fstype == "cgroup" && options.split(',').any(|o| o == "pids")).then_some(at)
     })
 }
 
