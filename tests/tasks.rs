@@ -91,6 +91,19 @@ fn text(out: &Output) -> (String, String) {
     )
 }
 
+/// [`FORKS`] asking for 40 children in a run under `max_tasks`, logged to
+/// `log`: its stdout and lockrun's stderr, once lockrun exited 0.
+fn forty_forks(w: &World, max_tasks: &str, log: &Path) -> (String, String) {
+    let limit = policy(w, max_tasks);
+    let out = w.run(
+        &["--policy", s(&limit), "--audit-log", s(log)],
+        &[python3(), "-c", FORKS, "40"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
 fn require_pids(test: &str) -> bool {
     match lockrun::cgroup::pids::available() {
         Ok(_) => true,
@@ -108,13 +121,7 @@ fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
     }
     let w = World::new("tasks-limit");
     let log = w.root.join("audit.jsonl");
-    let tight = policy(&w, "16");
-    let out = w.run(
-        &["--policy", s(&tight), "--audit-log", s(&log)],
-        &[python3(), "-c", FORKS, "40"],
-    );
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = forty_forks(&w, "16", &log);
     // The python process is one task: fifteen children fill the sixteen,
     // and the sixteenth fork is refused.
     assert_eq!(stdout.trim(), "forked 15 errno EAGAIN", "{stderr}");
@@ -147,13 +154,7 @@ fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
 
     // Control: the same forks under a limit above them, and outside.
     let log = w.root.join("audit-control.jsonl");
-    let roomy = policy(&w, "64");
-    let out = w.run(
-        &["--policy", s(&roomy), "--audit-log", s(&log)],
-        &[python3(), "-c", FORKS, "40"],
-    );
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = forty_forks(&w, "64", &log);
     assert_eq!(stdout.trim(), "forked 40 errno None", "{stderr}");
     assert!(!stderr.contains("refused"), "{stderr}");
     assert!(

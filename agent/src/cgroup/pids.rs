@@ -150,9 +150,11 @@ impl TaskCap {
                 path: tasks,
                 source,
             })?;
-        if let Place::V1 { join: j, .. } = &mut cap.place {
-            *j = Some(join.into());
-        }
+        cap.place = Place::V1 {
+            dir,
+            join: Some(join.into()),
+            removed: false,
+        };
         Ok(cap)
     }
 
@@ -184,7 +186,7 @@ impl TaskCap {
         Ok(max_events(&text))
     }
 
-    /// Left as it is, to `lockrun gc` ([`reap_v1`]), with the run's cgroup.
+    /// Left as it is, to `lockrun gc` ([`reap_v1_orphans`]), with the run's cgroup.
     pub fn leave(mut self) {
         if let Place::V1 { removed, .. } = &mut self.place {
             *removed = true;
@@ -250,12 +252,26 @@ fn max_events(text: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Where hybrid hosts mount the v1 pids hierarchy.
+const USUAL_V1: &str = "/sys/fs/cgroup/pids";
+
 /// Where a v1 hierarchy with the pids controller is mounted, if one is
-/// (found once per process, from `/proc/self/mountinfo`).
+/// (found once per process). Every run on a hybrid host asks: where an
+/// earlier run made `lockrun/` at the usual place, a `stat` of its
+/// `pids.max`, which only a cgroup of the pids hierarchy has, says so;
+/// else `/proc/self/mountinfo` is read (~0.1 ms here: the kernel formats
+/// every mount for it).
 pub fn v1_mount() -> Option<PathBuf> {
     static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     FOUND
         .get_or_init(|| {
+            let usual = Path::new(USUAL_V1);
+            let made_before = nix::sys::statfs::statfs(usual)
+                .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP_SUPER_MAGIC)
+                && usual.join(PARENT).join("pids.max").exists();
+            if made_before {
+                return Some(usual.to_path_buf());
+            }
             let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
             parse_v1_pids_mount(&info)
         })
