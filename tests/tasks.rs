@@ -69,7 +69,7 @@ fn run_id(log: &Path) -> Option<String> {
 /// controller is on this host (a v1 hierarchy, or the run's own unified
 /// cgroup).
 fn limit_cgroup(run_id: &str) -> Option<PathBuf> {
-    if let Some(m) = lockrun::cgroup::pids::v1_mount() {
+    if let Some(m) = lockrun::cgroup::v1::mount(lockrun::cgroup::v1::Hierarchy::Pids) {
         return Some(m.join("lockrun").join(run_id));
     }
     lockrun::cgroup::find_run(run_id).ok().flatten()
@@ -77,7 +77,7 @@ fn limit_cgroup(run_id: &str) -> Option<PathBuf> {
 
 /// The task limit left nothing of the run behind.
 fn assert_limit_gone(run_id: &str) {
-    if let Some(m) = lockrun::cgroup::pids::v1_mount() {
+    if let Some(m) = lockrun::cgroup::v1::mount(lockrun::cgroup::v1::Hierarchy::Pids) {
         let dir = m.join("lockrun").join(run_id);
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
@@ -259,49 +259,65 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
 }
 
 #[test]
-fn gc_removes_a_task_limit_cgroup_whose_run_is_gone_and_no_other() {
-    let Some(mount) = lockrun::cgroup::pids::v1_mount() else {
-        // On a pure cgroup v2 host the limit is the run cgroup's own file,
-        // removed with it: there is no cgroup of its own to leave behind.
-        support::skip(
-            "gc_removes_a_task_limit_cgroup_whose_run_is_gone_and_no_other",
-            "no v1 pids hierarchy here, so no task-limit cgroup of a run's own",
-        );
-        return;
-    };
+fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
+    use lockrun::cgroup::v1::{self, Hierarchy};
+    let test = "gc_removes_limit_cgroups_whose_run_is_gone_and_no_other";
     let w = World::new("tasks-gc");
     let pid = std::process::id();
     let orphan = format!("tasks-gc-orphan-{pid}");
     let live = format!("tasks-gc-live-{pid}");
-    let top = mount.join("lockrun");
-    let _ = std::fs::create_dir(&top);
-    for id in [&orphan, &live] {
-        std::fs::create_dir(top.join(id)).unwrap();
-    }
     // The control's run cgroup exists (young: gc's grace keeps it).
     let live_cg = lockrun::cgroup::build_parent().unwrap().join(&live);
     std::fs::create_dir_all(&live_cg).unwrap();
+    let mut tops = Vec::new();
+    for h in Hierarchy::ALL {
+        let Some(mount) = v1::mount(h) else {
+            // On a pure cgroup v2 host the limit is the run cgroup's own
+            // file, removed with it: there is no cgroup of its own to leave.
+            support::skip(
+                test,
+                &format!(
+                    "no v1 {} hierarchy here, so no limit cgroup of a run's own there",
+                    h.controller()
+                ),
+            );
+            continue;
+        };
+        let top = mount.join("lockrun");
+        let _ = std::fs::create_dir(&top);
+        for id in [&orphan, &live] {
+            std::fs::create_dir(top.join(id)).unwrap();
+        }
+        tops.push((h, top));
+    }
     let out = std::process::Command::new(support::BIN)
         .args(["gc", "--state-dir", s(&w.state)])
         .env("HOME", &w.home)
         .output()
         .unwrap();
     let (stdout, stderr) = text(&out);
-    let orphan_left = top.join(&orphan).exists();
-    let live_left = top.join(&live).exists();
-    let _ = std::fs::remove_dir(top.join(&orphan));
-    let _ = std::fs::remove_dir(top.join(&live));
+    let left: Vec<(bool, bool)> = tops
+        .iter()
+        .map(|(_, top)| (top.join(&orphan).exists(), top.join(&live).exists()))
+        .collect();
+    for (_, top) in &tops {
+        let _ = std::fs::remove_dir(top.join(&orphan));
+        let _ = std::fs::remove_dir(top.join(&live));
+    }
     let _ = std::fs::remove_dir(&live_cg);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(!orphan_left, "{stdout}");
-    assert!(
-        stdout.contains(&format!(
-            "reaped the task-limit cgroup of run {orphan}: its run's cgroup is gone"
-        )),
-        "{stdout}"
-    );
-    assert!(
-        live_left,
-        "a run whose cgroup exists keeps its limit: {stdout}"
-    );
+    for ((h, _), (orphan_left, live_left)) in tops.iter().zip(left) {
+        assert!(!orphan_left, "{h:?}: {stdout}");
+        assert!(
+            stdout.contains(&format!(
+                "reaped the {} cgroup of run {orphan}: its run's cgroup is gone",
+                h.what()
+            )),
+            "{stdout}"
+        );
+        assert!(
+            live_left,
+            "{h:?}: a run whose cgroup exists keeps its limits: {stdout}"
+        );
+    }
 }

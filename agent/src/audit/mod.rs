@@ -50,17 +50,21 @@ pub enum Layer {
     Syscall,
     /// The run's task limit (cgroup `pids.max`): forks and clones beyond it.
     Tasks,
+    /// The run's memory limit (cgroup `memory.max`): processes the kernel
+    /// killed at it.
+    Memory,
 }
 
 impl Layer {
     /// Every layer, in the order reports show them.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Filesystem,
         Self::KernelNetwork,
         Self::Proxy,
         Self::Scope,
         Self::Syscall,
         Self::Tasks,
+        Self::Memory,
     ];
 }
 
@@ -450,6 +454,15 @@ pub enum Event {
         limit: u32,
         refused: u64,
     },
+    /// Processes of the run the kernel killed (SIGKILL) at its memory
+    /// limit of `limit` bytes (the policy's `run.max_memory`), counted by
+    /// the kernel over the whole run (cgroup `oom_kill`); `peak`, the most
+    /// the run used at once, where the kernel says.
+    MemoryLimit {
+        limit: u64,
+        killed: u64,
+        peak: Option<u64>,
+    },
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {
         layer: Layer,
@@ -515,6 +528,8 @@ struct Tally {
     audit_loss: Vec<AuditLoss>,
     /// The run's task limit and the forks refused at it.
     tasks: Option<(u32, u64)>,
+    /// The run's memory limit, the processes killed at it, and the peak.
+    memory: Option<(u64, u64, Option<u64>)>,
 }
 
 /// ` ×n` after what was seen more than once.
@@ -750,6 +765,14 @@ impl AuditLog {
                 *t.refused.entry(Layer::Tasks).or_default() += refused;
                 t.tasks = Some((*limit, *refused));
             }
+            Event::MemoryLimit {
+                limit,
+                killed,
+                peak,
+            } => {
+                *t.refused.entry(Layer::Memory).or_default() += killed;
+                t.memory = Some((*limit, *killed, *peak));
+            }
             Event::AuditRecordsLost(loss) if !t.audit_loss.contains(loss) => {
                 t.audit_loss.push(*loss);
             }
@@ -838,6 +861,13 @@ impl AuditLog {
             lines.push(format!(
                 "lockrun: {refused} {} refused (EAGAIN): the run had reached its limit of {limit} tasks, processes and threads at once (run.max_tasks in the policy)",
                 plural(refused, "fork or thread", "forks or threads"),
+            ));
+        }
+        if let Some((limit, killed, _)) = t.memory {
+            lines.push(format!(
+                "lockrun: the kernel killed {killed} {} of the run (SIGKILL, out of memory): the run had reached its memory limit of {}, its processes together (run.max_memory in the policy)",
+                plural(killed, "process", "processes"),
+                crate::policy::size(limit),
             ));
         }
         if t.no_process > 0 {

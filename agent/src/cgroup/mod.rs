@@ -25,7 +25,9 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod memory;
 pub mod pids;
+pub mod v1;
 
 /// The directory under the cgroup2 root that holds every build's parent
 /// (and, from earlier builds, runs directly).
@@ -157,6 +159,13 @@ pub enum CgroupError {
          to run without a limit"
     )]
     NoPids,
+    #[error(
+        "no cgroup memory controller for lockrun, which limits a run's memory (run.max_memory in the policy): \
+         none is enabled in the unified hierarchy's root (echo +memory > <cgroup2>/cgroup.subtree_control) \
+         and no v1 memory hierarchy is mounted; enable one, or set max_memory = \"unlimited\" in the policy's [run] \
+         to run without a limit"
+    )]
+    NoMemory,
     #[error("cgroup {0} still has processes {1:?} after cgroup.kill")]
     StillPopulated(PathBuf, Duration),
     #[error("rmdir {path} failed")]
@@ -296,6 +305,9 @@ pub struct RunCgroup {
     /// The run's task limit, once set ([`Self::limit_tasks`]); where it
     /// is a cgroup of a v1 hierarchy, removed after this one is emptied.
     tasks: Option<pids::TaskCap>,
+    /// The run's memory limit, once set ([`Self::limit_memory`]); the
+    /// same, for a cgroup of a v1 memory hierarchy.
+    memory: Option<memory::MemoryCap>,
 }
 
 impl RunCgroup {
@@ -370,6 +382,7 @@ impl RunCgroup {
             dir,
             removed: false,
             tasks: None,
+            memory: None,
         })
     }
 
@@ -383,6 +396,32 @@ impl RunCgroup {
     ) -> Result<Option<std::os::fd::OwnedFd>, CgroupError> {
         self.tasks = pids::TaskCap::set(self, run_id, limit)?;
         Ok(self.tasks.as_mut().and_then(pids::TaskCap::take_join))
+    }
+
+    /// Limit the run's memory ([`memory`]), after its tasks (where one v1
+    /// hierarchy has both controllers, the task limit's cgroup has the
+    /// memory limit too). Where that is a cgroup of a v1 memory hierarchy
+    /// of its own, the command's process must join it first: its `tasks`
+    /// file, open, is returned for that.
+    pub fn limit_memory(
+        &mut self,
+        run_id: &str,
+        limit: crate::policy::MemoryLimit,
+    ) -> Result<Option<std::os::fd::OwnedFd>, CgroupError> {
+        self.memory = memory::MemoryCap::set(self, run_id, limit)?;
+        Ok(self.memory.as_mut().and_then(memory::MemoryCap::take_join))
+    }
+
+    /// The task limit's cgroup, where it is one of a v1 hierarchy.
+    fn tasks_v1(&self) -> Option<&Path> {
+        self.tasks.as_ref().and_then(pids::TaskCap::v1_path)
+    }
+
+    /// What the kernel counted of the run's memory (read it before
+    /// [`Self::remove`]); `None` without a limit.
+    #[must_use]
+    pub fn memory_report(&self) -> Option<Result<memory::MemoryReport, CgroupError>> {
+        self.memory.as_ref().map(memory::MemoryCap::report)
     }
 
     /// The run's task limit and the forks and clones refused at it so far
@@ -460,27 +499,32 @@ impl RunCgroup {
     /// second wait of `DRAIN_TIMEOUT`).
     pub fn leave(mut self) {
         self.removed = true;
+        self.leave_limits();
+    }
+
+    /// The limits' v1 cgroups, left to `lockrun gc` with the run's.
+    fn leave_limits(&mut self) {
+        if let Some(m) = self.memory.take() {
+            m.leave();
+        }
         if let Some(t) = self.tasks.take() {
             t.leave();
         }
     }
 
     /// Teardown: `cgroup.kill`, wait until `cgroup.events` says `populated 0`,
-    /// rmdir (and the task limit's v1 cgroup after it).
+    /// rmdir (and the limits' v1 cgroups after it: the memory limit's
+    /// first, which may be in the task limit's).
     pub fn remove(mut self) -> Result<(), CgroupError> {
         self.removed = true;
-        let removed = kill_and_remove(&self.path);
-        match (removed, self.tasks.take()) {
-            (Ok(()), Some(t)) => t.remove(),
-            (Ok(()), None) => Ok(()),
-            // Still populated: the v1 one is too, and left with it.
-            (Err(e), t) => {
-                if let Some(t) = t {
-                    t.leave();
-                }
-                Err(e)
-            }
+        if let Err(e) = kill_and_remove(&self.path) {
+            // Still populated: the v1 ones are too, and left with it.
+            self.leave_limits();
+            return Err(e);
         }
+        let memory = self.memory.take().map_or(Ok(()), memory::MemoryCap::remove);
+        let tasks = self.tasks.take().map_or(Ok(()), pids::TaskCap::remove);
+        memory.and(tasks)
     }
 }
 
@@ -489,9 +533,7 @@ impl Drop for RunCgroup {
         if !self.removed {
             if let Err(e) = kill_and_remove(&self.path) {
                 tracing::warn!("cleaning up {}: {e}", self.path.display());
-                if let Some(t) = self.tasks.take() {
-                    t.leave();
-                }
+                self.leave_limits();
             }
         }
     }
@@ -588,7 +630,7 @@ pub fn reap(run_id: &str) -> Result<Option<u64>, CgroupError> {
         Err(source) => return Err(CgroupError::Stat { path, source }),
     };
     kill_and_remove(&path)?;
-    pids::remove_v1(run_id)?;
+    v1::remove_run(run_id)?;
     Ok(Some(id))
 }
 
@@ -601,6 +643,41 @@ pub fn runs() -> Result<Vec<String>, CgroupError> {
         .collect();
     ids.sort();
     Ok(ids)
+}
+
+/// Enable `controller` for the run's cgroup in the unified hierarchy, if
+/// the machine offers it there: `+<controller>` in `lockrun/` and the
+/// build's parent, top down (once: after, the run's cgroup has
+/// `own_file` from its mkdir). Never the root's, which is the machine's to
+/// delegate. Whether the run's cgroup has it now.
+fn enable_in_unified(
+    run: &RunCgroup,
+    controller: &str,
+    own_file: &str,
+) -> Result<bool, CgroupError> {
+    if run.path().join(own_file).exists() {
+        return Ok(true);
+    }
+    let mount = cgroup2_mount()?;
+    let mut between: Vec<&Path> = run
+        .path()
+        .ancestors()
+        .skip(1)
+        .take_while(|d| *d != mount && d.starts_with(&mount))
+        .collect();
+    between.reverse();
+    let Some(top) = between.first() else {
+        return Ok(false);
+    };
+    let offered = fs::read_to_string(top.join("cgroup.controllers")).unwrap_or_default();
+    if !offered.split_whitespace().any(|c| c == controller) {
+        return Ok(false);
+    }
+    let enable = format!("+{controller}");
+    for dir in between {
+        write_file(&dir.join("cgroup.subtree_control"), enable.as_bytes())?;
+    }
+    Ok(true)
 }
 
 fn write_file(path: &Path, data: &[u8]) -> Result<(), CgroupError> {

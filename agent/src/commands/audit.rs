@@ -289,6 +289,37 @@ fn task_limit_refusal(limit: u32, refused: u64) -> Refusal {
     }
 }
 
+/// The processes killed at the run's memory limit: one refusal, counted
+/// by the kernel, and the limit twice as high, written as the policy
+/// takes it.
+fn memory_limit_refusal(limit: u64, killed: u64, peak: Option<u64>) -> Refusal {
+    let twice = limit.saturating_mul(2);
+    let written = if twice.is_multiple_of(1 << 30) {
+        format!("{}GiB", twice >> 30)
+    } else {
+        format!("{}MiB", twice.div_ceil(1 << 20))
+    };
+    let peak = peak.map_or_else(String::new, |p| {
+        format!("; the run's peak was {}", crate::policy::size(p))
+    });
+    Refusal {
+        layer: Layer::Memory,
+        target: format!("the run's memory limit of {}", crate::policy::size(limit)),
+        detail: format!("process killed by the kernel (SIGKILL, cgroup memory.max){peak}"),
+        count: killed,
+        processes: Vec::new(),
+        suggestion: Suggestion::Allow {
+            policy: format!("[run]\nmax_memory = \"{written}\""),
+            flag: None,
+            note: Some(
+                "the limit is for the run's processes together, swap counted; one reached by \
+                 a runaway allocation is doing its job, one reached by a real build is too low"
+                    .to_owned(),
+            ),
+        },
+    }
+}
+
 /// The notice line an event gives, `layer: message`.
 fn notice(event: &Event) -> Option<String> {
     match event {
@@ -367,6 +398,15 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
             Event::TaskLimit { limit, refused } => {
                 *run.refused.entry(Layer::Tasks).or_default() += refused;
                 run.refusals.push(task_limit_refusal(*limit, *refused));
+            }
+            Event::MemoryLimit {
+                limit,
+                killed,
+                peak,
+            } => {
+                *run.refused.entry(Layer::Memory).or_default() += killed;
+                run.refusals
+                    .push(memory_limit_refusal(*limit, *killed, *peak));
             }
             Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
                 let target = format!("{}:{}", show_host(&p.host), p.port);
@@ -1104,6 +1144,7 @@ fn layer_name(l: Layer) -> &'static str {
         Layer::Scope => "processes outside the run",
         Layer::Syscall => "system calls",
         Layer::Tasks => "task limit",
+        Layer::Memory => "memory limit",
     }
 }
 

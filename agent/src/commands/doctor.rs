@@ -77,6 +77,11 @@ pub fn host_checks() -> Vec<Check> {
         crate::cgroup::pids::available().map_err(|e| e.to_string()),
     ));
     checks.push(check(
+        "cgroup memory",
+        "availability: the run's memory limit (run.max_memory), which keeps the OOM killer in the run",
+        crate::cgroup::memory::available().map_err(|e| e.to_string()),
+    ));
+    checks.push(check(
         "bpffs",
         "network: hooks pinned, outliving lockrun",
         crate::bpf::preflight()

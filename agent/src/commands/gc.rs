@@ -39,14 +39,21 @@ pub fn main(args: &GcArgs) -> i32 {
                 r.kept_young
             );
             reap_orphan_cgroups(grace);
-            // Task-limit cgroups of a v1 pids hierarchy whose run's
-            // cgroup is gone (a lockrun killed between the two).
-            let (reaped, kept) = crate::cgroup::pids::reap_v1_orphans();
-            for id in reaped {
-                println!("reaped the task-limit cgroup of run {id}: its run's cgroup is gone");
-            }
-            for (id, e) in kept {
-                println!("kept the task-limit cgroup of run {id}, whose run's cgroup is gone: {e}");
+            // Task- and memory-limit cgroups of v1 hierarchies whose
+            // run's cgroup is gone (a lockrun killed between the two).
+            for o in crate::cgroup::v1::reap_orphans() {
+                let (what, id) = (o.hierarchy.what(), &o.run_id);
+                let line = match o.kept {
+                    None => {
+                        format!("reaped the {what} cgroup of run {id}: its run's cgroup is gone")
+                    }
+                    Some(e) => {
+                        format!(
+                            "kept the {what} cgroup of run {id}, whose run's cgroup is gone: {e}"
+                        )
+                    }
+                };
+                println!("{line}");
             }
             reap_other_builds();
             let locks = policy.run.state_dir.join(crate::worktree_lock::LOCKS_DIR);

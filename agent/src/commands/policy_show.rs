@@ -342,6 +342,11 @@ impl<'a> View<'a> {
             "max tasks (processes and threads at once; cgroup pids.max): {}",
             r.max_tasks
         );
+        let _ = writeln!(
+            s,
+            "max memory (of the run's processes together, swap counted; cgroup memory.max): {}",
+            r.max_memory
+        );
         if !p.env.is_empty() {
             let _ = writeln!(s, "\n[env]");
             for (k, v) in &p.env {

@@ -21,6 +21,7 @@
 //! max_connections = 256
 //! landlock_abi = 7
 //! max_tasks = 4096                 # processes and threads at once, or "unlimited"
+//! max_memory = "50%"               # of the machine's memory; or "8GiB", or "unlimited"
 //! [env]
 //! CLAUDE_CODE_TMPDIR = "{tmp}"
 //! ```
@@ -39,8 +40,8 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use super::{
-    EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, NetworkPolicy, PathSpec, Policy,
-    PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
+    EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, MemoryLimit, NetworkPolicy, PathSpec,
+    Policy, PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
 };
 
 /// The presets shipped in `policies/`, embedded so that `--policy NAME` works
@@ -165,6 +166,18 @@ struct RawRun {
     max_connections: Option<usize>,
     landlock_abi: Option<u8>,
     max_tasks: Option<RawTaskLimit>,
+    max_memory: Option<RawMemoryLimit>,
+}
+
+/// `max_memory = "8GiB"`, `"50%"` or `"unlimited"`: a string, so that a
+/// bare number (bytes? GiB?) is refused rather than guessed.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a size with its unit (\"8GiB\"), a share of the machine's memory (\"50%\"), or \"unlimited\""
+)]
+enum RawMemoryLimit {
+    Text(String),
 }
 
 /// `max_tasks = 4096` or `max_tasks = "unlimited"`.
@@ -262,6 +275,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         max_connections: 256,
         landlock_abi: LANDLOCK_ABI,
         max_tasks: TaskLimit::DEFAULT,
+        max_memory: MemoryLimit::DEFAULT,
     };
     for s in &chain {
         let ctx = Ctx {
@@ -318,6 +332,10 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         if let Some(v) = &s.raw.run.max_tasks {
             run.max_tasks =
                 task_limit(v).map_err(|why| PolicyError::value(&s.origin, "run.max_tasks", why))?;
+        }
+        if let Some(RawMemoryLimit::Text(v)) = &s.raw.run.max_memory {
+            run.max_memory = MemoryLimit::parse(v)
+                .map_err(|why| PolicyError::value(&s.origin, "run.max_memory", why))?;
         }
     }
     if let Some(d) = &over.state_dir {
@@ -753,6 +771,77 @@ mod tests {
         assert!(
             err.starts_with("t.toml:2:") && err.contains("a number of tasks"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn max_memory_is_a_size_with_its_unit_a_share_or_unlimited() {
+        let limit = |text: &str| {
+            let raw = parse_text("t.toml", &format!("[run]\nmax_memory = {text}\n"))
+                .map_err(|e| e.to_string())?;
+            let Some(RawMemoryLimit::Text(v)) = raw.run.max_memory else {
+                unreachable!()
+            };
+            MemoryLimit::parse(&v)
+        };
+        assert_eq!(limit("\"64MiB\""), Ok(MemoryLimit::Bytes(64 << 20)));
+        assert_eq!(
+            limit("\"16MiB\""),
+            Ok(MemoryLimit::Bytes(MemoryLimit::LEAST))
+        );
+        assert_eq!(limit("\"8GiB\""), Ok(MemoryLimit::Bytes(8 << 30)));
+        assert_eq!(limit("\"8 GiB\""), Ok(MemoryLimit::Bytes(8 << 30)));
+        assert_eq!(limit("\"2TiB\""), Ok(MemoryLimit::Bytes(2 << 40)));
+        assert_eq!(limit("\"65536KiB\""), Ok(MemoryLimit::Bytes(64 << 20)));
+        assert_eq!(limit("\"50%\""), Ok(MemoryLimit::Share(50)));
+        assert_eq!(limit("\"100%\""), Ok(MemoryLimit::Share(100)));
+        assert_eq!(limit("\"unlimited\""), Ok(MemoryLimit::Unlimited));
+        // Decimal units, no unit, fractions, signs, out of range, too small.
+        for bad in [
+            "\"8GB\"",
+            "\"8G\"",
+            "\"8  GiB\"",
+            "\"8\"",
+            "\"1.5GiB\"",
+            "\"-1GiB\"",
+            "\" 8GiB\"",
+            "\"0%\"",
+            "\"101%\"",
+            "\"50.5%\"",
+            "\"15MiB\"",
+            "\"0MiB\"",
+            "\"99999999999TiB\"",
+            "\"max\"",
+        ] {
+            assert!(limit(bad).is_err(), "{bad}: {:?}", limit(bad));
+        }
+        let err = limit("\"8GB\"").unwrap_err();
+        assert!(err.contains("GiB") && err.contains("unlimited"), "{err}");
+        // A bare number is not guessed at.
+        let err = limit("8").unwrap_err();
+        assert!(
+            err.starts_with("t.toml:2:") && err.contains("a size with its unit"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_share_of_the_machine_is_counted_at_the_start_and_sizes_read_back() {
+        assert_eq!(MemoryLimit::Share(50).bytes(24 << 30), Some(12 << 30));
+        assert_eq!(
+            MemoryLimit::Share(1).bytes(100 << 20),
+            Some(MemoryLimit::LEAST)
+        );
+        assert_eq!(MemoryLimit::Bytes(64 << 20).bytes(1 << 30), Some(64 << 20));
+        assert_eq!(MemoryLimit::Unlimited.bytes(1 << 30), None);
+        assert_eq!(crate::policy::size(8 << 30), "8 GiB");
+        assert_eq!(crate::policy::size(3 << 29), "1.5 GiB");
+        assert_eq!(crate::policy::size(300 << 20), "300 MiB");
+        assert_eq!(crate::policy::size(12_884_901_888 - 4096), "12.0 GiB");
+        assert_eq!(crate::policy::size(512), "512 bytes");
+        assert_eq!(
+            MemoryLimit::Share(50).to_string(),
+            "50% of the machine's memory"
         );
     }
 

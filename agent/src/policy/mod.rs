@@ -111,6 +111,8 @@ pub struct RunSettings {
     pub landlock_abi: u8,
     /// The most tasks (processes and threads) the run may have at once.
     pub max_tasks: TaskLimit,
+    /// The most memory the run's processes may use together.
+    pub max_memory: MemoryLimit,
 }
 
 /// The most tasks (processes and threads) a run may have at once: a fork
@@ -144,6 +146,114 @@ impl std::fmt::Display for TaskLimit {
             Self::Unlimited => f.write_str("unlimited"),
         }
     }
+}
+
+/// The most memory a run's processes may use together (cgroup
+/// `memory.max`, or `memory.limit_in_bytes` with swap counted in a v1
+/// hierarchy): one run that allocates without end, or a build that
+/// outgrows the machine, would otherwise drive it to its own OOM killer,
+/// which kills whatever process it finds biggest, in any run or outside.
+/// At the limit the kernel first reclaims the run's own cache, then kills
+/// a process of the run (SIGKILL); lockrun shows how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryLimit {
+    /// At most this many bytes: `"8GiB"`, `"512MiB"`.
+    Bytes(u64),
+    /// This share of the machine's memory, in percent (1 to 100), counted
+    /// when the run starts: `"50%"`.
+    Share(u8),
+    /// No limit: the policy said `max_memory = "unlimited"`. Where the
+    /// kernel has no memory controller for lockrun, the one way to run.
+    Unlimited,
+}
+
+impl MemoryLimit {
+    /// The default: half the machine. A run cannot drive it out of memory
+    /// alone, and a large build (a linker takes a few GiB) still fits.
+    pub const DEFAULT: Self = Self::Share(50);
+    /// The least a limit may be: below it, a shell and its first
+    /// commands are killed before doing anything.
+    pub const LEAST: u64 = 16 << 20;
+
+    /// The limit in bytes on a machine of `total` bytes of memory;
+    /// `None` when unlimited.
+    #[must_use]
+    pub fn bytes(self, total: u64) -> Option<u64> {
+        match self {
+            Self::Bytes(b) => Some(b),
+            Self::Share(p) => {
+                let share = u128::from(total) * u128::from(p) / 100;
+                Some(u64::try_from(share).unwrap_or(u64::MAX).max(Self::LEAST))
+            }
+            Self::Unlimited => None,
+        }
+    }
+
+    /// `text` as the policy writes it: a size with a binary unit
+    /// (`"512MiB"`, `"8GiB"`, `"1.5GiB"` is not taken), a share of the
+    /// machine (`"50%"`), or `"unlimited"`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        const HOW: &str =
+            "a size with its unit (\"512MiB\", \"8GiB\"; KiB, MiB, GiB, TiB), a share of the machine's memory (\"50%\"), or \"unlimited\"";
+        if text == "unlimited" {
+            return Ok(Self::Unlimited);
+        }
+        if let Some(p) = text.strip_suffix('%') {
+            return match p.parse::<u8>() {
+                Ok(p) if (1..=100).contains(&p) => Ok(Self::Share(p)),
+                _ => Err(format!("{text:?}: a share is from 1% to 100%; or {HOW}")),
+            };
+        }
+        let units: [(&str, u32); 4] = [("KiB", 10), ("MiB", 20), ("GiB", 30), ("TiB", 40)];
+        let Some((n, shift)) = units
+            .iter()
+            .find_map(|(u, shift)| text.strip_suffix(u).map(|n| (n, *shift)))
+        else {
+            return Err(format!("{text:?} is not {HOW}"));
+        };
+        // As sizes are shown: `8 GiB`.
+        let n = n.strip_suffix(' ').unwrap_or(n);
+        let bytes = n
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(1u64 << shift))
+            .filter(|b| *b < 1 << 60)
+            .ok_or_else(|| format!("{text:?}: {n:?} is not a whole number in range; {HOW}"))?;
+        if bytes < Self::LEAST {
+            return Err(format!(
+                "{text:?} is below the least a run can do anything in, 16MiB"
+            ));
+        }
+        Ok(Self::Bytes(bytes))
+    }
+}
+
+impl std::fmt::Display for MemoryLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bytes(b) => f.write_str(&size(*b)),
+            Self::Share(p) => write!(f, "{p}% of the machine's memory"),
+            Self::Unlimited => f.write_str("unlimited"),
+        }
+    }
+}
+
+/// `bytes` in the largest binary unit it reaches, to a tenth where not
+/// whole: `8 GiB`, `1.5 GiB`, `300 MiB`.
+#[must_use]
+pub fn size(bytes: u64) -> String {
+    for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+        if bytes >= 1 << shift {
+            if bytes.is_multiple_of(1 << shift) {
+                return format!("{} {unit}", bytes >> shift);
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let v = bytes as f64 / (1u64 << shift) as f64;
+            return format!("{v:.1} {unit}");
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 mod secs {

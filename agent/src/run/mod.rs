@@ -846,7 +846,7 @@ async fn run(
         listener_rx,
         listener_tx,
         cgroup,
-        join_tasks,
+        join_v1,
         proxy,
         proxy_env,
         mut hooks,
@@ -967,7 +967,7 @@ async fn run(
         nofile,
         core_dumps.off(),
         mounts,
-        join_tasks,
+        join_v1,
     )
     .map_err(|source| RunError::Child {
         what: "report pipe",
@@ -1033,6 +1033,19 @@ async fn run(
                 }
                 Some(Err(e)) => teardown_errors.push(format!(
                     "reading the forks refused at the run's task limit: {}",
+                    chain(&e)
+                )),
+                _ => {}
+            }
+            // The processes killed at the run's memory limit, likewise.
+            match cgroup.memory_report() {
+                Some(Ok(r)) if r.oom_kills > 0 => audit.record(Event::MemoryLimit {
+                    limit: r.limit,
+                    killed: r.oom_kills,
+                    peak: r.peak,
+                }),
+                Some(Err(e)) => teardown_errors.push(format!(
+                    "reading the processes killed at the run's memory limit: {}",
                     chain(&e)
                 )),
                 _ => {}
@@ -1225,9 +1238,10 @@ struct KernelSide {
     listener_rx: std::os::fd::OwnedFd,
     listener_tx: std::os::fd::OwnedFd,
     cgroup: crate::cgroup::RunCgroup,
-    /// Where the run's task limit is a cgroup of a v1 pids hierarchy: its
-    /// `tasks` file, which the command's process joins first.
-    join_tasks: Option<std::os::fd::OwnedFd>,
+    /// Where the run's task or memory limit is a cgroup of a v1
+    /// hierarchy: its `tasks` file, which the command's process joins
+    /// first, with the step that names it.
+    join_v1: Vec<(crate::sys::Step, std::os::fd::OwnedFd)>,
     proxy: Option<crate::proxy::RunningProxy>,
     proxy_env: Vec<(OsString, OsString)>,
     hooks: Option<crate::bpf::NetworkHooks>,
@@ -1273,9 +1287,19 @@ fn kernel_side(
     #[cfg(not(feature = "weaken-for-tests"))]
     let cgroup = crate::cgroup::RunCgroup::create(dir.id());
     let mut cgroup = cgroup?;
-    // Its task limit: a fork bomb stops there, not at the machine's pids.
+    // Its task limit: a fork bomb stops there, not at the machine's pids;
+    // its memory limit: the kernel's OOM killer acts in the run, not on
+    // the machine.
     let join_tasks = cgroup.limit_tasks(dir.id(), policy.run.max_tasks)?;
-    tracing::debug!("4. cgroup created, its tasks limited");
+    let join_memory = cgroup.limit_memory(dir.id(), policy.run.max_memory)?;
+    let join_v1: Vec<_> = [
+        join_tasks.map(|fd| (crate::sys::Step::JoinTasks, fd)),
+        join_memory.map(|fd| (crate::sys::Step::JoinMemory, fd)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    tracing::debug!("4. cgroup created, its tasks and memory limited");
 
     // 5. the proxy, when the policy allows any host; its endpoint is the one
     //    way out the hooks allow, beside the policy's loopback endpoints.
@@ -1342,7 +1366,7 @@ fn kernel_side(
         listener_rx,
         listener_tx,
         cgroup,
-        join_tasks,
+        join_v1,
         proxy,
         proxy_env,
         hooks,

@@ -73,13 +73,14 @@ pub enum Step {
     OwnMounts,
     CoreLimit,
     JoinTasks,
+    JoinMemory,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, CloseRange, CoreLimit, JoinTasks, Landlock, NoNewPrivs,
-            Notify, OwnMounts, Rlimit, Seccomp, Securebits,
+            Ambient, BoundingSet, Capset, CloseRange, CoreLimit, JoinMemory, JoinTasks, Landlock,
+            NoNewPrivs, Notify, OwnMounts, Rlimit, Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -95,6 +96,7 @@ impl Step {
             OwnMounts,
             CoreLimit,
             JoinTasks,
+            JoinMemory,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -116,6 +118,7 @@ impl Step {
             Step::Rlimit => "giving back the caller's descriptor limit (setrlimit RLIMIT_NOFILE)",
             Step::CoreLimit => "turning core dumps off (setrlimit RLIMIT_CORE to 1 byte)",
             Step::JoinTasks => "joining the run's cgroup of the v1 pids hierarchy, which limits its tasks (write 0 to its tasks file)",
+            Step::JoinMemory => "joining the run's cgroup of the v1 memory hierarchy, which limits its memory (write 0 to its tasks file)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -142,10 +145,11 @@ pub struct ChildPlan {
     no_core_dumps: bool,
     /// The run's own filesystems, mounted in the child's mount namespace.
     mounts: Vec<OwnMount>,
-    /// The `tasks` file of the run's cgroup in a v1 pids hierarchy, which
-    /// the child joins first ([`crate::cgroup::pids`]); `None` where the
-    /// limit is the run cgroup's own (v2), or there is none.
-    join_tasks: Option<OwnedFd>,
+    /// The `tasks` files of the run's cgroups in v1 hierarchies, which
+    /// the child joins first ([`crate::cgroup::v1`]), each with the step
+    /// that names it: none where the limits are the run cgroup's own (v2),
+    /// or there are none.
+    join_v1: Vec<(Step, OwnedFd)>,
     report: OwnedFd,
 }
 
@@ -555,7 +559,7 @@ impl ChildPlan {
         nofile: Option<libc::rlimit>,
         no_core_dumps: bool,
         mounts: Vec<OwnMount>,
-        join_tasks: Option<OwnedFd>,
+        join_v1: Vec<(Step, OwnedFd)>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -570,7 +574,7 @@ impl ChildPlan {
                 nofile,
                 no_core_dumps,
                 mounts,
-                join_tasks,
+                join_v1,
                 report: w,
             },
             Report(r),
@@ -609,14 +613,15 @@ impl ChildPlan {
     /// Apply the confinement to the calling (child) process. Post-fork,
     /// pre-exec: no allocation, no locks.
     pub fn apply(&self) -> io::Result<()> {
-        // 0. the run's task limit, v1: this process alone joins its cgroup
-        //    (`0`: the calling thread, which takes no global lock), before
-        //    anything of the command runs; what it starts is born there
-        if let Some(tasks) = &self.join_tasks {
+        // 0. the run's task and memory limits, v1: this process alone joins
+        //    their cgroups (`0`: the calling thread, which takes no global
+        //    lock), before anything of the command runs; what it starts is
+        //    born there
+        for (step, tasks) in &self.join_v1 {
             // SAFETY: writes one byte from a static buffer to an fd we own;
             // write(2) is async-signal-safe.
             if unsafe { libc::write(tasks.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
-                return Err(self.fail(Step::JoinTasks));
+                return Err(self.fail(*step));
             }
         }
         // 1. close_range(3, ~0, CLOSE_RANGE_CLOEXEC)

@@ -1,0 +1,210 @@
+//! The run's memory limit ([`crate::policy::MemoryLimit`]): the cgroup
+//! memory controller's limit over every process of the run together. At
+//! the limit the kernel reclaims the run's own cache first, then kills a
+//! process of the run (SIGKILL), never one outside; it counts each kill
+//! (`oom_kill N`), which lockrun reads at the end and shows.
+//!
+//! Where the controller is:
+//! - **cgroup v2** (pure v2 hosts, where systemd enables `memory` at the
+//!   root): lockrun enables it in `lockrun/` and the build's parent and
+//!   sets the run cgroup's `memory.max`, and `memory.swap.max` to 0 (so
+//!   the run's memory and swap together stay within the limit). The
+//!   command is forked straight into that cgroup.
+//! - **a v1 memory hierarchy** (hybrid hosts, as this VM):
+//!   `<memory>/lockrun/<run-id>` with `memory.limit_in_bytes` and, where
+//!   swap is accounted, `memory.memsw.limit_in_bytes` (memory and swap
+//!   together), both the limit; the command's process joins it before it
+//!   runs anything ([`super::v1`]). Its memory is charged there from its
+//!   `exec` on: before, it shares lockrun's (it is cloned with `CLONE_VM`),
+//!   and what `exec` maps is the command's own.
+//!
+//! With neither, a run with a limit is refused (exit 125): the policy's
+//! `max_memory = "unlimited"` is the one way to run without.
+
+use std::fs;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use super::v1::{self, Hierarchy, V1Cgroup};
+use super::{CgroupError, RunCgroup, PARENT};
+use crate::policy::MemoryLimit;
+
+/// The run's memory limit, set.
+#[derive(Debug)]
+pub struct MemoryCap {
+    /// In bytes, as written.
+    limit: u64,
+    place: Place,
+}
+
+#[derive(Debug)]
+enum Place {
+    /// The run's own cgroup, in the unified hierarchy.
+    Unified(PathBuf),
+    /// A cgroup of the run's own in a v1 memory hierarchy.
+    V1(V1Cgroup),
+    /// The run's task-limit cgroup, where one v1 hierarchy has both the
+    /// pids and the memory controllers: removed with the task limit.
+    WithTasks(PathBuf),
+}
+
+/// What the kernel counted of the run's memory, once it is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// The limit, in bytes.
+    pub limit: u64,
+    /// Processes of the run the kernel killed at the limit.
+    pub oom_kills: u64,
+    /// The most the run used at once, in bytes, where the kernel says.
+    pub peak: Option<u64>,
+}
+
+impl MemoryCap {
+    /// Limit `run`'s memory to `limit`, in whichever hierarchy has the
+    /// memory controller. `None` for [`MemoryLimit::Unlimited`].
+    pub fn set(
+        run: &RunCgroup,
+        run_id: &str,
+        limit: MemoryLimit,
+    ) -> Result<Option<Self>, CgroupError> {
+        let total = nix::sys::sysinfo::sysinfo()
+            .map_err(|e| CgroupError::Read {
+                path: PathBuf::from("sysinfo(2)"),
+                source: e.into(),
+            })?
+            .ram_total();
+        let Some(bytes) = limit.bytes(total) else {
+            return Ok(None);
+        };
+        if super::enable_in_unified(run, "memory", "memory.max")? {
+            let dir = run.path().to_path_buf();
+            super::write_file(&dir.join("memory.max"), bytes.to_string().as_bytes())?;
+            let swap = dir.join("memory.swap.max");
+            if swap.exists() {
+                super::write_file(&swap, b"0")?;
+            }
+            return Ok(Some(Self {
+                limit: bytes,
+                place: Place::Unified(dir),
+            }));
+        }
+        let Some(mount) = v1::mount(Hierarchy::Memory) else {
+            return Err(CgroupError::NoMemory);
+        };
+        let mut settings = vec![("memory.limit_in_bytes", bytes.to_string())];
+        // Memory and swap together: without it, the run could go on in swap.
+        // After the memory limit: the kernel keeps memsw at or above it.
+        if mount.join("memory.memsw.limit_in_bytes").exists() {
+            settings.push(("memory.memsw.limit_in_bytes", bytes.to_string()));
+        }
+        let place = match run.tasks_v1().filter(|p| p.starts_with(&mount)) {
+            Some(shared) => {
+                for (file, value) in &settings {
+                    super::write_file(&shared.join(file), value.as_bytes())?;
+                }
+                Place::WithTasks(shared.to_path_buf())
+            }
+            None => Place::V1(V1Cgroup::create(&mount, run_id, &settings)?),
+        };
+        Ok(Some(Self {
+            limit: bytes,
+            place,
+        }))
+    }
+
+    /// The `tasks` file the command's process writes `0` to, before it
+    /// runs anything (a v1 cgroup of its own only).
+    pub fn take_join(&mut self) -> Option<OwnedFd> {
+        match &mut self.place {
+            Place::V1(cg) => cg.take_join(),
+            Place::Unified(_) | Place::WithTasks(_) => None,
+        }
+    }
+
+    /// What the kernel counted: the processes it killed at the limit, and
+    /// the peak (read it once the run is over, before [`Self::remove`]).
+    pub fn report(&self) -> Result<MemoryReport, CgroupError> {
+        let read = |path: PathBuf| {
+            fs::read_to_string(&path).map_err(|source| CgroupError::Read { path, source })
+        };
+        let (events, peak) = match &self.place {
+            Place::Unified(dir) => (dir.join("memory.events"), dir.join("memory.peak")),
+            Place::V1(cg) => (
+                cg.path().join("memory.oom_control"),
+                cg.path().join("memory.max_usage_in_bytes"),
+            ),
+            Place::WithTasks(dir) => (
+                dir.join("memory.oom_control"),
+                dir.join("memory.max_usage_in_bytes"),
+            ),
+        };
+        Ok(MemoryReport {
+            limit: self.limit,
+            oom_kills: oom_kills(&read(events)?),
+            // memory.peak: Linux 5.19.
+            peak: read(peak).ok().and_then(|t| t.trim().parse().ok()),
+        })
+    }
+
+    /// Left as it is, to `lockrun gc` ([`v1::reap_orphans`]), with the run's cgroup.
+    pub fn leave(self) {
+        if let Place::V1(cg) = self.place {
+            cg.leave();
+        }
+    }
+
+    /// Teardown, once the run's cgroup is empty: a v1 cgroup of its own
+    /// removed (the others go with the run's cgroup, or its task limit's).
+    pub fn remove(self) -> Result<(), CgroupError> {
+        match self.place {
+            Place::V1(cg) => cg.remove(),
+            Place::Unified(_) | Place::WithTasks(_) => Ok(()),
+        }
+    }
+}
+
+/// `lockrun doctor`: where a run's memory limit would be, said.
+pub fn available() -> Result<String, CgroupError> {
+    let root = super::cgroup2_mount()?;
+    let delegated = fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
+    if delegated.split_whitespace().any(|c| c == "memory") {
+        return Ok(format!(
+            "the memory controller of the unified hierarchy ({}): each run's cgroup has its memory.max",
+            root.display()
+        ));
+    }
+    v1::mount(Hierarchy::Memory)
+        .map(|m| {
+            format!(
+                "a v1 memory hierarchy at {}: each run joins {}/{PARENT}/<run-id> before exec",
+                m.display(),
+                m.display()
+            )
+        })
+        .ok_or(CgroupError::NoMemory)
+}
+
+/// `oom_kill N` of a `memory.events` (v2) or `memory.oom_control` (v1)
+/// text: the processes the kernel killed at the limit.
+fn oom_kills(text: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_oom_kills_in_either_hierarchys_file() {
+        let v2 = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n";
+        assert_eq!(oom_kills(v2), 2);
+        let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        assert_eq!(oom_kills(v1), 3);
+        // `oom_group_kill` is not `oom_kill`.
+        assert_eq!(oom_kills("oom_group_kill 4\n"), 0);
+        assert_eq!(oom_kills(""), 0);
+    }
+}
