@@ -7,6 +7,8 @@
 //! control.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/limits.rs"]
+mod limits;
 #[path = "support/python.rs"]
 mod python;
 #[path = "support/skip.rs"]
@@ -16,10 +18,10 @@ mod support;
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::time::{Duration, Instant};
 
-use lockrun::audit::{Event, Record};
+use limits::{records, run_id, text};
+use lockrun::audit::Event;
 use lockrun::cgroup::v1::{self, Hierarchy};
 use python::python3;
 use support::{s, World};
@@ -44,21 +46,6 @@ fn policy(w: &World, max_memory: &str) -> PathBuf {
     p
 }
 
-fn records(log: &Path) -> Vec<Event> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Record>(l).unwrap().event)
-        .collect()
-}
-
-fn run_id(log: &Path) -> Option<String> {
-    records(log).into_iter().find_map(|e| match e {
-        Event::RunStart { run_id, .. } => Some(run_id),
-        _ => None,
-    })
-}
-
 fn memory_events(log: &Path) -> Vec<(u64, u64, Option<u64>)> {
     records(log)
         .into_iter()
@@ -71,13 +58,6 @@ fn memory_events(log: &Path) -> Vec<(u64, u64, Option<u64>)> {
             _ => None,
         })
         .collect()
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The cgroup that holds the run's memory limit and its files: the run's
@@ -152,11 +132,7 @@ fn a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown() {
     );
     assert_limit_gone(&run_id(&log).unwrap());
     // What `lockrun audit` suggests.
-    let audit = std::process::Command::new(support::BIN)
-        .args(["audit", s(&log)])
-        .output()
-        .unwrap();
-    let (report, _) = text(&audit);
+    let report = limits::audit(support::BIN, &log);
     assert!(
         report.contains("max_memory = \"128MiB\"")
             && report.contains("the run's memory limit of 64 MiB"),
@@ -215,16 +191,7 @@ fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
             .spawn()
             .unwrap();
         let start = Instant::now();
-        let run_id = loop {
-            if let Some(id) = run_id(&log) {
-                break id;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the run never started"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let run_id = limits::started(&log);
         let (cg, limit_file, peak_file) = limit_cgroup(&run_id).unwrap();
         let read = |f: &str| -> Option<u64> {
             std::fs::read_to_string(cg.join(f))

@@ -5,6 +5,8 @@
 //! `pids.peak`) and the audit log, each beside a control.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/limits.rs"]
+mod limits;
 #[path = "support/python.rs"]
 mod python;
 #[path = "support/skip.rs"]
@@ -13,10 +15,10 @@ mod skip;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::time::{Duration, Instant};
 
-use lockrun::audit::{Event, Record};
+use limits::{records, run_id, text};
+use lockrun::audit::Event;
 use python::python3;
 use support::{s, World};
 
@@ -50,21 +52,6 @@ fn policy(w: &World, max_tasks: &str) -> PathBuf {
     p
 }
 
-fn records(log: &Path) -> Vec<Event> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Record>(l).unwrap().event)
-        .collect()
-}
-
-fn run_id(log: &Path) -> Option<String> {
-    records(log).into_iter().find_map(|e| match e {
-        Event::RunStart { run_id, .. } => Some(run_id),
-        _ => None,
-    })
-}
-
 /// The cgroup that holds the run's `pids.max`, wherever the pids
 /// controller is on this host (a v1 hierarchy, or the run's own unified
 /// cgroup).
@@ -82,13 +69,6 @@ fn assert_limit_gone(run_id: &str) {
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
     assert_eq!(lockrun::cgroup::find_run(run_id).unwrap(), None);
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// [`FORKS`] asking for 40 children in a run under `max_tasks`, logged to
@@ -142,11 +122,7 @@ fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
     );
     assert_limit_gone(&run_id(&log).unwrap());
     // What `lockrun audit` suggests.
-    let audit = std::process::Command::new(support::BIN)
-        .args(["audit", s(&log)])
-        .output()
-        .unwrap();
-    let (report, _) = text(&audit);
+    let report = limits::audit(support::BIN, &log);
     assert!(
         report.contains("max_tasks = 32") && report.contains("the run's limit of 16 tasks"),
         "{report}"
@@ -191,16 +167,7 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    let run_id = loop {
-        if let Some(id) = run_id(&log) {
-            break id;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the run never started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let run_id = limits::started(&log);
     // The run id is logged before the run's cgroup is made.
     let (cg, max) = loop {
         let found = limit_cgroup(&run_id).and_then(|cg| {

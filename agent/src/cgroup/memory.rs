@@ -26,7 +26,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use super::v1::{self, Hierarchy, V1Cgroup};
-use super::{CgroupError, RunCgroup, PARENT};
+use super::{CgroupError, RunCgroup};
 use crate::policy::MemoryLimit;
 
 /// The run's memory limit, set.
@@ -165,32 +165,13 @@ impl MemoryCap {
 
 /// `lockrun doctor`: where a run's memory limit would be, said.
 pub fn available() -> Result<String, CgroupError> {
-    let root = super::cgroup2_mount()?;
-    let delegated = fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
-    if delegated.split_whitespace().any(|c| c == "memory") {
-        return Ok(format!(
-            "the memory controller of the unified hierarchy ({}): each run's cgroup has its memory.max",
-            root.display()
-        ));
-    }
-    v1::mount(Hierarchy::Memory)
-        .map(|m| {
-            format!(
-                "a v1 memory hierarchy at {}: each run joins {}/{PARENT}/<run-id> before exec",
-                m.display(),
-                m.display()
-            )
-        })
-        .ok_or(CgroupError::NoMemory)
+    v1::available(Hierarchy::Memory, "memory.max", CgroupError::NoMemory)
 }
 
 /// `oom_kill N` of a `memory.events` (v2) or `memory.oom_control` (v1)
 /// text: the processes the kernel killed at the limit.
 fn oom_kills(text: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+    super::counter(text, "oom_kill")
 }
 
 #[cfg(test)]

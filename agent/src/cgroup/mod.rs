@@ -680,6 +680,15 @@ fn enable_in_unified(
     Ok(true)
 }
 
+/// The count after `key` in a flat-keyed cgroup file's text (`max 3`,
+/// `oom_kill 1`); 0 where the key is not there.
+fn counter(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn write_file(path: &Path, data: &[u8]) -> Result<(), CgroupError> {
     let mut f = OpenOptions::new()
         .write(true)

@@ -24,7 +24,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use super::v1::{self, Hierarchy, V1Cgroup};
-use super::{CgroupError, RunCgroup, PARENT};
+use super::{CgroupError, RunCgroup};
 use crate::policy::TaskLimit;
 
 /// The run's task limit, set.
@@ -145,31 +145,12 @@ impl TaskCap {
 
 /// `lockrun doctor`: where a run's task limit would be, said.
 pub fn available() -> Result<String, CgroupError> {
-    let root = super::cgroup2_mount()?;
-    let delegated = fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
-    if delegated.split_whitespace().any(|c| c == "pids") {
-        return Ok(format!(
-            "the pids controller of the unified hierarchy ({}): each run's cgroup has its pids.max",
-            root.display()
-        ));
-    }
-    v1::mount(Hierarchy::Pids)
-        .map(|m| {
-            format!(
-                "a v1 pids hierarchy at {}: each run joins {}/{PARENT}/<run-id> before exec",
-                m.display(),
-                m.display()
-            )
-        })
-        .ok_or(CgroupError::NoPids)
+    v1::available(Hierarchy::Pids, "pids.max", CgroupError::NoPids)
 }
 
 /// `max N` of a `pids.events` text: the forks refused at the limit.
 fn max_events(text: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix("max "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+    super::counter(text, "max")
 }
 
 #[cfg(test)]

@@ -90,6 +90,32 @@ pub fn mount(h: Hierarchy) -> Option<PathBuf> {
         .clone()
 }
 
+/// `lockrun doctor`: where a run's limit by `h`'s controller would be:
+/// the run cgroup's own `limit_file`, where the unified hierarchy's root
+/// delegates the controller, else a cgroup of `h`'s; `missing` where
+/// neither is.
+pub fn available(
+    h: Hierarchy,
+    limit_file: &str,
+    missing: CgroupError,
+) -> Result<String, CgroupError> {
+    let c = h.controller();
+    let root = super::cgroup2_mount()?;
+    let delegated = fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
+    if delegated.split_whitespace().any(|d| d == c) {
+        return Ok(format!(
+            "the {c} controller of the unified hierarchy ({}): each run's cgroup has its {limit_file}",
+            root.display()
+        ));
+    }
+    let m = mount(h).ok_or(missing)?;
+    Ok(format!(
+        "a v1 {c} hierarchy at {}: each run joins {}/{PARENT}/<run-id> before exec",
+        m.display(),
+        m.display()
+    ))
+}
+
 /// The first mount of a v1 cgroup hierarchy whose super options name
 /// `controller`.
 fn parse_mount(info: &str, controller: &str) -> Option<PathBuf> {
