@@ -71,25 +71,6 @@ fn limit_cgroup(run_id: &str) -> Option<(PathBuf, &'static str, &'static str)> {
     Some((dir, "memory.max", "memory.peak"))
 }
 
-/// Nothing of the run left behind.
-fn assert_limit_gone(run_id: &str) {
-    if let Some(m) = v1::mount(Hierarchy::Memory) {
-        let dir = m.join("lockrun").join(run_id);
-        assert!(!dir.exists(), "{} left behind", dir.display());
-    }
-    assert_eq!(lockrun::cgroup::find_run(run_id).unwrap(), None);
-}
-
-fn require_memory(test: &str) -> bool {
-    match lockrun::cgroup::memory::available() {
-        Ok(_) => true,
-        Err(e) => {
-            support::skip(test, &e.to_string());
-            false
-        }
-    }
-}
-
 /// The last total [`ALLOC`] printed, in MiB, and whether it finished.
 fn reached(stdout: &str) -> (u64, bool) {
     let last = stdout
@@ -102,7 +83,10 @@ fn reached(stdout: &str) -> (u64, bool) {
 
 #[test]
 fn a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown() {
-    if !require_memory("a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown") {
+    if !limits::require(
+        "a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown",
+        lockrun::cgroup::memory::available(),
+    ) {
         return;
     }
     let w = World::new("memory-limit");
@@ -130,7 +114,7 @@ fn a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown() {
         matches!(events[..], [(limit, 1, _)] if limit == 64 << 20),
         "{events:?}"
     );
-    assert_limit_gone(&run_id(&log).unwrap());
+    limits::assert_gone(&run_id(&log).unwrap());
     // What `lockrun audit` suggests.
     let report = limits::audit(support::BIN, &log);
     assert!(
@@ -161,7 +145,7 @@ fn a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown() {
 #[test]
 fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
     let test = "the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine";
-    if !require_memory(test) {
+    if !limits::require(test, lockrun::cgroup::memory::available()) {
         return;
     }
     let w = World::new("memory-outside");
@@ -239,6 +223,6 @@ fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
             assert!(matches!(events[..], [(l, 1, _)] if l == want), "{events:?}");
         }
         assert!(out.status.signal().is_none());
-        assert_limit_gone(&run_id);
+        limits::assert_gone(&run_id);
     }
 }

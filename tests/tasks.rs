@@ -62,15 +62,6 @@ fn limit_cgroup(run_id: &str) -> Option<PathBuf> {
     lockrun::cgroup::find_run(run_id).ok().flatten()
 }
 
-/// The task limit left nothing of the run behind.
-fn assert_limit_gone(run_id: &str) {
-    if let Some(m) = lockrun::cgroup::v1::mount(lockrun::cgroup::v1::Hierarchy::Pids) {
-        let dir = m.join("lockrun").join(run_id);
-        assert!(!dir.exists(), "{} left behind", dir.display());
-    }
-    assert_eq!(lockrun::cgroup::find_run(run_id).unwrap(), None);
-}
-
 /// [`FORKS`] asking for 40 children in a run under `max_tasks`, logged to
 /// `log`: its stdout and lockrun's stderr, once lockrun exited 0.
 fn forty_forks(w: &World, max_tasks: &str, log: &Path) -> (String, String) {
@@ -84,19 +75,12 @@ fn forty_forks(w: &World, max_tasks: &str, log: &Path) -> (String, String) {
     (stdout, stderr)
 }
 
-fn require_pids(test: &str) -> bool {
-    match lockrun::cgroup::pids::available() {
-        Ok(_) => true,
-        Err(e) => {
-            support::skip(test, &e.to_string());
-            false
-        }
-    }
-}
-
 #[test]
 fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
-    if !require_pids("a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown") {
+    if !limits::require(
+        "a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown",
+        lockrun::cgroup::pids::available(),
+    ) {
         return;
     }
     let w = World::new("tasks-limit");
@@ -120,7 +104,7 @@ fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
         }),
         "{events:?}"
     );
-    assert_limit_gone(&run_id(&log).unwrap());
+    limits::assert_gone(&run_id(&log).unwrap());
     // What `lockrun audit` suggests.
     let report = limits::audit(support::BIN, &log);
     assert!(
@@ -148,7 +132,10 @@ fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
 
 #[test]
 fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
-    if !require_pids("a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on") {
+    if !limits::require(
+        "a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on",
+        lockrun::cgroup::pids::available(),
+    ) {
         return;
     }
     let w = World::new("tasks-bomb");
@@ -222,7 +209,7 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
         stderr.contains("forks or threads refused (EAGAIN)"),
         "{stderr}"
     );
-    assert_limit_gone(&run_id);
+    limits::assert_gone(&run_id);
 }
 
 #[test]

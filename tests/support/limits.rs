@@ -49,6 +49,32 @@ pub fn audit(bin: &str, log: &Path) -> String {
     text(&out).0
 }
 
+/// Whether `test` can go on: the limit's controller is here
+/// (`available`, as `lockrun doctor` says it); else a loud skip (none
+/// under `CI=true`).
+pub fn require(test: &str, available: Result<String, lockrun::cgroup::CgroupError>) -> bool {
+    match available {
+        Ok(_) => true,
+        Err(e) => {
+            crate::support::skip(test, &e.to_string());
+            false
+        }
+    }
+}
+
+/// Nothing of the run left behind: no cgroup of it in any v1 hierarchy
+/// lockrun uses, nor in the unified one.
+pub fn assert_gone(run_id: &str) {
+    use lockrun::cgroup::v1::{self, Hierarchy};
+    for h in Hierarchy::ALL {
+        if let Some(m) = v1::mount(h) {
+            let dir = m.join("lockrun").join(run_id);
+            assert!(!dir.exists(), "{} left behind", dir.display());
+        }
+    }
+    assert_eq!(lockrun::cgroup::find_run(run_id).unwrap(), None);
+}
+
 /// A process's stdout and stderr, as text.
 pub fn text(out: &Output) -> (String, String) {
     (

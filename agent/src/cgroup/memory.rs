@@ -89,7 +89,7 @@ impl MemoryCap {
             }));
         }
         let Some(mount) = v1::mount(Hierarchy::Memory) else {
-            return Err(CgroupError::NoMemory);
+            return Err(CgroupError::NoController(Hierarchy::Memory));
         };
         let mut settings = vec![("memory.limit_in_bytes", bytes.to_string())];
         // Memory and swap together: without it, the run could go on in swap.
@@ -127,17 +127,16 @@ impl MemoryCap {
         let read = |path: PathBuf| {
             fs::read_to_string(&path).map_err(|source| CgroupError::Read { path, source })
         };
-        let (events, peak) = match &self.place {
-            Place::Unified(dir) => (dir.join("memory.events"), dir.join("memory.peak")),
-            Place::V1(cg) => (
-                cg.path().join("memory.oom_control"),
-                cg.path().join("memory.max_usage_in_bytes"),
-            ),
+        let (dir, events, peak) = match &self.place {
+            Place::Unified(dir) => (dir.as_path(), "memory.events", "memory.peak"),
+            Place::V1(cg) => (cg.path(), "memory.oom_control", "memory.max_usage_in_bytes"),
             Place::WithTasks(dir) => (
-                dir.join("memory.oom_control"),
-                dir.join("memory.max_usage_in_bytes"),
+                dir.as_path(),
+                "memory.oom_control",
+                "memory.max_usage_in_bytes",
             ),
         };
+        let (events, peak) = (dir.join(events), dir.join(peak));
         Ok(MemoryReport {
             limit: self.limit,
             oom_kills: oom_kills(&read(events)?),
@@ -165,7 +164,7 @@ impl MemoryCap {
 
 /// `lockrun doctor`: where a run's memory limit would be, said.
 pub fn available() -> Result<String, CgroupError> {
-    v1::available(Hierarchy::Memory, "memory.max", CgroupError::NoMemory)
+    v1::available(Hierarchy::Memory, "memory.max")
 }
 
 /// `oom_kill N` of a `memory.events` (v2) or `memory.oom_control` (v1)

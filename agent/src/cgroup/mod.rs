@@ -153,19 +153,15 @@ pub enum CgroupError {
         source: io::Error,
     },
     #[error(
-        "no cgroup pids controller for lockrun, which limits a run's tasks (run.max_tasks in the policy): \
-         none is enabled in the unified hierarchy's root (echo +pids > <cgroup2>/cgroup.subtree_control) \
-         and no v1 pids hierarchy is mounted; enable one, or set max_tasks = \"unlimited\" in the policy's [run] \
-         to run without a limit"
+        "no cgroup {c} controller for lockrun, which limits a run's {what} (run.{key} in the policy): \
+         none is enabled in the unified hierarchy's root (echo +{c} > <cgroup2>/cgroup.subtree_control) \
+         and no v1 {c} hierarchy is mounted; enable one, or set {key} = \"unlimited\" in the policy's [run] \
+         to run without a limit",
+        c = .0.controller(),
+        what = .0.limits(),
+        key = .0.policy_key()
     )]
-    NoPids,
-    #[error(
-        "no cgroup memory controller for lockrun, which limits a run's memory (run.max_memory in the policy): \
-         none is enabled in the unified hierarchy's root (echo +memory > <cgroup2>/cgroup.subtree_control) \
-         and no v1 memory hierarchy is mounted; enable one, or set max_memory = \"unlimited\" in the policy's [run] \
-         to run without a limit"
-    )]
-    NoMemory,
+    NoController(v1::Hierarchy),
     #[error("cgroup {0} still has processes {1:?} after cgroup.kill")]
     StillPopulated(PathBuf, Duration),
     #[error("rmdir {path} failed")]

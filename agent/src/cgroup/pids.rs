@@ -58,7 +58,7 @@ impl TaskCap {
             return Ok(Some(cap));
         }
         let Some(mount) = v1::mount(Hierarchy::Pids) else {
-            return Err(CgroupError::NoPids);
+            return Err(CgroupError::NoController(Hierarchy::Pids));
         };
         Self::v1(&mount, run_id, limit).map(Some)
     }
@@ -145,7 +145,7 @@ impl TaskCap {
 
 /// `lockrun doctor`: where a run's task limit would be, said.
 pub fn available() -> Result<String, CgroupError> {
-    v1::available(Hierarchy::Pids, "pids.max", CgroupError::NoPids)
+    v1::available(Hierarchy::Pids, "pids.max")
 }
 
 /// `max N` of a `pids.events` text: the forks refused at the limit.

@@ -41,6 +41,24 @@ impl Hierarchy {
         }
     }
 
+    /// What the controller limits of a run.
+    #[must_use]
+    pub fn limits(self) -> &'static str {
+        match self {
+            Self::Pids => "tasks",
+            Self::Memory => "memory",
+        }
+    }
+
+    /// The policy's `[run]` key for the limit.
+    #[must_use]
+    pub fn policy_key(self) -> &'static str {
+        match self {
+            Self::Pids => "max_tasks",
+            Self::Memory => "max_memory",
+        }
+    }
+
     /// What a run's cgroup there holds, for gc's lines.
     #[must_use]
     pub fn what(self) -> &'static str {
@@ -92,13 +110,9 @@ pub fn mount(h: Hierarchy) -> Option<PathBuf> {
 
 /// `lockrun doctor`: where a run's limit by `h`'s controller would be:
 /// the run cgroup's own `limit_file`, where the unified hierarchy's root
-/// delegates the controller, else a cgroup of `h`'s; `missing` where
+/// delegates the controller, else a cgroup of `h`'s; an error where
 /// neither is.
-pub fn available(
-    h: Hierarchy,
-    limit_file: &str,
-    missing: CgroupError,
-) -> Result<String, CgroupError> {
+pub fn available(h: Hierarchy, limit_file: &str) -> Result<String, CgroupError> {
     let c = h.controller();
     let root = super::cgroup2_mount()?;
     let delegated = fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
@@ -108,7 +122,7 @@ pub fn available(
             root.display()
         ));
     }
-    let m = mount(h).ok_or(missing)?;
+    let m = mount(h).ok_or(CgroupError::NoController(h))?;
     Ok(format!(
         "a v1 {c} hierarchy at {}: each run joins {}/{PARENT}/<run-id> before exec",
         m.display(),
@@ -275,6 +289,24 @@ pub fn reap_orphans() -> Vec<Orphan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_controller_names_its_limit_and_the_way_out() {
+        let pids = CgroupError::NoController(Hierarchy::Pids).to_string();
+        assert!(
+            pids.starts_with("no cgroup pids controller for lockrun, which limits a run's tasks (run.max_tasks in the policy)")
+                && pids.contains("echo +pids > <cgroup2>/cgroup.subtree_control")
+                && pids.contains("set max_tasks = \"unlimited\""),
+            "{pids}"
+        );
+        let memory = CgroupError::NoController(Hierarchy::Memory).to_string();
+        assert!(
+            memory.starts_with("no cgroup memory controller for lockrun, which limits a run's memory (run.max_memory in the policy)")
+                && memory.contains("no v1 memory hierarchy is mounted")
+                && memory.contains("set max_memory = \"unlimited\""),
+            "{memory}"
+        );
+    }
 
     #[test]
     fn finds_a_v1_hierarchy_by_its_controller_only() {

@@ -199,9 +199,11 @@ impl MemoryLimit {
         if text == "unlimited" {
             return Ok(Self::Unlimited);
         }
+        // Digits only: `str::parse` would take a sign (`"+8GiB"`).
+        let digits = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
         if let Some(p) = text.strip_suffix('%') {
-            return match p.parse::<u8>() {
-                Ok(p) if (1..=100).contains(&p) => Ok(Self::Share(p)),
+            return match p.parse::<u8>().ok().filter(|_| digits(p)) {
+                Some(p) if (1..=100).contains(&p) => Ok(Self::Share(p)),
                 _ => Err(format!("{text:?}: a share is from 1% to 100%; or {HOW}")),
             };
         }
@@ -214,9 +216,9 @@ impl MemoryLimit {
         };
         // As sizes are shown: `8 GiB`.
         let n = n.strip_suffix(' ').unwrap_or(n);
-        let bytes = n
-            .parse::<u64>()
-            .ok()
+        let bytes = Some(n)
+            .filter(|n| digits(n))
+            .and_then(|n| n.parse::<u64>().ok())
             .and_then(|n| n.checked_mul(1u64 << shift))
             .filter(|b| *b < 1 << 60)
             .ok_or_else(|| format!("{text:?}: {n:?} is not a whole number in range; {HOW}"))?;
