@@ -4,7 +4,10 @@
 //! kernel counts each kill, and the run shows them. Judged from outside:
 //! the exit status, how far the allocation got, the kernel's own files of
 //! the run's cgroup while it runs, and the audit log, each beside a
-//! control.
+//! control. And when memory runs out where a run shares it (the machine,
+//! or any cgroup above the run), the OOM killer takes the run's processes
+//! first (`oom_score_adj` 1000), not lockrun, the caller or a larger
+//! process outside.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/limits.rs"]
@@ -15,7 +18,11 @@ mod python;
 mod skip;
 #[path = "support/fs.rs"]
 mod support;
+#[path = "support/watchdog.rs"]
+#[allow(dead_code)] // this crate finds the watchdog, and kills none
+mod watchdog;
 
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -225,4 +232,213 @@ fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
         assert!(out.status.signal().is_none());
         limits::assert_gone(&run_id);
     }
+}
+
+/// Inside: the `oom_score_adj` the command started with, then whether it
+/// may lower it back to the caller's; waits for stdin to close.
+const OOM_PROBE: &str = r"
+import errno, os, sys
+def write(v):
+    try:
+        with open('/proc/self/oom_score_adj', 'w') as f:
+            f.write(str(v))
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print('pid', os.getpid())
+print('started', open('/proc/self/oom_score_adj').read().strip())
+print('lower', write(200))
+print('ready', flush=True)
+sys.stdin.read()
+";
+
+/// The OOM killer takes a run's processes before any outside: while a run
+/// goes on, its command's `oom_score_adj` is 1000, and it cannot lower it
+/// back to the caller's (`EACCES`), while lockrun and its watchdog keep
+/// the caller's (200, set before lockrun's exec). Judged by the kernel's
+/// own `/proc` files, read from outside: the adjustments, and the
+/// kernel's badness (`oom_score`), the command's above lockrun's.
+#[test]
+fn the_oom_killer_takes_the_runs_processes_before_lockrun_and_the_caller() {
+    let w = World::new("memory-oom-score");
+    let wrapper = [
+        "sh",
+        "-c",
+        "echo 200 > /proc/self/oom_score_adj && exec \"$@\"",
+        "sh",
+    ];
+    let log = w.root.join("audit.jsonl");
+    let mut child = w
+        .cmd_under(
+            &wrapper,
+            &["--audit-log", s(&log)],
+            &[python3(), "-c", OOM_PROBE],
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line == "ready" {
+            break;
+        }
+        said.push(line);
+    }
+    let read = |pid: u32, file: &str| -> i32 {
+        std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/{file}: {e} ({said:?})"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let lockrun = child.id();
+    let watchdog = watchdog::watchdog_of(lockrun);
+    let command: u32 = said
+        .iter()
+        .find_map(|l| l.strip_prefix("pid "))
+        .unwrap_or_else(|| panic!("no pid from inside: {said:?}"))
+        .parse()
+        .unwrap();
+    let adj = [lockrun, watchdog, command].map(|p| read(p, "oom_score_adj"));
+    let score = [lockrun, watchdog, command].map(|p| read(p, "oom_score"));
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{said:?}\n{stderr}");
+    assert_eq!(said[1..], ["started 1000", "lower EACCES"], "{stderr}");
+    assert_eq!(
+        adj,
+        [200, 200, 1000],
+        "oom_score_adj of lockrun, its watchdog, the command"
+    );
+    // The kernel's rank, (1000 + badness in thousandths of the machine)
+    // × 2/3: the command's 1333, at most; lockrun's ~800, its 200 and its
+    // few MiB.
+    assert!(
+        score[2] >= 1333 && score[0] < 1000 && score[1] < 1000,
+        "oom_score of lockrun, its watchdog, the command: {score:?}"
+    );
+    limits::assert_gone(&run_id(&log).unwrap());
+}
+
+/// A memory cgroup of the test's own in the v1 hierarchy, limited to
+/// `limit` bytes; whatever is still in it is killed and it is removed when
+/// dropped.
+struct TestMemcg(PathBuf);
+
+impl TestMemcg {
+    fn new(name: &str, limit: u64) -> Option<Self> {
+        let dir = v1::mount(Hierarchy::Memory)?.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let cg = Self(dir);
+        std::fs::write(cg.0.join("memory.limit_in_bytes"), limit.to_string()).unwrap();
+        Some(cg)
+    }
+
+    /// A shell line that moves the shell into this cgroup, then execs its
+    /// arguments.
+    fn wrapper(&self) -> [String; 4] {
+        [
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.0.display()),
+            "sh".to_owned(),
+        ]
+    }
+
+    fn oom_kills(&self) -> u64 {
+        std::fs::read_to_string(self.0.join("memory.oom_control"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for TestMemcg {
+    fn drop(&mut self) {
+        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let start = Instant::now();
+        while std::fs::remove_dir(&self.0).is_err() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!self.0.exists(), "{} left behind", self.0.display());
+    }
+}
+
+/// Holds `MiB` MiB (touched) and says so, until stdin closes.
+const HOG: &str = r"
+import sys
+held = bytearray(int(sys.argv[1]) << 20)
+print('holding', flush=True)
+sys.stdin.read()
+print('still here', flush=True)
+";
+
+/// What the OOM killer does when memory runs out where a run and a larger
+/// process outside share it: it kills the run's process, not the one
+/// outside. A memory cgroup of the test's own (256 MiB) stands for a
+/// machine out of memory: a process outside the run holds 160 MiB in it,
+/// then lockrun (in it too, its run's processes charged there: the policy
+/// sets no limit of the run's own) runs a command that allocates towards
+/// 512 MiB. The kernel counts one OOM kill there; the command is the one
+/// killed (lockrun exits 137, the allocation got no further than what was
+/// left, ~90 MiB), and the process outside still answers. Without the
+/// run's `oom_score_adj`, the kernel took the larger, outside.
+#[test]
+fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
+    let test = "out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside";
+    let Some(memcg) = TestMemcg::new("lockrun-test-oom", 256 << 20) else {
+        skip::skip(
+            test,
+            "no v1 memory hierarchy to make a cgroup of the test's own in",
+        );
+        return;
+    };
+    let w = World::new("memory-oom-outside");
+    let mut hog = std::process::Command::new("sh")
+        .args(&memcg.wrapper()[1..])
+        .args([python3(), "-c", HOG, "160"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut hog_out = BufReader::new(hog.stdout.take().unwrap()).lines();
+    assert_eq!(hog_out.next().unwrap().unwrap(), "holding");
+    let out = w
+        .cmd_under(
+            &memcg.wrapper(),
+            &["--policy", s(&policy(&w, "unlimited"))],
+            &[python3(), "-c", ALLOC, "512"],
+        )
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    let kills = memcg.oom_kills();
+    // The process outside: alive, and answering.
+    hog.stdin.take().unwrap().write_all(b"").unwrap();
+    let hog_status = hog.wait().unwrap();
+    let answered = hog_out.next().and_then(Result::ok);
+    assert_eq!(
+        (hog_status.code(), answered.as_deref()),
+        (Some(0), Some("still here")),
+        "the process outside was killed ({hog_status:?}); the run said:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(137), "{stdout}\n{stderr}");
+    let (reached, done) = reached(&stdout);
+    assert!(!done && reached < 96, "reached {reached} MiB\n{stdout}");
+    assert_eq!(kills, 1, "the kernel's count of OOM kills in the cgroup");
+    drop(memcg);
 }

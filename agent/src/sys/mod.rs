@@ -17,7 +17,10 @@
 //!    filesystem lockrun made and granted in the Landlock ruleset (a tmpfs,
 //!    a new devpts instance, the run's message queues, empty ones over the
 //!    machine's kernel filesystems) onto its path — needs `CAP_SYS_ADMIN`,
-//!    so before the capabilities go;
+//!    so before the capabilities go; before those, the caller's descriptor
+//!    limit given back, core dumps off where a pipe would take them, and
+//!    **the run the OOM killer's first pick** (`oom_score_adj` 1000,
+//!    [`OOM_SCORE_ADJ`]), which Landlock then keeps from being lowered;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
@@ -74,13 +77,14 @@ pub enum Step {
     CoreLimit,
     JoinTasks,
     JoinMemory,
+    OomScore,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
             Ambient, BoundingSet, Capset, CloseRange, CoreLimit, JoinMemory, JoinTasks, Landlock,
-            NoNewPrivs, Notify, OwnMounts, Rlimit, Seccomp, Securebits,
+            NoNewPrivs, Notify, OomScore, OwnMounts, Rlimit, Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -97,6 +101,7 @@ impl Step {
             CoreLimit,
             JoinTasks,
             JoinMemory,
+            OomScore,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -119,6 +124,7 @@ impl Step {
             Step::CoreLimit => "turning core dumps off (setrlimit RLIMIT_CORE to 1 byte)",
             Step::JoinTasks => "joining the run's cgroup of the v1 pids hierarchy, which limits its tasks (write 0 to its tasks file)",
             Step::JoinMemory => "joining the run's cgroup of the v1 memory hierarchy, which limits its memory (write 0 to its tasks file)",
+            Step::OomScore => "making the run the OOM killer's first pick (write 1000 to /proc/self/oom_score_adj)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -656,6 +662,10 @@ impl ChildPlan {
                 return Err(self.fail(Step::CoreLimit));
             }
         }
+        // 1d. the run the OOM killer's first pick (see `OOM_SCORE_ADJ`)
+        if !oom_first_pick() {
+            return Err(self.fail(Step::OomScore));
+        }
         // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN)
         if !self.mounts.is_empty() {
             if let Err(e) = OwnMount::mount_all(&self.mounts) {
@@ -792,6 +802,43 @@ impl Report {
             )),
             _ => Some((None, io::Error::from_raw_os_error(libc::EIO))),
         }
+    }
+}
+
+/// The `oom_score_adj` of the command's process, and so of every process of
+/// the run: the highest, so that the OOM killer takes the run's processes
+/// before any process outside, the largest of them first, as before.
+/// Without it, a machine out of memory (runs within their limits that
+/// together fill it, or a run beside a big process outside) loses its
+/// largest process anywhere: the caller, another tenant, or lockrun, and
+/// with lockrun the run's watchdog (they share memory); and a run at its
+/// limit on a host whose watchdog is in the run's memory cgroup (pure
+/// cgroup v2) could lose lockrun, were lockrun's the largest memory there.
+/// Raising it needs no privilege (where the child still holds
+/// `CAP_SYS_RESOURCE`, the kernel raises its floor, `oom_score_adj_min`,
+/// with it), and the run cannot lower it again: Landlock refuses the write,
+/// `/proc` being outside its writable roots.
+pub const OOM_SCORE_ADJ: &[u8] = b"1000";
+
+/// Write [`OOM_SCORE_ADJ`] to this process's `oom_score_adj`: in the child,
+/// before it is confined. Its memory is lockrun's until exec (`CLONE_VM`),
+/// but a child cloned with `CLONE_VFORK` has a score of its own, which the
+/// kernel does not spread to lockrun. Async-signal-safe: an open, a write
+/// and a close, on static values.
+fn oom_first_pick() -> bool {
+    // SAFETY: open of a static NUL-terminated path; the fd is checked,
+    // written from a static buffer and closed here.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::write(fd, OOM_SCORE_ADJ.as_ptr().cast(), OOM_SCORE_ADJ.len());
+        libc::close(fd);
+        usize::try_from(n) == Ok(OOM_SCORE_ADJ.len())
     }
 }
 

@@ -31,10 +31,11 @@
 //! syscalls only (no libc call: its thread pointer is the cloning
 //! thread's, and `errno` lives there). Other architectures fork it.
 //!
-//! Limit: the OOM killer, when it picks lockrun, kills every process that
+//! Limit: the OOM killer, should it pick lockrun, kills every process that
 //! shares its memory, the watchdog with it; that run's command then goes
 //! on confined until `lockrun gc`
 //! (`tests/net_e2e.rs::a_run_whose_lockrun_and_watchdog_are_killed_stays_confined_until_gc`).
+//! It picks the run's processes first ([`super::OOM_SCORE_ADJ`]).
 
 // Kernel ABI words (pids, fds, syscall results) change width and sign
 // here; each cast is the encoding the syscall expects or returns.
