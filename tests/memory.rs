@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use limits::{records, run_id, text};
 use lockrun::audit::Event;
+use lockrun::cgroup::memory::RanOut;
 use lockrun::cgroup::v1::{self, Hierarchy};
 use python::python3;
 use support::{s, World};
@@ -53,6 +54,8 @@ fn policy(w: &World, max_memory: &str) -> PathBuf {
     p
 }
 
+/// The run's `memory_limit` events: each the limit, the processes killed,
+/// the peak, where that is at the run's own limit (asserted).
 fn memory_events(log: &Path) -> Vec<(u64, u64, Option<u64>)> {
     records(log)
         .into_iter()
@@ -61,7 +64,11 @@ fn memory_events(log: &Path) -> Vec<(u64, u64, Option<u64>)> {
                 limit,
                 killed,
                 peak,
-            } => Some((limit, killed, peak)),
+                ran_out,
+            } => {
+                assert_eq!(ran_out, RanOut::AtTheRunsLimit);
+                Some((limit, killed, peak))
+            }
             _ => None,
         })
         .collect()

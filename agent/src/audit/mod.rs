@@ -454,14 +454,19 @@ pub enum Event {
         limit: u32,
         refused: u64,
     },
-    /// Processes of the run the kernel killed (SIGKILL) at its memory
-    /// limit of `limit` bytes (the policy's `run.max_memory`), counted by
-    /// the kernel over the whole run (cgroup `oom_kill`); `peak`, the most
-    /// the run used at once, where the kernel says.
+    /// Processes of the run the kernel killed (SIGKILL) out of memory,
+    /// counted by the kernel over the whole run (cgroup `oom_kill`): at the
+    /// run's memory limit of `limit` bytes (the policy's `run.max_memory`)
+    /// or above the run (`ran_out`); `peak`, the most the run used at
+    /// once, where the kernel says.
     MemoryLimit {
         limit: u64,
         killed: u64,
         peak: Option<u64>,
+        /// Absent from logs written before it was told: those counted
+        /// kills at the limit only.
+        #[serde(default)]
+        ran_out: crate::cgroup::memory::RanOut,
     },
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {
@@ -528,8 +533,8 @@ struct Tally {
     audit_loss: Vec<AuditLoss>,
     /// The run's task limit and the forks refused at it.
     tasks: Option<(u32, u64)>,
-    /// The run's memory limit, the processes killed at it, and the peak.
-    memory: Option<(u64, u64, Option<u64>)>,
+    /// The run's memory limit, the processes killed out of memory, and where it ran out.
+    memory: Option<(u64, u64, crate::cgroup::memory::RanOut)>,
 }
 
 /// ` ×n` after what was seen more than once.
@@ -768,10 +773,11 @@ impl AuditLog {
             Event::MemoryLimit {
                 limit,
                 killed,
-                peak,
+                ran_out,
+                ..
             } => {
                 *t.refused.entry(Layer::Memory).or_default() += killed;
-                t.memory = Some((*limit, *killed, *peak));
+                t.memory = Some((*limit, *killed, *ran_out));
             }
             Event::AuditRecordsLost(loss) if !t.audit_loss.contains(loss) => {
                 t.audit_loss.push(*loss);
@@ -863,12 +869,8 @@ impl AuditLog {
                 plural(refused, "fork or thread", "forks or threads"),
             ));
         }
-        if let Some((limit, killed, _)) = t.memory {
-            lines.push(format!(
-                "lockrun: the kernel killed {killed} {} of the run (SIGKILL, out of memory): the run had reached its memory limit of {}, its processes together (run.max_memory in the policy)",
-                plural(killed, "process", "processes"),
-                crate::policy::size(limit),
-            ));
+        if let Some((limit, killed, ran_out)) = t.memory {
+            lines.push(out_of_memory_line(limit, killed, ran_out));
         }
         if t.no_process > 0 {
             lines.push(format!(
@@ -994,6 +996,25 @@ fn show_dest(d: &Destination) -> String {
     }
 }
 
+/// The summary's line for processes of the run the kernel killed out of
+/// memory, saying where it ran out.
+fn out_of_memory_line(limit: u64, killed: u64, ran_out: crate::cgroup::memory::RanOut) -> String {
+    use crate::cgroup::memory::RanOut;
+    let limit = crate::policy::size(limit);
+    let why = match ran_out {
+        RanOut::AtTheRunsLimit => format!(
+            "the run had reached its memory limit of {limit}, its processes together (run.max_memory in the policy)"
+        ),
+        RanOut::AboveTheRun => format!(
+            "memory ran out above the run (the machine's, or a cgroup's lockrun is in), which had not reached its own limit of {limit}; a run's processes are the kernel's first pick there"
+        ),
+    };
+    format!(
+        "lockrun: the kernel killed {killed} {} of the run (SIGKILL, out of memory): {why}",
+        plural(killed, "process", "processes"),
+    )
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
@@ -1034,6 +1055,50 @@ mod tests {
         let unkept = AuditLog::open(None).unwrap();
         assert_eq!(unkept.summary(), Vec::<String>::new());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The kills out of memory say where it ran out: at the run's limit
+    /// (raise it), or above the run (raising it would not help). And a log
+    /// written before `ran_out` was told reads as at the limit, all it
+    /// counted then.
+    #[test]
+    fn kills_out_of_memory_say_where_it_ran_out() {
+        use crate::cgroup::memory::RanOut;
+        let kill = |ran_out| Event::MemoryLimit {
+            limit: 64 << 20,
+            killed: 2,
+            peak: Some(60 << 20),
+            ran_out,
+        };
+        let log = AuditLog::open(None).unwrap();
+        log.record(kill(RanOut::AtTheRunsLimit));
+        assert_eq!(
+            refusals(&log),
+            ["lockrun: the kernel killed 2 processes of the run (SIGKILL, out of memory): the run \
+              had reached its memory limit of 64 MiB, its processes together (run.max_memory in \
+              the policy)"]
+        );
+        let log = AuditLog::open(None).unwrap();
+        log.record(kill(RanOut::AboveTheRun));
+        assert_eq!(
+            refusals(&log),
+            ["lockrun: the kernel killed 2 processes of the run (SIGKILL, out of memory): memory \
+              ran out above the run (the machine's, or a cgroup's lockrun is in), which had not \
+              reached its own limit of 64 MiB; a run's processes are the kernel's first pick there"]
+        );
+        let old: Event = serde_json::from_str(
+            r#"{"event":"memory_limit","limit":67108864,"killed":1,"peak":null}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            old,
+            Event::MemoryLimit {
+                ran_out: RanOut::AtTheRunsLimit,
+                ..
+            }
+        ));
+        let now = serde_json::to_string(&kill(RanOut::AboveTheRun)).unwrap();
+        assert!(now.contains(r#""ran_out":"above_the_run""#), "{now}");
     }
 
     fn fs(path: Option<&str>, access: &[&str], comm: &str) -> Event {

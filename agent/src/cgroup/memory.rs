@@ -25,6 +25,8 @@ use std::fs;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
+
 use super::v1::{self, Hierarchy, V1Cgroup};
 use super::{CgroupError, RunCgroup};
 use crate::policy::MemoryLimit;
@@ -53,10 +55,62 @@ enum Place {
 pub struct MemoryReport {
     /// The limit, in bytes.
     pub limit: u64,
-    /// Processes of the run the kernel killed at the limit.
+    /// Processes of the run the kernel killed out of memory, wherever it
+    /// ran out.
     pub oom_kills: u64,
+    /// Where the memory ran out.
+    pub ran_out: RanOut,
     /// The most the run used at once, in bytes, where the kernel says.
     pub peak: Option<u64>,
+}
+
+/// Where the memory ran out when the kernel killed processes of the run:
+/// what tells a user whether a higher `run.max_memory` would help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RanOut {
+    /// At the run's own limit.
+    #[default]
+    AtTheRunsLimit,
+    /// Above the run, which had not reached its own limit: the machine's
+    /// memory, or a cgroup's that lockrun is in. The run's processes were
+    /// the kernel's first pick ([`crate::sys::OOM_SCORE_ADJ`]); a higher
+    /// limit would not have helped.
+    AboveTheRun,
+}
+
+impl RanOut {
+    /// The most a v1 peak may lie below the limit when the kernel ran out
+    /// at it: the charge that failed (a batch of 64 pages, or a 2 MiB huge
+    /// page), and some.
+    pub const V1_NEAR: u64 = 4 << 20;
+
+    /// From v2's `memory.events`: its `oom` counts the times the cgroup's
+    /// usage was at its `memory.max` and an allocation was about to fail
+    /// (the kernel's own count; kills out of memory elsewhere leave it 0).
+    #[must_use]
+    pub fn from_v2_events(events: &str) -> Self {
+        if super::counter(events, "oom") > 0 {
+            Self::AtTheRunsLimit
+        } else {
+            Self::AboveTheRun
+        }
+    }
+
+    /// From a v1 cgroup's peak (`max_usage_in_bytes`, of memory and swap
+    /// where accounted): v1 keeps no count of the times the limit was hit
+    /// where memory and swap are limited together (its `failcnt`s stay 0),
+    /// so a peak within [`Self::V1_NEAR`] of the limit tells it. A kill
+    /// out of memory elsewhere while the run was that near its limit reads
+    /// as at it.
+    #[must_use]
+    pub fn from_v1_peak(peak: u64, limit: u64) -> Self {
+        if peak.saturating_add(Self::V1_NEAR) >= limit {
+            Self::AtTheRunsLimit
+        } else {
+            Self::AboveTheRun
+        }
+    }
 }
 
 impl MemoryCap {
@@ -127,21 +181,31 @@ impl MemoryCap {
         let read = |path: PathBuf| {
             fs::read_to_string(&path).map_err(|source| CgroupError::Read { path, source })
         };
-        let (dir, events, peak) = match &self.place {
-            Place::Unified(dir) => (dir.as_path(), "memory.events", "memory.peak"),
-            Place::V1(cg) => (cg.path(), "memory.oom_control", "memory.max_usage_in_bytes"),
-            Place::WithTasks(dir) => (
-                dir.as_path(),
-                "memory.oom_control",
-                "memory.max_usage_in_bytes",
-            ),
+        let (dir, v1) = match &self.place {
+            Place::Unified(dir) => (dir.as_path(), false),
+            Place::V1(cg) => (cg.path(), true),
+            Place::WithTasks(dir) => (dir.as_path(), true),
         };
-        let (events, peak) = (dir.join(events), dir.join(peak));
+        let read_u64 =
+            |file: &str| -> Option<u64> { read(dir.join(file)).ok()?.trim().parse().ok() };
+        let (events, peak, ran_out) = if v1 {
+            let events = read(dir.join("memory.oom_control"))?;
+            let peak = read_u64("memory.max_usage_in_bytes");
+            // Memory and swap together, where accounted: at least memory's.
+            let both = read_u64("memory.memsw.max_usage_in_bytes");
+            let highest = peak.max(both).unwrap_or(0);
+            (events, peak, RanOut::from_v1_peak(highest, self.limit))
+        } else {
+            let events = read(dir.join("memory.events"))?;
+            // memory.peak: Linux 5.19.
+            let ran_out = RanOut::from_v2_events(&events);
+            (events, read_u64("memory.peak"), ran_out)
+        };
         Ok(MemoryReport {
             limit: self.limit,
-            oom_kills: oom_kills(&read(events)?),
-            // memory.peak: Linux 5.19.
-            peak: read(peak).ok().and_then(|t| t.trim().parse().ok()),
+            oom_kills: oom_kills(&events),
+            ran_out,
+            peak,
         })
     }
 
@@ -168,7 +232,8 @@ pub fn available() -> Result<String, CgroupError> {
 }
 
 /// `oom_kill N` of a `memory.events` (v2) or `memory.oom_control` (v1)
-/// text: the processes the kernel killed at the limit.
+/// text: the processes of the cgroup the kernel killed out of memory,
+/// wherever it ran out.
 fn oom_kills(text: &str) -> u64 {
     super::counter(text, "oom_kill")
 }
@@ -186,5 +251,32 @@ mod tests {
         // `oom_group_kill` is not `oom_kill`.
         assert_eq!(oom_kills("oom_group_kill 4\n"), 0);
         assert_eq!(oom_kills(""), 0);
+    }
+
+    #[test]
+    fn tells_the_runs_limit_from_memory_run_out_above_the_run() {
+        let v2_at = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n";
+        assert_eq!(RanOut::from_v2_events(v2_at), RanOut::AtTheRunsLimit);
+        // Killed, the run never out of memory at its limit (`max`, its
+        // usage reaching it, is reclaim's, not an OOM's).
+        let v2_above = "low 0\nhigh 0\nmax 3\noom 0\noom_kill 2\noom_group_kill 0\n";
+        assert_eq!(RanOut::from_v2_events(v2_above), RanOut::AboveTheRun);
+        assert_eq!(oom_kills(v2_above), 2);
+        // `oom_kill` and `oom_group_kill` are not `oom`.
+        assert_eq!(
+            RanOut::from_v2_events("oom_kill 1\noom_group_kill 1\n"),
+            RanOut::AboveTheRun
+        );
+        let limit = 64 << 20;
+        assert_eq!(RanOut::from_v1_peak(limit, limit), RanOut::AtTheRunsLimit);
+        assert_eq!(
+            RanOut::from_v1_peak(limit - RanOut::V1_NEAR, limit),
+            RanOut::AtTheRunsLimit
+        );
+        assert_eq!(
+            RanOut::from_v1_peak(limit - RanOut::V1_NEAR - 4096, limit),
+            RanOut::AboveTheRun
+        );
+        assert_eq!(RanOut::from_v1_peak(0, limit), RanOut::AboveTheRun);
     }
 }

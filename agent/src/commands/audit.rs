@@ -147,6 +147,14 @@ pub struct RunSummary {
     pub notices: Vec<String>,
 }
 
+impl RunSummary {
+    /// A refusal the kernel counted whole (a limit's), counted in its layer.
+    fn push_counted(&mut self, r: Refusal) {
+        *self.refused.entry(r.layer).or_default() += r.count;
+        self.refusals.push(r);
+    }
+}
+
 /// The `audit` subcommand: exit 0 when the log was read, 2 when it could not be.
 #[must_use]
 pub fn run(args: &AuditArgs) -> i32 {
@@ -292,16 +300,41 @@ fn task_limit_refusal(limit: u32, refused: u64) -> Refusal {
 /// The processes killed at the run's memory limit: one refusal, counted
 /// by the kernel, and the limit twice as high, written as the policy
 /// takes it.
-fn memory_limit_refusal(limit: u64, killed: u64, peak: Option<u64>) -> Refusal {
+fn memory_limit_refusal(
+    limit: u64,
+    killed: u64,
+    peak: Option<u64>,
+    ran_out: crate::cgroup::memory::RanOut,
+) -> Refusal {
+    use crate::cgroup::memory::RanOut;
+    let peak = peak.map_or_else(String::new, |p| {
+        format!("; the run's peak was {}", crate::policy::size(p))
+    });
+    if ran_out == RanOut::AboveTheRun {
+        return Refusal {
+            layer: Layer::Memory,
+            target: "memory run out above the run".to_owned(),
+            detail: format!(
+                "process killed by the kernel (SIGKILL, out of memory), the run below its own limit of {}{peak}",
+                crate::policy::size(limit)
+            ),
+            count: killed,
+            processes: Vec::new(),
+            suggestion: Suggestion::Explain {
+                reason: "the machine's memory, or a cgroup's that lockrun is in, ran out, and a \
+                         run's processes are the kernel's first pick (oom_score_adj 1000): a higher \
+                         max_memory would not have helped; fewer runs at once, or limits that fit \
+                         the machine together, would"
+                    .to_owned(),
+            },
+        };
+    }
     let twice = limit.saturating_mul(2);
     let written = if twice.is_multiple_of(1 << 30) {
         format!("{}GiB", twice >> 30)
     } else {
         format!("{}MiB", twice.div_ceil(1 << 20))
     };
-    let peak = peak.map_or_else(String::new, |p| {
-        format!("; the run's peak was {}", crate::policy::size(p))
-    });
     Refusal {
         layer: Layer::Memory,
         target: format!("the run's memory limit of {}", crate::policy::size(limit)),
@@ -396,18 +429,14 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 run.inbound_per_cpu = *per_cpu;
             }
             Event::TaskLimit { limit, refused } => {
-                *run.refused.entry(Layer::Tasks).or_default() += refused;
-                run.refusals.push(task_limit_refusal(*limit, *refused));
+                run.push_counted(task_limit_refusal(*limit, *refused));
             }
             Event::MemoryLimit {
                 limit,
                 killed,
                 peak,
-            } => {
-                *run.refused.entry(Layer::Memory).or_default() += killed;
-                run.refusals
-                    .push(memory_limit_refusal(*limit, *killed, *peak));
-            }
+                ran_out,
+            } => run.push_counted(memory_limit_refusal(*limit, *killed, *peak, *ran_out)),
             Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
                 let target = format!("{}:{}", show_host(&p.host), p.port);
                 let detail = format!("{} → {}: {}", p.method, p.status, p.reason);
@@ -1340,6 +1369,37 @@ mod tests {
                 refusal,
             },
         )
+    }
+
+    /// `lockrun audit` doubles a limit the run reached, and gives no line
+    /// where memory ran out above the run: a higher limit would not help.
+    #[test]
+    fn memory_kills_suggest_a_higher_limit_only_where_the_run_reached_its_own() {
+        use crate::cgroup::memory::RanOut;
+        let at = memory_limit_refusal(64 << 20, 1, Some(63 << 20), RanOut::AtTheRunsLimit);
+        assert!(
+            matches!(&at.suggestion, Suggestion::Allow { policy, .. } if policy == "[run]\nmax_memory = \"128MiB\""),
+            "{:?}",
+            at.suggestion
+        );
+        assert_eq!(at.target, "the run's memory limit of 64 MiB");
+        let above = memory_limit_refusal(8 << 30, 3, Some(5 << 30), RanOut::AboveTheRun);
+        assert_eq!(above.target, "memory run out above the run");
+        assert_eq!(above.count, 3);
+        assert!(
+            above
+                .detail
+                .ends_with("the run below its own limit of 8 GiB; the run's peak was 5 GiB"),
+            "{}",
+            above.detail
+        );
+        let Suggestion::Explain { reason } = &above.suggestion else {
+            panic!("{:?}", above.suggestion);
+        };
+        assert!(
+            reason.contains("a higher max_memory would not have helped"),
+            "{reason}"
+        );
     }
 
     fn not_listed(host: &str, port: u16) -> ProxyEvent {

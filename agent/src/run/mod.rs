@@ -1037,15 +1037,16 @@ async fn run(
                 )),
                 _ => {}
             }
-            // The processes killed at the run's memory limit, likewise.
+            // The processes killed out of memory, likewise.
             match cgroup.memory_report() {
                 Some(Ok(r)) if r.oom_kills > 0 => audit.record(Event::MemoryLimit {
                     limit: r.limit,
                     killed: r.oom_kills,
                     peak: r.peak,
+                    ran_out: r.ran_out,
                 }),
                 Some(Err(e)) => teardown_errors.push(format!(
-                    "reading the processes killed at the run's memory limit: {}",
+                    "reading the processes killed out of memory: {}",
                     chain(&e)
                 )),
                 _ => {}
