@@ -821,10 +821,11 @@ impl Report {
 pub const OOM_SCORE_ADJ: &[u8] = b"1000";
 
 /// Write [`OOM_SCORE_ADJ`] to this process's `oom_score_adj`: in the child,
-/// before it is confined. Its memory is lockrun's until exec (`CLONE_VM`),
-/// but a child cloned with `CLONE_VFORK` has a score of its own, which the
-/// kernel does not spread to lockrun. Async-signal-safe: an open, a write
-/// and a close, on static values.
+/// before it is confined. On `x86_64` its memory is lockrun's until exec
+/// (`CLONE_VM | CLONE_VFORK`); the kernel spreads a score written there over
+/// every process sharing that memory, but not a vfork child's, so lockrun
+/// keeps its own (elsewhere the child is a fork, with memory of its own).
+/// Async-signal-safe: an open, a write and a close, on static values.
 fn oom_first_pick() -> bool {
     // SAFETY: open of a static NUL-terminated path; the fd is checked,
     // written from a static buffer and closed here.
