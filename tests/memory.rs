@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use limits::{records, run_id, text};
 use lockrun::audit::Event;
-use lockrun::cgroup::memory::RanOut;
 use lockrun::cgroup::v1::{self, Hierarchy};
+use lockrun::cgroup::RanOut;
 use python::python3;
 use support::{s, World};
 
@@ -77,8 +77,12 @@ fn memory_events(log: &Path) -> Vec<(u64, u64, Option<u64>)> {
 /// The cgroup that holds the run's memory limit and its files: the run's
 /// own in a v1 memory hierarchy, or its unified cgroup.
 fn limit_cgroup(run_id: &str) -> Option<(PathBuf, &'static str, &'static str)> {
-    if let Some(m) = v1::mount(Hierarchy::Memory) {
-        let dir = m.join("lockrun").join(run_id);
+    if v1::mount(Hierarchy::Memory).is_some() {
+        // Beneath the cgroup lockrun is in: the test's.
+        let dir = v1::own(Hierarchy::Memory)
+            .ok()?
+            .join("lockrun")
+            .join(run_id);
         return Some((dir, "memory.limit_in_bytes", "memory.max_usage_in_bytes"));
     }
     let dir = lockrun::cgroup::find_run(run_id).ok().flatten()?;
@@ -447,5 +451,96 @@ fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
     let (reached, done) = reached(&stdout);
     assert!(!done && reached < 96, "reached {reached} MiB\n{stdout}");
     assert_eq!(kills, 1, "the kernel's count of OOM kills in the cgroup");
+    drop(memcg);
+}
+
+/// A run's memory cgroup is beneath the one lockrun is in, so the limit
+/// on lockrun's caller holds the run too (a CI job's, a service's), and
+/// what the run uses counts there. lockrun runs in a memory cgroup of the
+/// test's own limited to 128 MiB, with a run limit of its own of 1 GiB:
+/// a run allocating towards 512 MiB is killed by the kernel short of 128
+/// (lockrun 137), the test's cgroup's peak at its limit and charges there
+/// refused (its `failcnt`), and lockrun says
+/// the memory ran out above the run, not at its limit. Control: a run
+/// that allocates 48 MiB in the same cgroup finishes. Each leaves nothing
+/// beneath the test's cgroup. With the run's cgroup beside lockrun's
+/// (`<memory>/lockrun/<run-id>`, as before), the run went on to 512 MiB.
+#[test]
+fn the_memory_limit_on_lockruns_caller_holds_its_runs_too() {
+    let test = "the_memory_limit_on_lockruns_caller_holds_its_runs_too";
+    let Some(memcg) = TestMemcg::new("lockrun-test-caller-limit", 128 << 20) else {
+        skip::skip(
+            test,
+            "no v1 memory hierarchy to make a cgroup of the test's own in",
+        );
+        return;
+    };
+    let w = World::new("memory-caller-limit");
+    let limit = policy(&w, "1GiB");
+    let under = |want: &str, log: &Path| {
+        let out = w
+            .cmd_under(
+                &memcg.wrapper(),
+                &["--policy", s(&limit), "--audit-log", s(log)],
+                &[python3(), "-c", ALLOC, want],
+            )
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        (out.status.code(), stdout, stderr)
+    };
+
+    // Control: within the caller's limit, the run finishes.
+    let control_log = w.root.join("control.jsonl");
+    let (code, stdout, stderr) = under("48", &control_log);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(reached(&stdout), (48, true), "{stdout}");
+    assert!(
+        !memcg.0.join("lockrun").exists(),
+        "left beneath the caller's cgroup"
+    );
+    limits::assert_gone(&run_id(&control_log).unwrap());
+
+    let log = w.root.join("audit.jsonl");
+    let (code, stdout, stderr) = under("512", &log);
+    // The caller's cgroup, read from outside: the run's memory was
+    // charged there, up to its limit, which allocations hit (v1 counts
+    // the kill in the run's cgroup, where it happened).
+    let read = |file: &str| -> u64 {
+        let content = std::fs::read_to_string(memcg.0.join(file)).unwrap();
+        content.trim().parse().unwrap()
+    };
+    let (peak, failed) = (read("memory.max_usage_in_bytes"), read("memory.failcnt"));
+    assert_eq!(code, Some(137), "{stdout}\n{stderr}");
+    let (got, done) = reached(&stdout);
+    assert!(!done && got < 128, "reached {got} MiB:\n{stdout}\n{stderr}");
+    assert!(
+        peak > (120 << 20) && failed > 0,
+        "the caller's cgroup: peak {peak}, {failed} charges failed at its limit"
+    );
+    assert!(
+        stderr.contains(
+            "lockrun: the kernel killed 1 process of the run (SIGKILL, out of memory): memory ran out above the run (the machine's, or a cgroup's lockrun is in), which had not reached its own limit of 1 GiB"
+        ),
+        "{stderr}"
+    );
+    let events: Vec<_> = records(&log)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::MemoryLimit {
+                limit,
+                killed,
+                ran_out,
+                ..
+            } => Some((limit, killed, ran_out)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events, [(1 << 30, 1, RanOut::AboveTheRun)]);
+    assert!(
+        !memcg.0.join("lockrun").exists(),
+        "left beneath the caller's cgroup"
+    );
+    limits::assert_gone(&run_id(&log).unwrap());
     drop(memcg);
 }

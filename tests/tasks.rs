@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use limits::{records, run_id, text};
 use lockrun::audit::Event;
+use lockrun::cgroup::RanOut;
 use python::python3;
 use support::{s, World};
 
@@ -56,8 +57,10 @@ fn policy(w: &World, max_tasks: &str) -> PathBuf {
 /// controller is on this host (a v1 hierarchy, or the run's own unified
 /// cgroup).
 fn limit_cgroup(run_id: &str) -> Option<PathBuf> {
-    if let Some(m) = lockrun::cgroup::v1::mount(lockrun::cgroup::v1::Hierarchy::Pids) {
-        return Some(m.join("lockrun").join(run_id));
+    use lockrun::cgroup::v1::{self, Hierarchy};
+    if v1::mount(Hierarchy::Pids).is_some() {
+        // Beneath the cgroup lockrun is in: the test's.
+        return Some(v1::own(Hierarchy::Pids).ok()?.join("lockrun").join(run_id));
     }
     lockrun::cgroup::find_run(run_id).ok().flatten()
 }
@@ -100,7 +103,8 @@ fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
     assert!(
         events.contains(&Event::TaskLimit {
             limit: 16,
-            refused: 1
+            refused: 1,
+            ran_out: RanOut::AtTheRunsLimit,
         }),
         "{events:?}"
     );
@@ -198,11 +202,15 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let refused = records(&log).into_iter().find_map(|e| match e {
-        Event::TaskLimit { limit, refused } => Some((limit, refused)),
+        Event::TaskLimit {
+            limit,
+            refused,
+            ran_out,
+        } => Some((limit, refused, ran_out)),
         _ => None,
     });
     assert!(
-        matches!(refused, Some((64, n)) if n > 0),
+        matches!(refused, Some((64, n, RanOut::AtTheRunsLimit)) if n > 0),
         "{refused:?}; pids.events during the run: {refused_so_far}\n{stderr}"
     );
     assert!(
@@ -219,10 +227,13 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
     let w = World::new("tasks-gc");
     let pid = std::process::id();
     let orphan = format!("tasks-gc-orphan-{pid}");
+    let nested_orphan = format!("tasks-gc-nested-orphan-{pid}");
     let live = format!("tasks-gc-live-{pid}");
     // The control's run cgroup exists (young: gc's grace keeps it).
     let live_cg = lockrun::cgroup::build_parent().unwrap().join(&live);
     std::fs::create_dir_all(&live_cg).unwrap();
+    // Per hierarchy: the root's `lockrun/`, and a `lockrun/` beneath a
+    // cgroup a lockrun ran in (the test's own, as a CI job's would be).
     let mut tops = Vec::new();
     for h in Hierarchy::ALL {
         let Some(mount) = v1::mount(h) else {
@@ -242,7 +253,10 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
         for id in [&orphan, &live] {
             std::fs::create_dir(top.join(id)).unwrap();
         }
-        tops.push((h, top));
+        let callers = mount.join(format!("lockrun-test-gc-{pid}"));
+        let nested = callers.join("lockrun");
+        std::fs::create_dir_all(nested.join(&nested_orphan)).unwrap();
+        tops.push((h, top, callers));
     }
     let out = std::process::Command::new(support::BIN)
         .args(["gc", "--state-dir", s(&w.state)])
@@ -250,28 +264,171 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
         .output()
         .unwrap();
     let (stdout, stderr) = text(&out);
-    let left: Vec<(bool, bool)> = tops
+    let left: Vec<[bool; 4]> = tops
         .iter()
-        .map(|(_, top)| (top.join(&orphan).exists(), top.join(&live).exists()))
+        .map(|(_, top, callers)| {
+            [
+                top.join(&orphan).exists(),
+                callers.join("lockrun").join(&nested_orphan).exists(),
+                callers.join("lockrun").exists(),
+                top.join(&live).exists(),
+            ]
+        })
         .collect();
-    for (_, top) in &tops {
+    for (_, top, callers) in &tops {
         let _ = std::fs::remove_dir(top.join(&orphan));
         let _ = std::fs::remove_dir(top.join(&live));
+        let _ = std::fs::remove_dir(callers.join("lockrun").join(&nested_orphan));
+        let _ = std::fs::remove_dir(callers.join("lockrun"));
+        let _ = std::fs::remove_dir(callers);
     }
     let _ = std::fs::remove_dir(&live_cg);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for ((h, _), (orphan_left, live_left)) in tops.iter().zip(left) {
+    for ((h, top, callers), [orphan_left, nested_left, nested_parent_left, live_left]) in
+        tops.iter().zip(left)
+    {
         assert!(!orphan_left, "{h:?}: {stdout}");
+        assert!(!nested_left, "{h:?}: {stdout}");
         assert!(
-            stdout.contains(&format!(
-                "reaped the {} cgroup of run {orphan}: its run's cgroup is gone",
-                h.what()
-            )),
-            "{stdout}"
+            !nested_parent_left,
+            "{h:?}: an emptied lockrun/ beneath a caller's cgroup stays: {stdout}"
         );
+        for (id, at) in [(&orphan, top), (&nested_orphan, &callers.join("lockrun"))] {
+            let expected = format!(
+                "reaped the {} cgroup of run {id} ({}): its run's cgroup is gone",
+                h.what(),
+                at.join(id).display()
+            );
+            assert!(stdout.contains(&expected), "{expected}\n{stdout}");
+        }
         assert!(
             live_left,
             "{h:?}: a run whose cgroup exists keeps its limits: {stdout}"
         );
+    }
+}
+
+/// A run's task-limit cgroup is beneath the one lockrun is in, so a task
+/// limit on lockrun's caller (a CI job's, a service's) holds the run too.
+/// lockrun runs in a pids cgroup of the test's own limited to 40 tasks
+/// (lockrun's own threads and its watchdog count there too), with a run
+/// limit of its own of 64: a run forking 60 children is refused (`EAGAIN`)
+/// short of them, the test's cgroup's peak at its limit, and lockrun says
+/// the tasks ran out above the run, not at its limit. Control: a run
+/// forking 10 in the same cgroup forks them all. Each leaves nothing
+/// beneath the test's cgroup. With the run's cgroup beside lockrun's
+/// (`<pids>/lockrun/<run-id>`, as before), the run forked all 60.
+#[test]
+fn the_task_limit_on_lockruns_caller_holds_its_runs_too() {
+    use lockrun::cgroup::v1::{self, Hierarchy};
+    let test = "the_task_limit_on_lockruns_caller_holds_its_runs_too";
+    let Some(mount) = v1::mount(Hierarchy::Pids) else {
+        skip::skip(
+            test,
+            "no v1 pids hierarchy to make a cgroup of the test's own in",
+        );
+        return;
+    };
+    let caller =
+        TestCgroup(mount.join(format!("lockrun-test-caller-tasks-{}", std::process::id())));
+    std::fs::create_dir(&caller.0).unwrap();
+    std::fs::write(caller.0.join("pids.max"), "40").unwrap();
+    let w = World::new("tasks-caller-limit");
+    let limit = policy(&w, "64");
+    let wrapper = [
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "echo $$ > {}/cgroup.procs && exec \"$@\"",
+            caller.0.display()
+        ),
+        "sh".to_owned(),
+    ];
+    let under = |want: &str, log: &Path| {
+        let out = w
+            .cmd_under(
+                &wrapper,
+                &["--policy", s(&limit), "--audit-log", s(log)],
+                &[python3(), "-c", FORKS, want],
+            )
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+
+    // Control: within the caller's limit, every fork succeeds.
+    let control_log = w.root.join("control.jsonl");
+    let (stdout, stderr) = under("10", &control_log);
+    assert_eq!(stdout.trim(), "forked 10 errno None", "{stderr}");
+    assert!(!stderr.contains("refused"), "{stderr}");
+    assert!(
+        !caller.0.join("lockrun").exists(),
+        "left beneath the caller's cgroup"
+    );
+    limits::assert_gone(&run_id(&control_log).unwrap());
+
+    let log = w.root.join("audit.jsonl");
+    let (stdout, stderr) = under("60", &log);
+    let forked: Option<u32> = stdout
+        .strip_prefix("forked ")
+        .and_then(|r| r.split_whitespace().next()?.parse().ok());
+    assert!(
+        matches!(forked, Some(n) if n < 40) && stdout.trim_end().ends_with("errno EAGAIN"),
+        "{stdout}\n{stderr}"
+    );
+    // The caller's cgroup, read from outside: its tasks reached its limit.
+    let peak = std::fs::read_to_string(caller.0.join("pids.peak")).unwrap();
+    assert_eq!(peak.trim(), "40", "the caller's cgroup's peak");
+    assert!(
+        stderr.contains(
+            "refused (EAGAIN): tasks ran out above the run (a cgroup's lockrun is in, e.g. its caller's), which had not reached its own limit of 64"
+        ),
+        "{stderr}"
+    );
+    let events: Vec<_> = records(&log)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TaskLimit {
+                limit,
+                refused,
+                ran_out,
+            } => Some((limit, refused, ran_out)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(events[..], [(64, n, RanOut::AboveTheRun)] if n > 0),
+        "{events:?}"
+    );
+    assert!(
+        !caller.0.join("lockrun").exists(),
+        "left beneath the caller's cgroup"
+    );
+    limits::assert_gone(&run_id(&log).unwrap());
+}
+
+/// A cgroup of the test's own; whatever is still in it is killed and it is
+/// removed when dropped.
+struct TestCgroup(PathBuf);
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let start = Instant::now();
+        while std::fs::remove_dir(&self.0).is_err() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!self.0.exists(), "{} left behind", self.0.display());
     }
 }

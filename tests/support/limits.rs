@@ -63,13 +63,12 @@ pub fn require(test: &str, available: Result<String, lockrun::cgroup::CgroupErro
 }
 
 /// Nothing of the run left behind: no cgroup of it in any v1 hierarchy
-/// lockrun uses, nor in the unified one.
+/// lockrun uses (wherever in it), nor in the unified one.
 pub fn assert_gone(run_id: &str) {
     use lockrun::cgroup::v1::{self, Hierarchy};
     for h in Hierarchy::ALL {
-        if let Some(m) = v1::mount(h) {
-            let dir = m.join("lockrun").join(run_id);
-            assert!(!dir.exists(), "{} left behind", dir.display());
+        if let Some(dir) = v1::find_run(h, run_id) {
+            panic!("{} left behind", dir.display());
         }
     }
     assert_eq!(lockrun::cgroup::find_run(run_id).unwrap(), None);

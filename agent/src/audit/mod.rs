@@ -447,12 +447,18 @@ pub enum Event {
     /// Kernel audit records lost: the filesystem and scope refusals shown
     /// may be fewer than were made.
     AuditRecordsLost(AuditLoss),
-    /// Forks and clones refused (`EAGAIN`) because the run had `limit`
-    /// tasks already (the policy's `run.max_tasks`), counted by the
-    /// kernel over the whole run (cgroup `pids.events`).
+    /// Forks and clones refused (`EAGAIN`), counted by the kernel over
+    /// the whole run (cgroup `pids.events`): because the run had `limit`
+    /// tasks already (the policy's `run.max_tasks`), or at a limit above
+    /// the run (`ran_out`).
     TaskLimit {
         limit: u32,
         refused: u64,
+        /// At the run's limit, or above the run (a cgroup's lockrun is
+        /// in). Absent from logs written before it was told: those
+        /// counted refusals at the limit only.
+        #[serde(default)]
+        ran_out: crate::cgroup::RanOut,
     },
     /// Processes of the run the kernel killed (SIGKILL) out of memory,
     /// counted by the kernel over the whole run (cgroup `oom_kill`): at the
@@ -466,7 +472,7 @@ pub enum Event {
         /// Absent from logs written before it was told: those counted
         /// kills at the limit only.
         #[serde(default)]
-        ran_out: crate::cgroup::memory::RanOut,
+        ran_out: crate::cgroup::RanOut,
     },
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {
@@ -531,10 +537,10 @@ struct Tally {
     no_process: u64,
     /// Kernel audit records that did not reach lockrun, once per cause.
     audit_loss: Vec<AuditLoss>,
-    /// The run's task limit and the forks refused at it.
-    tasks: Option<(u32, u64)>,
+    /// The run's task limit, the forks refused, and where the tasks ran out.
+    tasks: Option<(u32, u64, crate::cgroup::RanOut)>,
     /// The run's memory limit, the processes killed out of memory, and where it ran out.
-    memory: Option<(u64, u64, crate::cgroup::memory::RanOut)>,
+    memory: Option<(u64, u64, crate::cgroup::RanOut)>,
 }
 
 /// ` ×n` after what was seen more than once.
@@ -766,9 +772,13 @@ impl AuditLog {
                     &f.comm,
                 );
             }
-            Event::TaskLimit { limit, refused } => {
+            Event::TaskLimit {
+                limit,
+                refused,
+                ran_out,
+            } => {
                 *t.refused.entry(Layer::Tasks).or_default() += refused;
-                t.tasks = Some((*limit, *refused));
+                t.tasks = Some((*limit, *refused, *ran_out));
             }
             Event::MemoryLimit {
                 limit,
@@ -863,11 +873,8 @@ impl AuditLog {
                 counted(&t.syscalls, String::clone).join(", ")
             ));
         }
-        if let Some((limit, refused)) = t.tasks {
-            lines.push(format!(
-                "lockrun: {refused} {} refused (EAGAIN): the run had reached its limit of {limit} tasks, processes and threads at once (run.max_tasks in the policy)",
-                plural(refused, "fork or thread", "forks or threads"),
-            ));
+        if let Some((limit, refused, ran_out)) = t.tasks {
+            lines.push(tasks_refused_line(limit, refused, ran_out));
         }
         if let Some((limit, killed, ran_out)) = t.memory {
             lines.push(out_of_memory_line(limit, killed, ran_out));
@@ -998,8 +1005,26 @@ fn show_dest(d: &Destination) -> String {
 
 /// The summary's line for processes of the run the kernel killed out of
 /// memory, saying where it ran out.
-fn out_of_memory_line(limit: u64, killed: u64, ran_out: crate::cgroup::memory::RanOut) -> String {
-    use crate::cgroup::memory::RanOut;
+/// The summary's line for forks and clones refused: at the run's task
+/// limit, or above the run.
+fn tasks_refused_line(limit: u32, refused: u64, ran_out: crate::cgroup::RanOut) -> String {
+    use crate::cgroup::RanOut;
+    let why = match ran_out {
+        RanOut::AtTheRunsLimit => format!(
+            "the run had reached its limit of {limit} tasks, processes and threads at once (run.max_tasks in the policy)"
+        ),
+        RanOut::AboveTheRun => format!(
+            "tasks ran out above the run (a cgroup's lockrun is in, e.g. its caller's), which had not reached its own limit of {limit}"
+        ),
+    };
+    format!(
+        "lockrun: {refused} {} refused (EAGAIN): {why}",
+        plural(refused, "fork or thread", "forks or threads"),
+    )
+}
+
+fn out_of_memory_line(limit: u64, killed: u64, ran_out: crate::cgroup::RanOut) -> String {
+    use crate::cgroup::RanOut;
     let limit = crate::policy::size(limit);
     let why = match ran_out {
         RanOut::AtTheRunsLimit => format!(
@@ -1063,7 +1088,7 @@ mod tests {
     /// counted then.
     #[test]
     fn kills_out_of_memory_say_where_it_ran_out() {
-        use crate::cgroup::memory::RanOut;
+        use crate::cgroup::RanOut;
         let kill = |ran_out| Event::MemoryLimit {
             limit: 64 << 20,
             killed: 2,
@@ -1098,6 +1123,45 @@ mod tests {
             }
         ));
         let now = serde_json::to_string(&kill(RanOut::AboveTheRun)).unwrap();
+        assert!(now.contains(r#""ran_out":"above_the_run""#), "{now}");
+    }
+
+    /// Forks refused say where the tasks ran out: at the run's limit, or
+    /// above the run (a cgroup's lockrun is in). A log written before
+    /// `ran_out` was told reads as at the limit.
+    #[test]
+    fn refused_forks_say_where_the_tasks_ran_out() {
+        use crate::cgroup::RanOut;
+        let refused = |ran_out| Event::TaskLimit {
+            limit: 16,
+            refused: 3,
+            ran_out,
+        };
+        let log = AuditLog::open(None).unwrap();
+        log.record(refused(RanOut::AtTheRunsLimit));
+        assert_eq!(
+            refusals(&log),
+            ["lockrun: 3 forks or threads refused (EAGAIN): the run had reached its limit of 16 \
+              tasks, processes and threads at once (run.max_tasks in the policy)"]
+        );
+        let log = AuditLog::open(None).unwrap();
+        log.record(refused(RanOut::AboveTheRun));
+        assert_eq!(
+            refusals(&log),
+            ["lockrun: 3 forks or threads refused (EAGAIN): tasks ran out above the run (a \
+              cgroup's lockrun is in, e.g. its caller's), which had not reached its own limit of 16"]
+        );
+        let old: Event =
+            serde_json::from_str(r#"{"event":"task_limit","limit":16,"refused":1}"#).unwrap();
+        assert_eq!(
+            old,
+            Event::TaskLimit {
+                limit: 16,
+                refused: 1,
+                ran_out: RanOut::AtTheRunsLimit
+            }
+        );
+        let now = serde_json::to_string(&refused(RanOut::AboveTheRun)).unwrap();
         assert!(now.contains(r#""ran_out":"above_the_run""#), "{now}");
     }
 

@@ -11,7 +11,8 @@
 //!   the run's memory and swap together stay within the limit). The
 //!   command is forked straight into that cgroup.
 //! - **a v1 memory hierarchy** (hybrid hosts, as this VM):
-//!   `<memory>/lockrun/<run-id>` with `memory.limit_in_bytes` and, where
+//!   `<cgroup>/lockrun/<run-id>`, beneath the cgroup lockrun is in there
+//!   (so that its limits hold the run too), with `memory.limit_in_bytes` and, where
 //!   swap is accounted, `memory.memsw.limit_in_bytes` (memory and swap
 //!   together), both the limit; the command's process joins it before it
 //!   runs anything ([`super::v1`]). Its memory is charged there from its
@@ -25,10 +26,8 @@ use std::fs;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use super::v1::{self, Hierarchy, V1Cgroup};
-use super::{CgroupError, RunCgroup};
+use super::{CgroupError, RanOut, RunCgroup};
 use crate::policy::MemoryLimit;
 
 /// The run's memory limit, set.
@@ -58,25 +57,11 @@ pub struct MemoryReport {
     /// Processes of the run the kernel killed out of memory, wherever it
     /// ran out.
     pub oom_kills: u64,
-    /// Where the memory ran out.
+    /// Where the memory ran out: at the run's limit, or above the run
+    /// (the machine's memory, or a cgroup's lockrun is in).
     pub ran_out: RanOut,
     /// The most the run used at once, in bytes, where the kernel says.
     pub peak: Option<u64>,
-}
-
-/// Where the memory ran out when the kernel killed processes of the run:
-/// what tells a user whether a higher `run.max_memory` would help.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RanOut {
-    /// At the run's own limit.
-    #[default]
-    AtTheRunsLimit,
-    /// Above the run, which had not reached its own limit: the machine's
-    /// memory, or a cgroup's that lockrun is in. The run's processes were
-    /// the kernel's first pick ([`crate::sys::OOM_SCORE_ADJ`]); a higher
-    /// limit would not have helped.
-    AboveTheRun,
 }
 
 impl RanOut {
@@ -158,7 +143,7 @@ impl MemoryCap {
                 }
                 Place::WithTasks(shared.to_path_buf())
             }
-            None => Place::V1(V1Cgroup::create(&mount, run_id, &settings)?),
+            None => Place::V1(V1Cgroup::create(Hierarchy::Memory, run_id, &settings)?),
         };
         Ok(Some(Self {
             limit: bytes,

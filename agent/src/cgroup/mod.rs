@@ -106,6 +106,21 @@ pub fn find_run(run_id: &str) -> Result<Option<PathBuf>, CgroupError> {
         .find(|p| p.is_dir()))
 }
 
+/// Where a run's processes met a limit: the run's own, or one above the
+/// run (a cgroup's lockrun is in; for memory, the machine's too). What
+/// tells a user whether a higher limit of the run's would help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RanOut {
+    /// At the run's own limit.
+    #[default]
+    AtTheRunsLimit,
+    /// Above the run, which had not reached its own limit: a higher one
+    /// would not have helped. For memory the run's processes were the
+    /// kernel's first pick ([`crate::sys::OOM_SCORE_ADJ`]).
+    AboveTheRun,
+}
+
 /// How long teardown waits for a killed cgroup to empty.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -162,6 +177,21 @@ pub enum CgroupError {
         key = .0.policy_key()
     )]
     NoController(v1::Hierarchy),
+    #[error(
+        "lockrun's own {c} cgroup, {own}, is not within the v1 {c} hierarchy mounted at {mount}, \
+         so a run's {what} limit cannot be put beneath it, where the limits on lockrun's caller hold \
+         the run too; mount the hierarchy's root, or set {key} = \"unlimited\" in the policy's [run] \
+         to run without a limit",
+        c = .hierarchy.controller(),
+        what = .hierarchy.limits(),
+        key = .hierarchy.policy_key(),
+        mount = .mount.display()
+    )]
+    OutsideTheMount {
+        hierarchy: v1::Hierarchy,
+        own: String,
+        mount: PathBuf,
+    },
     #[error("cgroup {0} still has processes {1:?} after cgroup.kill")]
     StillPopulated(PathBuf, Duration),
     #[error("rmdir {path} failed")]
@@ -199,23 +229,37 @@ pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
 
 /// The first cgroup2 mount point in a mountinfo text.
 fn parse_cgroup2_mount(info: &str) -> Option<PathBuf> {
-    mounts(info).find_map(|(at, fstype, _)| (fstype == "cgroup2").then_some(at))
+    mounts(info).find_map(|m| (m.fstype == "cgroup2").then_some(m.at))
 }
 
-/// Each mount of a mountinfo text: its mount point, filesystem type and
-/// super options (fields: see proc(5)).
-fn mounts(info: &str) -> impl Iterator<Item = (PathBuf, &str, &str)> {
+/// A mount of a mountinfo text (fields: see proc(5)).
+struct Mount<'a> {
+    /// Where it is mounted.
+    at: PathBuf,
+    /// The directory of its filesystem mounted there (`/` but for a bind
+    /// mount of a part of it).
+    root: PathBuf,
+    fstype: &'a str,
+    /// The super options.
+    options: &'a str,
+}
+
+/// Each mount of a mountinfo text.
+fn mounts(info: &str) -> impl Iterator<Item = Mount<'_>> {
     info.lines().filter_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let mut right = right.split_whitespace();
         let fstype = right.next()?;
         let options = right.nth(1).unwrap_or_default();
-        let mount_point = left.split_whitespace().nth(4)?;
-        Some((
-            PathBuf::from(unescape_mountinfo(mount_point)),
+        let mut left = left.split_whitespace();
+        let root = left.nth(3)?;
+        let at = left.next()?;
+        Some(Mount {
+            at: PathBuf::from(unescape_mountinfo(at)),
+            root: PathBuf::from(unescape_mountinfo(root)),
             fstype,
             options,
-        ))
+        })
     })
 }
 
@@ -420,12 +464,13 @@ impl RunCgroup {
         self.memory.as_ref().map(memory::MemoryCap::report)
     }
 
-    /// The run's task limit and the forks and clones refused at it so far
-    /// (read it before [`Self::remove`]); `None` without a limit.
+    /// The run's task limit, the forks and clones refused so far, and
+    /// where the tasks ran out (read it before [`Self::remove`]); `None`
+    /// without a limit.
     #[must_use]
-    pub fn tasks_refused(&self) -> Option<Result<(u32, u64), CgroupError>> {
+    pub fn tasks_refused(&self) -> Option<Result<(u32, u64, RanOut), CgroupError>> {
         let t = self.tasks.as_ref()?;
-        Some(t.refused().map(|n| (t.limit(), n)))
+        Some(t.refused().map(|(n, ran_out)| (t.limit(), n, ran_out)))
     }
 
     #[must_use]

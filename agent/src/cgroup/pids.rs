@@ -12,8 +12,9 @@
 //!   instruction. The run's watchdog, in a cgroup beneath, is counted too:
 //!   the limit written is one more than the policy's.
 //! - **a v1 pids hierarchy** (hybrid hosts, as this VM: the controller is
-//!   bound there, not to the unified hierarchy): `<pids>/lockrun/<run-id>`,
-//!   which the command's process joins before it runs anything
+//!   bound there, not to the unified hierarchy): `<cgroup>/lockrun/<run-id>`,
+//!   beneath the cgroup lockrun is in there (so that its limit holds the
+//!   run too), which the command's process joins before it runs anything
 //!   ([`super::v1`]).
 //!
 //! With neither, a run with a limit is refused (exit 125): the policy's
@@ -24,7 +25,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use super::v1::{self, Hierarchy, V1Cgroup};
-use super::{CgroupError, RunCgroup};
+use super::{CgroupError, RanOut, RunCgroup};
 use crate::policy::TaskLimit;
 
 /// The run's task limit, set.
@@ -57,10 +58,7 @@ impl TaskCap {
         if let Some(cap) = Self::unified(run, limit)? {
             return Ok(Some(cap));
         }
-        let Some(mount) = v1::mount(Hierarchy::Pids) else {
-            return Err(CgroupError::NoController(Hierarchy::Pids));
-        };
-        Self::v1(&mount, run_id, limit).map(Some)
+        Self::v1(run_id, limit).map(Some)
     }
 
     /// In the unified hierarchy, if the controller is there for lockrun:
@@ -81,8 +79,8 @@ impl TaskCap {
         }))
     }
 
-    fn v1(mount: &Path, run_id: &str, limit: u32) -> Result<Self, CgroupError> {
-        let cg = V1Cgroup::create(mount, run_id, &[("pids.max", limit.to_string())])?;
+    fn v1(run_id: &str, limit: u32) -> Result<Self, CgroupError> {
+        let cg = V1Cgroup::create(Hierarchy::Pids, run_id, &[("pids.max", limit.to_string())])?;
         Ok(Self {
             limit,
             place: Place::V1(cg),
@@ -104,17 +102,26 @@ impl TaskCap {
         }
     }
 
-    /// The forks and clones refused at the limit so far (`pids.events`).
-    pub fn refused(&self) -> Result<u64, CgroupError> {
-        let path = match &self.place {
-            Place::Unified { events } => events.clone(),
-            Place::V1(cg) => cg.path().join("pids.events"),
+    /// The forks and clones refused so far (`pids.events`), and where the
+    /// tasks ran out. In the unified hierarchy the run's `max` counts the
+    /// refusals at its own limit only. A v1 cgroup's counts every fork of
+    /// the run refused, at its limit or at a cgroup's above it (lockrun's
+    /// caller's); the run's `pids.peak` (Linux 6.13) below its limit tells
+    /// the second.
+    pub fn refused(&self) -> Result<(u64, RanOut), CgroupError> {
+        let (events, peak) = match &self.place {
+            Place::Unified { events } => (events.clone(), None),
+            Place::V1(cg) => (
+                cg.path().join("pids.events"),
+                Some(cg.path().join("pids.peak")),
+            ),
         };
-        let text = fs::read_to_string(&path).map_err(|source| CgroupError::Read {
-            path: path.clone(),
+        let text = fs::read_to_string(&events).map_err(|source| CgroupError::Read {
+            path: events.clone(),
             source,
         })?;
-        Ok(max_events(&text))
+        let peak = peak.and_then(|p| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok());
+        Ok((max_events(&text), RanOut::from_task_peak(peak, self.limit)))
     }
 
     /// Left as it is, to `lockrun gc` ([`v1::reap_orphans`]), with the run's cgroup.
@@ -148,7 +155,20 @@ pub fn available() -> Result<String, CgroupError> {
     v1::available(Hierarchy::Pids, "pids.max")
 }
 
-/// `max N` of a `pids.events` text: the forks refused at the limit.
+impl RanOut {
+    /// From a run's v1 `pids.peak`: a refused fork while the run had
+    /// fewer tasks than its limit was refused above it. Without a peak
+    /// (before Linux 6.13), at the limit, as before.
+    #[must_use]
+    pub fn from_task_peak(peak: Option<u64>, limit: u32) -> Self {
+        match peak {
+            Some(p) if p < u64::from(limit) => Self::AboveTheRun,
+            _ => Self::AtTheRunsLimit,
+        }
+    }
+}
+
+/// `max N` of a `pids.events` text: the forks refused.
 fn max_events(text: &str) -> u64 {
     super::counter(text, "max")
 }
@@ -156,6 +176,14 @@ fn max_events(text: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peak_below_the_limit_means_the_tasks_ran_out_above_the_run() {
+        assert_eq!(RanOut::from_task_peak(Some(16), 16), RanOut::AtTheRunsLimit);
+        assert_eq!(RanOut::from_task_peak(Some(15), 16), RanOut::AboveTheRun);
+        assert_eq!(RanOut::from_task_peak(Some(0), 16), RanOut::AboveTheRun);
+        assert_eq!(RanOut::from_task_peak(None, 16), RanOut::AtTheRunsLimit);
+    }
 
     #[test]
     fn counts_refusals_from_pids_events() {

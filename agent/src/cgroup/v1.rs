@@ -1,8 +1,13 @@
 //! A run's cgroups in the v1 hierarchies of hybrid hosts (as this VM),
 //! where the pids and memory controllers are bound to v1 hierarchies, not
-//! to the unified one: `<hierarchy>/lockrun/<run-id>`, which the command's
-//! process joins itself, before it is confined or runs anything, by
-//! writing `0` to its `tasks` ([`V1Cgroup::take_join`]).
+//! to the unified one: `<cgroup>/lockrun/<run-id>`, beneath the cgroup
+//! lockrun is in there ([`own`]), which the command's process joins
+//! itself, before it is confined or runs anything, by writing `0` to its
+//! `tasks` ([`V1Cgroup::take_join`]).
+//!
+//! Beneath lockrun's cgroup, not the hierarchy's root: the limits on
+//! lockrun's caller and its ancestors (a service manager's, a CI job's)
+//! hold the run too, and its memory and tasks count in their usage.
 //!
 //! That moves the calling thread alone, which takes no global lock; a write
 //! to `cgroup.procs` moves a whole thread group and waits out an RCU grace
@@ -85,27 +90,107 @@ impl Hierarchy {
     }
 }
 
-/// Where `h` is mounted, if it is (found once per process). Every run on a
-/// hybrid host asks: where an earlier run made `lockrun/` at the usual
-/// place, a `stat` of a file only a cgroup of that hierarchy has says so;
-/// else `/proc/self/mountinfo` is read (~0.1 ms here: the kernel formats
-/// every mount for it).
-pub fn mount(h: Hierarchy) -> Option<PathBuf> {
-    static FOUND: [std::sync::OnceLock<Option<PathBuf>>; 2] =
+/// Where `h` is mounted, and lockrun's own cgroup there (found once per
+/// process).
+#[derive(Debug, Clone)]
+struct Found {
+    mount: PathBuf,
+    /// The directory of the cgroup lockrun is in (its caller's, as
+    /// `/proc/self/cgroup` says it); the path it says where that is not
+    /// within the part of the hierarchy mounted.
+    own: Result<PathBuf, String>,
+}
+
+fn found(h: Hierarchy) -> Option<&'static Found> {
+    static FOUND: [std::sync::OnceLock<Option<Found>>; 2] =
         [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
-    FOUND[h as usize]
-        .get_or_init(|| {
-            let usual = h.usual();
-            let made_before = nix::sys::statfs::statfs(usual)
-                .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP_SUPER_MAGIC)
-                && usual.join(PARENT).join(h.own_file()).exists();
-            if made_before {
-                return Some(usual.to_path_buf());
-            }
-            let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
-            parse_mount(&info, h.controller())
-        })
-        .clone()
+    FOUND[h as usize].get_or_init(|| find(h)).as_ref()
+}
+
+/// Every run on a hybrid host asks. Where the hierarchy is at the usual
+/// place, the cgroup `/proc/self/cgroup` names there having a file only a
+/// cgroup of that hierarchy has (or its `lockrun/` one: the root's own
+/// files are few) says so; else `/proc/self/mountinfo` is read (~0.1 ms
+/// here: the kernel formats every mount for it).
+fn find(h: Hierarchy) -> Option<Found> {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let own = own_path(&cgroups, h.controller());
+    let usual = h.usual();
+    if let Some(dir) = own
+        .as_deref()
+        .and_then(|o| within(usual, Path::new("/"), o))
+    {
+        let at_usual = nix::sys::statfs::statfs(usual)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP_SUPER_MAGIC)
+            && (dir.join(h.own_file()).exists() || dir.join(PARENT).join(h.own_file()).exists());
+        if at_usual {
+            return Some(Found {
+                mount: usual.to_path_buf(),
+                own: Ok(dir),
+            });
+        }
+    }
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    from_mountinfo(&info, h.controller(), own)
+}
+
+/// The first mount of a v1 cgroup hierarchy whose super options name
+/// `controller`, and where the cgroup `own` (as `/proc/self/cgroup` gives
+/// it) is beneath it.
+fn from_mountinfo(info: &str, controller: &str, own: Option<String>) -> Option<Found> {
+    let m = super::mounts(info)
+        .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == controller))?;
+    let own = match own {
+        Some(o) => within(&m.at, &m.root, &o).ok_or(o),
+        None => Err("(none in /proc/self/cgroup)".to_owned()),
+    };
+    Some(Found { mount: m.at, own })
+}
+
+/// The path `/proc/self/cgroup`'s text gives the cgroup of the v1
+/// hierarchy with `controller`.
+fn own_path(cgroups: &str, controller: &str) -> Option<String> {
+    cgroups.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == controller)
+            .then(|| path.to_owned())
+    })
+}
+
+/// The directory of cgroup `path` where the hierarchy's `root` is mounted
+/// at `at`; `None` where it is not beneath `root`, or names a parent
+/// (`..`: a cgroup outside lockrun's cgroup namespace).
+fn within(at: &Path, root: &Path, path: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    let rest = Path::new(path).strip_prefix(root).ok()?;
+    let mut dir = at.to_path_buf();
+    for c in rest.components() {
+        let Component::Normal(name) = c else {
+            return None;
+        };
+        dir.push(name);
+    }
+    Some(dir)
+}
+
+/// Where `h` is mounted, if it is.
+#[must_use]
+pub fn mount(h: Hierarchy) -> Option<PathBuf> {
+    found(h).map(|f| f.mount.clone())
+}
+
+/// The cgroup lockrun is in, in `h`: where a run's cgroup goes, beneath
+/// it, so that the limits on lockrun's caller hold the run too.
+pub fn own(h: Hierarchy) -> Result<PathBuf, CgroupError> {
+    let f = found(h).ok_or(CgroupError::NoController(h))?;
+    f.own.clone().map_err(|own| CgroupError::OutsideTheMount {
+        hierarchy: h,
+        own,
+        mount: f.mount.clone(),
+    })
 }
 
 /// `lockrun doctor`: where a run's limit by `h`'s controller would be:
@@ -123,19 +208,12 @@ pub fn available(h: Hierarchy, limit_file: &str) -> Result<String, CgroupError> 
         ));
     }
     let m = mount(h).ok_or(CgroupError::NoController(h))?;
+    let own = own(h)?;
     Ok(format!(
-        "a v1 {c} hierarchy at {}: each run joins {}/{PARENT}/<run-id> before exec",
+        "a v1 {c} hierarchy at {}: each run joins {}/{PARENT}/<run-id>, beneath lockrun's own, before exec",
         m.display(),
-        m.display()
+        own.display()
     ))
-}
-
-/// The first mount of a v1 cgroup hierarchy whose super options name
-/// `controller`.
-fn parse_mount(info: &str, controller: &str) -> Option<PathBuf> {
-    super::mounts(info).find_map(|(at, fstype, options)| {
-        (fstype == "cgroup" && options.split(',').any(|o| o == controller)).then_some(at)
-    })
 }
 
 /// A run's cgroup in a v1 hierarchy, and its `tasks` opened for the
@@ -144,40 +222,61 @@ fn parse_mount(info: &str, controller: &str) -> Option<PathBuf> {
 #[derive(Debug)]
 pub struct V1Cgroup {
     dir: PathBuf,
+    /// Its parent `lockrun/`, where that is beneath lockrun's own cgroup
+    /// rather than the hierarchy's root: removed once no run is in it, so
+    /// that whoever made lockrun's cgroup can remove it.
+    parent: Option<PathBuf>,
     join: Option<OwnedFd>,
     removed: bool,
 }
 
+/// How many times a run's mkdir tries again after a run ending beside
+/// removed the `lockrun/` it was to go in.
+const MKDIR_TRIES: usize = 16;
+
 impl V1Cgroup {
-    /// `<mount>/lockrun/<run_id>`, made, with each `(file, value)` of
-    /// `settings` written in order.
+    /// `<own>/lockrun/<run_id>` in `h`, `<own>` the cgroup lockrun is in
+    /// ([`own`]): made, with each `(file, value)` of `settings` written in
+    /// order. Beneath lockrun's cgroup, the run is held by the limits on
+    /// it and its ancestors too (a service's, a CI job's), and counted in
+    /// their usage.
     pub fn create(
-        mount: &Path,
+        h: Hierarchy,
         run_id: &str,
         settings: &[(&str, String)],
     ) -> Result<Self, CgroupError> {
         super::check_run_id(run_id)?;
-        let top = mount.join(PARENT);
-        match fs::create_dir(&top) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(CgroupError::Mkdir {
-                    path: top,
-                    source: e,
-                })
-            }
-            _ => {}
-        }
+        let own = own(h)?;
+        let top = own.join(PARENT);
         let dir = top.join(run_id);
-        fs::create_dir(&dir).map_err(|source| match source.kind() {
-            io::ErrorKind::AlreadyExists => CgroupError::Exists(dir.clone()),
-            _ => CgroupError::Mkdir {
-                path: dir.clone(),
-                source,
-            },
-        })?;
+        let mut tries = 0;
+        loop {
+            match fs::create_dir(&top) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                    return Err(CgroupError::Mkdir {
+                        path: top,
+                        source: e,
+                    })
+                }
+                _ => {}
+            }
+            match fs::create_dir(&dir) {
+                Ok(()) => break,
+                // A run ending beside removed `lockrun/` as it was empty.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < MKDIR_TRIES => {
+                    tries += 1;
+                }
+                Err(source) if source.kind() == io::ErrorKind::AlreadyExists => {
+                    return Err(CgroupError::Exists(dir))
+                }
+                Err(source) => return Err(CgroupError::Mkdir { path: dir, source }),
+            }
+        }
+        let at_root = found(h).is_some_and(|f| f.mount == own);
         // From here on, Drop removes it.
         let mut cg = Self {
             dir,
+            parent: (!at_root).then_some(top),
             join: None,
             removed: false,
         };
@@ -217,7 +316,11 @@ impl V1Cgroup {
     /// Teardown, once the run's cgroup is empty.
     pub fn remove(mut self) -> Result<(), CgroupError> {
         self.removed = true;
-        super::remove_tree(&self.dir)
+        super::remove_tree(&self.dir)?;
+        if let Some(parent) = &self.parent {
+            remove_if_unused(parent);
+        }
+        Ok(())
     }
 }
 
@@ -226,11 +329,69 @@ impl V1Cgroup {
 impl Drop for V1Cgroup {
     fn drop(&mut self) {
         if !self.removed {
-            if let Err(e) = super::remove_tree(&self.dir) {
-                tracing::warn!("cleaning up {}: {e}", self.dir.display());
+            match super::remove_tree(&self.dir) {
+                Ok(()) => {
+                    if let Some(parent) = &self.parent {
+                        remove_if_unused(parent);
+                    }
+                }
+                Err(e) => tracing::warn!("cleaning up {}: {e}", self.dir.display()),
             }
         }
     }
+}
+
+/// rmdir a `lockrun/` beneath another cgroup than the hierarchy's root,
+/// unless a run's cgroup is still in it (`EBUSY`), or another run's
+/// teardown removed it first.
+fn remove_if_unused(parent: &Path) {
+    match fs::remove_dir(parent) {
+        Ok(()) => {}
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || matches!(e.raw_os_error(), Some(libc::EBUSY | libc::ENOTEMPTY)) => {}
+        Err(e) => tracing::debug!("leaving {}: {e}", parent.display()),
+    }
+}
+
+/// Every `lockrun/` in `h`'s hierarchy that may hold runs' cgroups: at the
+/// root, and beneath whichever cgroups lockrun ran in (gc's walk; a run's
+/// cgroup is a leaf, not looked into).
+fn parents(mount: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![(mount.to_path_buf(), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == PARENT {
+                found.push(e.path());
+            } else if depth < MAX_DEPTH {
+                todo.push((e.path(), depth + 1));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// How deep gc looks for `lockrun/` in a v1 hierarchy.
+const MAX_DEPTH: usize = 32;
+
+/// Where `run_id`'s cgroup is in `h`'s hierarchy, if it is (gc's, and
+/// tests': lockrun finds its own by [`own`]).
+#[must_use]
+pub fn find_run(h: Hierarchy, run_id: &str) -> Option<PathBuf> {
+    super::check_run_id(run_id).ok()?;
+    let mount = mount(h)?;
+    parents(&mount)
+        .into_iter()
+        .map(|p| p.join(run_id))
+        .find(|d| d.is_dir())
 }
 
 /// gc, and a run reaped: the v1 cgroups of `run_id`, where there are
@@ -238,27 +399,41 @@ impl Drop for V1Cgroup {
 pub fn remove_run(run_id: &str) -> Result<(), CgroupError> {
     super::check_run_id(run_id)?;
     for h in Hierarchy::ALL {
-        if let Some(m) = mount(h) {
-            super::remove_tree(&m.join(PARENT).join(run_id))?;
+        if let Some(dir) = find_run(h, run_id) {
+            super::remove_tree(&dir)?;
+            remove_parent_unless_root(h, &dir);
         }
     }
     Ok(())
+}
+
+/// After `dir` (a run's cgroup) went: its `lockrun/`, where that is not
+/// the hierarchy root's and holds no other run's.
+fn remove_parent_unless_root(h: Hierarchy, dir: &Path) {
+    let (Some(parent), Some(mount)) = (dir.parent(), mount(h)) else {
+        return;
+    };
+    if parent != mount.join(PARENT) {
+        remove_if_unused(parent);
+    }
 }
 
 /// A v1 cgroup `lockrun gc` found without its run.
 #[derive(Debug)]
 pub struct Orphan {
     pub hierarchy: Hierarchy,
+    /// Where it was.
+    pub path: PathBuf,
     pub run_id: String,
     /// Why it could not be removed (a process still in it); `None` once
     /// removed.
     pub kept: Option<io::Error>,
 }
 
-/// gc: the v1 cgroups (`<hierarchy>/lockrun/<run-id>`) whose run has no
-/// cgroup in the unified hierarchy, removed: left by a lockrun killed
-/// between removing the one and the other. One whose unified cgroup
-/// exists is never touched.
+/// gc: the v1 cgroups (`<cgroup>/lockrun/<run-id>`, beneath the cgroup
+/// lockrun ran in) whose run has no cgroup in the unified hierarchy,
+/// removed: left by a lockrun killed between removing the one and the
+/// other. One whose unified cgroup exists is never touched.
 #[must_use]
 pub fn reap_orphans() -> Vec<Orphan> {
     let mut found = Vec::new();
@@ -266,21 +441,27 @@ pub fn reap_orphans() -> Vec<Orphan> {
         let Some(mount) = mount(hierarchy) else {
             continue;
         };
-        let top = mount.join(PARENT);
-        for run_id in crate::bpf::list_dir(&top) {
-            if !matches!(super::find_run(&run_id), Ok(None)) {
-                continue;
+        for top in parents(&mount) {
+            for run_id in crate::bpf::list_dir(&top) {
+                if !matches!(super::find_run(&run_id), Ok(None)) {
+                    continue;
+                }
+                let path = top.join(&run_id);
+                let kept = match fs::remove_dir(&path) {
+                    Ok(()) => None,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => Some(e),
+                };
+                found.push(Orphan {
+                    hierarchy,
+                    path,
+                    run_id,
+                    kept,
+                });
             }
-            let kept = match fs::remove_dir(top.join(&run_id)) {
-                Ok(()) => None,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => Some(e),
-            };
-            found.push(Orphan {
-                hierarchy,
-                run_id,
-                kept,
-            });
+            if top != mount.join(PARENT) {
+                remove_if_unused(&top);
+            }
         }
     }
     found
@@ -308,6 +489,16 @@ mod tests {
         );
     }
 
+    /// Where `from_mountinfo` finds the hierarchy, and lockrun's cgroup
+    /// in it, or the path `/proc/self/cgroup` gave for it.
+    fn place(
+        info: &str,
+        controller: &str,
+        own: &str,
+    ) -> Option<(PathBuf, Result<PathBuf, String>)> {
+        from_mountinfo(info, controller, Some(own.to_owned())).map(|f| (f.mount, f.own))
+    }
+
     #[test]
     fn finds_a_v1_hierarchy_by_its_controller_only() {
         let hybrid = "25 24 0:22 / /sys/fs/cgroup ro - tmpfs tmpfs ro,mode=755\n\
@@ -315,23 +506,81 @@ mod tests {
                       30 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
                       31 25 0:28 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
                       32 25 0:29 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n";
+        let pids = PathBuf::from("/sys/fs/cgroup/pids");
+        let found = place(hybrid, "pids", "/");
+        assert_eq!(found, Some((pids.clone(), Ok(pids.clone()))));
+        // Shown as it is: no `/` after it.
+        assert_eq!(found.unwrap().1.unwrap().as_os_str(), pids.as_os_str());
+        let memory = PathBuf::from("/sys/fs/cgroup/memory");
         assert_eq!(
-            parse_mount(hybrid, "pids"),
-            Some(PathBuf::from("/sys/fs/cgroup/pids"))
-        );
-        assert_eq!(
-            parse_mount(hybrid, "memory"),
-            Some(PathBuf::from("/sys/fs/cgroup/memory"))
+            place(hybrid, "memory", "/ci/job 7"),
+            Some((memory.clone(), Ok(memory.join("ci/job 7"))))
         );
         let pure = "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(parse_mount(pure, "pids"), None);
+        assert_eq!(place(pure, "pids", "/"), None);
         // A hierarchy named like the controller is not it.
         let named = "27 25 0:24 / /sys/fs/cgroup/x rw - cgroup cgroup rw,name=pids\n";
-        assert_eq!(parse_mount(named, "pids"), None);
+        assert_eq!(place(named, "pids", "/"), None);
         let shared = "31 25 0:28 / /mnt/cg\\040pids rw - cgroup cgroup rw,pids,memory\n";
         assert_eq!(
-            parse_mount(shared, "memory"),
-            Some(PathBuf::from("/mnt/cg pids"))
+            place(shared, "memory", "/a").map(|p| p.1),
+            Some(Ok(PathBuf::from("/mnt/cg pids/a")))
         );
+    }
+
+    #[test]
+    fn lockruns_own_cgroup_is_found_only_within_the_part_mounted() {
+        // A container's: its own cgroup's directory mounted, not the root.
+        let part = "40 31 0:35 /docker/c1 /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        let at = PathBuf::from("/sys/fs/cgroup/memory");
+        assert_eq!(
+            place(part, "memory", "/docker/c1").map(|p| p.1),
+            Some(Ok(at.clone()))
+        );
+        assert_eq!(
+            place(part, "memory", "/docker/c1/build").map(|p| p.1),
+            Some(Ok(at.join("build")))
+        );
+        // Outside the part mounted, or outside lockrun's cgroup namespace
+        // (`..`): nowhere to put a run's cgroup beneath it.
+        assert_eq!(
+            place(part, "memory", "/docker/c2").map(|p| p.1),
+            Some(Err("/docker/c2".to_owned()))
+        );
+        assert_eq!(
+            place(part, "memory", "/docker/c1/../c2").map(|p| p.1),
+            Some(Err("/docker/c1/../c2".to_owned()))
+        );
+        let root = "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(
+            place(root, "memory", "/../../x").map(|p| p.1),
+            Some(Err("/../../x".to_owned()))
+        );
+        let err = CgroupError::OutsideTheMount {
+            hierarchy: Hierarchy::Memory,
+            own: "/docker/c2".to_owned(),
+            mount: at,
+        }
+        .to_string();
+        assert!(
+            err.starts_with("lockrun's own memory cgroup, /docker/c2, is not within the v1 memory hierarchy mounted at /sys/fs/cgroup/memory")
+                && err.contains("set max_memory = \"unlimited\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn reads_the_cgroup_of_a_controller_from_proc_self_cgroup() {
+        let text = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/1653\n\
+                    3:cpu,cpuacct:/a:b\n0::/\n";
+        assert_eq!(
+            own_path(text, "memory").as_deref(),
+            Some("/process_api/1653")
+        );
+        assert_eq!(own_path(text, "pids").as_deref(), Some("/"));
+        // A path may hold a colon; `name=` hierarchies and v2's line are
+        // not a controller's.
+        assert_eq!(own_path(text, "cpuacct").as_deref(), Some("/a:b"));
+        assert_eq!(own_path(text, "systemd"), None);
     }
 }

@@ -273,8 +273,27 @@ pub fn summarize(
 }
 
 /// The forks refused at the run's task limit: one refusal, counted by the
-/// kernel (which names no process), and the limit twice as high.
-fn task_limit_refusal(limit: u32, refused: u64) -> Refusal {
+/// kernel (which names no process), and the limit twice as high; refused
+/// above the run, no higher limit, but why.
+fn task_limit_refusal(limit: u32, refused: u64, ran_out: crate::cgroup::RanOut) -> Refusal {
+    if ran_out == crate::cgroup::RanOut::AboveTheRun {
+        return Refusal {
+            layer: Layer::Tasks,
+            target: "tasks run out above the run".to_owned(),
+            detail: format!(
+                "fork or clone refused with EAGAIN, the run below its own limit of {limit} tasks"
+            ),
+            count: refused,
+            processes: Vec::new(),
+            suggestion: Suggestion::Explain {
+                reason: "a cgroup's task limit that lockrun is in (its caller's, e.g. a CI job's \
+                         or a service's) was reached, which holds its runs too: a higher \
+                         max_tasks would not have helped; a higher limit there, or fewer tasks \
+                         beside the run, would"
+                    .to_owned(),
+            },
+        };
+    }
     Refusal {
         layer: Layer::Tasks,
         target: format!("the run's limit of {limit} tasks"),
@@ -304,9 +323,9 @@ fn memory_limit_refusal(
     limit: u64,
     killed: u64,
     peak: Option<u64>,
-    ran_out: crate::cgroup::memory::RanOut,
+    ran_out: crate::cgroup::RanOut,
 ) -> Refusal {
-    use crate::cgroup::memory::RanOut;
+    use crate::cgroup::RanOut;
     let peak = peak.map_or_else(String::new, |p| {
         format!("; the run's peak was {}", crate::policy::size(p))
     });
@@ -428,9 +447,11 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 run.inbound_not_itemized += count;
                 run.inbound_per_cpu = *per_cpu;
             }
-            Event::TaskLimit { limit, refused } => {
-                run.push_counted(task_limit_refusal(*limit, *refused));
-            }
+            Event::TaskLimit {
+                limit,
+                refused,
+                ran_out,
+            } => run.push_counted(task_limit_refusal(*limit, *refused, *ran_out)),
             Event::MemoryLimit {
                 limit,
                 killed,
@@ -1375,7 +1396,7 @@ mod tests {
     /// where memory ran out above the run: a higher limit would not help.
     #[test]
     fn memory_kills_suggest_a_higher_limit_only_where_the_run_reached_its_own() {
-        use crate::cgroup::memory::RanOut;
+        use crate::cgroup::RanOut;
         let at = memory_limit_refusal(64 << 20, 1, Some(63 << 20), RanOut::AtTheRunsLimit);
         assert!(
             matches!(&at.suggestion, Suggestion::Allow { policy, .. } if policy == "[run]\nmax_memory = \"128MiB\""),
@@ -1398,6 +1419,39 @@ mod tests {
         };
         assert!(
             reason.contains("a higher max_memory would not have helped"),
+            "{reason}"
+        );
+    }
+
+    /// Forks refused at the run's limit get the limit doubled; refused
+    /// above the run, no line: a higher limit would not help.
+    #[test]
+    fn refused_forks_suggest_a_higher_limit_only_where_the_run_reached_its_own() {
+        use crate::cgroup::RanOut;
+        let at = task_limit_refusal(16, 1, RanOut::AtTheRunsLimit);
+        assert!(
+            matches!(&at.suggestion, Suggestion::Allow { policy, .. } if policy == "[run]\nmax_tasks = 32"),
+            "{:?}",
+            at.suggestion
+        );
+        assert_eq!(at.target, "the run's limit of 16 tasks");
+        let above = task_limit_refusal(4096, 7, RanOut::AboveTheRun);
+        assert_eq!(
+            (above.target.as_str(), above.count),
+            ("tasks run out above the run", 7)
+        );
+        assert!(
+            above
+                .detail
+                .ends_with("the run below its own limit of 4096 tasks"),
+            "{}",
+            above.detail
+        );
+        let Suggestion::Explain { reason } = &above.suggestion else {
+            panic!("{:?}", above.suggestion);
+        };
+        assert!(
+            reason.contains("a higher max_tasks would not have helped"),
             "{reason}"
         );
     }

@@ -42,16 +42,14 @@ pub fn main(args: &GcArgs) -> i32 {
             // Task- and memory-limit cgroups of v1 hierarchies whose
             // run's cgroup is gone (a lockrun killed between the two).
             for o in crate::cgroup::v1::reap_orphans() {
-                let (what, id) = (o.hierarchy.what(), &o.run_id);
+                let (what, id, at) = (o.hierarchy.what(), &o.run_id, o.path.display());
                 let line = match o.kept {
-                    None => {
-                        format!("reaped the {what} cgroup of run {id}: its run's cgroup is gone")
-                    }
-                    Some(e) => {
-                        format!(
-                            "kept the {what} cgroup of run {id}, whose run's cgroup is gone: {e}"
-                        )
-                    }
+                    None => format!(
+                        "reaped the {what} cgroup of run {id} ({at}): its run's cgroup is gone"
+                    ),
+                    Some(e) => format!(
+                        "kept the {what} cgroup of run {id} ({at}), whose run's cgroup is gone: {e}"
+                    ),
                 };
                 println!("{line}");
             }

@@ -1028,8 +1028,12 @@ async fn run(
             // The forks refused at the run's task limit, counted by the
             // kernel until the last task of the run was gone.
             match cgroup.tasks_refused() {
-                Some(Ok((limit, refused))) if refused > 0 => {
-                    audit.record(Event::TaskLimit { limit, refused });
+                Some(Ok((limit, refused, ran_out))) if refused > 0 => {
+                    audit.record(Event::TaskLimit {
+                        limit,
+                        refused,
+                        ran_out,
+                    });
                 }
                 Some(Err(e)) => teardown_errors.push(format!(
                     "reading the forks refused at the run's task limit: {}",
