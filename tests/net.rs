@@ -569,7 +569,7 @@ fn a_full_ring_buffer_is_counted_not_silent() {
     };
     assert_eq!(run.probe(&["flood", "127.0.0.1", "9"]), "ok");
     let cg = run.cg.take().unwrap();
-    cg.remove().unwrap();
+    cg.remove().unwrap().remove().unwrap();
     let counters = run.hooks.take().unwrap().finish(&run.audit).unwrap();
     let delivered = support::read_events(&run.audit_path).len() as u64;
     assert_eq!(counters.total(), 3000, "{counters:?}");
@@ -649,7 +649,7 @@ fn the_run_cgroup_is_not_made_writable() {
     let parent = std::fs::metadata(cg.path().parent().unwrap()).unwrap();
     assert_eq!(parent.permissions().mode() & 0o022, 0);
     let path = cg.path().to_path_buf();
-    cg.remove().unwrap();
+    cg.remove().unwrap().remove().unwrap();
     assert!(!path.exists());
 }
 

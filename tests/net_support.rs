@@ -139,7 +139,9 @@ impl Run {
     /// Tear down like the run flow and check that nothing is left.
     pub fn finish(mut self) -> Vec<KernelNetEvent> {
         let cg = self.cg.take().unwrap();
-        cg.remove().expect("remove the run cgroup");
+        cg.remove()
+            .and_then(lockrun::cgroup::Limits::remove)
+            .expect("remove the run cgroup");
         let counters = self
             .hooks
             .take()

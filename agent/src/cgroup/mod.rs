@@ -554,17 +554,37 @@ impl RunCgroup {
     }
 
     /// Teardown: `cgroup.kill`, wait until `cgroup.events` says `populated 0`,
-    /// rmdir (and the limits' v1 cgroups after it: the memory limit's
-    /// first, which may be in the task limit's).
-    pub fn remove(mut self) -> Result<(), CgroupError> {
+    /// rmdir. The limits' v1 cgroups, empty with it, are for the caller to
+    /// remove after it ([`Limits::remove`]; beside the rest of teardown).
+    pub fn remove(mut self) -> Result<Limits, CgroupError> {
         self.removed = true;
         if let Err(e) = kill_and_remove(&self.path) {
             // Still populated: the v1 ones are too, and left with it.
             self.leave_limits();
             return Err(e);
         }
-        let memory = self.memory.take().map_or(Ok(()), memory::MemoryCap::remove);
-        let tasks = self.tasks.take().map_or(Ok(()), pids::TaskCap::remove);
+        Ok(Limits {
+            memory: self.memory.take(),
+            tasks: self.tasks.take(),
+        })
+    }
+}
+
+/// A run's limits' v1 cgroups, once the run's cgroup is gone (so is every
+/// process of it). Dropped before [`Self::remove`], they are removed.
+#[derive(Debug)]
+#[must_use]
+pub struct Limits {
+    memory: Option<memory::MemoryCap>,
+    tasks: Option<pids::TaskCap>,
+}
+
+impl Limits {
+    /// rmdir each: the memory limit's first, which may be in the task
+    /// limit's.
+    pub fn remove(self) -> Result<(), CgroupError> {
+        let memory = self.memory.map_or(Ok(()), memory::MemoryCap::remove);
+        let tasks = self.tasks.map_or(Ok(()), pids::TaskCap::remove);
         memory.and(tasks)
     }
 }

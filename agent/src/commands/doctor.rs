@@ -152,7 +152,9 @@ fn attach_probe() -> Result<String, String> {
         }
         Err(e) => Err(e),
     };
-    cg.remove().map_err(|e| e.to_string())?;
+    cg.remove()
+        .and_then(crate::cgroup::Limits::remove)
+        .map_err(|e| e.to_string())?;
     result
 }
 

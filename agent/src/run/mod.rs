@@ -1064,9 +1064,16 @@ async fn run(
             Err(e)
         }
     };
-    if let Err(e) = removed {
-        teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
-    }
+    // Its limits' v1 cgroups, empty with it, go beside (an rmdir of a
+    // memory cgroup takes ~40 µs here, and one beneath the caller's, its
+    // `lockrun/` too).
+    let limits_removed = match removed {
+        Ok(limits) => Some(beside.run(move || limits.remove())),
+        Err(e) => {
+            teardown_errors.push(format!("removing the run's cgroup: {}", chain(&e)));
+            None
+        }
+    };
     // No task of the run is left: the audit stream's end can be marked now,
     // and the kernel queues it while the rest is torn down.
     let mut kernel_audit = kernel_audit;
@@ -1111,6 +1118,9 @@ async fn run(
     }
     if let Some(k) = kernel_audit {
         k.finish();
+    }
+    if let Some(Some(Err(e))) = limits_removed.map(beside::Pending::wait) {
+        teardown_errors.push(format!("removing the run's limits' cgroups: {}", chain(&e)));
     }
     tracing::debug!("10. torn down");
     for e in &teardown_errors {
