@@ -27,7 +27,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use limits::{records, run_id, text};
+use limits::{records, run_id, text, TestCgroup};
 use lockrun::audit::Event;
 use lockrun::cgroup::v1::{self, Hierarchy};
 use lockrun::cgroup::RanOut;
@@ -336,57 +336,22 @@ fn the_oom_killer_takes_the_runs_processes_before_lockrun_and_the_caller() {
 }
 
 /// A memory cgroup of the test's own in the v1 hierarchy, limited to
-/// `limit` bytes; whatever is still in it is killed and it is removed when
-/// dropped.
-struct TestMemcg(PathBuf);
-
-impl TestMemcg {
-    fn new(name: &str, limit: u64) -> Option<Self> {
-        let dir = v1::mount(Hierarchy::Memory)?.join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap();
-        let cg = Self(dir);
-        std::fs::write(cg.0.join("memory.limit_in_bytes"), limit.to_string()).unwrap();
-        Some(cg)
-    }
-
-    /// A shell line that moves the shell into this cgroup, then execs its
-    /// arguments.
-    fn wrapper(&self) -> [String; 4] {
-        [
-            "sh".to_owned(),
-            "-c".to_owned(),
-            format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.0.display()),
-            "sh".to_owned(),
-        ]
-    }
-
-    fn oom_kills(&self) -> u64 {
-        std::fs::read_to_string(self.0.join("memory.oom_control"))
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill ")?.parse().ok())
-            .unwrap()
-    }
+/// `limit` bytes.
+fn test_memcg(name: &str, limit: u64) -> Option<TestCgroup> {
+    TestCgroup::new(
+        Hierarchy::Memory,
+        name,
+        &[("memory.limit_in_bytes", limit.to_string())],
+    )
 }
 
-impl Drop for TestMemcg {
-    fn drop(&mut self) {
-        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let start = Instant::now();
-        while std::fs::remove_dir(&self.0).is_err() && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!self.0.exists(), "{} left behind", self.0.display());
-    }
+/// The kernel's count of OOM kills in the v1 memory cgroup `cg`.
+fn oom_kills(cg: &TestCgroup) -> u64 {
+    std::fs::read_to_string(cg.0.join("memory.oom_control"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.parse().ok())
+        .unwrap()
 }
 
 /// Holds `MiB` MiB (touched) and says so, until stdin closes.
@@ -411,7 +376,7 @@ print('still here', flush=True)
 #[test]
 fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
     let test = "out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside";
-    let Some(memcg) = TestMemcg::new("lockrun-test-oom", 256 << 20) else {
+    let Some(memcg) = test_memcg("lockrun-test-oom", 256 << 20) else {
         skip::skip(
             test,
             "no v1 memory hierarchy to make a cgroup of the test's own in",
@@ -437,7 +402,7 @@ fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
         .output()
         .unwrap();
     let (stdout, stderr) = text(&out);
-    let kills = memcg.oom_kills();
+    let kills = oom_kills(&memcg);
     // The process outside: alive, and answering.
     hog.stdin.take().unwrap().write_all(b"").unwrap();
     let hog_status = hog.wait().unwrap();
@@ -468,7 +433,7 @@ fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
 #[test]
 fn the_memory_limit_on_lockruns_caller_holds_its_runs_too() {
     let test = "the_memory_limit_on_lockruns_caller_holds_its_runs_too";
-    let Some(memcg) = TestMemcg::new("lockrun-test-caller-limit", 128 << 20) else {
+    let Some(memcg) = test_memcg("lockrun-test-caller-limit", 128 << 20) else {
         skip::skip(
             test,
             "no v1 memory hierarchy to make a cgroup of the test's own in",

@@ -17,7 +17,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use limits::{records, run_id, text};
+use limits::{records, run_id, text, TestCgroup};
 use lockrun::audit::Event;
 use lockrun::cgroup::RanOut;
 use python::python3;
@@ -63,6 +63,22 @@ fn limit_cgroup(run_id: &str) -> Option<PathBuf> {
         return Some(v1::own(Hierarchy::Pids).ok()?.join("lockrun").join(run_id));
     }
     lockrun::cgroup::find_run(run_id).ok().flatten()
+}
+
+/// The run's `task_limit` events: each the limit, the forks refused, and
+/// where the tasks ran out.
+fn task_limit_events(log: &Path) -> Vec<(u32, u64, RanOut)> {
+    records(log)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TaskLimit {
+                limit,
+                refused,
+                ran_out,
+            } => Some((limit, refused, ran_out)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// [`FORKS`] asking for 40 children in a run under `max_tasks`, logged to
@@ -201,16 +217,9 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let refused = records(&log).into_iter().find_map(|e| match e {
-        Event::TaskLimit {
-            limit,
-            refused,
-            ran_out,
-        } => Some((limit, refused, ran_out)),
-        _ => None,
-    });
+    let refused = task_limit_events(&log);
     assert!(
-        matches!(refused, Some((64, n, RanOut::AtTheRunsLimit)) if n > 0),
+        matches!(refused[..], [(64, n, RanOut::AtTheRunsLimit)] if n > 0),
         "{refused:?}; pids.events during the run: {refused_so_far}\n{stderr}"
     );
     assert!(
@@ -320,30 +329,22 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
 /// (`<pids>/lockrun/<run-id>`, as before), the run forked all 60.
 #[test]
 fn the_task_limit_on_lockruns_caller_holds_its_runs_too() {
-    use lockrun::cgroup::v1::{self, Hierarchy};
+    use lockrun::cgroup::v1::Hierarchy;
     let test = "the_task_limit_on_lockruns_caller_holds_its_runs_too";
-    let Some(mount) = v1::mount(Hierarchy::Pids) else {
+    let Some(caller) = TestCgroup::new(
+        Hierarchy::Pids,
+        "lockrun-test-caller-tasks",
+        &[("pids.max", "40".to_owned())],
+    ) else {
         skip::skip(
             test,
             "no v1 pids hierarchy to make a cgroup of the test's own in",
         );
         return;
     };
-    let caller =
-        TestCgroup(mount.join(format!("lockrun-test-caller-tasks-{}", std::process::id())));
-    std::fs::create_dir(&caller.0).unwrap();
-    std::fs::write(caller.0.join("pids.max"), "40").unwrap();
     let w = World::new("tasks-caller-limit");
     let limit = policy(&w, "64");
-    let wrapper = [
-        "sh".to_owned(),
-        "-c".to_owned(),
-        format!(
-            "echo $$ > {}/cgroup.procs && exec \"$@\"",
-            caller.0.display()
-        ),
-        "sh".to_owned(),
-    ];
+    let wrapper = caller.wrapper();
     let under = |want: &str, log: &Path| {
         let out = w
             .cmd_under(
@@ -387,17 +388,7 @@ fn the_task_limit_on_lockruns_caller_holds_its_runs_too() {
         ),
         "{stderr}"
     );
-    let events: Vec<_> = records(&log)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::TaskLimit {
-                limit,
-                refused,
-                ran_out,
-            } => Some((limit, refused, ran_out)),
-            _ => None,
-        })
-        .collect();
+    let events = task_limit_events(&log);
     assert!(
         matches!(events[..], [(64, n, RanOut::AboveTheRun)] if n > 0),
         "{events:?}"
@@ -407,28 +398,4 @@ fn the_task_limit_on_lockruns_caller_holds_its_runs_too() {
         "left beneath the caller's cgroup"
     );
     limits::assert_gone(&run_id(&log).unwrap());
-}
-
-/// A cgroup of the test's own; whatever is still in it is killed and it is
-/// removed when dropped.
-struct TestCgroup(PathBuf);
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let start = Instant::now();
-        while std::fs::remove_dir(&self.0).is_err() && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!self.0.exists(), "{} left behind", self.0.display());
-    }
 }

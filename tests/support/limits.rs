@@ -1,8 +1,9 @@
 //! What the run-limit tests (tasks, memory) read of a run: its audit log
 //! and its output.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::{Duration, Instant};
 
 use lockrun::audit::{Event, Record};
 
@@ -80,4 +81,57 @@ pub fn text(out: &Output) -> (String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A cgroup of the test's own in a v1 hierarchy, made with each
+/// `(file, value)` of its settings written; whatever is still in it is
+/// killed and it is removed when dropped.
+pub struct TestCgroup(pub PathBuf);
+
+impl TestCgroup {
+    /// `<h>/<name>-<pid>`; `None` where `h` has no v1 hierarchy here.
+    pub fn new(
+        h: lockrun::cgroup::v1::Hierarchy,
+        name: &str,
+        settings: &[(&str, String)],
+    ) -> Option<Self> {
+        let dir = lockrun::cgroup::v1::mount(h)?.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let cg = Self(dir);
+        for (file, value) in settings {
+            std::fs::write(cg.0.join(file), value).unwrap();
+        }
+        Some(cg)
+    }
+
+    /// A shell line that moves the shell into this cgroup, then execs its
+    /// arguments.
+    pub fn wrapper(&self) -> [String; 4] {
+        [
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.0.display()),
+            "sh".to_owned(),
+        ]
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let start = Instant::now();
+        while std::fs::remove_dir(&self.0).is_err() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!self.0.exists(), "{} left behind", self.0.display());
+    }
 }
