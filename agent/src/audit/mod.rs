@@ -1003,8 +1003,6 @@ fn show_dest(d: &Destination) -> String {
     }
 }
 
-/// The summary's line for processes of the run the kernel killed out of
-/// memory, saying where it ran out.
 /// The summary's line for forks and clones refused: at the run's task
 /// limit, or above the run.
 fn tasks_refused_line(limit: u32, refused: u64, ran_out: crate::cgroup::RanOut) -> String {
@@ -1023,6 +1021,8 @@ fn tasks_refused_line(limit: u32, refused: u64, ran_out: crate::cgroup::RanOut) 
     )
 }
 
+/// The summary's line for processes of the run the kernel killed out of
+/// memory, saying where it ran out.
 fn out_of_memory_line(limit: u64, killed: u64, ran_out: crate::cgroup::RanOut) -> String {
     use crate::cgroup::RanOut;
     let limit = crate::policy::size(limit);

@@ -221,11 +221,8 @@ pub fn available(h: Hierarchy, limit_file: &str) -> Result<String, CgroupError> 
 /// [`Self::remove`] or [`Self::leave`], it is removed (an early error).
 #[derive(Debug)]
 pub struct V1Cgroup {
+    hierarchy: Hierarchy,
     dir: PathBuf,
-    /// Its parent `lockrun/`, where that is beneath lockrun's own cgroup
-    /// rather than the hierarchy's root: removed once no run is in it, so
-    /// that whoever made lockrun's cgroup can remove it.
-    parent: Option<PathBuf>,
     join: Option<OwnedFd>,
     removed: bool,
 }
@@ -272,11 +269,10 @@ impl V1Cgroup {
                 Err(source) => return Err(CgroupError::Mkdir { path: dir, source }),
             }
         }
-        let at_root = found(h).is_some_and(|f| f.mount == own);
         // From here on, Drop removes it.
         let mut cg = Self {
+            hierarchy: h,
             dir,
-            parent: (!at_root).then_some(top),
             join: None,
             removed: false,
         };
@@ -315,10 +311,15 @@ impl V1Cgroup {
 
     /// Teardown, once the run's cgroup is empty.
     pub fn remove(mut self) -> Result<(), CgroupError> {
+        self.take_down()
+    }
+
+    /// rmdir it, and its `lockrun/` once no run is in it.
+    fn take_down(&mut self) -> Result<(), CgroupError> {
         self.removed = true;
         super::remove_tree(&self.dir)?;
-        if let Some(parent) = &self.parent {
-            remove_if_unused(parent);
+        if let Some(top) = self.dir.parent() {
+            remove_emptied_parent(self.hierarchy, top);
         }
         Ok(())
     }
@@ -329,28 +330,27 @@ impl V1Cgroup {
 impl Drop for V1Cgroup {
     fn drop(&mut self) {
         if !self.removed {
-            match super::remove_tree(&self.dir) {
-                Ok(()) => {
-                    if let Some(parent) = &self.parent {
-                        remove_if_unused(parent);
-                    }
-                }
-                Err(e) => tracing::warn!("cleaning up {}: {e}", self.dir.display()),
+            if let Err(e) = self.take_down() {
+                tracing::warn!("cleaning up {}: {e}", self.dir.display());
             }
         }
     }
 }
 
-/// rmdir a `lockrun/` beneath another cgroup than the hierarchy's root,
-/// unless a run's cgroup is still in it (`EBUSY`), or another run's
+/// rmdir `top`, a `lockrun/` in `h`, where it is beneath another cgroup
+/// than the hierarchy's root (so that whoever made that cgroup can remove
+/// it), unless a run's cgroup is still in it (`EBUSY`), or another run's
 /// teardown removed it first.
-fn remove_if_unused(parent: &Path) {
-    match fs::remove_dir(parent) {
+fn remove_emptied_parent(h: Hierarchy, top: &Path) {
+    if mount(h).is_none_or(|m| top == m.join(PARENT)) {
+        return;
+    }
+    match fs::remove_dir(top) {
         Ok(()) => {}
         Err(e)
             if e.kind() == io::ErrorKind::NotFound
                 || matches!(e.raw_os_error(), Some(libc::EBUSY | libc::ENOTEMPTY)) => {}
-        Err(e) => tracing::debug!("leaving {}: {e}", parent.display()),
+        Err(e) => tracing::debug!("leaving {}: {e}", top.display()),
     }
 }
 
@@ -401,21 +401,12 @@ pub fn remove_run(run_id: &str) -> Result<(), CgroupError> {
     for h in Hierarchy::ALL {
         if let Some(dir) = find_run(h, run_id) {
             super::remove_tree(&dir)?;
-            remove_parent_unless_root(h, &dir);
+            if let Some(top) = dir.parent() {
+                remove_emptied_parent(h, top);
+            }
         }
     }
     Ok(())
-}
-
-/// After `dir` (a run's cgroup) went: its `lockrun/`, where that is not
-/// the hierarchy root's and holds no other run's.
-fn remove_parent_unless_root(h: Hierarchy, dir: &Path) {
-    let (Some(parent), Some(mount)) = (dir.parent(), mount(h)) else {
-        return;
-    };
-    if parent != mount.join(PARENT) {
-        remove_if_unused(parent);
-    }
 }
 
 /// A v1 cgroup `lockrun gc` found without its run.
@@ -459,9 +450,7 @@ pub fn reap_orphans() -> Vec<Orphan> {
                     kept,
                 });
             }
-            if top != mount.join(PARENT) {
-                remove_if_unused(&top);
-            }
+            remove_emptied_parent(hierarchy, &top);
         }
     }
     found
