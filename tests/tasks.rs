@@ -161,13 +161,17 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
     let w = World::new("tasks-bomb");
     let log = w.root.join("audit.jsonl");
     let limit = policy(&w, "64");
-    // The bomb, then the command waits without forking (bash retries a
-    // refused fork, so the run stays at its limit); its end ends the run,
-    // whose teardown kills what is left of the bomb.
+    // The bomb, started by the command's one fork, then the command waits
+    // without forking (bash retries a refused fork, so the run stays at its
+    // limit); its end ends the run, whose teardown kills what is left of
+    // the bomb. Not `f; exec sleep 3`: there the command forks twice, once
+    // for each side of `f|f`, and on a busy machine the first side's bomb
+    // filled the run before the second fork, which bash gave up on after
+    // ~15 s of retries, failing the command.
     let child = w
         .cmd(
             &["--policy", s(&limit), "--audit-log", s(&log)],
-            &["bash", "-c", "f(){ f|f& }; f; exec sleep 3"],
+            &["bash", "-c", "f(){ f|f& }; f & exec sleep 3"],
         )
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -216,7 +220,7 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
     let refused_so_far = std::fs::read_to_string(cg.join("pids.events")).unwrap();
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
     let refused = task_limit_events(&log);
     assert!(
         matches!(refused[..], [(64, n, RanOut::AtTheRunsLimit)] if n > 0),
