@@ -715,12 +715,25 @@ async fn run(
     tracing::debug!("1. run dir {}", dir.id());
     let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
 
-    // 3. the Landlock ruleset: its walk (~0.7 ms here, about as long as
-    //    steps 2 and 4–7 together) starts now on another CPU, beside them
-    //    (see `beside`). A policy asking for more Landlock than the kernel
-    //    has is refused first, before any kernel object exists.
+    // A policy asking for more Landlock than the kernel has is refused
+    // first, before any kernel object exists.
     prepare_writable(policy, dir.tmp());
     crate::fs::check_abi(policy)?;
+    // 7. filesystem refusals: Landlock reports them to kernel audit. Its
+    //    reader starts beside, first: it then has until the spawn to take
+    //    its baseline (the audit's lost count), which the spawn waits for.
+    let kernel_audit = {
+        let (audit, run_id) = (audit.clone(), dir.id().to_owned());
+        beside.run(move || {
+            let started = crate::audit::kernel::KernelAudit::start(audit, &run_id);
+            tracing::debug!("7. kernel audit reader started");
+            started
+        })
+    };
+
+    // 3. the Landlock ruleset: its walk (~0.4–0.7 ms here, about as long as
+    //    steps 2 and 4–6 together) starts next on another CPU, beside them
+    //    (see `beside`).
     let walk = {
         let (policy, tmp, runs_dir) = (policy.clone(), dir.tmp().to_owned(), runs_dir.clone());
         beside.run(move || {
@@ -736,7 +749,16 @@ async fn run(
                 Ok((fs, linked))
             });
             tracing::debug!("3. the denied files' other names marked");
-            (fs, made)
+            // The machine's secrets to mask, and what masks them: a few
+            // `lstat`s, here while the main thread still has steps 4–7.
+            let secrets = crate::fs::machine_secrets();
+            let sealed = if secrets.is_empty() {
+                Ok(None)
+            } else {
+                Sealed::in_state_dir(&policy.run.state_dir).map(Some)
+            };
+            tracing::debug!("3. the machine's secrets found");
+            (fs, made, secrets, sealed)
         })
     };
 
@@ -823,18 +845,10 @@ async fn run(
         tracing::debug!("7. watchdog started (pid {})", watchdog.pid());
         Ok((k, watchdog, queues))
     });
-    // The machine's secrets to mask, and what masks them: a few `lstat`s,
-    // while the walk finishes (it is the longer).
-    let secrets = crate::fs::machine_secrets();
-    let sealed = if secrets.is_empty() {
-        Ok(None)
-    } else {
-        Sealed::in_state_dir(&policy.run.state_dir).map(Some)
+    let kernel_audit_started = kernel_audit.wait();
+    let Some((fs, made, secrets, sealed)) = walk.wait() else {
+        return Err(FsError::WalkPanicked.into());
     };
-    tracing::debug!("7. the machine's secrets found");
-    let (fs, made) = walk
-        .wait()
-        .map_or((Err(FsError::WalkPanicked), None), |(fs, made)| (fs, made));
     let ((kernel, watchdog, queues), (fs, linked)) = match (kernel, fs) {
         (Ok(kernel), Ok(fs)) => (kernel, fs),
         (_, Err(e)) => return Err(e.into()),
@@ -850,8 +864,25 @@ async fn run(
         proxy,
         proxy_env,
         mut hooks,
-        kernel_audit,
     } = kernel;
+    // Last, so that it drops first, as the last step set up.
+    let kernel_audit = match kernel_audit_started {
+        Some(Ok(k)) => Some(k),
+        Some(Err(e)) => {
+            audit.record(Event::Notice {
+                layer: crate::audit::Layer::Filesystem,
+                message: format!("filesystem refusals are not collected: {e}"),
+            });
+            None
+        }
+        None => {
+            audit.record(Event::Notice {
+                layer: crate::audit::Layer::Filesystem,
+                message: "filesystem refusals are not collected: starting the kernel audit reader panicked".into(),
+            });
+            None
+        }
+    };
     // A denied path inside a writable dir: the dir cannot be granted whole,
     // and the refusals it brings are explained before they happen.
     for n in fs.narrowed() {
@@ -1245,9 +1276,10 @@ fn callers_terminal(own: &[crate::fs::OwnFs]) -> Option<PathBuf> {
     })
 }
 
-/// What steps 3–7 made, in setup order: the seccomp filter, the listener's
+/// What steps 3–6 made, in setup order: the seccomp filter, the listener's
 /// socketpair, the cgroup, the proxy and its variables, the hooks'
-/// registration, the kernel audit reader. Each tears itself down on drop.
+/// registration (step 7's kernel audit reader starts beside). Each tears
+/// itself down on drop.
 struct KernelSide {
     seccomp: seccompiler::BpfProgram,
     listener_rx: std::os::fd::OwnedFd,
@@ -1260,17 +1292,14 @@ struct KernelSide {
     proxy: Option<crate::proxy::RunningProxy>,
     proxy_env: Vec<(OsString, OsString)>,
     hooks: Option<crate::bpf::NetworkHooks>,
-    kernel_audit: Option<crate::audit::kernel::KernelAudit>,
 }
 
-/// Steps 3 (seccomp) to 7, run while the Landlock walk goes on beside.
+/// Steps 3 (seccomp) to 6, run while the Landlock walk goes on beside.
 fn kernel_side(
     policy: &Policy,
     dir: &RunDir,
     audit: &std::sync::Arc<crate::audit::AuditLog>,
 ) -> Result<KernelSide, RunError> {
-    use crate::audit::Event;
-
     // 3. the seccomp filters (the Landlock ruleset is on its way, above).
     let seccomp = crate::seccomp::combined()?;
     tracing::debug!("3. seccomp filter compiled");
@@ -1363,19 +1392,6 @@ fn kernel_side(
         Some(h)
     };
 
-    // 7. filesystem refusals: Landlock reports them to kernel audit.
-    let kernel_audit = match crate::audit::kernel::KernelAudit::start(audit.clone(), dir.id()) {
-        Ok(k) => Some(k),
-        Err(e) => {
-            audit.record(Event::Notice {
-                layer: crate::audit::Layer::Filesystem,
-                message: format!("filesystem refusals are not collected: {e}"),
-            });
-            None
-        }
-    };
-
-    tracing::debug!("7. kernel audit reader started");
     Ok(KernelSide {
         seccomp,
         listener_rx,
@@ -1385,7 +1401,6 @@ fn kernel_side(
         proxy,
         proxy_env,
         hooks,
-        kernel_audit,
     })
 }
 
