@@ -866,19 +866,16 @@ async fn run(
         mut hooks,
     } = kernel;
     // Last, so that it drops first, as the last step set up.
-    let kernel_audit = match kernel_audit_started {
-        Some(Ok(k)) => Some(k),
-        Some(Err(e)) => {
+    let started = kernel_audit_started.map_or_else(
+        || Err("starting the kernel audit reader panicked".to_owned()),
+        |r| r.map_err(|e| e.to_string()),
+    );
+    let kernel_audit = match started {
+        Ok(k) => Some(k),
+        Err(why) => {
             audit.record(Event::Notice {
                 layer: crate::audit::Layer::Filesystem,
-                message: format!("filesystem refusals are not collected: {e}"),
-            });
-            None
-        }
-        None => {
-            audit.record(Event::Notice {
-                layer: crate::audit::Layer::Filesystem,
-                message: "filesystem refusals are not collected: starting the kernel audit reader panicked".into(),
+                message: format!("filesystem refusals are not collected: {why}"),
             });
             None
         }
