@@ -7,8 +7,20 @@
 
 use std::path::PathBuf;
 
+/// The hand-assembled unix hooks, compiled here too: their hash is part of
+/// the build id, computed once here rather than at every run's start.
+#[allow(dead_code)]
+#[path = "src/bpf/unix.rs"]
+mod unix;
+
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_ebpf_missing)");
+    println!("cargo::rerun-if-changed=src/bpf/unix.rs");
+    println!("cargo::rerun-if-changed=../ebpf/common/src");
+    println!(
+        "cargo::rustc-env=LOCKRUN_UNIX_PROGRAMS_HASH={:016x}",
+        unix::programs_hash()
+    );
     println!("cargo::rerun-if-env-changed=LOCKRUN_EBPF_OBJECT");
     let path = std::env::var_os("LOCKRUN_EBPF_OBJECT").map_or_else(
         || {

@@ -676,6 +676,9 @@ const OBJECT_HASH: &str = env!("LOCKRUN_EBPF_HASH");
 #[cfg(lockrun_ebpf_missing)]
 const OBJECT_HASH: &str = "none";
 
+/// [`unix::programs_hash`], as the build script computed it.
+const UNIX_PROGRAMS_HASH: &str = env!("LOCKRUN_UNIX_PROGRAMS_HASH");
+
 /// Bumped whenever the maps the loader makes, or what it pins, change
 /// without the object or the unix programs changing.
 const LAYOUT_VERSION: u32 = 2;
@@ -716,21 +719,9 @@ fn hash_build(programs: &[(&str, u32, u32)]) -> String {
         eat(&prog_type.to_le_bytes());
         eat(&attach_type.to_le_bytes());
     }
-    let stand_in = unix::UnixMaps {
-        runs: 1,
-        unix_prefixes: 2,
-        rings: 3,
-        counters: 4,
-    };
-    // The programs by whole instructions: thousands of them, hashed on
-    // every run (a byte at a time, that was ~35 µs of each start-up).
-    for hook in [Hook::ConnectUnix, Hook::SendmsgUnix] {
-        for insn in unix::program(hook, &stand_in) {
-            h ^= insn;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-            h ^= h >> 32; // the immediates (high half) reach the low bits too
-        }
-    }
+    // The hand-assembled unix programs, hashed by the build script
+    // ([`unix::programs_hash`]).
+    eat(UNIX_PROGRAMS_HASH.as_bytes());
     format!("{h:016x}")
 }
 
@@ -1643,6 +1634,16 @@ mod tests {
         ] {
             assert_ne!(id, hash_build(programs), "{what}");
         }
+    }
+
+    #[test]
+    fn the_build_id_has_the_unix_programs_as_this_build_assembles_them() {
+        // The build script hashed them from the same source; a build whose
+        // script ran on other code would name its programs wrongly.
+        assert_eq!(
+            UNIX_PROGRAMS_HASH,
+            format!("{:016x}", unix::programs_hash())
+        );
     }
 
     #[test]
