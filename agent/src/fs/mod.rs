@@ -567,11 +567,67 @@ pub fn check_abi(policy: &Policy) -> Result<(), FsError> {
     Ok(())
 }
 
+/// A ruleset's walk halfway: the read rules made (the walk from `/` around
+/// the denied paths, nearly all of its rules), the writable roots not yet
+/// ([`ReadWalk::finish`]). What a run starts before its run dir exists,
+/// whose temp dir is one of those roots.
+pub struct ReadWalk {
+    plan: Plan,
+    denied: BTreeSet<PathBuf>,
+    own: Vec<OwnFs>,
+    /// What [`Roots::of`] is asked again once the run dir is made.
+    policy: Policy,
+    run_tmp: PathBuf,
+    runs_dir: PathBuf,
+}
+
+impl ReadWalk {
+    /// The writable roots' rules, the devices' and the caller's stdio
+    /// files': the ruleset done. `run_tmp` must exist now. Should the
+    /// writable roots found now ask for other filesystems of the run's own
+    /// than those the read walk left out (`run_tmp` was not canonical, so
+    /// its path was not the one [`FsSandbox::begin`] judged), the whole
+    /// walk is made again, as [`FsSandbox::prepare`] makes it.
+    pub fn finish(self) -> Result<FsSandbox, FsError> {
+        let roots = Roots::of(&self.policy, &self.run_tmp, &self.runs_dir);
+        if own_filesystems(&roots.writable) != self.own {
+            return FsSandbox::prepare(&self.policy, &self.run_tmp, &self.runs_dir);
+        }
+        FsSandbox::complete(self.plan, roots.writable, self.denied, self.own)
+    }
+}
+
 impl FsSandbox {
     /// Build the ruleset for `policy`, with `run_tmp` writable and the rest of
     /// the state dir (other runs under `runs_dir`, other agents' dirs)
     /// unreadable; writable paths beneath it (a preset's agent dir) stay open.
     pub fn prepare(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Result<Self, FsError> {
+        let roots = Roots::of(policy, run_tmp, runs_dir);
+        let writable = roots.writable.clone();
+        let walk = Self::walk_read(policy, run_tmp, runs_dir, roots)?;
+        Self::complete(walk.plan, writable, walk.denied, walk.own)
+    }
+
+    /// [`prepare`](Self::prepare)'s walk from `/`, for a run whose temp
+    /// dir is to be `run_tmp` (canonical: beneath the canonical `runs_dir`)
+    /// and need not exist yet; [`ReadWalk::finish`] adds the rest once it
+    /// does. Nothing of the read walk depends on the temp dir but its
+    /// path: a denied path written `{tmp}/…`, and whether the run gets a
+    /// filesystem of its own where it lies (a state dir on `/dev/shm`).
+    pub fn begin(policy: &Policy, run_tmp: &Path, runs_dir: &Path) -> Result<ReadWalk, FsError> {
+        let mut roots = Roots::of(policy, run_tmp, runs_dir);
+        if !roots.writable.iter().any(|w| w == run_tmp) {
+            roots.writable.push(run_tmp.to_path_buf());
+        }
+        Self::walk_read(policy, run_tmp, runs_dir, roots)
+    }
+
+    fn walk_read(
+        policy: &Policy,
+        run_tmp: &Path,
+        runs_dir: &Path,
+        roots: Roots,
+    ) -> Result<ReadWalk, FsError> {
         check_abi(policy)?;
 
         let ruleset: RulesetCreated = Ruleset::default()
@@ -580,11 +636,30 @@ impl FsSandbox {
             .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
             .and_then(Ruleset::create)
             .map_err(FsError::Ruleset)?;
-        let roots = Roots::of(policy, run_tmp, runs_dir);
         let own = own_filesystems(&roots.writable);
         let mut plan = Plan::adding_to(ruleset);
         plan.own.clone_from(&own);
         plan.grant_except(Path::new("/"), Grant::Read, &roots.denied)?;
+        Ok(ReadWalk {
+            plan,
+            denied: roots.denied,
+            own,
+            policy: policy.clone(),
+            run_tmp: run_tmp.to_path_buf(),
+            runs_dir: runs_dir.to_path_buf(),
+        })
+    }
+
+    /// The rest of [`prepare`](Self::prepare) once the read rules are in
+    /// `plan`: the `writable` roots (existing, canonical) split around the
+    /// `denied` paths beneath them, the devices, the caller's stdio.
+    fn complete(
+        mut plan: Plan,
+        writable: Vec<PathBuf>,
+        denied: BTreeSet<PathBuf>,
+        own: Vec<OwnFs>,
+    ) -> Result<Self, FsError> {
+        let roots = Roots { denied, writable };
         roots.grant_writable(&mut plan)?;
         for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
             plan.push_if_exists(Path::new(dev), Grant::Device)?;
@@ -938,6 +1013,66 @@ mod tests {
 
     /// The walk's grants from `root` down, around `denied`, for a run that
     /// has the filesystems `own` of its own.
+    /// A run begins its walk before its temp dir exists and finishes it
+    /// once it does: the rules, roots and denials are those of the walk
+    /// made at once, as `policy show` makes it (a state dir with a
+    /// writable agent dir beneath it and a denied path in the worktree,
+    /// so that both the read walk and a writable root are split).
+    #[test]
+    fn a_walk_begun_before_the_temp_dir_exists_makes_the_rules_of_one_made_after() {
+        let base = std::env::temp_dir().join(format!("lockrun-fs-begun-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (wt, state) = (base.join("wt"), base.join("state"));
+        for d in [wt.join("secret"), wt.join("src"), state.join("agents/a")] {
+            std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let policy = crate::policy::load(
+            None,
+            &crate::policy::Overrides {
+                worktree: Some(wt.clone()),
+                state_dir: Some(state.clone()),
+                allow_write: vec![state.join("agents/a")],
+                deny_read: vec![wt.join("secret")],
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let runs = state.join("runs");
+        std::fs::create_dir_all(&runs).unwrap_or_else(|e| panic!("{e}"));
+        let runs = runs.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+        let tmp = runs.join("r1").join("tmp");
+
+        let begun = FsSandbox::begin(&policy, &tmp, &runs).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("{e}"));
+        let split = begun.finish().unwrap_or_else(|e| panic!("{e}"));
+        let whole = FsSandbox::prepare(&policy, &tmp, &runs).unwrap_or_else(|e| panic!("{e}"));
+
+        assert_eq!(split.grants(), whole.grants());
+        assert_eq!(split.writable_roots(), whole.writable_roots());
+        assert_eq!(split.denied(), whole.denied());
+        assert_eq!(split.denied_found(), whole.denied_found());
+        assert_eq!(split.own_filesystems(), whole.own_filesystems());
+        assert_eq!(split.narrowed(), whole.narrowed());
+        // Not vacuous: the temp dir is granted, and the worktree was
+        // listed around its secret by both the read walk and its own grant.
+        let src = wt
+            .canonicalize()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .join("src");
+        for (path, grant) in [
+            (&tmp, Grant::ReadWrite),
+            (&src, Grant::Read),
+            (&src, Grant::ReadWrite),
+        ] {
+            assert!(
+                split.grants().contains(&(path.clone(), grant)),
+                "{path:?} {grant:?}"
+            );
+        }
+        assert_eq!(split.narrowed().len(), 1, "{:?}", split.narrowed());
+        std::fs::remove_dir_all(&base).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     fn walked(root: &str, denied: &[&str], own: Vec<OwnFs>) -> Vec<(PathBuf, Grant)> {
         let mut plan = Plan {
             own,

@@ -154,19 +154,46 @@ impl RunDir {
     /// Create `<runs>/<id>/tmp` (0700, parents created) and `<runs>/<id>/owner`.
     pub fn create(runs_dir: &Path) -> Result<Self, RunError> {
         let id = new_run_id();
-        let root = runs_dir.join(&id);
-        let tmp = root.join("tmp");
+        let runs_dir = Self::make_runs_dir(runs_dir, &id)?;
+        Self::create_as(&runs_dir, id)
+    }
+
+    /// `runs_dir`, made (0700, parents too) where it is missing, and
+    /// canonical: where run `id`'s dir is to go (named in the error).
+    pub fn make_runs_dir(runs_dir: &Path, id: &str) -> Result<PathBuf, RunError> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(runs_dir)
-            .and_then(|()| std::fs::DirBuilder::new().mode(0o700).create(&root))
+            .and_then(|()| runs_dir.canonicalize())
+            .map_err(|source| RunError::RunDir {
+                path: runs_dir.join(id),
+                source,
+            })
+    }
+
+    /// The temp dir run `id` gets beneath `runs_dir` (canonical, from
+    /// [`Self::make_runs_dir`]), before [`Self::create_as`] makes it: its
+    /// canonical path too, every component beneath being a new directory.
+    #[must_use]
+    pub fn tmp_path(runs_dir: &Path, id: &str) -> PathBuf {
+        runs_dir.join(id).join("tmp")
+    }
+
+    /// Create `<runs>/<id>/tmp` (0700) and `<runs>/<id>/owner` in the
+    /// canonical `runs_dir` ([`Self::make_runs_dir`]).
+    pub fn create_as(runs_dir: &Path, id: String) -> Result<Self, RunError> {
+        let root = runs_dir.join(&id);
+        let tmp = Self::tmp_path(runs_dir, &id);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&root)
             .map_err(|source| RunError::RunDir {
                 path: root.clone(),
                 source,
             })?;
         // From here on the guard removes what was made.
-        let mut dir = Self {
+        let dir = Self {
             root: root.clone(),
             tmp: tmp.clone(),
             id,
@@ -189,10 +216,6 @@ impl RunDir {
                 path: tmp.clone(),
                 source,
             })?;
-        // Canonical, so that Landlock rules and TMPDIR name the same inode path.
-        if let Ok(c) = tmp.canonicalize() {
-            dir.tmp = c;
-        }
         Ok(dir)
     }
 
@@ -702,7 +725,6 @@ async fn run(
 ) -> Result<i32, RunError> {
     use crate::audit::Event;
 
-    let runs_dir = policy.runs_dir();
     // The thread for the side work (see `beside`), started first: it takes
     // a moment to be running.
     let beside = beside::Beside::start();
@@ -710,34 +732,36 @@ async fn run(
     // between creating the run dir and removing it.
     let mut signals = Signals::new().map_err(RunError::Signals)?;
 
-    // 1. run dir (removed when `dir` drops, on every path below)
-    let dir = RunDir::create(&runs_dir)?;
-    tracing::debug!("1. run dir {}", dir.id());
-    let runs_dir = runs_dir.canonicalize().unwrap_or(runs_dir);
-
+    let run_id = new_run_id();
+    let runs_dir = RunDir::make_runs_dir(&policy.runs_dir(), &run_id)?;
+    let tmp = RunDir::tmp_path(&runs_dir, &run_id);
     // A policy asking for more Landlock than the kernel has is refused
     // first, before any kernel object exists.
-    prepare_writable(policy, dir.tmp());
+    prepare_writable(policy, &tmp);
     crate::fs::check_abi(policy)?;
-    // 7. filesystem refusals: Landlock reports them to kernel audit. Its
-    //    reader starts beside, first: it then has until the spawn to take
-    //    its baseline (the audit's lost count), which the spawn waits for.
-    let kernel_audit = {
-        let (audit, run_id) = (audit.clone(), dir.id().to_owned());
-        beside.run(move || {
-            let started = crate::audit::kernel::KernelAudit::start(audit, &run_id);
-            tracing::debug!("7. kernel audit reader started");
-            started
-        })
+
+    // 3. the Landlock ruleset: its walk from `/` (~0.5–1 ms here, about as
+    //    long as steps 1, 2 and 4–6 together) starts first, on another CPU
+    //    (see `beside`); it needs the temp dir's path, not the dir. Its
+    //    writable roots are added once the run dir is made (below).
+    let read_walk = {
+        let (policy, tmp, runs_dir) = (policy.clone(), tmp.clone(), runs_dir.clone());
+        beside.run(move || FsSandbox::begin(&policy, &tmp, &runs_dir))
     };
 
-    // 3. the Landlock ruleset: its walk (~0.4–0.7 ms here, about as long as
-    //    steps 2 and 4–6 together) starts next on another CPU, beside them
-    //    (see `beside`).
+    // 1. run dir (removed when `dir` drops, on every path below)
+    let dir = RunDir::create_as(&runs_dir, run_id)?;
+    tracing::debug!("1. run dir {}", dir.id());
+
+    // The walk's writable roots, then what follows it beside.
     let walk = {
-        let (policy, tmp, runs_dir) = (policy.clone(), dir.tmp().to_owned(), runs_dir.clone());
+        let policy = policy.clone();
         beside.run(move || {
-            let fs = FsSandbox::prepare(&policy, &tmp, &runs_dir);
+            let fs = read_walk
+                .wait()
+                .ok_or(FsError::WalkPanicked)
+                .and_then(|r| r)
+                .and_then(crate::fs::ReadWalk::finish);
             tracing::debug!("3. Landlock ruleset prepared");
             let made = fs.as_ref().ok().map(made_filesystems);
             tracing::debug!("3. the run's own filesystems made");
@@ -759,6 +783,18 @@ async fn run(
             };
             tracing::debug!("3. the machine's secrets found");
             (fs, made, secrets, sealed)
+        })
+    };
+    // 7. filesystem refusals: Landlock reports them to kernel audit. Its
+    //    reader starts beside, after the walk: it then has until the spawn
+    //    to take its baseline (the audit's lost count), which the spawn
+    //    waits for.
+    let kernel_audit = {
+        let (audit, run_id) = (audit.clone(), dir.id().to_owned());
+        beside.run(move || {
+            let started = crate::audit::kernel::KernelAudit::start(audit, &run_id);
+            tracing::debug!("7. kernel audit reader started");
+            started
         })
     };
 
