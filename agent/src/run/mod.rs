@@ -773,16 +773,24 @@ async fn run(
                 Ok((fs, linked))
             });
             tracing::debug!("3. the denied files' other names marked");
-            // The machine's secrets to mask, and what masks them: a few
-            // `lstat`s, here while the main thread still has steps 4–7.
+            (fs, made)
+        })
+    };
+    // The machine's secrets to mask, and what masks them: a few `lstat`s,
+    // queued after the walk, and, like the kernel audit reader's start
+    // below, taken back by the main thread should it be done with steps
+    // 4–7 first (`beside`): whichever thread is free first does them.
+    let secrets = {
+        let state_dir = policy.run.state_dir.clone();
+        beside.run(move || {
             let secrets = crate::fs::machine_secrets();
             let sealed = if secrets.is_empty() {
                 Ok(None)
             } else {
-                Sealed::in_state_dir(&policy.run.state_dir).map(Some)
+                Sealed::in_state_dir(&state_dir).map(Some)
             };
             tracing::debug!("3. the machine's secrets found");
-            (fs, made, secrets, sealed)
+            (secrets, sealed)
         })
     };
     // 7. filesystem refusals: Landlock reports them to kernel audit. Its
@@ -882,7 +890,10 @@ async fn run(
         Ok((k, watchdog, queues))
     });
     let kernel_audit_started = kernel_audit.wait();
-    let Some((fs, made, secrets, sealed)) = walk.wait() else {
+    let Some((secrets, sealed)) = secrets.wait() else {
+        return Err(FsError::WalkPanicked.into());
+    };
+    let Some((fs, made)) = walk.wait() else {
         return Err(FsError::WalkPanicked.into());
     };
     let ((kernel, watchdog, queues), (fs, linked)) = match (kernel, fs) {
