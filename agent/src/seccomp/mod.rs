@@ -65,6 +65,8 @@
 
 use std::collections::BTreeMap;
 
+mod compact;
+
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -822,13 +824,19 @@ fn protocol_name(protocol: u64) -> String {
 /// verdict other than allow is final, and a part that allows falls through
 /// to the next.
 pub fn combined() -> Result<BpfProgram, SeccompError> {
-    let (parts, decided) = parts()?;
-    let mut out = front(&decided);
-    out.extend(chain(&parts)?);
+    let out = compact::compact(&uncompacted()?);
     // BPF_MAXINSNS: the kernel refuses a longer classic program.
     if out.len() > 4096 {
         return Err(SeccompError::TooLong(out.len()));
     }
+    Ok(out)
+}
+
+/// [`combined`] as built, before [`compact::compact`] makes it smaller.
+fn uncompacted() -> Result<BpfProgram, SeccompError> {
+    let (parts, decided) = parts()?;
+    let mut out = front(&decided);
+    out.extend(chain(&parts)?);
     Ok(out)
 }
 
