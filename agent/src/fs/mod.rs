@@ -576,22 +576,22 @@ pub struct ReadWalk {
     denied: BTreeSet<PathBuf>,
     own: Vec<OwnFs>,
     /// What [`Roots::of`] is asked again once the run dir is made.
-    policy: Policy,
     run_tmp: PathBuf,
     runs_dir: PathBuf,
 }
 
 impl ReadWalk {
     /// The writable roots' rules, the devices' and the caller's stdio
-    /// files': the ruleset done. `run_tmp` must exist now. Should the
+    /// files': the ruleset done, for the `policy` the walk was begun for.
+    /// `run_tmp` must exist now. Should the
     /// writable roots found now ask for other filesystems of the run's own
     /// than those the read walk left out (`run_tmp` was not canonical, so
     /// its path was not the one [`FsSandbox::begin`] judged), the whole
     /// walk is made again, as [`FsSandbox::prepare`] makes it.
-    pub fn finish(self) -> Result<FsSandbox, FsError> {
-        let roots = Roots::of(&self.policy, &self.run_tmp, &self.runs_dir);
+    pub fn finish(self, policy: &Policy) -> Result<FsSandbox, FsError> {
+        let roots = Roots::of(policy, &self.run_tmp, &self.runs_dir);
         if own_filesystems(&roots.writable) != self.own {
-            return FsSandbox::prepare(&self.policy, &self.run_tmp, &self.runs_dir);
+            return FsSandbox::prepare(policy, &self.run_tmp, &self.runs_dir);
         }
         FsSandbox::complete(self.plan, roots.writable, self.denied, self.own)
     }
@@ -644,7 +644,6 @@ impl FsSandbox {
             plan,
             denied: roots.denied,
             own,
-            policy: policy.clone(),
             run_tmp: run_tmp.to_path_buf(),
             runs_dir: runs_dir.to_path_buf(),
         })
@@ -1011,8 +1010,6 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The walk's grants from `root` down, around `denied`, for a run that
-    /// has the filesystems `own` of its own.
     /// A run begins its walk before its temp dir exists and finishes it
     /// once it does: the rules, roots and denials are those of the walk
     /// made at once, as `policy show` makes it (a state dir with a
@@ -1044,7 +1041,7 @@ mod tests {
 
         let begun = FsSandbox::begin(&policy, &tmp, &runs).unwrap_or_else(|e| panic!("{e}"));
         std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("{e}"));
-        let split = begun.finish().unwrap_or_else(|e| panic!("{e}"));
+        let split = begun.finish(&policy).unwrap_or_else(|e| panic!("{e}"));
         let whole = FsSandbox::prepare(&policy, &tmp, &runs).unwrap_or_else(|e| panic!("{e}"));
 
         assert_eq!(split.grants(), whole.grants());
@@ -1073,6 +1070,8 @@ mod tests {
         std::fs::remove_dir_all(&base).unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// The walk's grants from `root` down, around `denied`, for a run that
+    /// has the filesystems `own` of its own.
     fn walked(root: &str, denied: &[&str], own: Vec<OwnFs>) -> Vec<(PathBuf, Grant)> {
         let mut plan = Plan {
             own,

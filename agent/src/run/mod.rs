@@ -6,8 +6,10 @@
 //! 1. the run dir `<state>/runs/<id>` with `tmp/` (0700) and `owner`;
 //! 2. sweep stale run dirs (best effort, grace period respected);
 //! 3. the Landlock ruleset ([`crate::fs`]) and seccomp filters ([`crate::seccomp`]);
-//!    the ruleset's walk starts right after step 1, on another CPU
-//!    (`beside`), and is waited for after step 7;
+//!    the ruleset's walk from `/` starts before step 1 (it needs the temp
+//!    dir's path, not the dir), on another CPU (`beside`); its writable
+//!    roots follow there once step 1 is done, and it is waited for after
+//!    step 7;
 //! 4. the run's cgroup ([`crate::cgroup`]) → its open `cgroup.procs` fd;
 //! 5. the proxy ([`crate::proxy`]), when any host is allowed → its endpoint and `*_PROXY`;
 //! 6. the eBPF hooks ([`crate::bpf`]): the build's, attached once to the
@@ -761,7 +763,7 @@ async fn run(
                 .wait()
                 .ok_or(FsError::WalkPanicked)
                 .and_then(|r| r)
-                .and_then(crate::fs::ReadWalk::finish);
+                .and_then(|begun| begun.finish(&policy));
             tracing::debug!("3. Landlock ruleset prepared");
             let made = fs.as_ref().ok().map(made_filesystems);
             tracing::debug!("3. the run's own filesystems made");
