@@ -1743,6 +1743,67 @@ fn a_kernel_below_the_policy_abi_refuses_the_run() {
     w.assert_no_run_dirs();
 }
 
+/// A run that left its temp dir as it got it hands the dir on to a later
+/// run, empty and 0700 (what spares a run two directories made and two
+/// removed); one that wrote in it, or changed it, never does. Judged from
+/// outside: the state dir's `spare/` after each run, and the file the
+/// run left found nowhere beneath the state dir. Control: the untouched
+/// temp dir is kept (the later run gets the same directory), so the
+/// check after the touched run is not one that finds nothing kept ever.
+#[test]
+fn a_temp_dir_is_handed_on_to_a_later_run_only_as_its_run_got_it() {
+    let w = World::new("spare");
+    let spare = w.state.join("spare");
+    let kept = || std::fs::read_dir(&spare).map_or(0, Iterator::count);
+    // The temp dir as its run sees it: inode, mode, entries.
+    let look = |touch: &str| {
+        let out = w.run(
+            &[],
+            &[
+                "sh",
+                "-c",
+                &format!("stat -c '%i %a' \"$TMPDIR\"; ls -A \"$TMPDIR\" | wc -l; {touch}"),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        w.assert_no_run_dirs();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let v: Vec<u64> = text
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(v[1..], [700, 0], "{text}");
+        v[0]
+    };
+    let first = look("true");
+    assert_eq!(kept(), 1, "an untouched temp dir is kept");
+    let again = look("true");
+    assert_eq!(again, first, "the later run got it");
+    assert_eq!(kept(), 1);
+    for touch in [
+        "echo secret > \"$TMPDIR/left\"",
+        "chmod 755 \"$TMPDIR\"",
+        "mkdir \"$TMPDIR/d\" && rmdir \"$TMPDIR/d\"",
+    ] {
+        look(touch);
+        assert_eq!(kept(), 0, "{touch}: its temp dir was handed on");
+        let left = Command::new("find")
+            .arg(&w.state)
+            .args(["-name", "left"])
+            .output()
+            .unwrap();
+        assert!(left.stdout.is_empty(), "{touch}: left behind: {left:?}");
+        // The next run gets a new one, empty and 0700 (`look` checks it),
+        // which is kept again.
+        look("true");
+        assert_eq!(kept(), 1);
+    }
+}
+
 #[test]
 fn a_temp_dir_that_cannot_be_created_refuses_the_run() {
     let w = World::new("notmp");

@@ -53,6 +53,13 @@ pub fn main(args: &GcArgs) -> i32 {
                 };
                 println!("{line}");
             }
+            let spares = crate::run::remove_old_spares(
+                &policy.run.state_dir.join(crate::run::SPARES),
+                grace,
+            );
+            if spares > 0 {
+                println!("removed {spares} spare run dirs older than the grace period");
+            }
             reap_other_builds();
             let locks = policy.run.state_dir.join(crate::worktree_lock::LOCKS_DIR);
             for p in crate::worktree_lock::sweep(&locks) {
