@@ -187,9 +187,13 @@ fn thread(nodes: &[Node], unthreaded: &BTreeSet<(usize, bool)>) -> Vec<Node> {
         if f.code != RET_K {
             return to;
         }
+        // `to` is among them: the last one up to the limit is at or after it
+        // (or none is in reach, and the branch keeps its first target).
+        let limit = from.saturating_add(1).saturating_add(reach);
         rets.get(&f.k)
-            .and_then(|at| at.iter().rev().find(|&&r| r >= to && r - from - 1 <= reach))
+            .and_then(|at| at[..at.partition_point(|&r| r <= limit)].last())
             .copied()
+            .filter(|&r| r >= to)
             .unwrap_or(to)
     };
     nodes
