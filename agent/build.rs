@@ -5,6 +5,7 @@
 //! is missing the agent still compiles, and loading the hooks fails with
 //! "run cargo xtask build" (cfg `lockrun_ebpf_missing`).
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 /// The hand-assembled unix hooks, compiled here too: their hash is part of
@@ -12,6 +13,12 @@ use std::path::PathBuf;
 #[allow(dead_code)]
 #[path = "src/bpf/unix.rs"]
 mod unix;
+
+/// The seccomp filter's module, compiled here too: the filter every run
+/// loads is built and compacted once here rather than at every run's start.
+#[allow(dead_code)]
+#[path = "src/seccomp/mod.rs"]
+mod seccomp;
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_ebpf_missing)");
@@ -21,6 +28,7 @@ fn main() {
         "cargo::rustc-env=LOCKRUN_UNIX_PROGRAMS_HASH={:016x}",
         unix::programs_hash()
     );
+    seccomp_filter();
     println!("cargo::rerun-if-env-changed=LOCKRUN_EBPF_OBJECT");
     let path = std::env::var_os("LOCKRUN_EBPF_OBJECT").map_or_else(
         || {
@@ -47,6 +55,34 @@ fn main() {
         println!("cargo::rustc-cfg=lockrun_ebpf_missing");
     }
     static_libgcc();
+}
+
+/// The combined seccomp filter, built by its own module
+/// (`seccomp::compile`), written to `$OUT_DIR/seccomp_filter.rs` as
+/// `(code, jt, jf, k)` tuples for `seccomp::combined` to embed (cfg
+/// `lockrun_seccomp_built`). Not for another architecture than this
+/// script's: the module's `target_arch` is this script's, so such a build
+/// compiles the filter at run time. An error is left to the run time too,
+/// where it refuses the run with its message.
+fn seccomp_filter() {
+    println!("cargo::rustc-check-cfg=cfg(lockrun_seccomp_built)");
+    println!("cargo::rerun-if-changed=src/seccomp");
+    if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok(std::env::consts::ARCH) {
+        return;
+    }
+    let Ok(filter) = seccomp::compile() else {
+        return;
+    };
+    let mut text = String::from("&[\n");
+    for f in &filter {
+        let _ = writeln!(text, "    ({:#x}, {}, {}, {:#x}),", f.code, f.jt, f.jf, f.k);
+    }
+    text.push_str("]\n");
+    let out =
+        PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("seccomp_filter.rs");
+    if std::fs::write(&out, text).is_ok() {
+        println!("cargo::rustc-cfg=lockrun_seccomp_built");
+    }
 }
 
 /// Take the unwinder from `libgcc_eh.a`, as `-static-libgcc` would, so that

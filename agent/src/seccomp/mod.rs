@@ -824,6 +824,26 @@ fn protocol_name(protocol: u64) -> String {
 /// verdict other than allow is final, and a part that allows falls through
 /// to the next.
 pub fn combined() -> Result<BpfProgram, SeccompError> {
+    #[cfg(lockrun_seccomp_built)]
+    {
+        Ok(BUILT
+            .iter()
+            .map(|&(code, jt, jf, k)| insn(code, jt, jf, k))
+            .collect())
+    }
+    #[cfg(not(lockrun_seccomp_built))]
+    compile()
+}
+
+/// [`combined`] as the build script compiled it, from this very module
+/// (agent/build.rs compiles it too): `(code, jt, jf, k)`. Building and
+/// compacting it took ~0.13 ms of each run's start-up (~0.03 ms warm).
+#[cfg(lockrun_seccomp_built)]
+#[allow(clippy::unreadable_literal)]
+const BUILT: &[(u16, u8, u8, u32)] = include!(concat!(env!("OUT_DIR"), "/seccomp_filter.rs"));
+
+/// [`combined`], built and compacted now.
+pub fn compile() -> Result<BpfProgram, SeccompError> {
     let out = compact::compact(&uncompacted()?);
     // BPF_MAXINSNS: the kernel refuses a longer classic program.
     if out.len() > 4096 {
@@ -1549,6 +1569,27 @@ mod tests {
             if f.code == JA {
                 assert!(i + 1 + f.k as usize <= all.len() - tail, "jump at {i}");
             }
+        }
+    }
+
+    /// The filter every run loads is the one this module builds: the build
+    /// script's copy (compiled from this file) is not stale, and the build
+    /// embedded it (on the build's own architecture it always does).
+    #[test]
+    fn the_filter_a_run_loads_is_the_one_this_module_builds() {
+        let key = |p: &[seccompiler::sock_filter]| -> Vec<(u16, u8, u8, u32)> {
+            p.iter().map(|f| (f.code, f.jt, f.jf, f.k)).collect()
+        };
+        let loaded = super::combined().unwrap_or_else(|e| panic!("{e}"));
+        let built = super::compile().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(key(&loaded), key(&built));
+        // A fact of the build, checked where the tests run.
+        #[allow(clippy::assertions_on_constants)]
+        {
+            assert!(
+                cfg!(lockrun_seccomp_built),
+                "the build script did not build the filter"
+            );
         }
     }
 
