@@ -381,6 +381,25 @@ mod tests {
         sock_filter { code, jt, jf, k }
     }
 
+    /// A program's instructions, comparable.
+    fn fields(p: &[sock_filter]) -> Vec<(u16, u8, u8, u32)> {
+        p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect()
+    }
+
+    /// `p` and `small` give each of the syscall numbers `nrs` (no
+    /// arguments) the same verdict.
+    fn same_verdicts(p: &[sock_filter], small: &[sock_filter], nrs: impl Iterator<Item = u32>) {
+        for nr in nrs {
+            let d = Data {
+                nr,
+                arch: 0,
+                ip: 0,
+                args: [0; 6],
+            };
+            assert_eq!(run(p, &d).0, run(small, &d).0, "nr {nr}");
+        }
+    }
+
     /// The combined filter lockrun loads, compacted, gives every call the
     /// verdict the filter as built gives it: every syscall number (and its
     /// x32 twin) under this arch and others, then, for each number, each
@@ -478,10 +497,7 @@ mod tests {
         ];
         let small = compact(&p);
         assert_eq!(
-            small
-                .iter()
-                .map(|i| (i.code, i.jt, i.jf, i.k))
-                .collect::<Vec<_>>(),
+            fields(&small),
             [
                 (LD_W_ABS, 0, 0, 0),
                 (JEQ_K, 2, 0, 1),
@@ -490,15 +506,7 @@ mod tests {
                 (RET_K, 0, 0, 0x7fff_0000),
             ]
         );
-        for nr in 0..4 {
-            let d = Data {
-                nr,
-                arch: 0,
-                ip: 0,
-                args: [0; 6],
-            };
-            assert_eq!(run(&p, &d).0, run(&small, &d).0, "nr {nr}");
-        }
+        same_verdicts(&p, &small, 0..4);
     }
 
     /// Jumps to alike verdicts share the last of them: the others go.
@@ -514,10 +522,7 @@ mod tests {
         ];
         let small = compact(&p);
         assert_eq!(
-            small
-                .iter()
-                .map(|i| (i.code, i.jt, i.jf, i.k))
-                .collect::<Vec<_>>(),
+            fields(&small),
             [
                 (LD_W_ABS, 0, 0, 0),
                 (JEQ_K, 1, 0, 1),
@@ -526,15 +531,7 @@ mod tests {
                 (RET_K, 0, 0, 0x7fff_0000),
             ]
         );
-        for nr in 0..4 {
-            let d = Data {
-                nr,
-                arch: 0,
-                ip: 0,
-                args: [0; 6],
-            };
-            assert_eq!(run(&p, &d).0, run(&small, &d).0, "nr {nr}");
-        }
+        same_verdicts(&p, &small, 0..4);
     }
 
     /// A branch whose threaded target would lie more than 255 instructions
@@ -555,15 +552,7 @@ mod tests {
         // Only the JA the branch's other way threads past goes.
         assert_eq!(small.len(), p.len() - 1);
         assert_eq!((small[2].code, small[2].k), (JA, 301), "the kept JA");
-        for nr in [6, 7, 8] {
-            let d = Data {
-                nr,
-                arch: 0,
-                ip: 0,
-                args: [0; 6],
-            };
-            assert_eq!(run(&p, &d).0, run(&small, &d).0, "nr {nr}");
-        }
+        same_verdicts(&p, &small, [6, 7, 8].into_iter());
     }
 
     /// What the pass cannot read is left as it was, for the kernel to refuse.
@@ -574,12 +563,7 @@ mod tests {
             vec![f(JEQ_K, 0, 9, 1), f(RET_K, 0, 0, 0)],
             vec![f(LD_W_ABS, 0, 0, 0)],
         ] {
-            let same: Vec<_> = compact(&p)
-                .iter()
-                .map(|i| (i.code, i.jt, i.jf, i.k))
-                .collect();
-            let was: Vec<_> = p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect();
-            assert_eq!(same, was);
+            assert_eq!(fields(&compact(&p)), fields(&p));
         }
     }
 }
