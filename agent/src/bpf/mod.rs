@@ -784,8 +784,7 @@ impl Shared {
         })?;
         let guard = PinGuard(tmp.clone());
         load_object(object, &tmp)?;
-        let tmp_name = tmp.file_name().unwrap_or_default().to_string_lossy();
-        match rename_noreplace(&root, &tmp_name, hash) {
+        match crate::sys::rename_noreplace(&tmp, &root.join(hash)) {
             Ok(()) => std::mem::forget(guard),
             // Another first run won; its programs are the same.
             Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => {
@@ -1180,7 +1179,7 @@ pub fn reap_other_builds() -> Result<Vec<OtherBuild>, BpfError> {
             }
         }
         let moved = format!("{id}{REAPING}{}", std::process::id());
-        match rename_noreplace(&root, &id, &moved) {
+        match crate::sys::rename_noreplace(&root.join(&id), &root.join(&moved)) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 out.push(OtherBuild::Reaped { id });
@@ -1223,7 +1222,7 @@ fn remove_moved(root: &Path, moved: &str, id: &str, parent: &Path) -> Result<boo
             .iter()
             .any(|n| link_parent(n) == Some(md.ino()))
         {
-            let _ = rename_noreplace(root, moved, id);
+            let _ = crate::sys::rename_noreplace(&root.join(moved), &root.join(id));
             return Ok(false);
         }
     }
@@ -1233,19 +1232,6 @@ fn remove_moved(root: &Path, moved: &str, id: &str, parent: &Path) -> Result<boo
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
         Err(source) => Err(BpfError::Unpin { path, source }),
     }
-}
-
-/// `renameat2(RENAME_NOREPLACE)` of `from` to `to`, both in `dir`.
-fn rename_noreplace(dir: &Path, from: &str, to: &str) -> io::Result<()> {
-    let d = fs::File::open(dir)?;
-    nix::fcntl::renameat2(
-        Some(d.as_raw_fd()),
-        from,
-        Some(d.as_raw_fd()),
-        to,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    )
-    .map_err(io::Error::from)
 }
 
 /// The pin of the link attaching `program` to the parent cgroup whose id

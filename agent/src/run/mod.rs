@@ -276,10 +276,12 @@ impl RunDir {
     /// as it got it and there is room; `false` (the dir left for removal)
     /// otherwise.
     fn keep_for_later(&self) -> bool {
-        let pristine = std::fs::symlink_metadata(&self.tmp).is_ok_and(|m| {
-            m.is_dir() && m.nlink() == 2 && (m.ino(), m.ctime(), m.ctime_nsec()) == self.tmp_was
-        });
-        if !self.ended || !pristine {
+        let pristine = || {
+            std::fs::symlink_metadata(&self.tmp).is_ok_and(|m| {
+                m.is_dir() && m.nlink() == 2 && (m.ino(), m.ctime(), m.ctime_nsec()) == self.tmp_was
+            })
+        };
+        if !self.ended || !pristine() {
             return false;
         }
         let kept = match std::fs::read_dir(&self.spares) {
@@ -298,7 +300,7 @@ impl RunDir {
         };
         kept < SPARES_KEPT
             && std::fs::remove_file(self.root.join("owner")).is_ok()
-            && rename_noreplace(&self.root, &self.spares.join(&self.id)).is_ok()
+            && crate::sys::rename_noreplace(&self.root, &self.spares.join(&self.id)).is_ok()
     }
 
     #[must_use]
@@ -401,22 +403,11 @@ fn take_spare(spares: &Path, root: &Path, grace: Duration) -> bool {
                 && m.mode() & 0o7777 == 0o700
                 && m.uid() == nix::unistd::geteuid().as_raw()
         });
-        if young && tmp_as_left && rename_noreplace(&spare, root).is_ok() {
+        if young && tmp_as_left && crate::sys::rename_noreplace(&spare, root).is_ok() {
             return true;
         }
     }
     false
-}
-
-/// `rename(from, to)` that fails rather than replace `to`.
-fn rename_noreplace(from: &Path, to: &Path) -> nix::Result<()> {
-    nix::fcntl::renameat2(
-        None,
-        from,
-        None,
-        to,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    )
 }
 
 /// Remove the spare run dirs (see [`RunDir`]) older than `grace` beneath

@@ -412,6 +412,19 @@ pub fn raise_nofile() -> io::Result<Option<libc::rlimit>> {
     }))
 }
 
+/// `rename(from, to)` that fails (`EEXIST`, `ENOTEMPTY`) rather than
+/// replace `to` (`renameat2` with `RENAME_NOREPLACE`, Linux 3.15).
+pub fn rename_noreplace(from: &std::path::Path, to: &std::path::Path) -> io::Result<()> {
+    nix::fcntl::renameat2(
+        None,
+        from,
+        None,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
+    .map_err(io::Error::from)
+}
+
 /// Set the extended attribute `name` of the file open as `fd` to `value`.
 pub fn fsetxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> io::Result<()> {
     // SAFETY: `name` is NUL-terminated; `value` is valid for `value.len()`
