@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
+#[path = "support/leftovers.rs"]
+mod leftovers;
 #[path = "support/python.rs"]
 mod python;
 #[path = "support/skip.rs"]
@@ -38,9 +40,14 @@ struct TestHost {
 
 impl TestHost {
     fn start(root: &Path) -> Self {
-        let ns = format!("lr-audit-{}", std::process::id() % 100_000);
-        let (host_if, ns_if) = (format!("lra{}", std::process::id() % 100_000), "eth0");
-        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        let ns = format!("lr-audit-{}", std::process::id());
+        let (host_if, ns_if) = (format!("lra{}", std::process::id()), "eth0");
+        leftovers::remove_dead("lr-audit-", "lra");
+        let holders = leftovers::holders("10.214.7.0/30");
+        assert!(
+            holders.is_empty(),
+            "10.214.7.0/30 is already held by {holders:?}: a test host made there would not be reached"
+        );
         sh(&format!("ip netns add {ns}"));
         let me = Self {
             ns: ns.clone(),

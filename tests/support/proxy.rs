@@ -14,13 +14,16 @@
     clippy::manual_assert
 )]
 
+#[path = "leftovers.rs"]
+mod leftovers;
+
 use crate::python::python3;
 pub use crate::skip::skip;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lockrun::policy::IpNet;
 
@@ -99,7 +102,9 @@ pub struct TestHost {
 impl TestHost {
     pub fn new(range: Range) -> Self {
         let n = HOSTS.fetch_add(1, Ordering::SeqCst) % range.count;
-        let id = std::process::id() % 100_000;
+        // The whole pid, so that a leftover's owner is known (`lrph` + 7
+        // digits + `-` + 2 is within a link name's 15 bytes).
+        let id = std::process::id();
         let ns = format!("lrpx{id}-{n}");
         let here = format!("lrph{id}-{n}");
         let there = format!("lrpn{id}-{n}");
@@ -112,16 +117,20 @@ impl TestHost {
         );
         let host_ip: IpAddr = format!("10.213.{octet}.1").parse().unwrap();
         let ns_ip: IpAddr = format!("10.213.{octet}.2").parse().unwrap();
-        // Leftovers of a crashed earlier run with the same names.
-        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-        let _ = Command::new("ip").args(["link", "del", &here]).output();
+        leftovers::remove_dead("lrpx", "lrph");
+        let net = IpNet::parse(&format!("10.213.{octet}.0/30")).unwrap();
+        let holders = leftovers::holders(&net.to_string());
+        assert!(
+            holders.is_empty(),
+            "{net} is already held by {holders:?}: a test host made there would not be reached"
+        );
         // From here on, Drop removes whatever was made, even if a step fails.
         let th = Self {
             ns: ns.clone(),
             here: here.clone(),
             host_ip,
             ns_ip,
-            net: IpNet::parse(&format!("10.213.{octet}.0/30")).unwrap(),
+            net,
             servers: Vec::new(),
             dir: Scratch::new("host"),
         };
@@ -247,15 +256,21 @@ impl TestHost {
         self.wait_port(port);
     }
 
-    pub fn wait_port(&self, port: u16) {
+    /// Waits until the server started last accepts on `port`; fails
+    /// at once if it exits first.
+    pub fn wait_port(&mut self, port: u16) {
         let addr = SocketAddr::new(self.ns_ip, port);
-        for _ in 0..100 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                 return;
             }
+            if let Some(exited) = self.servers.last_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("test host server for {addr} exited before it listened: {exited}");
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("test host server on {addr} did not come up");
+        panic!("test host server on {addr} did not listen within 20 s");
     }
 
     /// Request lines the HTTP server logged.

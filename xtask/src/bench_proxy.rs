@@ -798,14 +798,17 @@ struct TestHost {
 
 impl TestHost {
     fn new() -> Result<Self> {
-        let id = std::process::id() % 100_000;
+        let id = std::process::id();
         let (ns, here, there) = (
             format!("lrbench{id}"),
             format!("lrbh{id}"),
             format!("lrbn{id}"),
         );
-        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-        let _ = Command::new("ip").args(["link", "del", &here]).output();
+        crate::leftovers::remove_dead("lrbench", "lrbh");
+        let holders = crate::leftovers::holders(&format!("{HERE_IP}/30"));
+        if !holders.is_empty() {
+            bail!("{HERE_IP}/30 is already held by {holders:?}: the bench's test host would not be the one reached");
+        }
         let h = Self {
             ns: ns.clone(),
             here: here.clone(),

@@ -21,6 +21,8 @@
 
 mod bench;
 mod bench_proxy;
+#[path = "../../tests/support/leftovers.rs"]
+mod leftovers;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
