@@ -1485,7 +1485,8 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
         .unwrap();
     }
     // The toolchain's own cargo and rustc, not a version manager's proxy
-    // (which would look for its home under the test's HOME).
+    // (which would look for its home under the test's HOME): first on PATH
+    // too, as pip runs `rustc --version` for its user agent.
     let cargo = PathBuf::from(env!("CARGO"));
     let rustc = cargo.with_file_name("rustc");
     let rustc = if rustc.exists() {
@@ -1510,6 +1511,7 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
         unset REQUESTS_CA_BUNDLE CURL_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR
         export npm_config_cafile="$CA" npm_config_fetch_retries=0
         export CARGO_HOME="$TMPDIR/cargo-home" CARGO_TERM_COLOR=never CARGO_HTTP_CAINFO="$CA"
+        export PATH="$(dirname "$RUSTC"):$PATH"
         cd "$WT"
         "$PY" -m pip install -q --cert "$CA" --index-url https://pkgs.test/pypi/simple/ --target "$WT/site" lrtest >"$WT/pip.out" 2>&1; echo "pip=$?"
         echo "pip_import=$(PYTHONPATH="$WT/site" "$PY" -c 'import lrtest; print(lrtest.GREETING)')"
