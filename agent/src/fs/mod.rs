@@ -575,7 +575,7 @@ pub struct ReadWalk {
     plan: Plan,
     denied: BTreeSet<PathBuf>,
     own: Vec<OwnFs>,
-    /// What [`Roots::of`] is asked again once the run dir is made.
+    /// What [`Roots::writable_of`] is asked again once the run dir is made.
     run_tmp: PathBuf,
     runs_dir: PathBuf,
 }
@@ -589,11 +589,11 @@ impl ReadWalk {
     /// its path was not the one [`FsSandbox::begin`] judged), the whole
     /// walk is made again, as [`FsSandbox::prepare`] makes it.
     pub fn finish(self, policy: &Policy) -> Result<FsSandbox, FsError> {
-        let roots = Roots::of(policy, &self.run_tmp, &self.runs_dir);
-        if own_filesystems(&roots.writable) != self.own {
+        let writable = Roots::writable_of(policy, &self.run_tmp);
+        if own_filesystems(&writable) != self.own {
             return FsSandbox::prepare(policy, &self.run_tmp, &self.runs_dir);
         }
-        FsSandbox::complete(self.plan, roots.writable, self.denied, self.own)
+        FsSandbox::complete(self.plan, writable, self.denied, self.own)
     }
 }
 
@@ -777,16 +777,22 @@ impl Roots {
         denied.push(runs_dir.to_path_buf());
         denied.push(policy.run.state_dir.clone());
         let denied = canonical_set(&denied);
+        let writable = Self::writable_of(policy, run_tmp);
+        Self { denied, writable }
+    }
 
+    /// The writable roots alone, canonical: what [`ReadWalk::finish`]
+    /// asks again once the temp dir exists (the denied paths it keeps
+    /// from the walk).
+    fn writable_of(policy: &Policy, run_tmp: &Path) -> Vec<PathBuf> {
         let mut writable = vec![policy.worktree.clone(), run_tmp.to_path_buf()];
         writable.extend(policy.fs.writable.iter().map(|p| p.resolve(run_tmp)));
         // A writable path that does not exist grants nothing (like a bind
         // of nothing).
-        let writable = writable
+        writable
             .iter()
             .filter_map(|w| w.canonicalize().ok())
-            .collect();
-        Self { denied, writable }
+            .collect()
     }
 
     /// Add the writable roots' rules: whole, or split around the denied
