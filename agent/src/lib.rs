@@ -32,6 +32,8 @@ pub mod seccomp;
 pub mod supervise;
 pub mod sys;
 pub mod terminal;
+#[cfg(test)]
+mod testing;
 pub mod worktree_lock;
 
 #[cfg(test)]

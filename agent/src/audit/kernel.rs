@@ -1160,8 +1160,8 @@ os.execvp(sys.argv[1], sys.argv[1:])
             let _ = std::io::Write::write_all(&mut std::io::stderr(), concat!("skipped: collects_a_real_landlock_denial_of_its_child: needs root (CAP_AUDIT_READ)", "\n").as_bytes());
             return;
         }
-        let dir = std::env::temp_dir().join(format!("lockrun-kaudit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = crate::testing::Scratch::new("kaudit");
+        let dir = scratch.path().to_path_buf();
         let target = dir.join("denied.txt");
         let log_path = dir.join("audit.jsonl");
         let log = Arc::new(AuditLog::open(Some(&log_path)).unwrap());
@@ -1204,6 +1204,5 @@ os.execvp(sys.argv[1], sys.argv[1:])
         assert_eq!(fs[0].comm, "sh");
         assert_eq!(fs[0].path.as_deref(), Some(dir.to_str().unwrap()));
         assert_eq!(fs[0].access, vec!["fs.make_reg".to_owned()]);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

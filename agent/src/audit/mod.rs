@@ -1061,8 +1061,8 @@ mod tests {
 
     #[test]
     fn the_details_are_where_the_log_is_and_nothing_is_said_without_a_refusal() {
-        let dir = std::env::temp_dir().join(format!("lockrun-summary-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = crate::testing::Scratch::new("summary");
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("audit.jsonl");
         let kept = AuditLog::open(Some(&path)).unwrap();
         assert_eq!(kept.summary(), Vec::<String>::new());
@@ -1079,7 +1079,6 @@ mod tests {
         );
         let unkept = AuditLog::open(None).unwrap();
         assert_eq!(unkept.summary(), Vec::<String>::new());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The kills out of memory say where it ran out: at the run's limit

@@ -493,8 +493,8 @@ mod tests {
     /// Needs root (`fanotify_init` of a content class: `CAP_SYS_ADMIN`).
     #[test]
     fn the_walk_marks_only_denied_files_of_several_names() {
-        let root = PathBuf::from(format!("/tmp/lockrun-links-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = crate::testing::Scratch::new("links");
+        let root = scratch.path().to_path_buf();
         let (vault, state, own) = (
             root.join("vault"),
             root.join("state"),
@@ -558,7 +558,6 @@ mod tests {
             "{:?}",
             m.unwalked
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

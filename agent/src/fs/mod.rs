@@ -976,8 +976,8 @@ mod tests {
     /// `a-b/x`, `a/y`); a dir of fewer entries (`few`) is not.
     #[test]
     fn crowded_dirs_name_the_entries_that_lead_to_denied_paths() {
-        let dir = std::env::temp_dir().join(format!("lockrun-fs-crowded-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = crate::testing::Scratch::new("fs-crowded");
+        let dir = scratch.path().to_path_buf();
         let many = dir.join("many");
         for d in ["a", "a-b", "few/v"] {
             std::fs::create_dir_all(many.join(d)).unwrap_or_else(|e| panic!("{e}"));
@@ -1013,7 +1013,6 @@ mod tests {
                 vec![many.join("a"), many.join("a-b"), many.join("few")]
             )]
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A run begins its walk before its temp dir exists and finishes it
@@ -1023,8 +1022,8 @@ mod tests {
     /// so that both the read walk and a writable root are split).
     #[test]
     fn a_walk_begun_before_the_temp_dir_exists_makes_the_rules_of_one_made_after() {
-        let base = std::env::temp_dir().join(format!("lockrun-fs-begun-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
+        let scratch = crate::testing::Scratch::new("fs-begun");
+        let base = scratch.path().to_path_buf();
         let (wt, state) = (base.join("wt"), base.join("state"));
         for d in [wt.join("secret"), wt.join("src"), state.join("agents/a")] {
             std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("{e}"));
@@ -1073,7 +1072,6 @@ mod tests {
             );
         }
         assert_eq!(split.narrowed().len(), 1, "{:?}", split.narrowed());
-        std::fs::remove_dir_all(&base).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// The walk's grants from `root` down, around `denied`, for a run that
@@ -1185,8 +1183,8 @@ mod tests {
 
     #[test]
     fn narrowed_dirs_are_those_the_walk_lists_in_writable_roots() {
-        let dir = std::env::temp_dir().join(format!("lockrun-fs-narrowed-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = crate::testing::Scratch::new("fs-narrowed");
+        let dir = scratch.path().to_path_buf();
         let w = dir.join("w");
         std::fs::create_dir_all(w.join("a/b")).unwrap_or_else(|e| panic!("{e}"));
         std::fs::create_dir_all(w.join("d")).unwrap_or_else(|e| panic!("{e}"));
@@ -1248,12 +1246,12 @@ mod tests {
             "{:?}",
             plan.grants
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn missing_denied_paths_resolve_through_their_existing_ancestor() {
-        let dir = std::env::temp_dir().join(format!("lockrun-fs-unit-{}", std::process::id()));
+        let scratch = crate::testing::Scratch::new("fs-unit");
+        let dir = scratch.path().to_path_buf();
         let real = dir.join("real");
         std::fs::create_dir_all(&real).unwrap_or_else(|e| panic!("{e}"));
         let link = dir.join("link");
@@ -1262,13 +1260,12 @@ mod tests {
         let real = real.canonicalize().unwrap_or_else(|e| panic!("{e}"));
         assert!(set.contains(&real.join("not-yet/secret")), "{set:?}");
         assert!(set.contains(&link.join("not-yet/secret")), "{set:?}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_symlinked_denied_path_resolves_to_its_target_and_a_dangling_one_to_itself() {
-        let dir =
-            std::env::temp_dir().join(format!("lockrun-fs-unit-links-{}", std::process::id()));
+        let scratch = crate::testing::Scratch::new("fs-unit-links");
+        let dir = scratch.path().to_path_buf();
         let real = dir.join("home/real-ssh");
         std::fs::create_dir_all(&real).unwrap_or_else(|e| panic!("{e}"));
         let home = dir
@@ -1295,7 +1292,6 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(set, want);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

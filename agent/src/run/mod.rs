@@ -1727,8 +1727,8 @@ mod tests {
     #[test]
     fn a_run_dir_is_kept_for_a_later_run_only_as_its_run_got_it() {
         type Touch = fn(&Path);
-        let base = std::env::temp_dir().join(format!("lockrun-spare-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
+        let scratch = crate::testing::Scratch::new("spare");
+        let base = scratch.path().to_path_buf();
         let runs = RunDir::make_runs_dir(&base.join("runs"), "x").unwrap();
         let spares = base.join(SPARES);
         let grace = Duration::from_hours(1);
@@ -1792,7 +1792,6 @@ mod tests {
         assert_eq!(remove_old_spares(&spares, Duration::from_hours(1)), 0);
         assert_eq!(remove_old_spares(&spares, Duration::from_mins(20)), 1);
         assert_eq!(count(&spares), 0);
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     /// A run dir made now names its owner by a symlink; one of an earlier
@@ -1800,7 +1799,8 @@ mod tests {
     /// parse, names none (and is reaped once old).
     #[test]
     fn a_run_dirs_owner_is_read_from_its_symlink_or_its_file() {
-        let base = std::env::temp_dir().join(format!("lockrun-owner-{}", std::process::id()));
+        let scratch = crate::testing::Scratch::new("owner");
+        let base = scratch.path().to_path_buf();
         let runs = base.join("runs");
         std::fs::create_dir_all(&runs).unwrap();
         let dir = RunDir::create(&runs).unwrap();
@@ -1827,7 +1827,6 @@ mod tests {
         std::fs::remove_file(earlier.join("owner")).unwrap();
         std::os::unix::fs::symlink("123 x", earlier.join("owner")).unwrap();
         assert_eq!(Owner::of_run_dir(&earlier), None);
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
