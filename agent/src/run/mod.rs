@@ -220,13 +220,7 @@ impl RunDir {
         let spares = runs_dir.with_file_name(SPARES);
         let spare = take_spare(&spares, &root, grace);
         if !spare {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&root)
-                .map_err(|source| RunError::RunDir {
-                    path: root.clone(),
-                    source,
-                })?;
+            make_private(&root)?;
         }
         // From here on the guard removes what was made.
         let mut dir = Self {
@@ -249,13 +243,7 @@ impl RunDir {
             },
         )?;
         if !spare {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&tmp)
-                .map_err(|source| RunError::RunDir {
-                    path: tmp.clone(),
-                    source,
-                })?;
+            make_private(&tmp)?;
         }
         let md = std::fs::symlink_metadata(&tmp).map_err(|source| RunError::RunDir {
             path: tmp.clone(),
@@ -287,11 +275,7 @@ impl RunDir {
         let kept = match std::fs::read_dir(&self.spares) {
             Ok(d) => d.count(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if std::fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(&self.spares)
-                    .is_err()
-                {
+                if make_private(&self.spares).is_err() {
                     return false;
                 }
                 0
@@ -383,6 +367,18 @@ impl Drop for RunDir {
             remove_tree(&self.root);
         }
     }
+}
+
+/// `path` made, 0700 (its parent exists): a run dir, its temp dir, the
+/// spares' dir.
+fn make_private(path: &Path) -> Result<(), RunError> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(path)
+        .map_err(|source| RunError::RunDir {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Take a spare run dir for `root` (see [`RunDir`]): the first in `spares`
