@@ -208,6 +208,98 @@ fn rules_grant_the_siblings_of_a_denied_path_and_not_the_path() {
     assert!(text.contains("{tmp}: every right"), "{text}");
 }
 
+/// `lockrun __kernel_steps`, the bench floor's input, lists exactly the
+/// Landlock rules `policy show --rules` does (the same walk), the run's own
+/// filesystems apart, and a seccomp program; else the floor would time
+/// another sandbox than lockrun's.
+#[test]
+fn kernel_steps_list_the_rules_a_run_builds() {
+    let s = Scratch::new("kernel-steps");
+    let home = s.0.join("home");
+    for d in ["secret", "open/a"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    // Where a run's temp dir is; not a sibling the walk to the denied path
+    // grants, as `policy show`'s stand-in, which is left out below, is not.
+    let tmp = s.0.join("state/runs/kernel-steps/tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let stand_in = std::env::temp_dir().join("lockrun-policy-show-");
+    let common = [
+        "--worktree",
+        s.0.join("wt").to_str().unwrap(),
+        "--state-dir",
+        s.0.join("state").to_str().unwrap(),
+        "--deny-read",
+        home.join("secret").to_str().unwrap(),
+    ]
+    .map(str::to_owned);
+    let mut args = vec![
+        "__kernel_steps".to_owned(),
+        "--tmp".into(),
+        tmp.display().to_string(),
+    ];
+    args.extend(common.iter().cloned());
+    let steps = lockrun(&s, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(steps.status.success(), "{steps:?}");
+    let steps = String::from_utf8(steps.stdout).unwrap();
+    let mut args = vec![
+        "policy".to_owned(),
+        "show".into(),
+        "--rules".into(),
+        "--json".into(),
+    ];
+    args.extend(common.iter().cloned());
+    let shown = lockrun(&s, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(shown.status.success(), "{shown:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+
+    let tmp = tmp.display().to_string();
+    let mut listed: Vec<String> = steps
+        .lines()
+        .filter_map(|l| l.strip_prefix("rule "))
+        .map(|l| l.split_once(' ').unwrap().1)
+        .map(|p| {
+            if p == tmp {
+                "{tmp}".to_owned()
+            } else {
+                p.to_owned()
+            }
+        })
+        .collect();
+    listed.sort();
+    let own: Vec<&str> = steps
+        .lines()
+        .filter_map(|l| l.strip_prefix("own "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    let mut expected: Vec<String> = shown["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_str().unwrap().to_owned())
+        .filter(|p| !p.contains(" (the run's own"))
+        .filter(|p| !p.starts_with(stand_in.to_str().unwrap()))
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert!(
+        !listed
+            .iter()
+            .any(|p| p.starts_with(home.join("secret").to_str().unwrap())),
+        "{steps}"
+    );
+    assert!(own.contains(&"proc"), "{steps}");
+    let program = steps.lines().filter(|l| l.starts_with("bpf ")).count();
+    assert!(
+        program > 100,
+        "a seccomp program of {program} instructions:\n{steps}"
+    );
+    assert!(
+        steps.lines().any(|l| l.starts_with("handled 0x")),
+        "{steps}"
+    );
+}
+
 /// A bad policy: exit 2, one message naming the file, line and key; the
 /// command (which would create a file) never ran.
 fn refused(name: &str, toml: &str, wants: &[&str]) {

@@ -40,6 +40,18 @@ pub enum Command {
     /// (internal) One attempt made from inside a sandbox by the doctor's canary.
     #[command(name = "__probe", hide = true)]
     Probe(ProbeArgs),
+    /// (internal) The kernel's part of a run on this machine, for the bench's floor.
+    #[command(name = "__kernel_steps", hide = true)]
+    KernelSteps(KernelStepsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KernelStepsArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// The directory that stands in for the run's temp dir.
+    #[arg(long)]
+    pub tmp: PathBuf,
 }
 
 #[derive(Debug, Args)]

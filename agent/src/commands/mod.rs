@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod doctor;
 pub mod gc;
+pub mod kernel_steps;
 pub mod policy_show;
 pub mod probe;
 pub mod run;
@@ -47,6 +48,7 @@ pub fn main() -> ExitCode {
         Some(Command::Policy(PolicyCommand::Show(a))) => policy_show::run(&a),
         Some(Command::Doctor(a)) => doctor::run(&a),
         Some(Command::Probe(a)) => probe::run(&a.args),
+        Some(Command::KernelSteps(a)) => kernel_steps::run(&a),
     };
     exit_code(code)
 }

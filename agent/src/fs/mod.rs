@@ -142,6 +142,19 @@ fn all_rights() -> BitFlags<AccessFs> {
     AccessFs::from_all(ABI_PINNED)
 }
 
+/// The Landlock filesystem rights a run's ruleset handles (every right of
+/// the pinned ABI), as the kernel's bits.
+#[must_use]
+pub fn handled_rights() -> u64 {
+    all_rights().bits()
+}
+
+/// The rights `grant` gives, as the kernel's bits.
+#[must_use]
+pub fn grant_rights(grant: Grant) -> u64 {
+    rights(grant).bits()
+}
+
 fn rights(grant: Grant) -> BitFlags<AccessFs> {
     match grant {
         Grant::Read => read_rights(),

@@ -1,0 +1,89 @@
+//! `lockrun __kernel_steps --tmp DIR [policy options]`: the kernel's part of
+//! a run on this machine, as plain lines, for the bench's floor
+//! (`xtask/src/bench_floor.c`), which makes the same calls and nothing else:
+//! the Landlock rules (built exactly as a run builds them, with `DIR` as the
+//! temp dir), the run's own filesystems, the kernel filesystems hidden, the
+//! machine's secrets masked, and the seccomp program a run loads.
+//!
+//! ```text
+//! handled <fs rights>
+//! rule <rights> <path>
+//! own <shm|pts|mqueue|proc> <rights>     (mounted at its path)
+//! queues <rights>                         (the run's mqueue fs, always made)
+//! hide <path>
+//! mask <dir|file> <path>
+//! bpf <code> <jt> <jf> <k>
+//! ```
+//! Rights are Landlock access bits in hex; a path is the rest of its line.
+
+use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
+
+use crate::cli::KernelStepsArgs;
+use crate::fs::OwnFs;
+
+/// Print the steps; returns the exit status.
+#[must_use]
+pub fn run(args: &KernelStepsArgs) -> i32 {
+    match steps(args) {
+        Ok(out) => {
+            print!("{out}");
+            0
+        }
+        Err(e) => {
+            eprintln!("lockrun: {e}");
+            crate::exit::SETUP
+        }
+    }
+}
+
+fn steps(args: &KernelStepsArgs) -> anyhow::Result<String> {
+    let policy = crate::policy::load(
+        args.policy.policy.as_deref(),
+        &super::run::overrides(&args.policy),
+    )?;
+    let fs = crate::fs::FsSandbox::prepare(&policy, &args.tmp, &policy.runs_dir())?;
+    let mut out = String::new();
+    // A path with a newline cannot be a line; the bench's paths have none.
+    let line = |p: &Path| !p.as_os_str().as_bytes().contains(&b'\n');
+    writeln!(out, "handled {:#x}", crate::fs::handled_rights())?;
+    for (path, grant) in fs.grants().iter().filter(|(p, _)| line(p)) {
+        writeln!(
+            out,
+            "rule {:#x} {}",
+            crate::fs::grant_rights(*grant),
+            path.display()
+        )?;
+    }
+    for own in fs.own_filesystems() {
+        let name = match own {
+            OwnFs::SharedMemory => "shm",
+            OwnFs::Terminals => "pts",
+            OwnFs::MessageQueues => "mqueue",
+            OwnFs::Processes => "proc",
+        };
+        writeln!(out, "own {name} {:#x}", own.rights())?;
+    }
+    writeln!(out, "queues {:#x}", OwnFs::MessageQueues.rights())?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    for hidden in crate::fs::hidden_mounts(&mountinfo)
+        .iter()
+        .filter(|p| line(p))
+    {
+        writeln!(out, "hide {}", hidden.display())?;
+    }
+    for mask in crate::fs::masks(crate::fs::machine_secrets(), fs.writable_roots()) {
+        let (kind, path) = match &mask {
+            crate::fs::Mask::Dir(p) => ("dir", p),
+            crate::fs::Mask::File(p) => ("file", p),
+        };
+        if line(path) {
+            writeln!(out, "mask {kind} {}", path.display())?;
+        }
+    }
+    for i in crate::seccomp::combined()? {
+        writeln!(out, "bpf {} {} {} {}", i.code, i.jt, i.jf, i.k)?;
+    }
+    Ok(out)
+}
