@@ -43,6 +43,23 @@ fn lockrun(s: &Scratch, args: &[&str]) -> Output {
 /// `text` without `policy show`'s warning that the temp dir, where the
 /// scratch dirs and so the denied state dir lie, is crowded: that depends
 /// on the machine, not on the test.
+/// `--worktree`, `--state-dir` of the scratch dir's own, and `--deny-read denied`.
+fn scratch_run_args(s: &Scratch, denied: &Path) -> Vec<String> {
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    vec![
+        "--worktree".into(),
+        path(&s.0.join("wt")),
+        "--state-dir".into(),
+        path(&s.0.join("state")),
+        "--deny-read".into(),
+        path(denied),
+    ]
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 fn without_tmp_crowding(text: &str) -> String {
     let tmp = std::env::temp_dir().canonicalize().unwrap();
     let crowding = format!("  warning: {} holds ", tmp.display());
@@ -168,20 +185,9 @@ fn rules_grant_the_siblings_of_a_denied_path_and_not_the_path() {
     for d in ["secret", "open/a", "open/b"] {
         std::fs::create_dir_all(home.join(d)).unwrap();
     }
-    let out = lockrun(
-        &s,
-        &[
-            "policy",
-            "show",
-            "--rules",
-            "--worktree",
-            s.0.join("wt").to_str().unwrap(),
-            "--state-dir",
-            s.0.join("state").to_str().unwrap(),
-            "--deny-read",
-            home.join("secret").to_str().unwrap(),
-        ],
-    );
+    let mut args = vec!["policy".to_owned(), "show".into(), "--rules".into()];
+    args.extend(scratch_run_args(&s, &home.join("secret")));
+    let out = lockrun(&s, &strs(&args));
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     let rule = |p: &Path| {
@@ -230,22 +236,14 @@ fn kernel_steps_list_the_rules_a_run_builds() {
     let machine_tmp = std::env::temp_dir();
     let others =
         |p: &str| Path::new(p).parent() == Some(machine_tmp.as_path()) && !s.0.starts_with(p);
-    let common = [
-        "--worktree",
-        s.0.join("wt").to_str().unwrap(),
-        "--state-dir",
-        s.0.join("state").to_str().unwrap(),
-        "--deny-read",
-        home.join("secret").to_str().unwrap(),
-    ]
-    .map(str::to_owned);
+    let common = scratch_run_args(&s, &home.join("secret"));
     let mut args = vec![
         "__kernel_steps".to_owned(),
         "--tmp".into(),
         tmp.display().to_string(),
     ];
     args.extend(common.iter().cloned());
-    let steps = lockrun(&s, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let steps = lockrun(&s, &strs(&args));
     assert!(steps.status.success(), "{steps:?}");
     let steps = String::from_utf8(steps.stdout).unwrap();
     let mut args = vec![
@@ -255,7 +253,7 @@ fn kernel_steps_list_the_rules_a_run_builds() {
         "--json".into(),
     ];
     args.extend(common.iter().cloned());
-    let shown = lockrun(&s, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let shown = lockrun(&s, &strs(&args));
     assert!(shown.status.success(), "{shown:?}");
     let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
 
