@@ -881,6 +881,7 @@ impl Floor {
         }
         let cgroup = cgroup2_root()?.join("lockrun-bench-floor");
         remove_cgroup_tree(&cgroup);
+        remove_floor_leftovers();
         std::fs::create_dir(&cgroup).with_context(|| format!("making {}", cgroup.display()))?;
         Ok(Self {
             runner: Runner {
@@ -900,6 +901,37 @@ impl Floor {
 impl Drop for Floor {
     fn drop(&mut self) {
         remove_cgroup_tree(&self.cgroup);
+        remove_floor_leftovers();
+    }
+}
+
+/// The v1 cgroups a floor run killed before its end left beside this
+/// process's own (`lockrun-floor-<pid>`, the pid gone); a run removes its
+/// own on every other way out.
+fn remove_floor_leftovers() {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for line in cgroups.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controller), Some(path)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if !["pids", "memory"].contains(&controller) {
+            continue;
+        }
+        let own = Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(path.trim_start_matches('/'));
+        for e in std::fs::read_dir(&own).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("lockrun-floor-"))
+                .and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
     }
 }
 

@@ -93,8 +93,21 @@ static void step(const char *what) {
             (t.tv_sec - t0.tv_sec) * 1e6 + (t.tv_nsec - t0.tv_nsec) / 1e3, what);
 }
 
+// The cgroups this run made, removed (deepest last made first) on every
+// way out of the parent; the child leaves them to it.
+static char made[3][4200];
+static int n_made;
+static pid_t parent;
+
+static void remove_made(void) {
+    while (n_made > 0)
+        rmdir(made[--n_made]);
+}
+
 static void die(const char *what) {
     fprintf(stderr, "bench_floor: %s: %s\n", what, strerror(errno));
+    if (getpid() == parent)
+        remove_made();
     _exit(125);
 }
 
@@ -195,6 +208,7 @@ static int own_has(const char *name) {
 
 static void child(char **argv, const int *tasks, int n_tasks, const char *sealed_dir,
                   const char *sealed_file) {
+    signal(SIGPIPE, SIG_DFL);
     for (int i = 0; i < n_tasks; i++)
         if (write(tasks[i], "0", 1) != 1)
             die("joining a v1 cgroup");
@@ -306,6 +320,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     times = getenv("FLOOR_TIMES") != NULL;
+    parent = getpid();
+    // A reader of its times gone must not kill it before it removes its
+    // cgroups (the child takes the default back before it execs).
+    signal(SIGPIPE, SIG_IGN);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     read_spec(argv[1]);
     char sealed_dir[4096], sealed_file[4096];
@@ -314,10 +332,12 @@ int main(int argc, char **argv) {
     step("spec read");
 
     char v2[4096], v1[2][4200];
+    _Static_assert(sizeof made[0] >= sizeof v1[0], "a made path fits");
     int pid = getpid();
     snprintf(v2, sizeof v2, "%s/%d", argv[2], pid);
     if (mkdir(v2, 0755) != 0)
         die(v2);
+    snprintf(made[n_made++], sizeof made[0], "%s", v2);
     int cgroup = open(v2, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (cgroup < 0)
         die(v2);
@@ -330,6 +350,7 @@ int main(int argc, char **argv) {
         snprintf(v1[n_v1], sizeof v1[n_v1], "%s/lockrun-floor-%d", own, pid);
         if (mkdir(v1[n_v1], 0755) != 0)
             die(v1[n_v1]);
+        snprintf(made[n_made++], sizeof made[0], "%s", v1[n_v1]);
         if (i == 0) {
             snprintf(file, sizeof file, "%s/pids.max", v1[n_v1]);
             write_file(file, "4096");
@@ -365,11 +386,11 @@ int main(int argc, char **argv) {
         if (errno != EINTR)
             die("waitpid");
     step("the command exec'd, ran and was reaped");
-    for (int i = n_v1 - 1; i >= 0; i--)
-        if (rmdir(v1[i]) != 0)
-            die(v1[i]);
-    if (rmdir(v2) != 0)
-        die(v2);
+    while (n_made > 0) {
+        if (rmdir(made[n_made - 1]) != 0)
+            die(made[n_made - 1]);
+        n_made--;
+    }
     step("cgroups removed");
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
