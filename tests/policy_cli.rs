@@ -275,7 +275,7 @@ fn kernel_steps_list_the_rules_a_run_builds() {
     let own: Vec<&str> = steps
         .lines()
         .filter_map(|l| l.strip_prefix("own "))
-        .map(|l| l.split(' ').next().unwrap())
+        .map(|l| l.split_once(' ').unwrap().1)
         .collect();
     let mut expected: Vec<String> = shown["rules"]
         .as_array()
@@ -293,7 +293,7 @@ fn kernel_steps_list_the_rules_a_run_builds() {
             .any(|p| p.starts_with(home.join("secret").to_str().unwrap())),
         "{steps}"
     );
-    assert!(own.contains(&"proc"), "{steps}");
+    assert!(own.contains(&"/proc"), "{steps}");
     let program = steps.lines().filter(|l| l.starts_with("bpf ")).count();
     assert!(
         program > 100,

@@ -826,6 +826,24 @@ fn tar_table(
     Ok(())
 }
 
+/// `source` written to `<dir>/<name>.c` and compiled with gcc (`-O2` and
+/// `flags`) into `<dir>/<name>`: the bench's C helpers.
+pub fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, source)?;
+    let built = Command::new("gcc")
+        .arg("-O2")
+        .args(flags)
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .with_context(|| format!("compiling {name}.c (is gcc installed?)"))?;
+    failed(&built).with_context(|| format!("compiling {name}.c"))?;
+    Ok(bin)
+}
+
 /// The floor's source ([`Floor`]).
 const FLOOR_SOURCE: &str = include_str!("bench_floor.c");
 
@@ -846,17 +864,7 @@ impl Floor {
         let dir = dir.join("floor");
         let tmp = dir.join("tmp");
         std::fs::create_dir_all(&tmp)?;
-        let src = dir.join("bench_floor.c");
-        let bin = dir.join("bench_floor");
-        std::fs::write(&src, FLOOR_SOURCE)?;
-        let built = Command::new("gcc")
-            .arg("-O2")
-            .arg("-o")
-            .arg(&bin)
-            .arg(&src)
-            .output()
-            .context("compiling bench_floor.c (is gcc installed?)")?;
-        failed(&built).context("compiling bench_floor.c")?;
+        let bin = compile_c(&dir, "bench_floor", FLOOR_SOURCE, &[])?;
         let steps = Command::new(&o.lockrun)
             .arg("__kernel_steps")
             .arg("--tmp")

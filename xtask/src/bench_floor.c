@@ -136,8 +136,8 @@ static void read_spec(const char *spec) {
                 insns[n_insns++] = (struct sock_filter){code, jt, jf, k};
         } else if (sscanf(line, "rule %llx %n", &r, &at) == 1 && at && n_rules < MAX_RULES) {
             rules[n_rules++] = (struct rule){r, strdup(line + at)};
-        } else if (sscanf(line, "own %15s %llx", kind, &r) == 2 && n_owns < 8) {
-            owns[n_owns++] = (struct rule){r, strdup(kind)};
+        } else if (sscanf(line, "own %llx %n", &r, &at) == 1 && at && n_owns < 8) {
+            owns[n_owns++] = (struct rule){r, strdup(line + at)};
         } else if (sscanf(line, "hide %n", &at) == 0 && at && n_hides < 64) {
             hides[n_hides++] = (struct rule){0, strdup(line + at)};
         } else if (sscanf(line, "mask %15s %n", kind, &at) == 1 && at && n_masks < 64) {
@@ -199,9 +199,9 @@ static int add_rule(int ruleset, int fd, uint64_t rights) {
     return syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &attr, 0);
 }
 
-static int own_has(const char *name) {
+static int own_has(const char *path) {
     for (int i = 0; i < n_owns; i++)
-        if (strcmp(owns[i].path, name) == 0)
+        if (strcmp(owns[i].path, path) == 0)
             return 1;
     return 0;
 }
@@ -218,13 +218,13 @@ static void child(char **argv, const int *tasks, int n_tasks, const char *sealed
     step("child: v1 cgroups joined, fds, oom_score_adj");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         die("making the mounts private");
-    if (own_has("shm") &&
+    if (own_has("/dev/shm") &&
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0)
         die("/dev/shm");
-    if (own_has("pts") && mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+    if (own_has("/dev/pts") && mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                                 "newinstance,ptmxmode=0666,mode=0620") != 0)
         die("/dev/pts");
-    if (own_has("proc") && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+    if (own_has("/proc") && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                                  "hidepid=ptraceable") != 0)
         die("/proc");
     int fsfd = syscall(SYS_fsopen, "mqueue", FSOPEN_CLOEXEC);
@@ -235,7 +235,7 @@ static void child(char **argv, const int *tasks, int n_tasks, const char *sealed
     if (queues < 0)
         die("fsmount mqueue");
     close(fsfd);
-    if (own_has("mqueue") && syscall(SYS_move_mount, queues, "", AT_FDCWD, "/dev/mqueue",
+    if (own_has("/dev/mqueue") && syscall(SYS_move_mount, queues, "", AT_FDCWD, "/dev/mqueue",
                                      MOVE_MOUNT_F_EMPTY_PATH) != 0)
         die("/dev/mqueue");
     for (int i = 0; i < n_hides; i++)
@@ -262,19 +262,14 @@ static void child(char **argv, const int *tasks, int n_tasks, const char *sealed
             die(rules[i].path);
         close(fd);
     }
-    static const struct {
-        const char *name, *path;
-    } own_paths[] = {{"shm", "/dev/shm"}, {"pts", "/dev/pts"}, {"mqueue", "/dev/mqueue"},
-                     {"proc", "/proc"}};
+    // The mqueue instance is granted by its fd below, mounted or not.
     for (int i = 0; i < n_owns; i++)
-        for (size_t j = 0; j < sizeof own_paths / sizeof *own_paths; j++)
-            if (strcmp(owns[i].path, own_paths[j].name) == 0 &&
-                strcmp(own_paths[j].name, "mqueue") != 0) {
-                int fd = open(own_paths[j].path, O_PATH | O_CLOEXEC);
-                if (fd < 0 || add_rule(ruleset, fd, owns[i].rights) != 0)
-                    die(own_paths[j].path);
-                close(fd);
-            }
+        if (strcmp(owns[i].path, "/dev/mqueue") != 0) {
+            int fd = open(owns[i].path, O_PATH | O_CLOEXEC);
+            if (fd < 0 || add_rule(ruleset, fd, owns[i].rights) != 0)
+                die(owns[i].path);
+            close(fd);
+        }
     if (add_rule(ruleset, queues, queue_rights) != 0)
         die("the mqueue rule");
     close(queues);

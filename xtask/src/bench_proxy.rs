@@ -720,24 +720,7 @@ fn sh(args: &[&str]) -> Result<()> {
 }
 
 fn compile(dir: &Path) -> Result<PathBuf> {
-    let src = dir.join("bench_proxy.c");
-    let bin = dir.join("bench_proxy");
-    std::fs::write(&src, SOURCE)?;
-    sh(&[
-        "gcc",
-        "-O2",
-        "-pthread",
-        "-o",
-        path_str(&bin)?,
-        path_str(&src)?,
-    ])
-    .context("compiling bench_proxy.c (is gcc installed?)")?;
-    Ok(bin)
-}
-
-fn path_str(p: &Path) -> Result<&str> {
-    p.to_str()
-        .with_context(|| format!("{} is not UTF-8", p.display()))
+    crate::bench::compile_c(dir, "bench_proxy", SOURCE, &["-pthread"])
 }
 
 fn wait_port(addr: SocketAddr, what: &str) -> Result<()> {

@@ -8,8 +8,8 @@
 //! ```text
 //! handled <fs rights>
 //! rule <rights> <path>
-//! own <shm|pts|mqueue|proc> <rights>     (mounted at its path)
-//! queues <rights>                         (the run's mqueue fs, always made)
+//! own <rights> <path>    (a filesystem of the run's own, mounted there)
+//! queues <rights>        (the run's mqueue fs, always made)
 //! hide <path>
 //! mask <dir|file> <path>
 //! bpf <code> <jt> <jf> <k>
@@ -57,13 +57,7 @@ fn steps(args: &KernelStepsArgs) -> anyhow::Result<String> {
         )?;
     }
     for own in fs.own_filesystems() {
-        let name = match own {
-            OwnFs::SharedMemory => "shm",
-            OwnFs::Terminals => "pts",
-            OwnFs::MessageQueues => "mqueue",
-            OwnFs::Processes => "proc",
-        };
-        writeln!(out, "own {name} {:#x}", own.rights())?;
+        writeln!(out, "own {:#x} {}", own.rights(), own.path().display())?;
     }
     writeln!(out, "queues {:#x}", OwnFs::MessageQueues.rights())?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
