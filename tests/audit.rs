@@ -226,22 +226,43 @@ fn text_shows_layers_processes_and_suggestions() {
     }
 }
 
+/// A line that is not a record (cut short by a full disk, or not
+/// lockrun's) is named and passed over: the rest of the log is still read,
+/// and the exit status says the log was not whole. A log that cannot be
+/// read at all is exit 2.
 #[test]
-fn a_bad_line_is_exit_2_with_its_number() {
+fn a_bad_line_is_named_and_the_rest_is_read() {
     let scratch = Scratch::new("bad");
     let dir = &scratch.0;
     let log = dir.join("bad.jsonl");
     let good = line(&json!({"event": "kernel_events_lost", "count": 1}));
-    std::fs::write(&log, format!("{good}\n{good}\n{{\"event\": \"nope\"}}\n")).expect("write");
-    let out = audit(dir, &[log.to_str().expect("utf-8")]);
-    assert_eq!(out.status.code(), Some(2));
+    std::fs::write(
+        &log,
+        format!("{good}\n{{\"event\": \"nope\"}}\n{good}\n{{\"half\":"),
+    )
+    .expect("write");
+    let out = audit(dir, &[log.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(&format!("{}:3:", log.display())),
-        "stderr: {err}"
-    );
-    assert!(out.stdout.is_empty());
+    for n in [2, 4] {
+        assert!(
+            err.contains(&format!(
+                "{}:{n}: not an audit record, passed over",
+                log.display()
+            )),
+            "stderr: {err}"
+        );
+    }
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    assert_eq!(report["runs"][0]["lost_kernel_events"], 2, "{report}");
 
     let missing = audit(dir, &[dir.join("absent.jsonl").to_str().expect("utf-8")]);
     assert_eq!(missing.status.code(), Some(2));
+    let device = audit(dir, &["/dev/zero"]);
+    assert_eq!(device.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&device.stderr)
+            .contains("is a character device, not a regular file"),
+        "{device:?}"
+    );
 }

@@ -658,6 +658,60 @@ async fn over_max_connections_answers_503() {
     assert_eq!(status, 403);
 }
 
+/// Past the cap and the 503s the proxy gives the first connections over it,
+/// a connection is dropped unanswered: each is counted, and the log and the
+/// summary say how many, so that no refusal goes unseen.
+#[tokio::test]
+async fn connections_dropped_past_the_overflow_answers_are_counted() {
+    let p = Proxy::start(policy(&[], &[], None), |c| {
+        c.max_connections = 1;
+        c.head_timeout = Duration::from_secs(20);
+    });
+    // The one slot and every overflow answer held: each waits for a head.
+    let mut held = Vec::new();
+    for _ in 0..=64 {
+        held.push(TcpStream::connect(p.addr()).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // These ten are over both: closed at once, without a byte.
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(p.addr()).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("a connection past the overflow answers is closed at once")
+            .unwrap();
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    }
+    drop(held);
+    let Proxy {
+        proxy,
+        audit_path,
+        audit,
+        _dir,
+    } = p;
+    proxy.shutdown().await;
+    let dropped: Vec<(u64, usize)> = std::fs::read_to_string(&audit_path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter_map(|r| match r.event {
+            Event::ProxyConnectionsDropped {
+                count,
+                max_connections,
+                ..
+            } => Some((count, max_connections)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped, vec![(10, 1)]);
+    let summary = audit.summary().join("\n");
+    assert!(
+        summary.contains("10 connections dropped unanswered (over run.max_connections = 1"),
+        "{summary}"
+    );
+}
+
 /// A test host that answers `got N bytes: <bytes>` once the client has
 /// closed its side (port 9000, name `eof.test`), and a proxy allowing it.
 fn eof_host_behind_the_proxy() -> (TestHost, Proxy) {

@@ -140,6 +140,10 @@ pub struct DoctorArgs {
 pub struct AuditArgs {
     /// The audit log to read.
     pub file: PathBuf,
+    /// The state dir of the runs that wrote it, whose key checks each
+    /// line's seal [default: /var/lib/lockrun as root, else ~/.local/state/lockrun].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

@@ -11,6 +11,7 @@
 //! | the audit log and end-of-run summary | [`audit`] |
 //! | the order of the steps of one run, and `gc` | [`run`] |
 //! | lockrun's own warnings and debug lines on stderr (`LOCKRUN_LOG`) | [`log`] |
+//! | what the run chose (names, paths) made inert before a person's terminal shows it | [`shown`] |
 //! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |
 //! | one run at a time on a worktree with git, by a lock no run can take | [`worktree_lock`] |
 //! | the caller's terminal settings, put back after the run | [`terminal`] |
@@ -29,6 +30,7 @@ pub mod policy;
 pub mod proxy;
 pub mod run;
 pub mod seccomp;
+pub mod shown;
 pub mod supervise;
 pub mod sys;
 pub mod terminal;

@@ -1,5 +1,5 @@
 //! lockrun's own diagnostics: `tracing` events, written to stderr as
-//! `lockrun: warning: …` lines.
+//! `lockrun: warning: …` lines, each one line ([`crate::shown`]).
 //!
 //! Warnings and errors are always shown (a cleanup that failed must be seen).
 //! `LOCKRUN_LOG` asks for more, as a `tracing` filter (`debug`,
@@ -78,7 +78,10 @@ where
             )?,
             None => write!(w, "lockrun: {level}: ")?,
         }
-        ctx.field_format().format_fields(w.by_ref(), event)?;
-        writeln!(w)
+        // The fields may name what the run chose: one line, made inert.
+        let mut fields = String::new();
+        ctx.field_format()
+            .format_fields(Writer::new(&mut fields), event)?;
+        writeln!(w, "{}", crate::shown::escaped(&fields))
     }
 }

@@ -12,7 +12,6 @@
 //! read again as they are now, not as they were during the run.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -25,21 +24,50 @@ use crate::audit::{
 use crate::cli::AuditArgs;
 use crate::policy::{HostName, Overrides, PathSpec, Policy};
 use crate::proxy::guard::Range;
+use crate::shown::say;
 
-/// Why a log could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum AuditReadError {
-    #[error("cannot read audit log {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: not an audit record: {message}")]
-    Line {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
+/// Whether a run's lines are the ones lockrun wrote, as far as this
+/// reading could tell ([`crate::audit::seal`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum SealStatus {
+    /// Every line of the run is there, unaltered, in order, to its end.
+    Verified { lines: u64 },
+    /// Some are not: forged, altered, removed, reordered, or cut off.
+    Broken { said: String },
+    /// Sealed with another key than the one at hand.
+    OtherKey { key: String, said: String },
+    /// Not checked: no key at hand.
+    NotChecked { why: String },
+    /// The lines carry no seal: not written by a run's lockrun.
+    #[default]
+    Unsealed,
+}
+
+impl SealStatus {
+    fn broken(&self) -> bool {
+        matches!(self, Self::Broken { .. })
+    }
+}
+
+impl std::fmt::Display for SealStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Verified { lines } => {
+                write!(
+                    f,
+                    "verified: all {lines} lines written by lockrun, unaltered"
+                )
+            }
+            Self::Broken { said }
+            | Self::OtherKey { said, .. }
+            | Self::NotChecked { why: said } => f.write_str(said),
+            Self::Unsealed => f.write_str(
+                "NOT sealed: no line of this run carries a seal, so none can be told from one \
+                 written by someone else (lockrun seals every line of a run's log)",
+            ),
+        }
+    }
 }
 
 /// What lockrun suggests for one refusal.
@@ -145,6 +173,11 @@ pub struct RunSummary {
     /// Requests allowed whose upstream failed, said apart from the refusals.
     pub upstream_failures: Vec<UpstreamFailure>,
     pub notices: Vec<String>,
+    /// Whether these are the lines lockrun wrote.
+    pub seal: SealStatus,
+    /// The short name of the key the run's lockrun sealed its lines with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl RunSummary {
@@ -155,62 +188,106 @@ impl RunSummary {
     }
 }
 
-/// The `audit` subcommand: exit 0 when the log was read, 2 when it could not be.
+/// The `audit` subcommand: exit 0 when the log was read whole and no seal
+/// it could check failed, 1 when a line was not a record or a run's lines
+/// are not as lockrun wrote them, 2 when the log could not be read.
 #[must_use]
 pub fn run(args: &AuditArgs) -> i32 {
-    let records = match read_log(&args.file) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("lockrun audit: {e}");
-            return crate::exit::USAGE;
-        }
-    };
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map_or_else(|| PathBuf::from("/root"), PathBuf::from);
-    let runs = summarize(
-        &records,
-        |meta, seen_paths| host_context(&home, meta, seen_paths),
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| default_state_dir(&home));
+    let state_dir = state_dir.canonicalize().unwrap_or(state_dir);
+    let key = crate::audit::seal::SealKey::read(&state_dir.join(crate::audit::seal::KEY_FILE));
+    let (key, no_key) = match key {
+        Ok(k) => (Some(k), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let log = match crate::audit::read::read(&args.file, key) {
+        Ok(l) => l,
+        Err(e) => {
+            say!("lockrun audit: {e}");
+            return crate::exit::USAGE;
+        }
+    };
+    for u in &log.unreadable {
+        say!(
+            "lockrun audit: {}:{}: not an audit record, passed over: {}",
+            args.file.display(),
+            u.line,
+            u.why
+        );
+    }
+    let mut runs = summarize(
+        &log.records,
+        |meta, seen_paths| host_context(&home, &state_dir, meta, seen_paths),
         &|p: &Path| p.is_dir(),
     );
+    for run in &mut runs {
+        if run.seal == SealStatus::Unsealed {
+            continue;
+        }
+        run.seal = seal_status(run, &log, no_key.as_deref(), &state_dir);
+    }
+    let broken = runs.iter().any(|r| r.seal.broken()) || !log.unreadable.is_empty();
     if args.json {
         match serde_json::to_string_pretty(&serde_json::json!({ "runs": runs })) {
             Ok(s) => println!("{s}"),
             Err(e) => {
-                eprintln!("lockrun audit: cannot write JSON: {e}");
+                say!("lockrun audit: cannot write JSON: {e}");
                 return 1;
             }
         }
     } else {
         print!("{}", render_text(&runs));
     }
-    0
+    i32::from(broken)
 }
 
-/// Read and parse the whole log; the first bad line is an error naming it.
-pub fn read_log(path: &Path) -> Result<Vec<Record>, AuditReadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| AuditReadError::Read {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
-    parse_log(&text).map_err(|(line, message)| AuditReadError::Line {
-        path: path.to_path_buf(),
-        line,
-        message,
-    })
-}
-
-/// Parse JSON lines; blank lines are skipped. Errors carry the 1-based line number.
-pub fn parse_log(text: &str) -> Result<Vec<Record>, (usize, String)> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+/// What the seals of a sealed run's lines say.
+fn seal_status(
+    run: &RunSummary,
+    log: &crate::audit::read::Log,
+    no_key: Option<&str>,
+    state_dir: &Path,
+) -> SealStatus {
+    let Some(key) = log.key() else {
+        return SealStatus::NotChecked {
+            why: format!(
+                "not checked: no key to check the seals with ({}); --state-dir names the state \
+                 dir of the runs that wrote the log",
+                no_key.unwrap_or("none")
+            ),
+        };
+    };
+    let id = run.run_id.as_deref().unwrap_or_default();
+    let Some(seal) = log.seal_of(id) else {
+        return SealStatus::Unsealed;
+    };
+    match &run.key {
+        Some(theirs) if *theirs != key.id() && seal.broken.len() as u64 >= seal.sealed => {
+            return SealStatus::OtherKey {
+                key: theirs.clone(),
+                said: format!(
+                    "not checked: sealed with key {theirs}, not that of {} ({}); --state-dir \
+                     names the state dir of the run",
+                    state_dir.display(),
+                    key.id()
+                ),
+            };
         }
-        let rec: Record = serde_json::from_str(line).map_err(|e| (i + 1, e.to_string()))?;
-        out.push(rec);
+        _ => {}
     }
-    Ok(out)
+    if seal.whole() {
+        SealStatus::Verified { lines: seal.sealed }
+    } else {
+        SealStatus::Broken {
+            said: seal.to_string(),
+        }
+    }
 }
 
 /// The start of a run, as far as the context builder needs it.
@@ -221,53 +298,89 @@ pub struct RunMeta {
     pub worktree: PathBuf,
 }
 
-/// Split records into runs (a `run_start` opens one; events before any start
-/// form a run without id) and group each run's refusals. `context` builds the
-/// filesystem context of a run from its start and the paths refused in it.
+/// Split records into runs and group each run's refusals. A line that
+/// names its run (every line a run's lockrun writes) goes to that run,
+/// wherever it lies among other runs' lines; a line that names none opens
+/// a run at its `run_start` or joins the last such run (events before any
+/// start form a run without id). `context` builds the filesystem context
+/// of a run from its start and the paths refused in it.
 pub fn summarize(
     records: &[Record],
     mut context: impl FnMut(Option<&RunMeta>, &[PathBuf]) -> FsContext,
     is_dir: &dyn Fn(&Path) -> bool,
 ) -> Vec<RunSummary> {
-    // First pass: cut the log into runs.
-    let mut runs: Vec<(Option<RunMeta>, Vec<&Event>)> = Vec::new();
+    // First pass: cut the log into runs, named or not.
+    struct Cut<'r> {
+        meta: Option<RunMeta>,
+        events: Vec<&'r Event>,
+        named: bool,
+    }
+    let mut runs: Vec<Cut> = Vec::new();
+    let mut named: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut last_unnamed: Option<usize> = None;
     for rec in records {
-        match &rec.event {
+        let start = match &rec.event {
             Event::RunStart {
                 run_id,
                 policy,
                 worktree,
                 ..
-            } => runs.push((
-                Some(RunMeta {
-                    run_id: run_id.clone(),
-                    policy: policy.clone(),
-                    worktree: worktree.clone(),
-                }),
-                vec![&rec.event],
-            )),
-            other => match runs.last_mut() {
-                Some((_, events)) => events.push(other),
-                None => runs.push((None, vec![other])),
-            },
+            } => Some(RunMeta {
+                run_id: run_id.clone(),
+                policy: policy.clone(),
+                worktree: worktree.clone(),
+            }),
+            _ => None,
+        };
+        let at = match (rec.run.as_deref(), &start) {
+            (Some(run), _) => *named.entry(run).or_insert_with(|| {
+                runs.push(Cut {
+                    meta: None,
+                    events: Vec::new(),
+                    named: true,
+                });
+                runs.len() - 1
+            }),
+            (None, None) if last_unnamed.is_some() => last_unnamed.unwrap_or_default(),
+            (None, _) => {
+                runs.push(Cut {
+                    meta: None,
+                    events: Vec::new(),
+                    named: false,
+                });
+                last_unnamed = Some(runs.len() - 1);
+                runs.len() - 1
+            }
+        };
+        if start.is_some() {
+            runs[at].meta = start;
         }
+        runs[at].events.push(&rec.event);
     }
     runs.into_iter()
-        .map(|(meta, events)| {
-            let paths: Vec<PathBuf> = events
+        .map(|cut| {
+            let paths: Vec<PathBuf> = cut
+                .events
                 .iter()
                 .filter_map(|e| match e {
                     Event::Filesystem(f) => f.path.as_ref().map(PathBuf::from),
                     _ => None,
                 })
                 .collect();
-            let mut ctx = context(meta.as_ref(), &paths);
+            let mut ctx = context(cut.meta.as_ref(), &paths);
             // The run's own account of the dirs it could not grant whole.
-            ctx.narrowed.extend(events.iter().filter_map(|e| match e {
-                Event::Narrowed(n) => Some(n.clone()),
-                _ => None,
-            }));
-            summarize_run(&events, &ctx, is_dir)
+            ctx.narrowed
+                .extend(cut.events.iter().filter_map(|e| match e {
+                    Event::Narrowed(n) => Some(n.clone()),
+                    _ => None,
+                }));
+            let mut run = summarize_run(&cut.events, &ctx, is_dir);
+            if cut.named {
+                run.seal = SealStatus::NotChecked {
+                    why: "not checked".to_owned(),
+                };
+            }
+            run
         })
         .collect()
 }
@@ -372,6 +485,56 @@ fn memory_limit_refusal(
     }
 }
 
+/// The one refusal an event counted whole stands for: forks refused at a
+/// task limit, processes killed at a memory limit, connections dropped over
+/// the proxy's cap; `None` for any other event.
+fn counted_refusal(event: &Event) -> Option<Refusal> {
+    match event {
+        Event::TaskLimit {
+            limit,
+            refused,
+            ran_out,
+        } => Some(task_limit_refusal(*limit, *refused, *ran_out)),
+        Event::MemoryLimit {
+            limit,
+            killed,
+            peak,
+            ran_out,
+        } => Some(memory_limit_refusal(*limit, *killed, *peak, *ran_out)),
+        Event::ProxyConnectionsDropped {
+            count,
+            max_connections,
+            answered,
+        } => Some(dropped_refusal(*count, *max_connections, *answered)),
+        _ => None,
+    }
+}
+
+/// Connections to the proxy dropped unanswered over its cap: one refusal,
+/// counted by the proxy (which names no process), and the cap twice as high.
+fn dropped_refusal(count: u64, max_connections: usize, answered: usize) -> Refusal {
+    Refusal {
+        layer: Layer::Proxy,
+        target: "(connections over run.max_connections)".to_owned(),
+        detail: format!(
+            "dropped unanswered, past the first {answered} over the cap, which got a 503"
+        ),
+        count,
+        processes: Vec::new(),
+        suggestion: Suggestion::Allow {
+            policy: format!(
+                "[run]\nmax_connections = {}",
+                max_connections.saturating_mul(2)
+            ),
+            flag: None,
+            note: Some(format!(
+                "the run had {max_connections} connections to its proxy open at once; raise the \
+                 cap only if the command really needs more"
+            )),
+        },
+    }
+}
+
 /// The notice line an event gives, `layer: message`.
 fn notice(event: &Event) -> Option<String> {
     match event {
@@ -423,7 +586,9 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 command,
                 policy,
                 worktree,
+                key,
             } => {
+                run.key.clone_from(key);
                 run.run_id = Some(run_id.clone());
                 run.command.clone_from(command);
                 run.policy.clone_from(policy);
@@ -447,17 +612,6 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 run.inbound_not_itemized += count;
                 run.inbound_per_cpu = *per_cpu;
             }
-            Event::TaskLimit {
-                limit,
-                refused,
-                ran_out,
-            } => run.push_counted(task_limit_refusal(*limit, *refused, *ran_out)),
-            Event::MemoryLimit {
-                limit,
-                killed,
-                peak,
-                ran_out,
-            } => run.push_counted(memory_limit_refusal(*limit, *killed, *peak, *ran_out)),
             Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
                 let target = format!("{}:{}", show_host(&p.host), p.port);
                 let detail = format!("{} → {}: {}", p.method, p.status, p.reason);
@@ -475,7 +629,9 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 }
             }
             _ => {
-                if let Some(r) = refusal(event, ctx, is_dir) {
+                if let Some(r) = counted_refusal(event) {
+                    run.push_counted(r);
+                } else if let Some(r) = refusal(event, ctx, is_dir) {
                     add(&mut run, r.0, r.1, r.2, r.3, r.4);
                 }
             }
@@ -570,14 +726,19 @@ fn refusal<'e>(
 
 /// The filesystem context of a run on this host: the secret floor, the run's
 /// policy reloaded (when it still loads), and the state dirs.
-fn host_context(home: &Path, meta: Option<&RunMeta>, seen: &[PathBuf]) -> FsContext {
+fn host_context(
+    home: &Path,
+    state_dir: &Path,
+    meta: Option<&RunMeta>,
+    seen: &[PathBuf],
+) -> FsContext {
     let mut ctx = FsContext {
         home: home.to_path_buf(),
         deny: Policy::secret_floor(home)
             .into_iter()
             .map(|p| (p, DenySource::SecretFloor))
             .collect(),
-        state_dirs: vec![default_state_dir(home)],
+        state_dirs: vec![state_dir.to_path_buf()],
         narrowed: Vec::new(),
     };
     if let Some(meta) = meta {
@@ -1001,10 +1162,16 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         _ => dir.display().to_string(),
     };
     Suggestion::Allow {
-        policy: format!("[filesystem]\nwritable = [\"{in_policy}\"]"),
+        policy: format!("[filesystem]\nwritable = [{}]", toml_string(&in_policy)),
         flag: Some(format!("--allow-write {}", dir.display())),
         note: link_note(ev, &dir),
     }
+}
+
+/// `s` as a TOML string, quoted and escaped as a policy file needs it: a
+/// path the run chose may hold a quote, a backslash or a newline.
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
 }
 
 /// Why a refused read is not suggested, or what would allow it, by the
@@ -1213,6 +1380,14 @@ fn show_host(h: &str) -> String {
     }
 }
 
+/// One line of the report: what the log holds was chosen in part by the
+/// run (process names, paths, hosts), so it is made inert first
+/// ([`crate::shown`]).
+fn put(out: &mut String, line: std::fmt::Arguments<'_>) {
+    out.push_str(&crate::shown::escaped(&line.to_string()));
+    out.push('\n');
+}
+
 /// The human-readable report.
 #[must_use]
 pub fn render_text(runs: &[RunSummary]) -> String {
@@ -1225,27 +1400,33 @@ pub fn render_text(runs: &[RunSummary]) -> String {
         if i > 0 {
             out.push('\n');
         }
-        let _ = write!(
-            out,
-            "run {}",
-            run.run_id.as_deref().unwrap_or("(no run_start)")
+        let exit = run
+            .exit
+            .map(|code| format!(" (exit {code})"))
+            .unwrap_or_default();
+        put(
+            &mut out,
+            format_args!(
+                "run {}{exit}",
+                run.run_id.as_deref().unwrap_or("(no run_start)")
+            ),
         );
-        if let Some(code) = run.exit {
-            let _ = write!(out, " (exit {code})");
-        }
-        out.push('\n');
         if !run.command.is_empty() {
-            let _ = writeln!(out, "  command:  {}", run.command.join(" "));
+            put(
+                &mut out,
+                format_args!("  command:  {}", run.command.join(" ")),
+            );
         }
         if !run.policy.is_empty() {
             let names: Vec<String> = run.policy.iter().map(|p| p.display().to_string()).collect();
-            let _ = writeln!(out, "  policy:   {}", names.join(" <- "));
+            put(&mut out, format_args!("  policy:   {}", names.join(" <- ")));
         }
         if let Some(w) = &run.worktree {
-            let _ = writeln!(out, "  worktree: {}", w.display());
+            put(&mut out, format_args!("  worktree: {}", w.display()));
         }
+        put(&mut out, format_args!("  seal:     {}", run.seal));
         for n in &run.notices {
-            let _ = writeln!(out, "  notice:   {n}");
+            put(&mut out, format_args!("  notice:   {n}"));
         }
         if run.refused.is_empty() {
             out.push_str("  nothing refused\n");
@@ -1257,7 +1438,10 @@ pub fn render_text(runs: &[RunSummary]) -> String {
                 "  allowed, but failed upstream (not refused; no policy line changes these):\n",
             );
             for f in &run.upstream_failures {
-                let _ = writeln!(out, "    {} — {}{}", f.target, f.detail, times(f.count));
+                put(
+                    &mut out,
+                    format_args!("    {} — {}{}", f.target, f.detail, times(f.count)),
+                );
             }
         }
     }
@@ -1271,20 +1455,20 @@ fn render_refusals(out: &mut String, run: &RunSummary) {
         .iter()
         .map(|(l, n)| format!("{} {n}", layer_name(*l)))
         .collect();
-    let _ = writeln!(out, "  refused:  {}", per_layer.join(", "));
+    put(out, format_args!("  refused:  {}", per_layer.join(", ")));
     if run.lost_kernel_events > 0 {
-        let _ = writeln!(
+        put(
             out,
-            "            ({} kernel refusals counted but not delivered: ring buffer full)",
-            run.lost_kernel_events
+            format_args!(
+                "            ({} kernel refusals counted but not delivered: ring buffer full)",
+                run.lost_kernel_events
+            ),
         );
     }
     if run.inbound_not_itemized > 0 {
-        let _ = writeln!(
-            out,
-            "            ({} packets from outside dropped and counted, not itemized: only the first {} on each CPU are)",
+        put(out, format_args!("            ({} packets from outside dropped and counted, not itemized: only the first {} on each CPU are)",
             run.inbound_not_itemized, run.inbound_per_cpu
-        );
+        ));
     }
     if !run.by_process.is_empty() {
         let procs: Vec<String> = run
@@ -1292,26 +1476,23 @@ fn render_refusals(out: &mut String, run: &RunSummary) {
             .iter()
             .map(|(c, n)| format!("{c} {n}"))
             .collect();
-        let _ = writeln!(out, "  by process: {}", procs.join(", "));
+        put(out, format_args!("  by process: {}", procs.join(", ")));
     }
     for layer in Layer::ALL {
         let group: Vec<&Refusal> = run.refusals.iter().filter(|r| r.layer == layer).collect();
         if group.is_empty() {
             continue;
         }
-        let _ = writeln!(out, "  {}:", layer_name(layer));
+        put(out, format_args!("  {}:", layer_name(layer)));
         for r in group {
             let procs = if r.processes.is_empty() {
                 String::new()
             } else {
                 format!(" [{}]", r.processes.join(", "))
             };
-            let _ = writeln!(
+            put(
                 out,
-                "    {} — {}{}{procs}",
-                r.target,
-                r.detail,
-                times(r.count)
+                format_args!("    {} — {}{}{procs}", r.target, r.detail, times(r.count)),
             );
             render_suggestion(out, &r.suggestion);
         }
@@ -1323,29 +1504,29 @@ fn render_suggestion(out: &mut String, s: &Suggestion) {
         Suggestion::Allow { policy, flag, note } => {
             out.push_str("      allow with:\n");
             for line in policy.lines() {
-                let _ = writeln!(out, "        {line}");
+                put(out, format_args!("        {line}"));
             }
             match flag {
                 Some(f) => {
-                    let _ = writeln!(out, "      or the flag: {f}");
+                    put(out, format_args!("      or the flag: {f}"));
                 }
                 None => out.push_str("      (no flag: write it in a policy file)\n"),
             }
             if let Some(n) = note {
-                let _ = writeln!(out, "      note: {n}");
+                put(out, format_args!("      note: {n}"));
             }
         }
         Suggestion::Warn { reason } => {
-            let _ = writeln!(out, "      not suggested: {reason}");
+            put(out, format_args!("      not suggested: {reason}"));
         }
         Suggestion::Never { reason } => {
-            let _ = writeln!(out, "      cannot be allowed: {reason}");
+            put(out, format_args!("      cannot be allowed: {reason}"));
         }
         Suggestion::Explain { reason } => {
-            let _ = writeln!(out, "      why: {reason}");
+            put(out, format_args!("      why: {reason}"));
         }
         Suggestion::Harmless { reason } => {
-            let _ = writeln!(out, "      harmless: {reason}");
+            put(out, format_args!("      harmless: {reason}"));
         }
     }
 }
@@ -1700,7 +1881,12 @@ mod tests {
     /// a run that refused nothing.
     #[test]
     fn upstream_failures_are_listed_apart_from_refusals() {
-        let line = |e: Event| Record { ts_ms: 0, event: e };
+        let line = |e: Event| Record {
+            ts_ms: 0,
+            event: e,
+            run: None,
+            seq: None,
+        };
         let mut failed = not_listed("api.example.com", 443);
         failed.verdict = ProxyVerdict::UpstreamFailed;
         failed.allowed = true;
@@ -1715,6 +1901,7 @@ mod tests {
                 command: vec!["curl".into()],
                 policy: vec![],
                 worktree: "/w".into(),
+                key: None,
             })
         };
         let records = vec![
@@ -2049,25 +2236,67 @@ mod tests {
         );
     }
 
+    /// Lines that name their run go to it, wherever they lie among other
+    /// runs' lines (runs sharing a log write at once); lines that name none
+    /// follow the last `run_start` that names none.
     #[test]
-    fn parse_errors_name_the_line() {
-        let ok = r#"{"ts_ms":1,"event":"kernel_events_lost","count":3}"#;
-        assert_eq!(parse_log(&format!("{ok}\n\n{ok}\n")).unwrap().len(), 2);
-        let err = parse_log(&format!("{ok}\nnot json\n")).unwrap_err();
-        assert_eq!(err.0, 2);
-        let err = parse_log(&format!("{ok}\n{{\"ts_ms\":1,\"event\":\"nope\"}}\n")).unwrap_err();
-        assert_eq!(err.0, 2);
+    fn lines_that_name_their_run_are_grouped_by_it() {
+        let line = |run: Option<&str>, e: Event| Record {
+            ts_ms: 0,
+            event: e,
+            run: run.map(str::to_owned),
+            seq: None,
+        };
+        let start = |id: &str| Event::RunStart {
+            run_id: id.into(),
+            command: vec![],
+            policy: vec![],
+            worktree: "/w".into(),
+            key: None,
+        };
+        let refused = || Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"));
+        let records = vec![
+            line(Some("a"), start("a")),
+            line(Some("b"), start("b")),
+            line(Some("a"), refused()),
+            line(None, start("legacy")),
+            line(Some("b"), refused()),
+            line(None, refused()),
+            line(Some("a"), refused()),
+        ];
+        let runs = summarize(&records, |_, _| ctx(), &dirs);
+        let counts: Vec<(Option<&str>, u64)> = runs
+            .iter()
+            .map(|r| {
+                (
+                    r.run_id.as_deref(),
+                    r.refused.get(&Layer::KernelNetwork).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            vec![(Some("a"), 2), (Some("b"), 1), (Some("legacy"), 1)]
+        );
+        assert_eq!(runs[2].seal, SealStatus::Unsealed);
+        assert_ne!(runs[0].seal, SealStatus::Unsealed);
     }
 
     #[test]
     fn runs_are_split_and_grouped() {
-        let line = |e: Event| Record { ts_ms: 0, event: e };
+        let line = |e: Event| Record {
+            ts_ms: 0,
+            event: e,
+            run: None,
+            seq: None,
+        };
         let records = vec![
             line(Event::RunStart {
                 run_id: "r1".into(),
                 command: vec!["psql".into()],
                 policy: vec!["preset:default".into()],
                 worktree: "/w".into(),
+                key: None,
             }),
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
@@ -2085,12 +2314,14 @@ mod tests {
                 run_id: "r1".into(),
                 exit: 2,
                 refused: BTreeMap::new(),
+                unwritten: 0,
             }),
             line(Event::RunStart {
                 run_id: "r2".into(),
                 command: vec![],
                 policy: vec![],
                 worktree: "/w".into(),
+                key: None,
             }),
         ];
         let runs = summarize(&records, |_, _| ctx(), &dirs);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::cli::GcArgs;
 use crate::exit;
 use crate::policy::{self, Overrides};
+use crate::shown::say;
 
 #[must_use]
 pub fn main(args: &GcArgs) -> i32 {
@@ -18,7 +19,7 @@ pub fn main(args: &GcArgs) -> i32 {
     let policy = match policy::load(None, &over) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("lockrun: {e}");
+            say!("lockrun: {e}");
             return exit::USAGE;
         }
     };
@@ -71,7 +72,7 @@ pub fn main(args: &GcArgs) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("lockrun: gc: reading {}: {e}", runs.display());
+            say!("lockrun: gc: reading {}: {e}", runs.display());
             1
         }
     }
@@ -102,7 +103,7 @@ fn reap_orphan_cgroups(grace: Duration) {
                 );
             }
         }
-        Err(e) => eprintln!("lockrun: warning: gc: the run cgroups: {e}"),
+        Err(e) => say!("lockrun: warning: gc: the run cgroups: {e}"),
     }
 }
 
@@ -126,7 +127,7 @@ fn reap_other_builds() {
                 }
             }
         }
-        Err(e) => eprintln!(
+        Err(e) => say!(
             "lockrun: warning: gc: other builds' programs: {}",
             crate::run::chain(&e)
         ),

@@ -22,6 +22,7 @@ use std::path::Path;
 
 use crate::cli::KernelStepsArgs;
 use crate::fs::OwnFs;
+use crate::shown::say;
 
 /// Print the steps; returns the exit status.
 #[must_use]
@@ -32,7 +33,7 @@ pub fn run(args: &KernelStepsArgs) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("lockrun: {e}");
+            say!("lockrun: {e}");
             crate::exit::SETUP
         }
     }

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command, PolicyCommand};
+use crate::shown::say;
 
 /// Parse the command line and run the chosen command.
 #[must_use]
@@ -37,7 +38,7 @@ pub fn main() -> ExitCode {
         None | Some(Command::Gc(_) | Command::Doctor(_))
     ) {
         if let Some(id) = crate::run::nested::enclosing_run() {
-            eprintln!("{}", crate::run::nested::refusal(&id));
+            say!("{}", crate::run::nested::refusal(&id));
             return exit_code(crate::exit::SETUP);
         }
     }

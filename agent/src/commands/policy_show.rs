@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::cli::ShowArgs;
 use crate::policy::{self, Policy};
+use crate::shown::say;
 
 /// Run `policy show`; returns the exit status.
 #[must_use]
@@ -16,7 +17,7 @@ pub fn run(args: &ShowArgs) -> i32 {
     ) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("lockrun: {e}");
+            say!("lockrun: {e}");
             return crate::exit::USAGE;
         }
     };
@@ -25,7 +26,7 @@ pub fn run(args: &ShowArgs) -> i32 {
         match rules(&policy) {
             Ok(r) => view.rules = Some(r),
             Err(e) => {
-                eprintln!("lockrun: the Landlock rules cannot be built on this machine: {e}");
+                say!("lockrun: the Landlock rules cannot be built on this machine: {e}");
                 return crate::exit::SETUP;
             }
         }
@@ -34,7 +35,7 @@ pub fn run(args: &ShowArgs) -> i32 {
         match serde_json::to_string_pretty(&view) {
             Ok(s) => println!("{s}"),
             Err(e) => {
-                eprintln!("lockrun: cannot print the policy as JSON: {e}");
+                say!("lockrun: cannot print the policy as JSON: {e}");
                 return 1;
             }
         }

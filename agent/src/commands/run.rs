@@ -3,6 +3,7 @@
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::exit;
 use crate::policy::{self, Overrides};
+use crate::shown::say;
 
 /// The policy overrides the flags give.
 #[must_use]
@@ -21,13 +22,13 @@ pub fn overrides(args: &PolicyArgs) -> Overrides {
 #[must_use]
 pub fn main(args: &RunArgs) -> i32 {
     if args.command.is_empty() {
-        eprintln!("lockrun: no command given (usage: lockrun [OPTIONS] -- COMMAND [ARGS]...)");
+        say!("lockrun: no command given (usage: lockrun [OPTIONS] -- COMMAND [ARGS]...)");
         return exit::USAGE;
     }
     let policy = match policy::load(args.policy.policy.as_deref(), &overrides(&args.policy)) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("lockrun: {e}");
+            say!("lockrun: {e}");
             return exit::USAGE;
         }
     };

@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     token: Vec<u8>,
     slots: Arc<Semaphore>,
     overflow: Arc<Semaphore>,
+    /// Connections dropped unanswered, past the overflow answers.
+    dropped: std::sync::atomic::AtomicU64,
     /// Idle upstream connections of forwarded requests.
     pool: Pool,
 }
@@ -76,6 +78,7 @@ impl Shared {
             token: base64(format!("lockrun:{secret}").as_bytes()).into_bytes(),
             slots: Arc::new(Semaphore::new(c.max_connections)),
             overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
+            dropped: std::sync::atomic::AtomicU64::new(0),
             pool: Pool::default(),
         }
     }
@@ -186,8 +189,11 @@ pub(crate) async fn serve(
                         tasks.spawn(connection(shared, stream, permit));
                     } else if let Ok(permit) = Arc::clone(&shared.overflow).try_acquire_owned() {
                         tasks.spawn(too_many(shared, stream, permit));
+                    } else {
+                        // Beyond the overflow answers the connection is
+                        // dropped unanswered: counted, recorded at the end.
+                        shared.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
-                    // Beyond the overflow answers the connection is dropped unanswered.
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -214,6 +220,14 @@ pub(crate) async fn serve(
     }
     tasks.shutdown().await;
     shared.pool.prune(true);
+    let dropped = shared.dropped.load(std::sync::atomic::Ordering::Relaxed);
+    if dropped > 0 {
+        shared.audit.record(Event::ProxyConnectionsDropped {
+            count: dropped,
+            max_connections: shared.max_connections,
+            answered: OVERFLOW_ANSWERS,
+        });
+    }
 }
 
 /// Failed accepts (out of descriptors, most likely: the back-off retries

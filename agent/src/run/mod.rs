@@ -52,7 +52,9 @@ use crate::exit;
 use crate::fs::{FsError, FsSandbox};
 use crate::policy::Policy;
 use crate::seccomp::SeccompError;
+use crate::shown::say;
 
+pub mod audit_log;
 mod beside;
 pub mod core_dumps;
 pub mod nested;
@@ -104,7 +106,7 @@ pub enum RunError {
     Hooks(#[from] crate::bpf::BpfError),
     #[error("the proxy: {}", chain(.0))]
     Proxy(#[from] crate::proxy::ProxyError),
-    #[error("the audit log: {0}")]
+    #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -447,7 +449,7 @@ fn remove_tree(path: &Path) {
     open_up(path);
     if let Err(e) = std::fs::remove_dir_all(path) {
         if e.kind() != std::io::ErrorKind::NotFound {
-            eprintln!("lockrun: warning: removing {}: {e}", path.display());
+            say!("lockrun: warning: removing {}: {e}", path.display());
         }
     }
 }
@@ -597,7 +599,7 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
     }
     // Their entries in the kernel's shared maps, exactly those.
     if let Err(e) = crate::bpf::forget_runs(&reaped_cgroups) {
-        eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
+        say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
 }
@@ -610,7 +612,7 @@ fn reap_run(run_id: &str, cgroup_ids: &mut Vec<u64>) -> bool {
     match crate::cgroup::reap(run_id) {
         Ok(id) => cgroup_ids.extend(id),
         Err(e) => {
-            eprintln!(
+            say!(
                 "lockrun: warning: gc: the cgroup of run {run_id}: {}",
                 chain(&e)
             );
@@ -618,7 +620,7 @@ fn reap_run(run_id: &str, cgroup_ids: &mut Vec<u64>) -> bool {
         }
     }
     if let Err(e) = crate::bpf::unpin(run_id) {
-        eprintln!(
+        say!(
             "lockrun: warning: gc: the per-run pins of run {run_id} (earlier builds): {}",
             chain(&e)
         );
@@ -720,7 +722,7 @@ pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
         }
     }
     if let Err(e) = crate::bpf::forget_runs(&reaped_ids) {
-        eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
+        say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
 }
@@ -729,7 +731,7 @@ pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
 /// means (see [`crate::bpf::forget_gone_runs`]).
 pub fn forget_gone_runs() {
     if let Err(e) = crate::bpf::forget_gone_runs() {
-        eprintln!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
+        say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
 }
 
@@ -749,13 +751,13 @@ fn prepare_writable(policy: &Policy, tmp: &Path) {
                 .mode(0o700)
                 .create(&path)
             {
-                eprintln!(
+                say!(
                     "lockrun: warning: creating {}: {e}; it is not writable in this run",
                     path.display()
                 );
             }
         } else {
-            eprintln!(
+            say!(
                 "lockrun: warning: writable path {} does not exist; it is not granted in this run",
                 path.display()
             );
@@ -801,14 +803,19 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 /// on stderr for any failure of its own.
 #[must_use]
 pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> i32 {
-    let audit = match crate::audit::AuditLog::open(audit_log) {
-        Ok(a) => std::sync::Arc::new(a),
-        Err(e) => return refuse(&RunError::Audit(e)),
+    let run_id = new_run_id();
+    let audit = match audit_log.map(|path| audit_log::open(policy, path, &run_id)) {
+        None => std::sync::Arc::new(crate::audit::AuditLog::unkept()),
+        Some(Ok(a)) => std::sync::Arc::new(a),
+        Some(Err(e)) => {
+            say!("lockrun: {e}");
+            return e.exit();
+        }
     };
     // Before any descriptor is opened: the proxy and the ruleset walk get
     // the hard limit, the command the caller's.
     let nofile = crate::sys::raise_nofile().unwrap_or_else(|e| {
-        eprintln!("lockrun: warning: the descriptor limit could not be raised ({e}); the proxy keeps the caller's");
+        say!("lockrun: warning: the descriptor limit could not be raised ({e}); the proxy keeps the caller's");
         None
     });
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -819,19 +826,23 @@ pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> 
         Err(e) => return refuse(&RunError::Runtime(e)),
     };
     tracing::debug!("audit log open, runtime built");
-    let code = match rt.block_on(run(policy, argv, &audit, nofile)) {
-        Ok(code) => code,
-        Err(e) => refuse(&e),
+    let (code, told) = match rt.block_on(run(policy, argv, &audit, nofile, run_id)) {
+        Ok(code) => (code, false),
+        Err(e) => (refuse(&e), matches!(e, RunError::Audit(_))),
     };
     for line in audit.summary() {
-        eprintln!("{line}");
+        say!("{line}");
+    }
+    // Lines the log lacks, unless that is why nothing ran.
+    if let Some(lost) = audit.write_failure().filter(|_| !told) {
+        say!("lockrun: warning: {lost}");
     }
     tracing::debug!("12. summary written");
     code
 }
 
 fn refuse(e: &RunError) -> i32 {
-    eprintln!("lockrun: {e}");
+    say!("lockrun: {e}");
     exit::SETUP
 }
 
@@ -848,6 +859,7 @@ async fn run(
     argv: &[OsString],
     audit: &std::sync::Arc<crate::audit::AuditLog>,
     nofile: Option<libc::rlimit>,
+    run_id: String,
 ) -> Result<i32, RunError> {
     use crate::audit::Event;
 
@@ -858,7 +870,6 @@ async fn run(
     // between creating the run dir and removing it.
     let mut signals = Signals::new().map_err(RunError::Signals)?;
 
-    let run_id = new_run_id();
     let runs_dir = RunDir::make_runs_dir(&policy.runs_dir(), &run_id)?;
     let tmp = RunDir::tmp_path(&runs_dir, &run_id);
     // A policy asking for more Landlock than the kernel has is refused
@@ -934,7 +945,7 @@ async fn run(
 
     // 2. sweep stale runs (after the run dir, so a bad state dir is reported once, by step 1)
     if let Err(e) = sweep_at_start(&runs_dir, policy.run.gc_grace) {
-        eprintln!("lockrun: warning: sweeping {}: {e}", runs_dir.display());
+        say!("lockrun: warning: sweeping {}: {e}", runs_dir.display());
     }
     tracing::debug!("2. stale runs swept");
     audit.record(Event::RunStart {
@@ -945,7 +956,11 @@ async fn run(
             .collect(),
         policy: policy.sources.clone(),
         worktree: policy.worktree.clone(),
+        key: audit.key_id(),
     });
+    // A log that cannot be written from the start is not kept: nothing has
+    // run yet, and a run without the log asked for is refused.
+    audit.check_written()?;
 
     // A writable root that reaches where code runs later (the user's shell
     // start-up, git's config, ~/.cargo, the system's programs): the policy
@@ -1182,7 +1197,7 @@ async fn run(
     tokio::select! {
         biased;
         sig = signals.recv() => {
-            eprintln!("lockrun: {sig} during setup: the command was not started");
+            say!("lockrun: {sig} during setup: the command was not started");
             return Ok(128 + sig as i32);
         }
         () = std::future::ready(()) => {}
@@ -1302,7 +1317,7 @@ async fn run(
     if let Some(g) = &git_guard {
         for change in g.restore(&run_id) {
             let message = change.to_string();
-            eprintln!("lockrun: git: {message}");
+            say!("lockrun: git: {message}");
             audit.record(Event::Notice {
                 layer: crate::audit::Layer::Filesystem,
                 message,
@@ -1312,7 +1327,7 @@ async fn run(
     // Nor to change the terminal again: its settings go back as they were.
     for restored in terminals.restore() {
         let message = restored.to_string();
-        eprintln!("lockrun: {message}");
+        say!("lockrun: {message}");
         audit.record(Event::Notice {
             layer: crate::audit::Layer::Scope,
             message,
@@ -1329,13 +1344,13 @@ async fn run(
     }
     tracing::debug!("10. torn down");
     for e in &teardown_errors {
-        eprintln!("lockrun: warning: {e} (`lockrun gc` will retry)");
+        say!("lockrun: warning: {e} (`lockrun gc` will retry)");
     }
 
     let code = match started {
         Started::Exited(status) => {
             match status.signal() {
-                Some(sig) if core_dumps.off() && core_dumps::dumps(sig) => eprintln!(
+                Some(sig) if core_dumps.off() && core_dumps::dumps(sig) => say!(
                     "lockrun: the command died of signal {sig} and left no core dump: {core_dumps}"
                 ),
                 _ => {}
@@ -1343,11 +1358,11 @@ async fn run(
             exit_code(status)
         }
         Started::NotFound(e) => {
-            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
+            say!("lockrun: {}: {e}", argv[0].to_string_lossy());
             exit::NOT_FOUND
         }
         Started::NotExecutable(e) => {
-            eprintln!("lockrun: {}: {e}", argv[0].to_string_lossy());
+            say!("lockrun: {}: {e}", argv[0].to_string_lossy());
             exit::NOT_EXECUTABLE
         }
     };
@@ -1355,6 +1370,7 @@ async fn run(
         run_id,
         exit: code,
         refused: audit.refused(),
+        unwritten: 0,
     });
     // The message queues' mount: detached where the machine has no
     // /dev/mqueue, its last close waits out an RCU grace period, in step
@@ -1548,7 +1564,7 @@ fn kernel_side(
     //    which judge its cgroup from its parent; their refusals stream
     //    into the audit log while the run goes on.
     let hooks = if weaken_hooks {
-        eprintln!("lockrun: TEST BUILD: the run's cgroup is deliberately outside the network hooks (LOCKRUN_TEST_WEAKEN=hooks)");
+        say!("lockrun: TEST BUILD: the run's cgroup is deliberately outside the network hooks (LOCKRUN_TEST_WEAKEN=hooks)");
         None
     } else {
         let unix_allowed = [policy.worktree.clone(), dir.tmp().to_path_buf()];

@@ -50,7 +50,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd};
 
 pub mod notify;
 pub mod spawn;
@@ -423,6 +423,35 @@ pub fn rename_noreplace(from: &std::path::Path, to: &std::path::Path) -> io::Res
         nix::fcntl::RenameFlags::RENAME_NOREPLACE,
     )
     .map_err(io::Error::from)
+}
+
+/// `name` opened in `dir` with `flags` (and `mode`, when it is made).
+pub fn openat(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    flags: nix::fcntl::OFlag,
+    mode: nix::sys::stat::Mode,
+) -> nix::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fd = nix::fcntl::openat(Some(dir.as_raw_fd()), name.as_bytes(), flags, mode)?;
+    // SAFETY: openat(2) just returned this new descriptor, which nothing
+    // else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The dir at `path` (absolute) opened as a place to open in (`O_PATH`),
+/// through no symbolic link at all (`openat2`, `RESOLVE_NO_SYMLINKS`,
+/// Linux 5.6): a `path` that was canonical when judged, and is the same
+/// dir when opened, or the open fails (`ELOOP`).
+pub fn open_dir_without_links(path: &std::path::Path) -> nix::Result<OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = nix::fcntl::openat2(libc::AT_FDCWD, path, how)?;
+    // SAFETY: openat2(2) just returned this new descriptor, which nothing
+    // else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Set the extended attribute `name` of the file open as `fd` to `value`.
