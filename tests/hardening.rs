@@ -1,8 +1,8 @@
 //! Nothing a run can touch turns against lockrun, the caller or the next
 //! run: the audit log (where it may be, what is written to it, whether a
 //! reader can trust it, a disk that fills), what lockrun keeps in memory for
-//! a run, what reaches the caller's terminal, and lockrun killed while it
-//! starts. Each is judged from outside: the
+//! a run, what reaches the caller's terminal, the caller's descriptor limit,
+//! and lockrun killed while it starts. Each is judged from outside: the
 //! file outside is unchanged, the marker the command would write is absent,
 //! lockrun's own peak memory, the bytes on the caller's stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -442,6 +442,20 @@ print("sent")
         peak_kib < 64 * 1024,
         "lockrun's peak memory: {peak_kib} KiB"
     );
+}
+
+/// A caller's low soft descriptor limit is the command's, and the run
+/// starts: lockrun's own descriptors do not count against it.
+#[test]
+fn a_low_descriptor_limit_is_given_to_the_command() {
+    let w = World::new("low-nofile");
+    for limit in [32u64, 8] {
+        let lowered = format!("ulimit -Sn {limit} && exec \"$0\" \"$@\"");
+        let mut cmd = w.cmd_under(&["sh", "-c", &lowered], &[], &["sh", "-c", "ulimit -n"]);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "soft limit {limit}: {}", stderr(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{limit}\n"));
+    }
 }
 
 /// A request to the run's proxy for a host no policy lists: proxy traffic

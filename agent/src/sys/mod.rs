@@ -17,8 +17,8 @@
 //!    filesystem lockrun made and granted in the Landlock ruleset (a tmpfs,
 //!    a new devpts instance, the run's message queues, empty ones over the
 //!    machine's kernel filesystems) onto its path — needs `CAP_SYS_ADMIN`,
-//!    so before the capabilities go; before those, the caller's descriptor
-//!    limit given back, core dumps off where a pipe would take them, and
+//!    so before the capabilities go; before those, core dumps off where a
+//!    pipe would take them, and
 //!    **the run the OOM killer's first pick** (`oom_score_adj` 1000,
 //!    [`OOM_SCORE_ADJ`]), which Landlock then keeps from being lowered;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
@@ -42,7 +42,11 @@
 //!    in the command's mount namespace), are sent to lockrun over a
 //!    socketpair (`SCM_RIGHTS`) and closed here: the supervisor
 //!    ([`crate::supervise`]) answers the notified syscalls from outside the
-//!    sandbox, naming paths as the command does.
+//!    sandbox, naming paths as the command does;
+//! 10. **the caller's descriptor limit** given back (lockrun raised its
+//!     own, [`raise_nofile`]), last: every step above opens descriptors,
+//!     which a low soft limit could refuse (lockrun's own already hold the
+//!     numbers below it).
 //!
 //! A failing step writes its number and the errno into the report pipe; the
 //! parent turns that into exit 125 naming the step.
@@ -685,13 +689,6 @@ impl ChildPlan {
         {
             return Err(self.fail(Step::CloseRange));
         }
-        // 1b. the caller's descriptor limit (lowering needs no privilege)
-        if let Some(limit) = &self.nofile {
-            // SAFETY: setrlimit with a live, initialized stack value.
-            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) } != 0 {
-                return Err(self.fail(Step::Rlimit));
-            }
-        }
         // 1c. no core dumps: 1 byte, the one limit a piped core_pattern
         //     heeds (raising the hard limit needs CAP_SYS_RESOURCE)
         if self.no_core_dumps {
@@ -785,7 +782,16 @@ impl ChildPlan {
             return Err(self.fail(Step::Landlock));
         }
         // 8. seccomp, and 9. its listener goes to lockrun.
-        self.hand_over_listener()
+        self.hand_over_listener()?;
+        // 10. the caller's descriptor limit, last (lowering needs no
+        //     privilege, and seccomp lets a process set its own).
+        if let Some(limit) = &self.nofile {
+            // SAFETY: setrlimit with a live, initialized stack value.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, limit) } != 0 {
+                return Err(self.fail(Step::Rlimit));
+            }
+        }
+        Ok(())
     }
 
     /// Steps 8 and 9: load the seccomp program with a new notification
