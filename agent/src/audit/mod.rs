@@ -436,7 +436,7 @@ pub enum Event {
         /// The short name of the key that seals the run's lines
         /// ([`seal::SealKey::id`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<String>,
+        seal_key: Option<String>,
     },
     KernelNetwork(KernelNetEvent),
     /// Ring buffer was full: this many kernel events were counted but not delivered.

@@ -177,7 +177,7 @@ pub struct RunSummary {
     pub seal: SealStatus,
     /// The short name of the key the run's lockrun sealed its lines with.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
+    pub seal_key: Option<String>,
 }
 
 impl RunSummary {
@@ -267,7 +267,7 @@ fn seal_status(
     let Some(seal) = log.seal_of(id) else {
         return SealStatus::Unsealed;
     };
-    match &run.key {
+    match &run.seal_key {
         Some(theirs) if *theirs != key.id() && seal.broken.len() as u64 >= seal.sealed => {
             return SealStatus::OtherKey {
                 key: theirs.clone(),
@@ -586,9 +586,9 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 command,
                 policy,
                 worktree,
-                key,
+                seal_key,
             } => {
-                run.key.clone_from(key);
+                run.seal_key.clone_from(seal_key);
                 run.run_id = Some(run_id.clone());
                 run.command.clone_from(command);
                 run.policy.clone_from(policy);
@@ -1901,7 +1901,7 @@ mod tests {
                 command: vec!["curl".into()],
                 policy: vec![],
                 worktree: "/w".into(),
-                key: None,
+                seal_key: None,
             })
         };
         let records = vec![
@@ -2252,7 +2252,7 @@ mod tests {
             command: vec![],
             policy: vec![],
             worktree: "/w".into(),
-            key: None,
+            seal_key: None,
         };
         let refused = || Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"));
         let records = vec![
@@ -2296,7 +2296,7 @@ mod tests {
                 command: vec!["psql".into()],
                 policy: vec!["preset:default".into()],
                 worktree: "/w".into(),
-                key: None,
+                seal_key: None,
             }),
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
             line(Event::KernelNetwork(kernel(inet("127.0.0.1:5432"), "tcp"))),
@@ -2321,7 +2321,7 @@ mod tests {
                 command: vec![],
                 policy: vec![],
                 worktree: "/w".into(),
-                key: None,
+                seal_key: None,
             }),
         ];
         let runs = summarize(&records, |_, _| ctx(), &dirs);

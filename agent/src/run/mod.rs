@@ -956,7 +956,7 @@ async fn run(
             .collect(),
         policy: policy.sources.clone(),
         worktree: policy.worktree.clone(),
-        key: audit.key_id(),
+        seal_key: audit.key_id(),
     });
     // A log that cannot be written from the start is not kept: nothing has
     // run yet, and a run without the log asked for is refused.
