@@ -6,8 +6,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
+#[path = "support/refused.rs"]
+mod refused;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use refused::{assert_refused, bounded, capped, Bounded};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 
@@ -590,4 +596,109 @@ fn policy_show_warns_of_a_crowded_dir_on_the_way_to_a_denied_path() {
             .any(|c| c.starts_with(&format!("{} holds 1201 entries", crowd.display()))),
         "{v}"
     );
+}
+
+/// `lockrun ARGS` in the scratch dir (its `home` as `HOME`), its address
+/// space capped and killed after 10 s ([`refused::bounded`]).
+fn bounded_lockrun(s: &Scratch, args: &[&str]) -> Bounded {
+    let mut c = capped(BIN);
+    c.args(args).env("HOME", s.0.join("home")).current_dir(&s.0);
+    bounded(c, Duration::from_secs(10))
+}
+
+/// `lockrun --worktree WT --state-dir STATE ARGS -- touch WT/ran`: refused
+/// with `wants`, and nothing ran (no marker, no run dir), judged from outside.
+fn run_refused(s: &Scratch, name: &str, wt: &Path, args: &[&str], wants: &[&str]) {
+    let marker = wt.join("ran");
+    let state = s.0.join("state");
+    let mut all = vec![
+        "--worktree",
+        wt.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    all.extend(["--", "touch", marker.to_str().unwrap()]);
+    let got = bounded_lockrun(s, &all);
+    assert_refused(name, &got, wants);
+    assert!(!marker.exists(), "{name}: the command ran");
+    assert!(
+        std::fs::read_dir(&state).unwrap().next().is_none(),
+        "{name}: a run dir was made"
+    );
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A policy file, or a file a policy extends, that is not a regular file
+/// (`/dev/zero`, a FIFO, a directory) or holds more than 1 MiB: refused at
+/// once, naming the file and why, with nothing read past the bound and
+/// nothing run. Control: a policy of exactly 1 MiB loads.
+#[test]
+fn a_policy_that_is_no_regular_file_or_too_large_is_refused_at_once() {
+    let s = Scratch::new("unbounded");
+    let wt = s.0.join("wt");
+    let fifo = s.0.join("policy.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let dir = s.0.join("dir.toml");
+    std::fs::create_dir(&dir).unwrap();
+    let comment = |n: usize| format!("#{}\n", "x".repeat(n - 2));
+    let big = s.0.join("big.toml");
+    std::fs::write(&big, comment((1 << 20) + 1)).unwrap();
+    let at_limit = s.0.join("limit.toml");
+    std::fs::write(&at_limit, comment(1 << 20)).unwrap();
+    let extends = |name: &str, what: &str| {
+        let f = s.0.join(name);
+        std::fs::write(&f, format!("extends = {what:?}\n")).unwrap();
+        f
+    };
+    let by_zero = extends("by-zero.toml", "/dev/zero");
+    let by_fifo = extends("by-fifo.toml", "./policy.fifo");
+    let by_big = extends("by-big.toml", "./big.toml");
+    let cases: [(&str, &Path, &[&str]); 7] = [
+        (
+            "zero",
+            Path::new("/dev/zero"),
+            &["cannot read policy /dev/zero: it is a character device, not a regular file"],
+        ),
+        (
+            "fifo",
+            &fifo,
+            &[p(&fifo), "it is a FIFO, not a regular file"],
+        ),
+        (
+            "dir",
+            &dir,
+            &[p(&dir), "it is a directory, not a regular file"],
+        ),
+        (
+            "big",
+            &big,
+            &[p(&big), "it is larger than 1 MiB, the most lockrun reads"],
+        ),
+        (
+            "extends zero",
+            &by_zero,
+            &["/dev/zero (extended by", p(&by_zero), "character device"],
+        ),
+        (
+            "extends fifo",
+            &by_fifo,
+            &[p(&fifo), "(extended by", "FIFO"],
+        ),
+        (
+            "extends big",
+            &by_big,
+            &[p(&big), "(extended by", "larger than 1 MiB"],
+        ),
+    ];
+    for (name, policy, wants) in cases {
+        let got_start = std::time::Instant::now();
+        run_refused(&s, name, &wt, &["--policy", p(policy)], wants);
+        assert!(got_start.elapsed() < Duration::from_secs(5), "{name}");
+    }
+    let out = lockrun(&s, &["policy", "show", "--policy", p(&at_limit)]);
+    assert!(out.status.success(), "{out:?}");
 }

@@ -57,14 +57,31 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("opencode", include_str!("../../../policies/opencode.toml")),
 ];
 
+/// The most a policy file may hold: far more than any policy needs, and
+/// a bound on what lockrun reads of a path it is given.
+pub const MAX_POLICY_BYTES: u64 = 1 << 20;
+
+/// The most files an `extends` chain may hold, the outermost included.
+pub const MAX_EXTENDS: usize = 16;
+
 /// Why a policy could not be built. Every variant names where the problem is.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("cannot read policy {path}: {source}")]
+    #[error("cannot read policy {path}{}: {source}", extended_by(.by.as_deref()))]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        /// The policy whose `extends` names it.
+        by: Option<String>,
+        source: crate::regular_file::ReadError,
     },
+    #[error("cannot read policy {name}{}: no such file, and not a preset (presets: {presets})", extended_by(.by.as_deref()))]
+    NoPreset {
+        name: String,
+        by: Option<String>,
+        presets: String,
+    },
+    #[error("{origin}: `extends` chain longer than {MAX_EXTENDS} files; merge some of them")]
+    TooDeep { origin: String },
     #[error("{origin}:{line}:{column}: {message}")]
     Syntax {
         origin: String,
@@ -100,6 +117,12 @@ pub enum PolicyError {
         value: String,
         message: String,
     },
+}
+
+/// ` (extended by ORIGIN)`, for a file an `extends` names.
+fn extended_by(by: Option<&str>) -> String {
+    by.map(|b| format!(" (extended by {b})"))
+        .unwrap_or_default()
 }
 
 impl PolicyError {
@@ -235,7 +258,13 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         std::env::current_dir().ok(),
     ));
     while let Some((name, base)) = next.take() {
-        let src = read_source(&name, base.as_deref())?;
+        if chain.len() == MAX_EXTENDS {
+            return Err(PolicyError::TooDeep {
+                origin: chain[0].origin.clone(),
+            });
+        }
+        let by = chain.last().map(|s| s.origin.as_str());
+        let src = read_source(&name, base.as_deref(), by)?;
         if chain.iter().any(|s| s.origin == src.origin) {
             let mut names: Vec<&str> = chain.iter().map(|s| s.origin.as_str()).collect();
             names.push(&src.origin);
@@ -615,17 +644,26 @@ impl Ctx<'_> {
     }
 }
 
-fn read_source(name: &str, base: Option<&Path>) -> Result<Source, PolicyError> {
+/// One policy: the preset `name`, or the file it names (relative to
+/// `base`), which `by` extends, if any. A file is read as a regular file
+/// of at most [`MAX_POLICY_BYTES`] ([`crate::regular_file`]).
+fn read_source(name: &str, base: Option<&Path>, by: Option<&str>) -> Result<Source, PolicyError> {
     let looks_like_path =
         name.contains('/') || Path::new(name).extension().is_some_and(|e| e == "toml");
     let (origin, dir, text) = if looks_like_path {
-        let p = match base {
+        // Without its `.` components (`./x.toml`), as a message shows it.
+        let p: PathBuf = match base {
             Some(b) if Path::new(name).is_relative() => b.join(name),
             _ => PathBuf::from(name),
-        };
-        let text = std::fs::read_to_string(&p).map_err(|e| PolicyError::Read {
-            path: p.clone(),
-            source: e,
+        }
+        .components()
+        .collect();
+        let text = crate::regular_file::read_text(&p, MAX_POLICY_BYTES).map_err(|source| {
+            PolicyError::Read {
+                path: p.clone(),
+                by: by.map(str::to_owned),
+                source,
+            }
         })?;
         let canon = p.canonicalize().unwrap_or_else(|_| p.clone());
         (
@@ -637,15 +675,10 @@ fn read_source(name: &str, base: Option<&Path>) -> Result<Source, PolicyError> {
         (format!("preset:{name}"), None, (*text).to_owned())
     } else {
         let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-        return Err(PolicyError::Read {
-            path: PathBuf::from(name),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!(
-                    "no such file, and not a preset (presets: {})",
-                    names.join(", ")
-                ),
-            ),
+        return Err(PolicyError::NoPreset {
+            name: name.to_owned(),
+            by: by.map(str::to_owned),
+            presets: names.join(", "),
         });
     };
     let raw = parse_text(&origin, &text)?;
@@ -655,7 +688,15 @@ fn read_source(name: &str, base: Option<&Path>) -> Result<Source, PolicyError> {
 fn parse_text(origin: &str, text: &str) -> Result<RawPolicy, PolicyError> {
     toml::from_str::<RawPolicy>(text).map_err(|e| {
         let (line, column) = e.span().map_or((0, 0), |sp| line_col(text, sp.start));
-        let mut message = e.message().trim().to_owned();
+        // One line: the parser's may span several ("invalid table
+        // header\nexpected `.`, `]`").
+        let mut message = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         if let Some(hint) = suggest_key(&message) {
             let _ = write!(message, " (did you mean `{hint}`?)");
         }
@@ -735,6 +776,14 @@ mod tests {
             err.contains("alow") && err.contains("did you mean `allow`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_parse_error_is_one_line() {
+        for text in ["[network\n", "[run]\n[run]\n", "[env]\nX = \"\\q\"\n"] {
+            let err = parse_text("t.toml", text).unwrap_err().to_string();
+            assert!(!err.contains('\n') && err.starts_with("t.toml:"), "{err:?}");
+        }
     }
 
     #[test]
