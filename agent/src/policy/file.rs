@@ -39,6 +39,7 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
+use super::overlap::{self, Entry, Origin};
 use super::{
     EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, MemoryLimit, NetworkPolicy, PathSpec,
     Policy, PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
@@ -111,6 +112,8 @@ pub enum PolicyError {
         how: &'static str,
         state: PathBuf,
     },
+    #[error(transparent)]
+    DeniedWritable(#[from] overlap::DeniedWritable),
     #[error("{flag} `{value}`: {message}")]
     Flag {
         flag: &'static str,
@@ -375,6 +378,12 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     let mut fs = FsPolicy::default();
     let mut network = NetworkPolicy::default();
     let mut env = BTreeMap::new();
+    // Where each path was written, for a message naming it.
+    let mut writable = vec![
+        Entry::new(Origin::Worktree, PathSpec::Absolute(worktree.clone())),
+        Entry::new(Origin::RunTmp, PathSpec::RunTmp(PathBuf::new())),
+    ];
+    let mut denied = Vec::new();
     for s in &chain {
         let ctx = Ctx {
             origin: &s.origin,
@@ -382,11 +391,19 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
             home: &home,
             state: Some(&state_dir),
         };
+        let key = |key| Origin::Key {
+            key,
+            file: s.origin.clone(),
+        };
         for w in &s.raw.filesystem.writable {
-            fs.writable.push(ctx.path("filesystem.writable", w)?);
+            let w = ctx.path("filesystem.writable", w)?;
+            writable.push(Entry::new(key("filesystem.writable"), w.clone()));
+            fs.writable.push(w);
         }
         for d in &s.raw.filesystem.deny_read {
-            fs.deny_read.push(ctx.path("filesystem.deny_read", d)?);
+            let d = ctx.path("filesystem.deny_read", d)?;
+            denied.push(Entry::new(key("filesystem.deny_read"), d.clone()));
+            fs.deny_read.push(d);
         }
         for a in &s.raw.network.allow {
             let rule = HostRule::parse(a).map_err(|e| {
@@ -464,12 +481,14 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         }
     }
     for w in &over.allow_write {
-        fs.writable
-            .push(PathSpec::Absolute(absolute("--allow-write", w)?));
+        let w = PathSpec::Absolute(absolute("--allow-write", w)?);
+        writable.push(Entry::new(Origin::Flag("--allow-write"), w.clone()));
+        fs.writable.push(w);
     }
     for d in &over.deny_read {
-        fs.deny_read
-            .push(PathSpec::Absolute(absolute("--deny-read", d)?));
+        let d = PathSpec::Absolute(absolute("--deny-read", d)?);
+        denied.push(Entry::new(Origin::Flag("--deny-read"), d.clone()));
+        fs.deny_read.push(d);
     }
     for h in &over.allow_host {
         let rule = HostRule::parse(h).map_err(|e| PolicyError::Flag {
@@ -494,7 +513,13 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     fs.deny_read.dedup();
     network.local.sort();
     network.local.dedup();
-    outside_run_dirs(&worktree, &fs.writable, &state_dir)?;
+    overlap::outside_run_dirs(&worktree, &fs.writable, &state_dir)?;
+    denied.extend(
+        Policy::secret_floor(&home)
+            .into_iter()
+            .map(|p| Entry::new(Origin::Secret, PathSpec::Absolute(p))),
+    );
+    overlap::refuse_denied_writable(&denied, &writable)?;
 
     Ok(Policy {
         sources: chain.iter().map(|s| PathBuf::from(&s.origin)).collect(),
@@ -505,45 +530,6 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         run,
         env,
     })
-}
-
-/// Refuse a writable root that is the state dir or lies in its run dirs. A
-/// writable root beneath a denied path is granted whole unless a denied
-/// path lies beneath it (the more specific grant wins: `{state}/agents/<name>`),
-/// so one in `runs/` would open another run's temp dir to this run; the
-/// state dir itself would be split around `runs/`, a worktree in which
-/// nothing could be created. An ancestor of the state dir is split around
-/// it, and is fine.
-fn outside_run_dirs(
-    worktree: &Path,
-    writable: &[PathSpec],
-    state: &Path,
-) -> Result<(), PolicyError> {
-    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let state = canon(state);
-    let runs = state.join("runs");
-    let roots = std::iter::once(("worktree", worktree.to_path_buf())).chain(
-        writable.iter().filter_map(|w| match w {
-            PathSpec::Absolute(p) => Some(("writable path", canon(p))),
-            PathSpec::RunTmp(_) => None,
-        }),
-    );
-    for (what, path) in roots {
-        let how = if path == state {
-            "is lockrun's state dir"
-        } else if path.starts_with(&runs) {
-            "lies in the run dirs of lockrun's state dir"
-        } else {
-            continue;
-        };
-        return Err(PolicyError::InStateDir {
-            what,
-            path,
-            how,
-            state,
-        });
-    }
-    Ok(())
 }
 
 fn local_endpoint(raw: &str) -> Result<SocketAddr, String> {
