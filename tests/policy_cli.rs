@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use refused::{assert_refused, bounded, capped, Bounded};
+use refused::{assert_refused, bounded, capped, capped_via, Bounded};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 
@@ -916,4 +916,238 @@ fn a_denied_dir_around_a_writable_one_is_denied_but_that_one_as_policy_show_says
     );
     assert_eq!(std::fs::read_to_string(wt.join("seen-secret")).unwrap(), "");
     assert_eq!(std::fs::read_to_string(wt.join("rc")).unwrap(), "1\n");
+}
+
+/// What the proxy's address guard would refuse on every request is refused
+/// when the policy loads, with the reason and what to write instead: a
+/// wildcard of one label, an IP literal of loopback, an unspecified,
+/// link-local or ungranted private address or one of this host's own, a
+/// private grant of every address, of loopback, of a public network or of
+/// this host. Controls: what can be reached still loads.
+#[test]
+fn allow_entries_the_proxy_could_never_reach_are_refused_when_the_policy_loads() {
+    let s = Scratch::new("unreachable");
+    let file = |name: &str, text: &str| {
+        let f = s.0.join(name);
+        std::fs::write(&f, text).unwrap();
+        f
+    };
+    let grant = |network: &str| {
+        format!("[[network.private]]\nhosts = [\"git.internal.example\"]\nnetwork = {network:?}\n")
+    };
+    let mut cases: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
+    let mut flag = |name: &str, host: &str, wants: &[&str]| {
+        cases.push((
+            name.into(),
+            vec!["--allow-host".into(), host.into()],
+            wants.iter().map(|w| (*w).to_owned()).collect(),
+        ));
+    };
+    flag(
+        "*.com",
+        "*.com",
+        &[
+            "--allow-host `*.com`",
+            "a wildcard must leave at least two labels, as in `*.example.com`",
+            "no public-suffix list",
+        ],
+    );
+    flag("*.co:8080", "*.co:8080", &["at least two labels"]);
+    flag(
+        "loopback",
+        "127.0.0.1:8080",
+        &[
+            "`127.0.0.1:8080` can never be reached",
+            "127.0.0.1, loopback",
+            "local = [\"127.0.0.1:8080\"]",
+            "--allow-local 127.0.0.1:8080",
+        ],
+    );
+    flag("unspecified", "0.0.0.0", &["0.0.0.0, unspecified"]);
+    flag(
+        "metadata",
+        "169.254.169.254:80",
+        &["169.254.169.254, link-local"],
+    );
+    flag(
+        "private, no grant",
+        "10.1.2.3:80",
+        &[
+            "10.1.2.3, private network (RFC 1918)",
+            "[[network.private]]",
+        ],
+    );
+    let mut policy = |name: &str, text: &str, wants: &[&str]| {
+        let f = file(
+            &format!("{}.toml", name.replace(['/', ' ', ':'], "-")),
+            text,
+        );
+        cases.push((
+            name.into(),
+            vec!["--policy".into(), p(&f).into()],
+            wants.iter().map(|w| (*w).to_owned()).collect(),
+        ));
+    };
+    policy(
+        "0.0.0.0/0",
+        &grant("0.0.0.0/0"),
+        &["network.private `0.0.0.0/0`", "every address"],
+    );
+    policy(
+        "::/0",
+        &grant("::/0"),
+        &["network.private `::/0`", "every address"],
+    );
+    policy(
+        "127.0.0.0/8",
+        &grant("127.0.0.0/8"),
+        &["127.0.0.0, loopback", "local"],
+    );
+    policy("0.0.0.0/1", &grant("0.0.0.0/1"), &["0.0.0.0, unspecified"]);
+    policy(
+        "96.0.0.0/3",
+        &grant("96.0.0.0/3"),
+        &["127.255.255.255, loopback"],
+    );
+    policy("169.254.0.0/16", &grant("169.254.0.0/16"), &["link-local"]);
+    policy("public", &grant("8.8.8.0/24"), &["8.8.8.0/24", "public"]);
+    policy(
+        "beyond",
+        &grant("10.0.0.0/7"),
+        &["10.0.0.0/7", "one private network"],
+    );
+    policy(
+        "allow *.com",
+        "[network]\nallow = [\"*.com\"]\n",
+        &["`network.allow`", "*.com", "at least two labels"],
+    );
+    for (name, args, wants) in &cases {
+        let mut all = vec!["policy", "show", "--worktree", "wt", "--state-dir", "state"];
+        all.extend(args.iter().map(String::as_str));
+        let got = bounded_lockrun(&s, &all);
+        let wants: Vec<&str> = wants.iter().map(String::as_str).collect();
+        assert_refused(name, &got, &wants);
+    }
+    // Controls: reachable entries load as before.
+    let controls = file(
+        "reachable.toml",
+        "[network]\nallow = [\"*.example.com\", \"8.8.8.8:443\", \"10.20.0.5:80\", \"*.0.2:80\"]\ndeny = [\"*.com\"]\n\
+         [[network.private]]\nhosts = [\"10.20.0.5\", \"git.internal.example\"]\nnetwork = \"10.20.0.0/16\"\n\
+         [[network.private]]\nhosts = [\"git6.internal.example\"]\nnetwork = \"fd00:1::/32\"\n\
+         [[network.private]]\nhosts = [\"cgnat.internal.example\"]\nnetwork = \"100.64.0.0/10\"\n",
+    );
+    let out = lockrun(
+        &s,
+        &[
+            "policy",
+            "show",
+            "--worktree",
+            "wt",
+            "--state-dir",
+            "state",
+            "--policy",
+            p(&controls),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A network namespace of the test's own whose loopback interface also
+/// holds 10.216.0.1/24: to lockrun inside it, an address of this host, and
+/// a private one (the machine's own may lie in a range refused for itself,
+/// which would hide the check). Removed on drop.
+struct OwnAddressNs(String);
+
+impl OwnAddressNs {
+    fn new() -> Self {
+        let ns = format!("lockrun-own-addr-{}", std::process::id());
+        let ok = Command::new("sh")
+            .args(["-c", &format!(
+                "ip netns add {ns} && ip -n {ns} addr add 10.216.0.1/24 dev lo && ip -n {ns} link set lo up"
+            )])
+            .status()
+            .unwrap();
+        let made = Self(ns);
+        assert!(ok.success(), "making {}", made.0);
+        made
+    }
+}
+
+impl Drop for OwnAddressNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// An allow entry or a private grant that is this host's own address is
+/// refused when the policy loads (its addresses read with `getifaddrs`):
+/// the proxy would refuse it on every request. Control: another address of
+/// the same granted network loads.
+#[test]
+fn an_allowed_address_of_this_host_is_refused_when_the_policy_loads() {
+    let test = "an_allowed_address_of_this_host_is_refused_when_the_policy_loads";
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kernel test {test} may not skip under CI=true"
+        );
+        eprintln!("skipped: {test}: needs root for ip netns");
+        return;
+    }
+    let s = Scratch::new("own-address");
+    let ns = OwnAddressNs::new();
+    let file = |name: &str, text: &str| {
+        let f = s.0.join(name);
+        std::fs::write(&f, text).unwrap();
+        f
+    };
+    let grant = |hosts: &str, network: &str| {
+        format!("[[network.private]]\nhosts = [{hosts:?}]\nnetwork = {network:?}\n")
+    };
+    let show = |policy: &Path| {
+        let mut c = capped_via(&["ip", "netns", "exec", &ns.0], BIN);
+        c.args([
+            "policy",
+            "show",
+            "--worktree",
+            "wt",
+            "--state-dir",
+            "state",
+            "--policy",
+            p(policy),
+        ])
+        .env("HOME", s.0.join("home"))
+        .current_dir(&s.0);
+        bounded(c, Duration::from_secs(10))
+    };
+    let literal = file(
+        "literal.toml",
+        &format!(
+            "[network]\nallow = [\"10.216.0.1:80\"]\n{}",
+            grant("10.216.0.1", "10.216.0.0/24")
+        ),
+    );
+    assert_refused(
+        "literal",
+        &show(&literal),
+        &[
+            "`10.216.0.1:80` can never be reached",
+            "10.216.0.1, an address of this host",
+        ],
+    );
+    let net = file("net.toml", &grant("git.internal.example", "10.216.0.1/32"));
+    assert_refused(
+        "grant",
+        &show(&net),
+        &["network.private `10.216.0.1/32`", "an address of this host"],
+    );
+    let other = file(
+        "other.toml",
+        &format!(
+            "[network]\nallow = [\"10.216.0.2:80\"]\n{}",
+            grant("10.216.0.2", "10.216.0.0/24")
+        ),
+    );
+    let got = show(&other);
+    assert_eq!(got.code, Some(0), "{got:?}");
 }

@@ -5,19 +5,16 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::cli::ShowArgs;
-use crate::policy::{self, PathSpec, Policy};
+use crate::policy::{PathSpec, Policy};
 
 /// Run `policy show`; returns the exit status.
 #[must_use]
 pub fn run(args: &ShowArgs) -> i32 {
-    let policy = match policy::load(
-        args.policy.policy.as_deref(),
-        &super::run::overrides(&args.policy),
-    ) {
+    let policy = match super::run::load(&args.policy) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lockrun: {e}");
-            return crate::exit::USAGE;
+            return e.exit_code();
         }
     };
     let mut view = View::of(&policy);

@@ -2,7 +2,8 @@
 
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::exit;
-use crate::policy::{self, Overrides};
+use crate::policy::{self, Overrides, Policy, PolicyError};
+use crate::proxy::reach::Unreachable;
 
 /// The policy overrides the flags give.
 #[must_use]
@@ -17,6 +18,36 @@ pub fn overrides(args: &PolicyArgs) -> Overrides {
     }
 }
 
+/// Why the policy the flags name cannot be used. Nothing has run.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
+}
+
+impl LoadError {
+    /// The exit status: a usage error, but for a host that could not be
+    /// asked its addresses.
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Unreachable(Unreachable::OwnAddresses(_)) => exit::SETUP,
+            _ => exit::USAGE,
+        }
+    }
+}
+
+/// The policy the flags name, as a run and `policy show` take it: loaded
+/// ([`policy::load`]), and refused if it allows what the proxy could never
+/// reach ([`crate::proxy::reach`]).
+pub fn load(args: &PolicyArgs) -> Result<Policy, LoadError> {
+    let policy = policy::load(args.policy.as_deref(), &overrides(args))?;
+    crate::proxy::reach::check(&policy.network)?;
+    Ok(policy)
+}
+
 /// Check the input, load the policy, and run the command.
 #[must_use]
 pub fn main(args: &RunArgs) -> i32 {
@@ -24,11 +55,11 @@ pub fn main(args: &RunArgs) -> i32 {
         eprintln!("lockrun: no command given (usage: lockrun [OPTIONS] -- COMMAND [ARGS]...)");
         return exit::USAGE;
     }
-    let policy = match policy::load(args.policy.policy.as_deref(), &overrides(&args.policy)) {
+    let policy = match load(&args.policy) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lockrun: {e}");
-            return exit::USAGE;
+            return e.exit_code();
         }
     };
     tracing::debug!("policy loaded");
