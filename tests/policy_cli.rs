@@ -1151,3 +1151,103 @@ fn an_allowed_address_of_this_host_is_refused_when_the_policy_loads() {
     let got = show(&other);
     assert_eq!(got.code, Some(0), "{got:?}");
 }
+
+/// The state dir is denied to every run: one that is, or holds, what every
+/// command reads (`/`, the system's programs and libraries, a directory on
+/// `PATH`, the home, the command itself) would fail each run obscurely
+/// (`126 sh: Permission denied`). Refused when the policy loads, saying
+/// why and what to choose. Control: a state dir that holds the worktree
+/// still works (the worktree, more specific, is granted).
+#[test]
+fn a_state_dir_that_holds_what_every_command_needs_is_refused() {
+    let s = Scratch::new("state-holds");
+    let root_link = s.0.join("root-link");
+    std::os::unix::fs::symlink("/", &root_link).unwrap();
+    let tools = s.0.join("tools");
+    std::fs::create_dir_all(tools.join("bin")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", p(&tools.join("bin")));
+    let in_file = s.0.join("state-etc.toml");
+    std::fs::write(&in_file, "[run]\nstate_dir = \"/etc\"\n").unwrap();
+    let home = s.0.join("home");
+    let cases: Vec<(&str, Vec<&str>, Vec<String>)> = vec![
+        ("/", vec!["--state-dir", "/"], vec!["--state-dir /: the state dir is denied to every run, and it holds /usr (the system's programs and libraries), which every command reads".into(), "choose a dir of lockrun's own, such as /var/lib/lockrun".into()]),
+        ("/usr", vec!["--state-dir", "/usr"], vec!["--state-dir /usr:".into(), "holds /usr".into()]),
+        ("/etc in a file", vec!["--policy", p(&in_file)], vec![format!("run.state_dir /etc (in {})", p(&in_file)), "holds /etc".into()]),
+        ("a symlink to /", vec!["--state-dir", p(&root_link)], vec![format!("--state-dir {} (/, through symlinks)", p(&root_link)), "holds /usr".into()]),
+        ("the home", vec!["--state-dir", p(&home)], vec![format!("holds {}, the home", p(&home))]),
+        ("a dir on PATH", vec!["--state-dir", p(&tools)], vec![format!("holds {}, a directory on PATH", p(&tools.join("bin")))]),
+    ];
+    for (name, args, wants) in &cases {
+        let mut c = capped(BIN);
+        c.args(["policy", "show", "--worktree", "wt"])
+            .args(args)
+            .env("HOME", &home)
+            .env("PATH", &path)
+            .current_dir(&s.0);
+        let wants: Vec<&str> = wants.iter().map(String::as_str).collect();
+        assert_refused(name, &bounded(c, Duration::from_secs(10)), &wants);
+    }
+    // The command itself, named by its path: a real run, refused before
+    // anything is made in the state dir.
+    let held = s.0.join("held");
+    std::fs::create_dir_all(held.join("x")).unwrap();
+    let cmd = held.join("x/cmd");
+    std::fs::write(&cmd, "#!/bin/sh\ntouch \"$1\"\n").unwrap();
+    std::fs::set_permissions(&cmd, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let marker = s.0.join("wt/ran");
+    let got = bounded_lockrun(
+        &s,
+        &[
+            "--worktree",
+            "wt",
+            "--state-dir",
+            p(&held),
+            "--",
+            p(&cmd),
+            p(&marker),
+        ],
+    );
+    assert_refused(
+        "the command",
+        &got,
+        &[&format!(
+            "--state-dir {}: the state dir is denied to every run, and it holds the command {}",
+            p(&held),
+            p(&cmd)
+        )],
+    );
+    assert!(
+        !marker.exists() && !held.join("runs").exists(),
+        "the command ran"
+    );
+
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kernel test may not skip under CI=true"
+        );
+        eprintln!("skipped: a_state_dir_that_holds_what_every_command_needs_is_refused: the control run needs root");
+        return;
+    }
+    let around = s.0.join("around");
+    std::fs::create_dir_all(around.join("wt")).unwrap();
+    let out = lockrun(
+        &s,
+        &[
+            "--worktree",
+            p(&around.join("wt")),
+            "--state-dir",
+            p(&around),
+            "--",
+            "sh",
+            "-c",
+            "echo hi > \"$0/ran\"",
+            p(&around.join("wt")),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(around.join("wt/ran")).unwrap(),
+        "hi\n"
+    );
+}

@@ -1,5 +1,7 @@
 //! The run: `lockrun [OPTIONS] -- COMMAND [ARGS]...`.
 
+use std::ffi::OsString;
+
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::exit;
 use crate::policy::{self, Overrides, Policy, PolicyError};
@@ -15,6 +17,7 @@ pub fn overrides(args: &PolicyArgs) -> Overrides {
         allow_host: args.allow_host.clone(),
         allow_local: args.allow_local.clone(),
         state_dir: args.state_dir.clone(),
+        program: None,
     }
 }
 
@@ -43,7 +46,16 @@ impl LoadError {
 /// ([`policy::load`]), and refused if it allows what the proxy could never
 /// reach ([`crate::proxy::reach`]).
 pub fn load(args: &PolicyArgs) -> Result<Policy, LoadError> {
-    let policy = policy::load(args.policy.as_deref(), &overrides(args))?;
+    load_for(args, None)
+}
+
+/// [`load`] for a run of `program`, which the state dir must not hold.
+fn load_for(args: &PolicyArgs, program: Option<&OsString>) -> Result<Policy, LoadError> {
+    let over = Overrides {
+        program: program.cloned(),
+        ..overrides(args)
+    };
+    let policy = policy::load(args.policy.as_deref(), &over)?;
     crate::proxy::reach::check(&policy.network)?;
     Ok(policy)
 }
@@ -55,7 +67,7 @@ pub fn main(args: &RunArgs) -> i32 {
         eprintln!("lockrun: no command given (usage: lockrun [OPTIONS] -- COMMAND [ARGS]...)");
         return exit::USAGE;
     }
-    let policy = match load(&args.policy) {
+    let policy = match load_for(&args.policy, args.command.first()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lockrun: {e}");

@@ -114,6 +114,8 @@ pub enum PolicyError {
     },
     #[error(transparent)]
     DeniedWritable(#[from] overlap::DeniedWritable),
+    #[error(transparent)]
+    StateDirHolds(#[from] overlap::StateDirHolds),
     #[error("{flag} `{value}`: {message}")]
     Flag {
         flag: &'static str,
@@ -241,6 +243,9 @@ pub struct Overrides {
     pub allow_host: Vec<String>,
     pub allow_local: Vec<String>,
     pub state_dir: Option<PathBuf>,
+    /// The program a run is to start (`argv[0]`), if a run is to start:
+    /// the state dir must not hold it.
+    pub program: Option<std::ffi::OsString>,
 }
 
 /// One policy source: where it came from and its parsed text.
@@ -300,6 +305,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
 
     // Scalars first: the state dir is a placeholder for the lists.
     let mut state_dir = default_state_dir(&home);
+    let mut state_origin = Origin::Default;
     let mut run = RunSettings {
         state_dir: PathBuf::new(),
         idle_tunnel: Duration::from_mins(15),
@@ -318,7 +324,13 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         };
         if let Some(d) = &s.raw.run.state_dir {
             match ctx.path("run.state_dir", d)? {
-                PathSpec::Absolute(p) => state_dir = p,
+                PathSpec::Absolute(p) => {
+                    state_dir = p;
+                    state_origin = Origin::Key {
+                        key: "run.state_dir",
+                        file: s.origin.clone(),
+                    };
+                }
                 PathSpec::RunTmp(_) => {
                     return Err(PolicyError::value(
                         &s.origin,
@@ -372,6 +384,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     }
     if let Some(d) = &over.state_dir {
         state_dir = absolute("--state-dir", d)?;
+        state_origin = Origin::Flag("--state-dir");
     }
     run.state_dir.clone_from(&state_dir);
 
@@ -520,6 +533,14 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
             .map(|p| Entry::new(Origin::Secret, PathSpec::Absolute(p))),
     );
     overlap::refuse_denied_writable(&denied, &writable)?;
+    overlap::refuse_state_dir(
+        &Entry::new(state_origin, PathSpec::Absolute(state_dir.clone())),
+        &home,
+        over.program.as_deref(),
+        &env,
+        &writable,
+        &default_state_dir(&home),
+    )?;
 
     Ok(Policy {
         sources: chain.iter().map(|s| PathBuf::from(&s.origin)).collect(),

@@ -13,14 +13,23 @@
 //! - a denied path **inside** a writable root narrows that root
 //!   ([`crate::fs::Narrowed`]), as before.
 //!
+//! And the state dir, denied to every run, must not be nor hold what every
+//! command reads: `/`, the system's programs, libraries and configuration,
+//! the home, a directory on `PATH`, the command itself
+//! ([`refuse_state_dir`]). A run would otherwise fail obscurely
+//! (`126 sh: Permission denied`). What lies in a writable root stays open,
+//! and is fine: a state dir may hold the worktree.
+//!
 //! Paths are compared canonical, as the Landlock walk resolves them: through
 //! symlinks, and a path that does not exist yet through its deepest
 //! existing ancestor.
 
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::{PathSpec, Policy, PolicyError};
+use super::{EnvTemplate, PathSpec, Policy, PolicyError};
 
 /// Where an entry of the policy comes from, as a message names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +44,8 @@ pub enum Origin {
     RunTmp,
     /// A secret of the floor every run is denied ([`Policy::secret_floor`]).
     Secret,
+    /// What lockrun takes when nothing names it (the state dir).
+    Default,
 }
 
 /// A path of the policy, and where it was written.
@@ -60,6 +71,7 @@ impl fmt::Display for Entry {
             Origin::Worktree => write!(f, "the worktree {path}"),
             Origin::RunTmp => write!(f, "{path} (the run's temp dir)"),
             Origin::Secret => write!(f, "the secret {path} (denied to every run)"),
+            Origin::Default => write!(f, "{path} (lockrun's default)"),
         }
     }
 }
@@ -190,6 +202,202 @@ pub fn outside_run_dirs(
     Ok(())
 }
 
+/// What every command reads, which a state dir must neither be nor hold.
+const EVERY_COMMAND_READS: &[(&str, &str)] = &[
+    ("/usr", "the system's programs and libraries"),
+    ("/bin", "the system's programs"),
+    ("/sbin", "the system's programs"),
+    ("/lib", "the system's libraries"),
+    ("/lib32", "the system's libraries"),
+    ("/lib64", "the system's libraries and dynamic loader"),
+    ("/libx32", "the system's libraries"),
+    ("/etc", "the system's configuration"),
+    ("/dev", "the devices a shell opens"),
+];
+
+/// What a state dir holds that a run needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Needed {
+    /// A place of the system's ([`EVERY_COMMAND_READS`]).
+    System { path: PathBuf, what: &'static str },
+    /// The home, whose tools and configuration commands read.
+    Home(PathBuf),
+    /// A directory on the command's `PATH`.
+    OnPath(PathBuf),
+    /// The command itself.
+    Command(PathBuf),
+}
+
+impl fmt::Display for Needed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::System { path, what } => {
+                write!(f, "{} ({what}), which every command reads", path.display())
+            }
+            Self::Home(p) => write!(
+                f,
+                "{}, the home, whose tools and configuration commands read",
+                p.display()
+            ),
+            Self::OnPath(p) => write!(f, "{}, a directory on PATH", p.display()),
+            Self::Command(p) => write!(f, "the command {}", p.display()),
+        }
+    }
+}
+
+/// A state dir that is or holds what a run needs: denied to the run, it
+/// would make the run fail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct StateDirHolds {
+    pub state: Entry,
+    /// What the state dir is, where it is not what it says.
+    pub through_symlinks: Option<PathBuf>,
+    pub needed: Needed,
+    /// The state dir to suggest instead.
+    pub default: PathBuf,
+}
+
+impl fmt::Display for StateDirHolds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.state)?;
+        if let Some(c) = &self.through_symlinks {
+            write!(f, " ({}, through symlinks)", c.display())?;
+        }
+        write!(
+            f,
+            ": the state dir is denied to every run, and it holds {}; choose a dir of lockrun's own, such as {}",
+            self.needed,
+            self.default.display()
+        )
+    }
+}
+
+/// Refuse a state dir (`state`) that is or holds what every command reads,
+/// the home, a directory on the command's `PATH` (`env`'s, else the
+/// caller's) or, for a run, the `program` it starts; unless that lies in
+/// one of the `writable` roots. `default` is what the refusal suggests.
+pub fn refuse_state_dir(
+    state: &Entry,
+    home: &Path,
+    program: Option<&OsStr>,
+    env: &BTreeMap<String, EnvTemplate>,
+    writable: &[Entry],
+    default: &Path,
+) -> Result<(), StateDirHolds> {
+    let path_var = command_path(env);
+    refuse_state_dir_holding(state, home, path_var.as_deref(), writable, default)?;
+    match program {
+        Some(program) => {
+            refuse_state_dir_holding_command(state, program, path_var.as_deref(), writable, default)
+        }
+        None => Ok(()),
+    }
+}
+
+/// The `PATH` the command gets: the policy's `[env]` one (without what
+/// lies in `{tmp}`, the run's own), else the caller's.
+fn command_path(env: &BTreeMap<String, EnvTemplate>) -> Option<OsString> {
+    match env.get("PATH") {
+        Some(t) => Some(
+            t.0.split(':')
+                .filter(|d| !d.contains("{tmp}"))
+                .collect::<Vec<_>>()
+                .join(":")
+                .into(),
+        ),
+        None => std::env::var_os("PATH"),
+    }
+}
+
+/// Refuse a state dir that is or holds what every command reads, the home,
+/// or a directory of `path_var` (the command's `PATH`), unless that lies
+/// in one of the `writable` roots (granted whole, it stays open). `default`
+/// is what the refusal suggests.
+fn refuse_state_dir_holding(
+    state: &Entry,
+    home: &Path,
+    path_var: Option<&OsStr>,
+    writable: &[Entry],
+    default: &Path,
+) -> Result<(), StateDirHolds> {
+    let needed = EVERY_COMMAND_READS
+        .iter()
+        .map(|&(p, what)| Needed::System {
+            path: PathBuf::from(p),
+            what,
+        })
+        .chain(std::iter::once(Needed::Home(home.to_path_buf())))
+        .chain(
+            std::env::split_paths(path_var.unwrap_or_default())
+                .filter(|d| d.is_absolute())
+                .map(Needed::OnPath),
+        );
+    for n in needed {
+        refuse_holding(state, n, writable, default)?;
+    }
+    Ok(())
+}
+
+/// Refuse a state dir that holds the command a run is to start, found as
+/// the run finds it: `program` itself when it has a `/`, else the first
+/// executable regular file of that name in `path_var`'s directories.
+fn refuse_state_dir_holding_command(
+    state: &Entry,
+    program: &OsStr,
+    path_var: Option<&OsStr>,
+    writable: &[Entry],
+    default: &Path,
+) -> Result<(), StateDirHolds> {
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let found = if program.as_bytes().contains(&b'/') {
+        Some(PathBuf::from(program))
+    } else {
+        std::env::split_paths(path_var.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin")))
+            .map(|d| d.join(program))
+            .find(|p| executable(p))
+    };
+    match found.filter(|p| executable(p)) {
+        Some(command) => refuse_holding(state, Needed::Command(command), writable, default),
+        None => Ok(()),
+    }
+}
+
+/// Refuse `state` if it is or holds `needed`, which no `writable` root holds.
+fn refuse_holding(
+    state: &Entry,
+    needed: Needed,
+    writable: &[Entry],
+    default: &Path,
+) -> Result<(), StateDirHolds> {
+    let PathSpec::Absolute(path) = &state.path else {
+        return Ok(());
+    };
+    let at = match &needed {
+        Needed::System { path, .. }
+        | Needed::Home(path)
+        | Needed::OnPath(path)
+        | Needed::Command(path) => canonical(path),
+    };
+    let cs = canonical(path);
+    let open = writable.iter().any(|w| match &w.path {
+        PathSpec::Absolute(w) => at.starts_with(canonical(w)),
+        PathSpec::RunTmp(_) => false,
+    });
+    if at.starts_with(&cs) && !open {
+        return Err(StateDirHolds {
+            state: state.clone(),
+            through_symlinks: (cs != *path).then_some(cs),
+            needed,
+            default: default.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
 /// `spec` canonical: an absolute path through symlinks ([`canonical`]); a
 /// path in `{tmp}` by its components (`{tmp}/a/` is `{tmp}/a`).
 fn canonical_spec(spec: &PathSpec) -> PathSpec {
@@ -239,6 +447,52 @@ mod tests {
 
     fn tmp(origin: Origin, rel: &str) -> Entry {
         Entry::new(origin, PathSpec::RunTmp(PathBuf::from(rel)))
+    }
+
+    #[test]
+    fn a_state_dir_may_not_hold_what_commands_read_but_may_hold_a_writable_dir() {
+        let d = scratch("state-dir");
+        let (home, tools, wt) = (d.join("home"), d.join("tools"), d.join("tools/wt"));
+        for p in [&home, &tools.join("bin"), &wt.join("bin")] {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        std::os::unix::fs::symlink("/", d.join("root")).unwrap();
+        let path_var = std::env::join_paths([tools.join("bin"), wt.join("bin")]).unwrap();
+        let writable = [abs(Origin::Worktree, &wt)];
+        let held = |state: &Path| {
+            refuse_state_dir_holding(
+                &abs(Origin::Flag("--state-dir"), state),
+                &home,
+                Some(&path_var),
+                &writable,
+                Path::new("/var/lib/lockrun"),
+            )
+            .err()
+        };
+        let e = held(Path::new("/")).unwrap();
+        assert_eq!(
+            e.to_string(),
+            "--state-dir /: the state dir is denied to every run, and it holds /usr (the system's \
+             programs and libraries), which every command reads; choose a dir of lockrun's own, \
+             such as /var/lib/lockrun"
+        );
+        let e = held(&d.join("root")).unwrap();
+        assert_eq!(e.through_symlinks, Some(PathBuf::from("/")));
+        assert!(matches!(
+            held(Path::new("/etc")).unwrap().needed,
+            Needed::System { .. }
+        ));
+        assert_eq!(held(&d).unwrap().needed, Needed::Home(home.clone()));
+        assert_eq!(
+            held(&tools).unwrap().needed,
+            Needed::OnPath(tools.join("bin"))
+        );
+        // A PATH dir in the worktree stays open; so do dirs beside the needed.
+        assert_eq!(held(&wt), None);
+        assert_eq!(held(&d.join("state")), None);
+        assert_eq!(held(Path::new("/var/lib/lockrun")), None);
+        assert_eq!(held(Path::new("/usr/local/lib/lockrun")), None);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
