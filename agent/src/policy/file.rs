@@ -113,9 +113,9 @@ pub enum PolicyError {
         state: PathBuf,
     },
     #[error(transparent)]
-    DeniedWritable(#[from] overlap::DeniedWritable),
+    DeniedWritable(#[from] Box<overlap::DeniedWritable>),
     #[error(transparent)]
-    StateDirHolds(#[from] overlap::StateDirHolds),
+    StateDirHolds(#[from] Box<overlap::StateDirHolds>),
     #[error("{flag} `{value}`: {message}")]
     Flag {
         flag: &'static str,

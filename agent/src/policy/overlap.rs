@@ -110,7 +110,10 @@ impl fmt::Display for DeniedWritable {
 /// Refuse the first denied entry that is one of the writable ones (which
 /// name the worktree and `{tmp}` too). Entries of the run's temp dir meet
 /// only each other: an absolute path is never a run's temp dir of its own.
-pub fn refuse_denied_writable(denied: &[Entry], writable: &[Entry]) -> Result<(), DeniedWritable> {
+pub fn refuse_denied_writable(
+    denied: &[Entry],
+    writable: &[Entry],
+) -> Result<(), Box<DeniedWritable>> {
     let writable: Vec<(&Entry, PathSpec)> = writable
         .iter()
         .map(|w| (w, canonical_spec(&w.path)))
@@ -123,11 +126,11 @@ pub fn refuse_denied_writable(denied: &[Entry], writable: &[Entry]) -> Result<()
                     PathSpec::Absolute(c) if cd != d.path || *cw != w.path => Some(c.clone()),
                     _ => None,
                 };
-                return Err(DeniedWritable {
+                return Err(Box::new(DeniedWritable {
                     denied: d.clone(),
                     writable: (*w).clone(),
                     through_symlinks,
-                });
+                }));
             }
         }
     }
@@ -283,7 +286,7 @@ pub fn refuse_state_dir(
     env: &BTreeMap<String, EnvTemplate>,
     writable: &[Entry],
     default: &Path,
-) -> Result<(), StateDirHolds> {
+) -> Result<(), Box<StateDirHolds>> {
     let path_var = command_path(env);
     refuse_state_dir_holding(state, home, path_var.as_deref(), writable, default)?;
     match program {
@@ -319,7 +322,7 @@ fn refuse_state_dir_holding(
     path_var: Option<&OsStr>,
     writable: &[Entry],
     default: &Path,
-) -> Result<(), StateDirHolds> {
+) -> Result<(), Box<StateDirHolds>> {
     let needed = EVERY_COMMAND_READS
         .iter()
         .map(|&(p, what)| Needed::System {
@@ -347,7 +350,7 @@ fn refuse_state_dir_holding_command(
     path_var: Option<&OsStr>,
     writable: &[Entry],
     default: &Path,
-) -> Result<(), StateDirHolds> {
+) -> Result<(), Box<StateDirHolds>> {
     use std::os::unix::ffi::OsStrExt as _;
     use std::os::unix::fs::PermissionsExt as _;
     let executable = |p: &Path| {
@@ -372,7 +375,7 @@ fn refuse_holding(
     needed: Needed,
     writable: &[Entry],
     default: &Path,
-) -> Result<(), StateDirHolds> {
+) -> Result<(), Box<StateDirHolds>> {
     let PathSpec::Absolute(path) = &state.path else {
         return Ok(());
     };
@@ -388,12 +391,12 @@ fn refuse_holding(
         PathSpec::RunTmp(_) => false,
     });
     if at.starts_with(&cs) && !open {
-        return Err(StateDirHolds {
+        return Err(Box::new(StateDirHolds {
             state: state.clone(),
             through_symlinks: (cs != *path).then_some(cs),
             needed,
             default: default.to_path_buf(),
-        });
+        }));
     }
     Ok(())
 }

@@ -9,7 +9,7 @@
 //!   never dials, not a private address without a grant naming it, not an
 //!   address of this host. Loopback services belong in `local = [...]`.
 //! - A private grant's network (`[[network.private]]`) must lie within one
-//!   range a grant can open (RFC 1918, CGNAT 100.64/10, ULA fc00::/7): not
+//!   range a grant can open (RFC 1918, CGNAT `100.64/10`, ULA `fc00::/7`): not
 //!   every address (`0.0.0.0/0`, `::/0`), nothing the guard never opens
 //!   (loopback, link-local, ...), not a public network (which needs no
 //!   grant), not one address of this host.
@@ -210,6 +210,7 @@ mod tests {
         }
     }
 
+    #[allow(clippy::unnecessary_wraps)] // as OwnAddresses::get answers
     fn own() -> Result<HashSet<IpAddr>, nix::Error> {
         Ok(["127.0.0.1", "::1", "10.9.0.1", "93.184.1.1"]
             .iter()
