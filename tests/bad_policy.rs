@@ -286,7 +286,7 @@ fn every_bad_policy_is_refused_with_one_line_and_nothing_runs() {
         failed.join("\n")
     );
     assert!(
-        started.elapsed() < Duration::from_secs(60),
+        started.elapsed() < Duration::from_mins(1),
         "{:?}",
         started.elapsed()
     );
@@ -317,7 +317,7 @@ fn a_good_policy_given_the_same_way_runs() {
         .arg(&marker)
         .env("HOME", s.0.join("home"))
         .current_dir(&s.0);
-    let got = bounded(c, Duration::from_secs(60));
+    let got = bounded(c, Duration::from_mins(1));
     assert_eq!(got.code, Some(0), "{got:?}");
     assert!(marker.exists());
 }

@@ -45,7 +45,7 @@ pub struct Bounded {
     pub took: Duration,
 }
 
-/// Run `cmd`, SIGKILLed should it run `limit` or longer.
+/// Run `cmd`, killed (`SIGKILL`) should it run `limit` or longer.
 pub fn bounded(mut cmd: Command, limit: Duration) -> Bounded {
     let started = Instant::now();
     let mut child = cmd
