@@ -359,7 +359,8 @@ fn refuse_state_dir_holding_command(
     let found = if program.as_bytes().contains(&b'/') {
         Some(PathBuf::from(program))
     } else {
-        std::env::split_paths(path_var.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin")))
+        // Without a PATH, the run searches glibc's default (`sys::spawn`).
+        std::env::split_paths(path_var.unwrap_or(OsStr::new("/bin:/usr/bin")))
             .map(|d| d.join(program))
             .find(|p| executable(p))
     };
@@ -369,7 +370,8 @@ fn refuse_state_dir_holding_command(
     }
 }
 
-/// Refuse `state` if it is or holds `needed`, which no `writable` root holds.
+/// Refuse `state` if it is or holds `needed`, which no `writable` root
+/// holds. What does not exist here is not needed.
 fn refuse_holding(
     state: &Entry,
     needed: Needed,
@@ -379,11 +381,12 @@ fn refuse_holding(
     let PathSpec::Absolute(path) = &state.path else {
         return Ok(());
     };
-    let at = match &needed {
-        Needed::System { path, .. }
-        | Needed::Home(path)
-        | Needed::OnPath(path)
-        | Needed::Command(path) => canonical(path),
+    let (Needed::System { path: at, .. }
+    | Needed::Home(at)
+    | Needed::OnPath(at)
+    | Needed::Command(at)) = &needed;
+    let Ok(at) = at.canonicalize() else {
+        return Ok(());
     };
     let cs = canonical(path);
     let open = writable.iter().any(|w| match &w.path {

@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use super::guard::{check_addr, classify, AddrRefusal, OwnAddresses, Range, Special};
 use crate::policy::{HostName, HostPattern, HostRule, IpNet, NetworkPolicy, PrivateGrant};
 
-/// Why a private grant could never open anything the guard refuses.
+/// Why a private grant's network is not one the guard can open for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GrantFault {
     /// `0.0.0.0/0`, `::/0`.
@@ -43,7 +43,7 @@ pub enum GrantFault {
 #[derive(Debug, thiserror::Error)]
 pub enum Unreachable {
     #[error(
-        "allowed host `{rule}` can never be reached: the proxy refuses {refusal} on every request; {}",
+        "allowed host `{rule}` can never be reached: on every request the proxy refuses {refusal}; {}",
         literal_instead(.rule, .refusal)
     )]
     Literal {
@@ -262,10 +262,10 @@ mod tests {
     #[test]
     fn allowed_literals_are_those_the_guard_passes() {
         for (allow, want) in [
-            ("127.0.0.1:8080", "`127.0.0.1:8080` can never be reached: the proxy refuses 127.0.0.1, loopback on every request; a loopback service belongs in `local = [\"127.0.0.1:8080\"]` (--allow-local 127.0.0.1:8080)"),
+            ("127.0.0.1:8080", "`127.0.0.1:8080` can never be reached: on every request the proxy refuses 127.0.0.1, loopback; a loopback service belongs in `local = [\"127.0.0.1:8080\"]` (--allow-local 127.0.0.1:8080)"),
             ("0.0.0.0", "0.0.0.0, unspecified"),
             ("169.254.169.254:80", "169.254.169.254, link-local"),
-            ("10.1.2.3:80", "10.1.2.3, private network (RFC 1918) on every request; it is dialed only for the hosts a grant names"),
+            ("10.1.2.3:80", "10.1.2.3, private network (RFC 1918); it is dialed only for the hosts a grant names"),
             ("93.184.1.1", "93.184.1.1, an address of this host"),
         ] {
             let got = refused(&[allow], &[]);
