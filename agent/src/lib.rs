@@ -15,6 +15,7 @@
 //! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |
 //! | one run at a time on a worktree with git, by a lock no run can take | [`worktree_lock`] |
 //! | the caller's terminal settings, put back after the run | [`terminal`] |
+//! | files a caller or a policy names, read as regular files within a bound | [`regular_file`] |
 //! | the few raw syscalls (the only `unsafe`, with `bpf::raw` for the bpf(2) calls aya lacks) | [`sys`] |
 
 pub mod audit;
@@ -28,6 +29,7 @@ pub mod gitguard;
 pub mod log;
 pub mod policy;
 pub mod proxy;
+pub mod regular_file;
 pub mod run;
 pub mod seccomp;
 pub mod shown;

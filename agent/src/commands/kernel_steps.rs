@@ -40,10 +40,7 @@ pub fn run(args: &KernelStepsArgs) -> i32 {
 }
 
 fn steps(args: &KernelStepsArgs) -> anyhow::Result<String> {
-    let policy = crate::policy::load(
-        args.policy.policy.as_deref(),
-        &super::run::overrides(&args.policy),
-    )?;
+    let policy = super::run::load(&args.policy)?;
     let fs = crate::fs::FsSandbox::prepare(&policy, &args.tmp, &policy.runs_dir())?;
     let mut out = String::new();
     // A path with a newline cannot be a line; the bench's paths have none.

@@ -5,20 +5,17 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::cli::ShowArgs;
-use crate::policy::{self, Policy};
+use crate::policy::{PathSpec, Policy};
 use crate::shown::say;
 
 /// Run `policy show`; returns the exit status.
 #[must_use]
 pub fn run(args: &ShowArgs) -> i32 {
-    let policy = match policy::load(
-        args.policy.policy.as_deref(),
-        &super::run::overrides(&args.policy),
-    ) {
+    let policy = match super::run::load(&args.policy) {
         Ok(p) => p,
         Err(e) => {
             say!("lockrun: {e}");
-            return crate::exit::USAGE;
+            return e.exit_code();
         }
     };
     let mut view = View::of(&policy);
@@ -159,16 +156,21 @@ impl<'a> View<'a> {
             "POSIX message queues, the run's own (its IPC namespace's, mounted on {} in its mount namespace where the machine has one, whose queues it hides)",
             crate::fs::OwnFs::MessageQueues.path().display()
         ));
-        let mut deny_read: Vec<String> = policy
-            .fs
-            .deny_read
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        // A denied dir holding a writable one denies all of it but that
+        // one, which is granted whole (crate::policy::overlap).
+        let denied = |d: &PathSpec| {
+            let open = crate::policy::overlap::open_beneath(policy, d);
+            if open.is_empty() {
+                d.to_string()
+            } else {
+                format!("{d}, but not the writable {} beneath it", open.join(", "))
+            }
+        };
+        let mut deny_read: Vec<String> = policy.fs.deny_read.iter().map(denied).collect();
         deny_read.extend(
             Policy::secret_floor(&policy.home)
-                .iter()
-                .map(|p| p.display().to_string()),
+                .into_iter()
+                .map(|p| denied(&PathSpec::Absolute(p))),
         );
         deny_read.push(format!(
             "every mount of these, hidden (an empty read-only tmpfs over each in the run's mount namespace): {}",

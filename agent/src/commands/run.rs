@@ -1,8 +1,11 @@
 //! The run: `lockrun [OPTIONS] -- COMMAND [ARGS]...`.
 
+use std::ffi::OsString;
+
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::exit;
-use crate::policy::{self, Overrides};
+use crate::policy::{self, Overrides, Policy, PolicyError};
+use crate::proxy::reach::Unreachable;
 use crate::shown::say;
 
 /// The policy overrides the flags give.
@@ -15,7 +18,47 @@ pub fn overrides(args: &PolicyArgs) -> Overrides {
         allow_host: args.allow_host.clone(),
         allow_local: args.allow_local.clone(),
         state_dir: args.state_dir.clone(),
+        program: None,
     }
+}
+
+/// Why the policy the flags name cannot be used. Nothing has run.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
+}
+
+impl LoadError {
+    /// The exit status: a usage error, but for a host that could not be
+    /// asked its addresses.
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Unreachable(Unreachable::OwnAddresses(_)) => exit::SETUP,
+            _ => exit::USAGE,
+        }
+    }
+}
+
+/// The policy the flags name, as a run and `policy show` take it: loaded
+/// ([`policy::load`]), and refused if it allows what the proxy could never
+/// reach ([`crate::proxy::reach`]).
+pub fn load(args: &PolicyArgs) -> Result<Policy, LoadError> {
+    load_for(args, None)
+}
+
+/// [`load`] for a run of `program`, which the state dir must not hold.
+fn load_for(args: &PolicyArgs, program: Option<&OsString>) -> Result<Policy, LoadError> {
+    let over = Overrides {
+        program: program.cloned(),
+        ..overrides(args)
+    };
+    let policy = policy::load(args.policy.as_deref(), &over)?;
+    crate::proxy::reach::check(&policy.network)?;
+    Ok(policy)
 }
 
 /// Check the input, load the policy, and run the command.
@@ -25,11 +68,11 @@ pub fn main(args: &RunArgs) -> i32 {
         say!("lockrun: no command given (usage: lockrun [OPTIONS] -- COMMAND [ARGS]...)");
         return exit::USAGE;
     }
-    let policy = match policy::load(args.policy.policy.as_deref(), &overrides(&args.policy)) {
+    let policy = match load_for(&args.policy, args.command.first()) {
         Ok(p) => p,
         Err(e) => {
             say!("lockrun: {e}");
-            return exit::USAGE;
+            return e.exit_code();
         }
     };
     tracing::debug!("policy loaded");

@@ -39,6 +39,7 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
+use super::overlap::{self, Entry, Origin};
 use super::{
     EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, MemoryLimit, NetworkPolicy, PathSpec,
     Policy, PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
@@ -57,14 +58,31 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("opencode", include_str!("../../../policies/opencode.toml")),
 ];
 
+/// The most a policy file may hold: far more than any policy needs, and
+/// a bound on what lockrun reads of a path it is given.
+pub const MAX_POLICY_BYTES: u64 = 1 << 20;
+
+/// The most files an `extends` chain may hold, the outermost included.
+pub const MAX_EXTENDS: usize = 16;
+
 /// Why a policy could not be built. Every variant names where the problem is.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("cannot read policy {path}: {source}")]
+    #[error("cannot read policy {path}{}: {source}", extended_by(.by.as_deref()))]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        /// The policy whose `extends` names it.
+        by: Option<String>,
+        source: crate::regular_file::ReadError,
     },
+    #[error("cannot read policy {name}{}: no such file, and not a preset (presets: {presets})", extended_by(.by.as_deref()))]
+    NoPreset {
+        name: String,
+        by: Option<String>,
+        presets: String,
+    },
+    #[error("{origin}: `extends` chain longer than {MAX_EXTENDS} files; merge some of them")]
+    TooDeep { origin: String },
     #[error("{origin}:{line}:{column}: {message}")]
     Syntax {
         origin: String,
@@ -94,12 +112,22 @@ pub enum PolicyError {
         how: &'static str,
         state: PathBuf,
     },
+    #[error(transparent)]
+    DeniedWritable(#[from] Box<overlap::DeniedWritable>),
+    #[error(transparent)]
+    StateDirHolds(#[from] Box<overlap::StateDirHolds>),
     #[error("{flag} `{value}`: {message}")]
     Flag {
         flag: &'static str,
         value: String,
         message: String,
     },
+}
+
+/// ` (extended by ORIGIN)`, for a file an `extends` names.
+fn extended_by(by: Option<&str>) -> String {
+    by.map(|b| format!(" (extended by {b})"))
+        .unwrap_or_default()
 }
 
 impl PolicyError {
@@ -215,6 +243,9 @@ pub struct Overrides {
     pub allow_host: Vec<String>,
     pub allow_local: Vec<String>,
     pub state_dir: Option<PathBuf>,
+    /// The program a run is to start (`argv[0]`), if a run is to start:
+    /// the state dir must not hold it.
+    pub program: Option<std::ffi::OsString>,
 }
 
 /// One policy source: where it came from and its parsed text.
@@ -235,7 +266,13 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         std::env::current_dir().ok(),
     ));
     while let Some((name, base)) = next.take() {
-        let src = read_source(&name, base.as_deref())?;
+        if chain.len() == MAX_EXTENDS {
+            return Err(PolicyError::TooDeep {
+                origin: chain[0].origin.clone(),
+            });
+        }
+        let by = chain.last().map(|s| s.origin.as_str());
+        let src = read_source(&name, base.as_deref(), by)?;
         if chain.iter().any(|s| s.origin == src.origin) {
             let mut names: Vec<&str> = chain.iter().map(|s| s.origin.as_str()).collect();
             names.push(&src.origin);
@@ -268,6 +305,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
 
     // Scalars first: the state dir is a placeholder for the lists.
     let mut state_dir = default_state_dir(&home);
+    let mut state_origin = Origin::Default;
     let mut run = RunSettings {
         state_dir: PathBuf::new(),
         idle_tunnel: Duration::from_mins(15),
@@ -286,7 +324,13 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         };
         if let Some(d) = &s.raw.run.state_dir {
             match ctx.path("run.state_dir", d)? {
-                PathSpec::Absolute(p) => state_dir = p,
+                PathSpec::Absolute(p) => {
+                    state_dir = p;
+                    state_origin = Origin::Key {
+                        key: "run.state_dir",
+                        file: s.origin.clone(),
+                    };
+                }
                 PathSpec::RunTmp(_) => {
                     return Err(PolicyError::value(
                         &s.origin,
@@ -340,12 +384,19 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     }
     if let Some(d) = &over.state_dir {
         state_dir = absolute("--state-dir", d)?;
+        state_origin = Origin::Flag("--state-dir");
     }
     run.state_dir.clone_from(&state_dir);
 
     let mut fs = FsPolicy::default();
     let mut network = NetworkPolicy::default();
     let mut env = BTreeMap::new();
+    // Where each path was written, for a message naming it.
+    let mut writable = vec![
+        Entry::new(Origin::Worktree, PathSpec::Absolute(worktree.clone())),
+        Entry::new(Origin::RunTmp, PathSpec::RunTmp(PathBuf::new())),
+    ];
+    let mut denied = Vec::new();
     for s in &chain {
         let ctx = Ctx {
             origin: &s.origin,
@@ -353,11 +404,19 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
             home: &home,
             state: Some(&state_dir),
         };
+        let key = |key| Origin::Key {
+            key,
+            file: s.origin.clone(),
+        };
         for w in &s.raw.filesystem.writable {
-            fs.writable.push(ctx.path("filesystem.writable", w)?);
+            let w = ctx.path("filesystem.writable", w)?;
+            writable.push(Entry::new(key("filesystem.writable"), w.clone()));
+            fs.writable.push(w);
         }
         for d in &s.raw.filesystem.deny_read {
-            fs.deny_read.push(ctx.path("filesystem.deny_read", d)?);
+            let d = ctx.path("filesystem.deny_read", d)?;
+            denied.push(Entry::new(key("filesystem.deny_read"), d.clone()));
+            fs.deny_read.push(d);
         }
         for a in &s.raw.network.allow {
             let rule = HostRule::parse(a).map_err(|e| {
@@ -435,12 +494,14 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         }
     }
     for w in &over.allow_write {
-        fs.writable
-            .push(PathSpec::Absolute(absolute("--allow-write", w)?));
+        let w = PathSpec::Absolute(absolute("--allow-write", w)?);
+        writable.push(Entry::new(Origin::Flag("--allow-write"), w.clone()));
+        fs.writable.push(w);
     }
     for d in &over.deny_read {
-        fs.deny_read
-            .push(PathSpec::Absolute(absolute("--deny-read", d)?));
+        let d = PathSpec::Absolute(absolute("--deny-read", d)?);
+        denied.push(Entry::new(Origin::Flag("--deny-read"), d.clone()));
+        fs.deny_read.push(d);
     }
     for h in &over.allow_host {
         let rule = HostRule::parse(h).map_err(|e| PolicyError::Flag {
@@ -465,7 +526,21 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     fs.deny_read.dedup();
     network.local.sort();
     network.local.dedup();
-    outside_run_dirs(&worktree, &fs.writable, &state_dir)?;
+    overlap::outside_run_dirs(&worktree, &fs.writable, &state_dir)?;
+    denied.extend(
+        Policy::secret_floor(&home)
+            .into_iter()
+            .map(|p| Entry::new(Origin::Secret, PathSpec::Absolute(p))),
+    );
+    overlap::refuse_denied_writable(&denied, &writable)?;
+    overlap::refuse_state_dir(
+        &Entry::new(state_origin, PathSpec::Absolute(state_dir.clone())),
+        &home,
+        over.program.as_deref(),
+        &env,
+        &writable,
+        &default_state_dir(&home),
+    )?;
 
     Ok(Policy {
         sources: chain.iter().map(|s| PathBuf::from(&s.origin)).collect(),
@@ -476,45 +551,6 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         run,
         env,
     })
-}
-
-/// Refuse a writable root that is the state dir or lies in its run dirs. A
-/// writable root beneath a denied path is granted whole unless a denied
-/// path lies beneath it (the more specific grant wins: `{state}/agents/<name>`),
-/// so one in `runs/` would open another run's temp dir to this run; the
-/// state dir itself would be split around `runs/`, a worktree in which
-/// nothing could be created. An ancestor of the state dir is split around
-/// it, and is fine.
-fn outside_run_dirs(
-    worktree: &Path,
-    writable: &[PathSpec],
-    state: &Path,
-) -> Result<(), PolicyError> {
-    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let state = canon(state);
-    let runs = state.join("runs");
-    let roots = std::iter::once(("worktree", worktree.to_path_buf())).chain(
-        writable.iter().filter_map(|w| match w {
-            PathSpec::Absolute(p) => Some(("writable path", canon(p))),
-            PathSpec::RunTmp(_) => None,
-        }),
-    );
-    for (what, path) in roots {
-        let how = if path == state {
-            "is lockrun's state dir"
-        } else if path.starts_with(&runs) {
-            "lies in the run dirs of lockrun's state dir"
-        } else {
-            continue;
-        };
-        return Err(PolicyError::InStateDir {
-            what,
-            path,
-            how,
-            state,
-        });
-    }
-    Ok(())
 }
 
 fn local_endpoint(raw: &str) -> Result<SocketAddr, String> {
@@ -615,17 +651,26 @@ impl Ctx<'_> {
     }
 }
 
-fn read_source(name: &str, base: Option<&Path>) -> Result<Source, PolicyError> {
+/// One policy: the preset `name`, or the file it names (relative to
+/// `base`), which `by` extends, if any. A file is read as a regular file
+/// of at most [`MAX_POLICY_BYTES`] ([`crate::regular_file`]).
+fn read_source(name: &str, base: Option<&Path>, by: Option<&str>) -> Result<Source, PolicyError> {
     let looks_like_path =
         name.contains('/') || Path::new(name).extension().is_some_and(|e| e == "toml");
     let (origin, dir, text) = if looks_like_path {
-        let p = match base {
+        // Without its `.` components (`./x.toml`), as a message shows it.
+        let p: PathBuf = match base {
             Some(b) if Path::new(name).is_relative() => b.join(name),
             _ => PathBuf::from(name),
-        };
-        let text = std::fs::read_to_string(&p).map_err(|e| PolicyError::Read {
-            path: p.clone(),
-            source: e,
+        }
+        .components()
+        .collect();
+        let text = crate::regular_file::read_text(&p, MAX_POLICY_BYTES).map_err(|source| {
+            PolicyError::Read {
+                path: p.clone(),
+                by: by.map(str::to_owned),
+                source,
+            }
         })?;
         let canon = p.canonicalize().unwrap_or_else(|_| p.clone());
         (
@@ -637,15 +682,10 @@ fn read_source(name: &str, base: Option<&Path>) -> Result<Source, PolicyError> {
         (format!("preset:{name}"), None, (*text).to_owned())
     } else {
         let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-        return Err(PolicyError::Read {
-            path: PathBuf::from(name),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!(
-                    "no such file, and not a preset (presets: {})",
-                    names.join(", ")
-                ),
-            ),
+        return Err(PolicyError::NoPreset {
+            name: name.to_owned(),
+            by: by.map(str::to_owned),
+            presets: names.join(", "),
         });
     };
     let raw = parse_text(&origin, &text)?;
@@ -655,7 +695,15 @@ fn read_source(name: &str, base: Option<&Path>) -> Result<Source, PolicyError> {
 fn parse_text(origin: &str, text: &str) -> Result<RawPolicy, PolicyError> {
     toml::from_str::<RawPolicy>(text).map_err(|e| {
         let (line, column) = e.span().map_or((0, 0), |sp| line_col(text, sp.start));
-        let mut message = e.message().trim().to_owned();
+        // One line: the parser's may span several ("invalid table
+        // header\nexpected `.`, `]`").
+        let mut message = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         if let Some(hint) = suggest_key(&message) {
             let _ = write!(message, " (did you mean `{hint}`?)");
         }
@@ -735,6 +783,14 @@ mod tests {
             err.contains("alow") && err.contains("did you mean `allow`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_parse_error_is_one_line() {
+        for text in ["[network\n", "[run]\n[run]\n", "[env]\nX = \"\\q\"\n"] {
+            let err = parse_text("t.toml", text).unwrap_err().to_string();
+            assert!(!err.contains('\n') && err.starts_with("t.toml:"), "{err:?}");
+        }
     }
 
     #[test]

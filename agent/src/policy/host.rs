@@ -43,6 +43,10 @@ pub enum HostError {
     Invalid(String),
     #[error("invalid port `{0}` (1-65535)")]
     Port(String),
+    #[error(
+        "`{0}` would allow every name under a top-level domain: a wildcard must leave at least two labels, as in `*.example.com` (lockrun has no public-suffix list, so `*.co.uk` is not refused)"
+    )]
+    TooWide(String),
 }
 
 /// A normalized DNS name: lowercase ASCII (punycode), no trailing dot, every
@@ -144,7 +148,10 @@ impl fmt::Display for HostPattern {
     }
 }
 
-/// An allow rule: a pattern and the ports it opens.
+/// An allow rule: a pattern and the ports it opens. A wildcard in it must
+/// leave at least two labels (`*.example.com`): `*.com` would open a whole
+/// top-level domain. Deny patterns and private grants' hosts have no such
+/// floor (they only narrow what allow rules open).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HostRule {
     pub pattern: HostPattern,
@@ -165,10 +172,11 @@ impl HostRule {
             }
             None => (raw, vec![Port::HTTPS]),
         };
-        Ok(Self {
-            pattern: HostPattern::parse(host)?,
-            ports,
-        })
+        let pattern = HostPattern::parse(host)?;
+        if matches!(&pattern, HostPattern::Subdomains(s) if !s.as_str().contains('.')) {
+            return Err(HostError::TooWide(host.to_owned()));
+        }
+        Ok(Self { pattern, ports })
     }
 
     #[must_use]
@@ -220,6 +228,30 @@ mod tests {
                 "{bad:?} should be refused"
             );
         }
+    }
+
+    #[test]
+    fn an_allowed_wildcard_leaves_two_labels_a_denied_one_need_not() {
+        for wide in ["*.com", "*.co:8080", "*.localhost", "*.рф"] {
+            let e = HostRule::parse(wide).unwrap_err();
+            assert!(matches!(e, HostError::TooWide(_)), "{wide}: {e}");
+        }
+        assert_eq!(
+            HostRule::parse("*.com").unwrap_err().to_string(),
+            "`*.com` would allow every name under a top-level domain: a wildcard must leave at \
+             least two labels, as in `*.example.com` (lockrun has no public-suffix list, so \
+             `*.co.uk` is not refused)"
+        );
+        for fine in [
+            "*.example.com",
+            "*.co.uk",
+            "*.0.2:80",
+            "com",
+            "localhost:8080",
+        ] {
+            assert!(HostRule::parse(fine).is_ok(), "{fine}");
+        }
+        assert!(HostPattern::parse("*.com").is_ok());
     }
 
     #[test]

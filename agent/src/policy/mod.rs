@@ -7,6 +7,7 @@ pub mod file;
 pub mod host;
 pub mod later;
 pub mod net;
+pub mod overlap;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

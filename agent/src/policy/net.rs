@@ -75,6 +75,21 @@ impl IpNet {
         }
     }
 
+    /// The network's last address (its first is [`addr`](Self::addr)).
+    #[must_use]
+    pub fn last(&self) -> IpAddr {
+        match self.addr {
+            IpAddr::V4(a) => {
+                let host = u32::MAX.checked_shr(u32::from(self.prefix)).unwrap_or(0);
+                IpAddr::V4((u32::from(a) | host).into())
+            }
+            IpAddr::V6(a) => {
+                let host = u128::MAX.checked_shr(u32::from(self.prefix)).unwrap_or(0);
+                IpAddr::V6((u128::from(a) | host).into())
+            }
+        }
+    }
+
     #[must_use]
     pub fn addr(&self) -> IpAddr {
         self.addr
@@ -107,6 +122,24 @@ mod tests {
         assert!(z.contains("1.2.3.4".parse().unwrap()));
         let v6 = IpNet::parse("fd00:1::/32").unwrap();
         assert!(v6.contains("fd00:1::5".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_last_address_sets_every_host_bit() {
+        for (net, last) in [
+            ("10.0.0.0/8", "10.255.255.255"),
+            ("10.0.0.5/32", "10.0.0.5"),
+            ("0.0.0.0/0", "255.255.255.255"),
+            ("fd00::/8", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+            ("::/0", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+            ("::1/128", "::1"),
+        ] {
+            assert_eq!(
+                IpNet::parse(net).unwrap().last(),
+                last.parse::<IpAddr>().unwrap(),
+                "{net}"
+            );
+        }
     }
 
     #[test]

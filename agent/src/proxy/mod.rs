@@ -64,6 +64,7 @@
 pub mod allowlist;
 pub mod guard;
 pub mod pool;
+pub mod reach;
 pub mod request;
 pub mod resolver;
 pub mod server;
