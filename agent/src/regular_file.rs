@@ -48,7 +48,8 @@ fn shown(bytes: u64) -> String {
 }
 
 /// What a file type is, as a refusal says it.
-fn kind(ft: std::fs::FileType) -> &'static str {
+#[must_use]
+pub fn kind(ft: std::fs::FileType) -> &'static str {
     if ft.is_dir() {
         "a directory"
     } else if ft.is_fifo() {

@@ -103,11 +103,10 @@ impl LogFile {
             source,
         };
         let meta = file.metadata().map_err(open_err)?;
-        let kind = kind_of(&meta);
-        if kind != "a regular file" {
+        if !meta.is_file() {
             return Err(SinkError::NotRegular {
                 path: path.to_path_buf(),
-                kind,
+                kind: crate::regular_file::kind(meta.file_type()),
             });
         }
         if meta.nlink() > 1 {
@@ -186,26 +185,6 @@ fn same_file(fd: i32, meta: &std::fs::Metadata) -> bool {
     nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_dev == meta.dev() && st.st_ino == meta.ino())
 }
 
-fn kind_of(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    let t = meta.file_type();
-    if t.is_file() {
-        "a regular file"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else {
-        "not a regular file"
-    }
-}
-
 /// The most `lockrun audit` reads of a log, and of one line: a log of
 /// millions of lines is still read whole, a device or a file without
 /// newlines (`/dev/zero`) is not read without end.
@@ -231,31 +210,27 @@ pub enum ReadError {
 }
 
 /// The log at `path` opened for reading: a regular file (following links:
-/// reading needs no guard against them) no larger than [`READ_LIMIT`],
-/// opened without waiting on a FIFO.
+/// reading needs no guard against them; [`crate::regular_file::open`], so
+/// that no FIFO is waited on) no larger than [`READ_LIMIT`].
 pub fn open_for_reading(path: &Path) -> Result<File, ReadError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
+    use crate::regular_file::ReadError as Refused;
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    let kind = kind_of(&meta);
-    if kind != "a regular file" {
-        return Err(ReadError::NotRegular {
+    let file = crate::regular_file::open(path).map_err(|e| match e {
+        Refused::NotRegular(kind) => ReadError::NotRegular {
             path: path.to_path_buf(),
             kind,
-        });
-    }
-    if meta.len() > READ_LIMIT {
+        },
+        Refused::Open(e) | Refused::Read(e) => io(e),
+        other => io(io::Error::other(other.to_string())),
+    })?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > READ_LIMIT {
         return Err(ReadError::TooLarge {
             path: path.to_path_buf(),
-            size: meta.len(),
+            size,
             limit: READ_LIMIT,
         });
     }
