@@ -1,4 +1,4 @@
-//! Every bad policy is refused the same way (issue 55): 95
+//! Every bad policy is refused the same way: 95
 //! malformed or contradictory policies and flags — TOML that does not
 //! parse, wrong types, unknown keys, values out of range, bad hosts, ports
 //! and networks, entries the proxy could never reach, a denied path that is

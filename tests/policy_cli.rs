@@ -7,38 +7,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let p =
-            std::env::temp_dir().join(format!("lockrun-policy-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        for d in ["wt", "home", "state"] {
-            std::fs::create_dir_all(p.join(d)).unwrap();
-        }
-        Self(p.canonicalize().unwrap())
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn lockrun(s: &Scratch, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("HOME", s.0.join("home"))
-        .current_dir(&s.0)
-        .output()
-        .unwrap()
-}
+#[path = "support/scratch_cli.rs"]
+mod scratch_cli;
+use scratch_cli::{lockrun, Scratch, BIN};
 
 /// `text` without `policy show`'s warning that the temp dir, where the
 /// scratch dirs and so the denied state dir lie, is crowded: that depends
@@ -77,7 +50,7 @@ fn policies_dir() -> PathBuf {
 
 #[test]
 fn policy_show_of_every_policy_file_is_stable() {
-    let s = Scratch::new("snap");
+    let s = Scratch::new("policy-cli", "snap");
     let update = std::env::var_os("LOCKRUN_UPDATE_SNAPSHOTS").is_some();
     let mut seen = 0;
     for entry in std::fs::read_dir(policies_dir()).unwrap() {
@@ -154,7 +127,7 @@ fn policy_show_of_every_policy_file_is_stable() {
 #[test]
 fn policy_show_json_prints_a_worktree_whose_name_is_not_utf8() {
     use std::os::unix::ffi::OsStrExt as _;
-    let s = Scratch::new("non-utf8");
+    let s = Scratch::new("policy-cli", "non-utf8");
     let wt = s.0.join(std::ffi::OsStr::from_bytes(b"wt-\xff"));
     std::fs::create_dir_all(&wt).unwrap();
     let show = |wt: &Path| {
@@ -180,7 +153,7 @@ fn policy_show_json_prints_a_worktree_whose_name_is_not_utf8() {
 
 #[test]
 fn rules_grant_the_siblings_of_a_denied_path_and_not_the_path() {
-    let s = Scratch::new("rules");
+    let s = Scratch::new("policy-cli", "rules");
     let home = s.0.join("home");
     for d in ["secret", "open/a", "open/b"] {
         std::fs::create_dir_all(home.join(d)).unwrap();
@@ -220,7 +193,7 @@ fn rules_grant_the_siblings_of_a_denied_path_and_not_the_path() {
 /// another sandbox than lockrun's.
 #[test]
 fn kernel_steps_list_the_rules_a_run_builds() {
-    let s = Scratch::new("kernel-steps");
+    let s = Scratch::new("policy-cli", "kernel-steps");
     let home = s.0.join("home");
     for d in ["secret", "open/a"] {
         std::fs::create_dir_all(home.join(d)).unwrap();
@@ -308,7 +281,7 @@ fn kernel_steps_list_the_rules_a_run_builds() {
 /// A bad policy: exit 2, one message naming the file, line and key; the
 /// command (which would create a file) never ran.
 fn refused(name: &str, toml: &str, wants: &[&str]) {
-    let s = Scratch::new(name);
+    let s = Scratch::new("policy-cli", name);
     let policy = s.0.join("bad.toml");
     std::fs::write(&policy, toml).unwrap();
     let marker = s.0.join("wt/ran");
@@ -398,7 +371,7 @@ fn ports_0_and_70000_are_refused() {
 
 #[test]
 fn an_extends_cycle_is_refused() {
-    let s = Scratch::new("cycle");
+    let s = Scratch::new("policy-cli", "cycle");
     std::fs::write(s.0.join("a.toml"), "extends = \"b.toml\"\n").unwrap();
     std::fs::write(s.0.join("b.toml"), "extends = \"a.toml\"\n").unwrap();
     let marker = s.0.join("wt/ran");
@@ -436,7 +409,7 @@ fn an_agent_preset_reads_neither_other_agents_nor_the_users_own_harness_state() 
         );
         return;
     }
-    let s = Scratch::new("agents");
+    let s = Scratch::new("policy-cli", "agents");
     let (state, home) = (s.0.join("state"), s.0.join("home"));
     std::fs::create_dir_all(state.join("agents/codex")).unwrap();
     std::fs::write(state.join("agents/codex/auth.json"), "codex-token").unwrap();
@@ -486,7 +459,7 @@ fn an_agent_preset_reads_neither_other_agents_nor_the_users_own_harness_state() 
 
 #[test]
 fn policy_show_warns_of_a_writable_dir_where_code_runs_later() {
-    let s = Scratch::new("later");
+    let s = Scratch::new("policy-cli", "later");
     let home = s.0.join("home");
     let bin = home.join(".local/bin");
     let plain = s.0.join("wt/out");
@@ -528,7 +501,7 @@ fn policy_show_warns_of_a_writable_dir_where_code_runs_later() {
 /// path among a few siblings is not warned of.
 #[test]
 fn policy_show_warns_of_a_crowded_dir_on_the_way_to_a_denied_path() {
-    let s = Scratch::new("crowded");
+    let s = Scratch::new("policy-cli", "crowded");
     let crowd = s.0.join("crowd");
     let few = s.0.join("few");
     for d in [crowd.join("vault"), few.join("vault")] {

@@ -1,5 +1,5 @@
 //! What a policy cannot hold is refused when it loads, with one line that
-//! says why and what to write instead (issue 55), and what it can hold is
+//! says why and what to write instead, and what it can hold is
 //! kept and shown as it is:
 //! - files that are no policy, or more than 1 MiB, read within a bound;
 //! - a denied path that is also writable (a denied dir around a writable
@@ -14,46 +14,15 @@
 #[path = "support/refused.rs"]
 mod refused;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use refused::{assert_refused, bounded, capped, capped_via, Bounded};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
-
-/// A scratch dir with `wt`, `home` and `state`, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "lockrun-policy-refusals-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        for d in ["wt", "home", "state"] {
-            std::fs::create_dir_all(p.join(d)).unwrap();
-        }
-        Self(p.canonicalize().unwrap())
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `lockrun ARGS` in the scratch dir, its `home` as `HOME`.
-fn lockrun(s: &Scratch, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("HOME", s.0.join("home"))
-        .current_dir(&s.0)
-        .output()
-        .unwrap()
-}
+#[path = "support/scratch_cli.rs"]
+mod scratch_cli;
+use scratch_cli::{lockrun, Scratch, BIN};
 
 /// `lockrun ARGS` in the scratch dir (its `home` as `HOME`), its address
 /// space capped and killed after 10 s ([`refused::bounded`]).
@@ -95,7 +64,7 @@ fn p(path: &Path) -> &str {
 /// nothing run. Control: a policy of exactly 1 MiB loads.
 #[test]
 fn a_policy_that_is_no_regular_file_or_too_large_is_refused_at_once() {
-    let s = Scratch::new("unbounded");
+    let s = Scratch::new("policy-refusals", "unbounded");
     let wt = s.0.join("wt");
     let fifo = s.0.join("policy.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -168,7 +137,7 @@ fn a_policy_that_is_no_regular_file_or_too_large_is_refused_at_once() {
 #[test]
 #[allow(clippy::too_many_lines)] // a table of cases
 fn a_denied_path_that_is_also_writable_is_refused_naming_both() {
-    let s = Scratch::new("denied-writable");
+    let s = Scratch::new("policy-refusals", "denied-writable");
     let wt = s.0.join("wt");
     let other = s.0.join("other");
     std::fs::create_dir(&other).unwrap();
@@ -314,7 +283,7 @@ fn a_denied_path_that_is_also_writable_is_refused_naming_both() {
 /// dir, as before.
 #[test]
 fn a_denied_dir_around_a_writable_one_is_denied_but_that_one_as_policy_show_says() {
-    let s = Scratch::new("carved");
+    let s = Scratch::new("policy-refusals", "carved");
     let top = s.0.join("top");
     let wt = top.join("wt");
     std::fs::create_dir_all(&wt).unwrap();
@@ -385,7 +354,7 @@ fn a_denied_dir_around_a_writable_one_is_denied_but_that_one_as_policy_show_says
 #[test]
 #[allow(clippy::too_many_lines)] // a table of cases
 fn allow_entries_the_proxy_could_never_reach_are_refused_when_the_policy_loads() {
-    let s = Scratch::new("unreachable");
+    let s = Scratch::new("policy-refusals", "unreachable");
     let file = |name: &str, text: &str| {
         let f = s.0.join(name);
         std::fs::write(&f, text).unwrap();
@@ -553,7 +522,7 @@ fn an_allowed_address_of_this_host_is_refused_when_the_policy_loads() {
         eprintln!("skipped: {test}: needs root for ip netns");
         return;
     }
-    let s = Scratch::new("own-address");
+    let s = Scratch::new("policy-refusals", "own-address");
     let ns = OwnAddressNs::new();
     let file = |name: &str, text: &str| {
         let f = s.0.join(name);
@@ -619,7 +588,7 @@ fn an_allowed_address_of_this_host_is_refused_when_the_policy_loads() {
 /// still works (the worktree, more specific, is granted).
 #[test]
 fn a_state_dir_that_holds_what_every_command_needs_is_refused() {
-    let s = Scratch::new("state-holds");
+    let s = Scratch::new("policy-refusals", "state-holds");
     let root_link = s.0.join("root-link");
     std::os::unix::fs::symlink("/", &root_link).unwrap();
     let tools = s.0.join("tools");
