@@ -223,6 +223,25 @@ fn the_seal_tells_the_lines_lockrun_wrote_from_lines_changed_after() {
         text.contains("NOT written by lockrun, or altered since: line 2"),
         "{text}"
     );
+    // A whole run of someone else's making, naming a key of its own.
+    let other: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["run"] = "made-up".into();
+            if v["event"] == "run_start" {
+                v["run_id"] = "made-up".into();
+                v["seal_key"] = "0123456789abcdef".into();
+            }
+            v.to_string()
+        })
+        .collect();
+    let (code, text) = variant("other-key.jsonl", other);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("NOT verified: no line holds with the key of"),
+        "{text}"
+    );
 }
 
 /// The caller's disk fills while the run goes on: lockrun says so, and how

@@ -35,7 +35,7 @@ pub enum SealStatus {
     Verified { lines: u64 },
     /// Some are not: forged, altered, removed, reordered, or cut off.
     Broken { said: String },
-    /// Sealed with another key than the one at hand.
+    /// No line holds with the key at hand, and the run names another.
     OtherKey { key: String, said: String },
     /// Not checked: no key at hand.
     NotChecked { why: String },
@@ -45,8 +45,10 @@ pub enum SealStatus {
 }
 
 impl SealStatus {
+    /// The lines were checked and did not hold: forged or altered, or
+    /// sealed with another key (another state dir's, or a forger's own).
     fn broken(&self) -> bool {
-        matches!(self, Self::Broken { .. })
+        matches!(self, Self::Broken { .. } | Self::OtherKey { .. })
     }
 }
 
@@ -189,8 +191,9 @@ impl RunSummary {
 }
 
 /// The `audit` subcommand: exit 0 when the log was read whole and no seal
-/// it could check failed, 1 when a line was not a record or a run's lines
-/// are not as lockrun wrote them, 2 when the log could not be read.
+/// it could check failed (or there was no key to check with), 1 when a line
+/// was not a record or a run's lines do not hold with the key, 2 when the
+/// log could not be read.
 #[must_use]
 pub fn run(args: &AuditArgs) -> i32 {
     let home = std::env::var_os("HOME")
@@ -272,8 +275,8 @@ fn seal_status(
             return SealStatus::OtherKey {
                 key: theirs.clone(),
                 said: format!(
-                    "not checked: sealed with key {theirs}, not that of {} ({}); --state-dir \
-                     names the state dir of the run",
+                    "NOT verified: no line holds with the key of {} ({}); the run names key \
+                     {theirs}: --state-dir names the state dir of the run, if lockrun wrote it",
                     state_dir.display(),
                     key.id()
                 ),
