@@ -94,8 +94,10 @@ pub enum Direction {
     /// The command reached out: a connect, a send, a packet it sent.
     #[default]
     Outbound,
-    /// An outside host reached in: a packet for a socket of the run (a port
-    /// it listens on) from beyond loopback, dropped by the `ingress` hook.
+    /// Something outside the run reached in: a packet for a socket of the
+    /// run (a port it listens on) from beyond loopback, or over loopback from
+    /// a process of this host to a port the policy does not expose, dropped
+    /// by the `ingress` hook.
     Inbound,
 }
 
@@ -611,8 +613,15 @@ impl Tally {
                     self.inbound_unitemized, self.inbound_per_cpu
                 ));
             }
+            // Over loopback, a port the policy exposes lets this host's
+            // processes in; from beyond it, nothing does.
+            let why = if self.inbound.keys().any(|(ip, _, _)| ip.is_loopback()) {
+                "a run takes no traffic from outside it; [network] expose lets this host's processes reach a port over loopback, never another host"
+            } else {
+                "a run takes no traffic from beyond loopback, and no policy changes that"
+            };
             lines.push(format!(
-                "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
+                "lockrun: {n_inbound} {} from outside dropped ({why}): {}",
                 plural(n_inbound, "packet", "packets"),
                 parts.join(", ")
             ));
@@ -1347,6 +1356,19 @@ mod tests {
             ]
         );
         assert_eq!(log.refused().get(&Layer::KernelNetwork), Some(&4));
+    }
+
+    #[test]
+    fn inbound_drops_over_loopback_name_the_setting_that_lets_them_in() {
+        let log = AuditLog::open(None).unwrap();
+        log.record(inbound("127.0.0.1:40000", 3000, "tcp"));
+        log.record(inbound("[::1]:5353", 9000, "udp"));
+        assert_eq!(
+            refusals(&log),
+            vec![
+                "lockrun: 2 packets from outside dropped (a run takes no traffic from outside it; [network] expose lets this host's processes reach a port over loopback, never another host): from 127.0.0.1 to port 3000 (tcp), from ::1 to port 9000 (udp)".to_owned(),
+            ]
+        );
     }
 
     #[test]

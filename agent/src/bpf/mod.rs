@@ -8,6 +8,7 @@
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
 //! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
+//! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
@@ -61,10 +62,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use aya::maps::{HashMap, LpmTrie, Map, MapData, PerCpuHashMap, PerCpuValues, RingBuf};
 use lockrun_common::{
-    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, UnixPrefixKey, AF_INET6, AF_UNIX,
-    COUNTER_INBOUND_UNITEMIZED, COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS,
-    MAP_COUNTERS, MAP_RINGS, MAP_RUNS, MAX_ALLOWED_ENDPOINTS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES,
-    MAX_UNIX_PREFIXES_ALL_RUNS, UNIX_PATH_MAX,
+    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, RunPort, UnixPrefixKey, AF_INET6,
+    AF_UNIX, COUNTER_INBOUND_UNITEMIZED, COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS,
+    MAP_COUNTERS, MAP_EXPOSED_PORTS, MAP_RINGS, MAP_RUNS, MAX_ALLOWED_ENDPOINTS, MAX_EXPOSED_PORTS,
+    MAX_RING_SLOTS, MAX_UNIX_PREFIXES, MAX_UNIX_PREFIXES_ALL_RUNS, UNIX_PATH_MAX,
 };
 
 use crate::audit::{AuditLog, Destination, Direction, Event, KernelNetEvent};
@@ -175,6 +176,8 @@ pub enum BpfError {
     },
     #[error("more than {MAX_ALLOWED_ENDPOINTS} allowed endpoints")]
     TooManyEndpoints,
+    #[error("more than {MAX_EXPOSED_PORTS} exposed ports")]
+    TooManyExposed,
     #[error("the ring buffer's fd cannot be watched (epoll_ctl)")]
     Watch(#[source] io::Error),
     #[error("unpin {path} failed")]
@@ -350,8 +353,10 @@ pub struct NetworkHooks {
     /// The run's slot in `RINGS` (held in `SLOT_OWNERS`).
     slot: u32,
     shared: Shared,
-    /// The keys this run added to the shared allow map and prefix trie.
+    /// The keys this run added to the shared allow map, exposed ports and
+    /// prefix trie.
     endpoints: Vec<RunEndpoint>,
+    exposed: Vec<RunPort>,
     prefixes: Vec<aya::maps::lpm_trie::Key<PrefixData>>,
     registered: bool,
     reader: Option<tokio::task::JoinHandle<()>>,
@@ -385,14 +390,17 @@ impl NetworkHooks {
             cgroup,
             run_id,
             allowed,
+            &[],
             unix_allowed,
             unix::UnixMode::Prefixes,
         )
     }
 
-    /// [`attach`](Self::attach), choosing how the unix hooks judge pathname
-    /// destinations ([`unix::UnixMode`]; a run with the seccomp supervisor
-    /// uses `Supervised`).
+    /// [`attach`](Self::attach), with the run's ports that this host's
+    /// processes may reach over loopback (`exposed`, `network.expose`), and
+    /// choosing how the unix hooks judge pathname destinations
+    /// ([`unix::UnixMode`]; a run with the seccomp supervisor uses
+    /// `Supervised`).
     ///
     /// The hooks are the build's, attached once to the build's parent cgroup
     /// ([`crate::cgroup::build_parent`]); they are checked to be attached
@@ -402,6 +410,7 @@ impl NetworkHooks {
         cgroup: &RunCgroup,
         run_id: &str,
         allowed: &[SocketAddr],
+        exposed: &[u16],
         unix_allowed: &[PathBuf],
         unix_mode: unix::UnixMode,
     ) -> Result<Self, BpfError> {
@@ -409,6 +418,9 @@ impl NetworkHooks {
         let object = OBJECT.ok_or(BpfError::ObjectMissing)?;
         if allowed.len() > MAX_ALLOWED_ENDPOINTS as usize {
             return Err(BpfError::TooManyEndpoints);
+        }
+        if exposed.len() > MAX_EXPOSED_PORTS as usize {
+            return Err(BpfError::TooManyExposed);
         }
         ensure_bpffs()?;
         let mut shared = Shared::open_or_load(object)?;
@@ -439,6 +451,7 @@ impl NetworkHooks {
             slot,
             shared,
             endpoints: Vec::new(),
+            exposed: Vec::new(),
             prefixes: Vec::new(),
             registered: false,
             reader: None,
@@ -447,16 +460,17 @@ impl NetworkHooks {
         // From here on, dropping `hooks` unregisters the run and frees the slot.
         // What a killed run that held the slot left in the ring is not ours.
         drain(&hooks.ring, None, hooks.cgroup_id);
-        hooks.register(allowed, unix_allowed, unix_mode)?;
+        hooks.register(allowed, exposed, unix_allowed, unix_mode)?;
         Ok(hooks)
     }
 
     /// Enter the run in the shared maps: a zeroed counter entry, its allowed
-    /// endpoints and unix prefixes, and last its `RUNS` entry (slot and unix
-    /// mode), which makes it a run for the unix hooks.
+    /// endpoints, exposed ports and unix prefixes, and last its `RUNS` entry
+    /// (slot and unix mode), which makes it a run for the unix hooks.
     fn register(
         &mut self,
         allowed: &[SocketAddr],
+        exposed: &[u16],
         unix_allowed: &[PathBuf],
         unix_mode: unix::UnixMode,
     ) -> Result<(), BpfError> {
@@ -495,6 +509,14 @@ impl NetworkHooks {
                 .endpoints
                 .insert(key, 1, 0)
                 .map_err(reg(MAP_ALLOWED_ENDPOINTS))?;
+        }
+        for &port in exposed {
+            let key = RunPort::new(cg, port);
+            self.exposed.push(key);
+            self.shared
+                .exposed
+                .insert(key, 1, 0)
+                .map_err(reg(MAP_EXPOSED_PORTS))?;
         }
         let mut keys: Vec<UnixPrefixKey> = unix_allowed
             .iter()
@@ -544,6 +566,9 @@ impl NetworkHooks {
         }
         for key in std::mem::take(&mut self.endpoints) {
             note(MAP_ALLOWED_ENDPOINTS, self.shared.endpoints.remove(&key));
+        }
+        for key in std::mem::take(&mut self.exposed) {
+            note(MAP_EXPOSED_PORTS, self.shared.exposed.remove(&key));
         }
         for key in std::mem::take(&mut self.prefixes) {
             note(UNIX_PREFIXES, self.shared.prefixes.remove(&key));
@@ -662,6 +687,7 @@ fn is_not_found(e: &aya::maps::MapError) -> bool {
 /// them to the build's parent cgroup (`link-<program>-<parent cgroup id>`).
 struct Shared {
     endpoints: HashMap<MapData, RunEndpoint, u8>,
+    exposed: HashMap<MapData, RunPort, u8>,
     counters: PerCpuHashMap<MapData, u64, RunCounters>,
     runs: HashMap<MapData, u64, RunConfig>,
     prefixes: LpmTrie<MapData, PrefixData, u8>,
@@ -804,6 +830,8 @@ impl Shared {
         };
         let endpoints = HashMap::try_from(Map::HashMap(map(MAP_ALLOWED_ENDPOINTS)?))
             .map_err(io::Error::other)?;
+        let exposed =
+            HashMap::try_from(Map::HashMap(map(MAP_EXPOSED_PORTS)?)).map_err(io::Error::other)?;
         let counters = PerCpuHashMap::try_from(Map::PerCpuHashMap(map(MAP_COUNTERS)?))
             .map_err(io::Error::other)?;
         let runs = HashMap::try_from(Map::HashMap(map(MAP_RUNS)?)).map_err(io::Error::other)?;
@@ -819,6 +847,7 @@ impl Shared {
         }
         Ok(Self {
             endpoints,
+            exposed,
             counters,
             runs,
             prefixes,
@@ -1042,6 +1071,13 @@ pub fn forget_gone_runs() -> Result<usize, BpfError> {
     );
     gone.extend(
         shared
+            .exposed
+            .keys()
+            .filter_map(Result::ok)
+            .map(|k| k.cgroup_id),
+    );
+    gone.extend(
+        shared
             .prefixes
             .keys()
             .filter_map(Result::ok)
@@ -1062,6 +1098,7 @@ fn prefix_cgroup(k: &aya::maps::lpm_trie::Key<PrefixData>) -> u64 {
 
 fn forget(shared: &mut Shared, gone: &[u64]) {
     let endpoints: Vec<RunEndpoint> = shared.endpoints.keys().filter_map(Result::ok).collect();
+    let exposed: Vec<RunPort> = shared.exposed.keys().filter_map(Result::ok).collect();
     let prefixes: Vec<_> = shared.prefixes.keys().filter_map(Result::ok).collect();
     let owners: Vec<(u32, u64)> = shared.slot_owners.iter().filter_map(Result::ok).collect();
     for cg in gone {
@@ -1069,6 +1106,9 @@ fn forget(shared: &mut Shared, gone: &[u64]) {
         let _ = shared.counters.remove(cg);
         for k in endpoints.iter().filter(|k| k.cgroup_id == *cg) {
             let _ = shared.endpoints.remove(k);
+        }
+        for k in exposed.iter().filter(|k| k.cgroup_id == *cg) {
+            let _ = shared.exposed.remove(k);
         }
         for k in prefixes.iter().filter(|k| prefix_cgroup(k) == *cg) {
             let _ = shared.prefixes.remove(k);
@@ -1374,7 +1414,13 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
     })?;
     pin(prefixes.as_fd(), UNIX_PREFIXES)?;
     let mut fds: Vec<(&'static str, OwnedFd, aya_obj::Map)> = Vec::new();
-    for name in [MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_RUNS, MAP_RINGS] {
+    for name in [
+        MAP_ALLOWED_ENDPOINTS,
+        MAP_EXPOSED_PORTS,
+        MAP_COUNTERS,
+        MAP_RUNS,
+        MAP_RINGS,
+    ] {
         let m = obj.maps.remove(name).ok_or(BpfError::Missing(name))?;
         let fd = if name == MAP_RINGS {
             raw::map_create(&raw::MapSpec {
