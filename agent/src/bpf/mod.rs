@@ -35,12 +35,26 @@
 //! Ring buffers are reached through a map of maps, and every update of one
 //! waits for an RCU grace period (4–8 ms measured here). So the rings stay:
 //! `ring-<slot>` is created the first time a slot is used and kept in `RINGS`;
-//! a run claims a free slot (`SLOT_OWNERS`, `BPF_NOEXIST`), discards what a
-//! killed predecessor left in its ring, and points `RUNS[cgroup]` at it.
+//! a run claims a slot (`SLOT_OWNERS`), discards what a killed predecessor
+//! left in its ring, and points `RUNS[cgroup]` at it.
+//!
+//! A slot is held by a lock, not only by its `SLOT_OWNERS` entry: an
+//! exclusive `flock` on `slot-<slot>/` (a bpffs directory beside the rings,
+//! which no run can see), taken before the slot is claimed and let go after
+//! it is released, by the kernel when its lockrun dies. So a slot whose lock
+//! is free while `SLOT_OWNERS` still names a run is a killed lockrun's, and
+//! the next run takes it over at once when that run's cgroup is gone or
+//! empty, forgetting the run as `lockrun gc` would
+//! (`tests/net.rs::ring_slots_of_killed_runs_are_taken_over_and_live_runs_keep_theirs`).
+//! Judging by the cgroup alone could not tell a killed run from one being
+//! set up (registered before its first process) or torn down (its cgroup
+//! removed before it is unregistered); a lock held by the lockrun can.
 //!
 //! A lockrun killed with SIGKILL leaves its processes confined (the
 //! attachment is the build's, the registration stays) until `lockrun gc`
-//! reaps the cgroup and forgets the run ([`forget_runs`]).
+//! reaps the cgroup and forgets the run ([`forget_runs`]); a run whose
+//! processes are all gone (its watchdog killed them) gives up its slot to
+//! the next run that needs one.
 //!
 //! Each build keeps its pins and parent between runs; another build's are
 //! removed by `lockrun gc` once none of its runs is left
@@ -352,6 +366,9 @@ pub struct NetworkHooks {
     ring: Ring,
     /// The run's slot in `RINGS` (held in `SLOT_OWNERS`).
     slot: u32,
+    /// The slot's lock, held as long as the run is registered (see
+    /// [`Shared::claim_slot`]); released after [`Self::unregister`].
+    _slot_lock: SlotLock,
     shared: Shared,
     /// The keys this run added to the shared allow map, exposed ports and
     /// prefix trie.
@@ -432,7 +449,7 @@ impl NetworkHooks {
             });
         }
         shared.ensure_attached(&parent)?;
-        let (slot, ring_fd) = shared.claim_slot(cgroup.id())?;
+        let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;
         let map_err = |map, call| move |source| BpfError::Map { map, call, source };
         let ring = match MapData::from_fd(ring_fd)
             .and_then(|d| RingBuf::try_from(Map::RingBuf(d)))
@@ -449,6 +466,7 @@ impl NetworkHooks {
             cgroup_id: cgroup.id(),
             ring: Arc::new(Mutex::new(ring)),
             slot,
+            _slot_lock: slot_lock,
             shared,
             endpoints: Vec::new(),
             exposed: Vec::new(),
@@ -707,7 +725,7 @@ const UNIX_PROGRAMS_HASH: &str = env!("LOCKRUN_UNIX_PROGRAMS_HASH");
 
 /// Bumped whenever the maps the loader makes, or what it pins, change
 /// without the object or the unix programs changing.
-const LAYOUT_VERSION: u32 = 2;
+const LAYOUT_VERSION: u32 = 3;
 
 /// This build's name: its programs' pin directory under [`SHARED_ROOT`] and
 /// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
@@ -925,28 +943,64 @@ impl Shared {
         Ok(())
     }
 
-    /// Claim a free ring slot for the run in `cgroup_id` and open its ring
-    /// (created and put in `RINGS` the first time the slot is used).
-    fn claim_slot(&mut self, cgroup_id: u64) -> Result<(u32, OwnedFd), BpfError> {
+    /// Claim a ring slot for the run in `cgroup_id` and open its ring
+    /// (created and put in `RINGS` the first time the slot is used): the
+    /// first slot whose lock ([`Self::lock_slot`]) no live lockrun holds,
+    /// and whose last owner, if `SLOT_OWNERS` still names one, left no
+    /// process behind.
+    ///
+    /// A lockrun holds its slot's lock from before it claims the slot until
+    /// after it releases it, and the kernel lets go of a lock only when its
+    /// holder is gone. So a slot whose lock is free but which `SLOT_OWNERS`
+    /// still gives to a run is a killed lockrun's: it is taken over at once
+    /// if that run's cgroup (under `parent`) is gone or empty — its
+    /// registration is forgotten, as `lockrun gc` does — and left to gc
+    /// while processes of it live on (the hooks still record their
+    /// refusals in its ring). A run being set up holds its lock though its
+    /// cgroup is still empty, and a run tearing down though its cgroup is
+    /// gone: neither is ever taken over.
+    fn claim_slot(
+        &mut self,
+        cgroup_id: u64,
+        parent: &Path,
+    ) -> Result<(u32, OwnedFd, SlotLock), BpfError> {
         const BPF_NOEXIST: u64 = 1;
+        let update_err = |e| BpfError::Register {
+            map: SLOT_OWNERS,
+            call: "BPF_MAP_UPDATE_ELEM",
+            source: io::Error::other(e),
+        };
         for slot in 0..MAX_RING_SLOTS {
+            let Some(lock) = self.lock_slot(slot)? else {
+                continue;
+            };
+            match self.slot_owners.get(&slot, 0) {
+                Ok(owner) => {
+                    if !self.take_over(slot, owner, parent) {
+                        continue;
+                    }
+                }
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => {
+                    return Err(BpfError::Register {
+                        map: SLOT_OWNERS,
+                        call: "BPF_MAP_LOOKUP_ELEM",
+                        source: io::Error::other(e),
+                    })
+                }
+            }
             match self.slot_owners.insert(slot, cgroup_id, BPF_NOEXIST) {
                 Ok(()) => {}
+                // Only a lock holder writes a slot: none can be here.
                 Err(aya::maps::MapError::SyscallError(e))
                     if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
                 {
                     continue
                 }
-                Err(e) => {
-                    return Err(BpfError::Register {
-                        map: SLOT_OWNERS,
-                        call: "BPF_MAP_UPDATE_ELEM",
-                        source: io::Error::other(e),
-                    })
-                }
+                Err(e) => return Err(update_err(e)),
             }
             return match self.slot_ring(slot) {
-                Ok(fd) => Ok((slot, fd)),
+                Ok(fd) => Ok((slot, fd, lock)),
                 Err(e) => {
                     self.release_slot(slot);
                     Err(e)
@@ -956,8 +1010,67 @@ impl Shared {
         Err(BpfError::Register {
             map: SLOT_OWNERS,
             call: "claim a ring slot",
-            source: io::Error::other(format!("all {MAX_RING_SLOTS} slots are held")),
+            source: io::Error::other(format!(
+                "all {MAX_RING_SLOTS} slots are held, by running lockruns or by runs whose \
+                 lockrun was killed and whose processes live on (`lockrun gc` reaps those)"
+            )),
         })
+    }
+
+    /// The lock of `slot`: an exclusive `flock` on the directory
+    /// `slot-<slot>` beside the rings (made the first time), or `None` when
+    /// another lockrun holds it. In bpffs, which no run can see
+    /// ([`crate::fs::HIDDEN_FS`]): a command cannot hold a slot.
+    fn lock_slot(&self, slot: u32) -> Result<Option<SlotLock>, BpfError> {
+        use nix::fcntl::{Flock, FlockArg};
+        let path = self.dir.join(format!("slot-{slot}"));
+        let open = || fs::File::open(&path);
+        let dir = match open() {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match fs::create_dir(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(source) => return Err(BpfError::Mkdir { path, source }),
+                }
+                open().map_err(|source| BpfError::OpenShared {
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            Err(source) => return Err(BpfError::OpenShared { path, source }),
+        };
+        match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(Some(lock)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, e)) => Err(BpfError::OpenShared {
+                path,
+                source: io::Error::from(e),
+            }),
+        }
+    }
+
+    /// With `slot`'s lock held: whether its last owner, the run in
+    /// `owner`, whose lockrun is gone, can give it up — its cgroup under
+    /// `parent` is gone or empty — and if so, forget that run in the
+    /// shared maps (its slot freed with it). A cgroup that cannot be
+    /// judged keeps its slot.
+    fn take_over(&mut self, slot: u32, owner: u64, parent: &Path) -> bool {
+        use crate::cgroup::Occupancy;
+        match crate::cgroup::occupancy(parent, owner) {
+            Ok(Occupancy::Gone | Occupancy::Empty) => {
+                tracing::debug!(
+                    "ring slot {slot}: taken over from the killed run in cgroup {owner}"
+                );
+                forget(self, &[owner]);
+                true
+            }
+            Ok(Occupancy::Populated) => false,
+            Err(e) => {
+                tracing::debug!("ring slot {slot}: the cgroup of its killed run {owner}: {e}");
+                false
+            }
+        }
     }
 
     /// The ring of a slot this process holds: `ring-<slot>`, or a new one.
@@ -993,6 +1106,9 @@ impl Shared {
 
 /// The loader-only map of which run holds which ring slot.
 const SLOT_OWNERS: &str = "SLOT_OWNERS";
+
+/// A ring slot's lock ([`Shared::lock_slot`]).
+type SlotLock = nix::fcntl::Flock<fs::File>;
 /// The loader-created trie of the runs' unix socket directories.
 const UNIX_PREFIXES: &str = "UNIX_PREFIXES";
 
