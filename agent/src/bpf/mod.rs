@@ -32,6 +32,26 @@
 //! (`link-<program>-<parent cgroup id>`), so no run ever removes a pin that
 //! another run's attachment depends on.
 //!
+//! # One set of programs per parent
+//! The pins are the build's memory of what it attached, and a lockrun in
+//! another mount namespace with a bpffs of its own sees none of them. It
+//! would load the programs again and attach a second set to the same parent
+//! cgroup (cgroup links always attach beside each other): the kernel runs
+//! both sets for every run in the parent, and the second set's maps know
+//! none of the first set's runs, so each of those was refused its own proxy
+//! (and the reverse). So attaching asks the kernel, not the pins: under the
+//! parent's lock (an exclusive `flock` on the cgroup directory, which every
+//! mount namespace shares), a lockrun that finds no live link of its own
+//! queries the programs attached to the parent (`BPF_PROG_QUERY`, 4.15) and
+//! refuses the run (exit 125, saying why) if any is not one its bpffs holds;
+//! nothing is attached then. The first set's runs go on untouched, and the
+//! second namespace can run once the first set's bpffs is gone (its pins,
+//! and with them its links, go with it). Giving each bpffs a parent of its
+//! own would let both run, at the price of a parent per mount namespace
+//! that every other part (gc, `/proc/<pid>/cgroup` checks, tests) would have
+//! to find; refusing keeps one parent per build. A lockrun that finds its
+//! links live, every run but the first, makes no query.
+//!
 //! Ring buffers are reached through a map of maps, and every update of one
 //! waits for an RCU grace period (4–8 ms measured here). So the rings stay:
 //! `ring-<slot>` is created the first time a slot is used and kept in `RINGS`;
@@ -183,6 +203,22 @@ pub enum BpfError {
     },
     #[error("the run's cgroup {cgroup} is not in the build's parent cgroup {parent}, where the hooks are attached")]
     NotUnderParent { cgroup: PathBuf, parent: PathBuf },
+    #[error(
+        "another set of this lockrun build's programs is attached to {parent} ({program} hook), \
+         by a lockrun that sees another bpf filesystem than this {BPFFS} (another mount \
+         namespace); a second set would cut its runs off from their proxy, so lockrun will not \
+         attach one — run lockrun where it sees the same bpf filesystem"
+    )]
+    SecondProgramSet {
+        parent: PathBuf,
+        program: &'static str,
+    },
+    #[error("another process holds {parent} locked (flock) past {PARENT_LOCK_TIMEOUT:?}: the hooks cannot be attached")]
+    ParentLocked {
+        parent: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("the {program} hook is not attached to {parent} and could not be attached")]
     NotAttached {
         program: &'static str,
@@ -194,6 +230,12 @@ pub enum BpfError {
     TooManyExposed,
     #[error("the ring buffer's fd cannot be watched (epoll_ctl)")]
     Watch(#[source] io::Error),
+    #[error("BPF_PROG_QUERY of {cgroup} failed")]
+    Query {
+        cgroup: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("unpin {path} failed")]
     Unpin {
         path: PathBuf,
@@ -878,10 +920,18 @@ impl Shared {
     /// Every program attached to `parent` by a live link pinned as
     /// `link-<program>-<parent's cgroup id>`, or attached now. A pin is only
     /// ever made for the parent it names, and never removed while that
-    /// parent exists, so a run cannot detach another's link. Two runs
-    /// attaching at once: the second pin fails (`EEXIST`), its link detaches
-    /// when dropped, and the first is checked. Pins for an earlier parent at
-    /// that path (removed and made again) judge nothing here and are removed.
+    /// parent exists, so a run cannot detach another's link. Pins for an
+    /// earlier parent at that path (removed and made again) judge nothing
+    /// here and are removed.
+    ///
+    /// Attaching is done under the parent's lock ([`lock_parent`]), and
+    /// only while no program this bpffs does not hold is attached there
+    /// ([`Self::refuse_foreign`]): lockruns that see different bpf
+    /// filesystems (another mount namespace, a bpffs of its own) share the
+    /// parent cgroup but not the pins, and a second set of programs there,
+    /// whose maps know none of the first set's runs, would refuse them
+    /// every connection. The second is refused instead, before it attaches
+    /// anything (`tests/second_bpffs.rs`).
     fn ensure_attached(&self, parent: &Path) -> Result<(), BpfError> {
         use std::os::unix::fs::MetadataExt as _;
         let cg = fs::File::open(parent).map_err(|source| BpfError::Mkdir {
@@ -896,6 +946,7 @@ impl Shared {
             })?
             .ino();
         let mut attached_now = false;
+        let mut locked = None;
         for &(name, _, attach_type) in attached_programs() {
             let pin = self.dir.join(link_pin(name, parent_id));
             let live = || {
@@ -906,6 +957,14 @@ impl Shared {
             };
             if live() {
                 continue;
+            }
+            if locked.is_none() {
+                locked = Some(lock_parent(parent)?);
+                self.refuse_foreign(cg.as_fd(), parent)?;
+                // Another lockrun of this bpffs may have attached it meanwhile.
+                if live() {
+                    continue;
+                }
             }
             let prog =
                 raw::obj_get(&self.dir.join(name)).map_err(|source| BpfError::OpenShared {
@@ -938,6 +997,39 @@ impl Shared {
                 if link_parent(&n).is_some_and(|id| id != parent_id) {
                     let _ = fs::remove_file(self.dir.join(n));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuse to attach to `parent` (open as `cg`) while a program this
+    /// bpffs does not hold is attached to it for one of the hooks: another
+    /// set of this build's programs, loaded by a lockrun that sees another
+    /// bpf filesystem, judges runs there by maps this one cannot reach.
+    fn refuse_foreign(&self, cg: BorrowedFd<'_>, parent: &Path) -> Result<(), BpfError> {
+        let query = |source| BpfError::Query {
+            cgroup: parent.to_path_buf(),
+            source,
+        };
+        let mut ours = Vec::new();
+        for &(name, _, _) in attached_programs() {
+            let path = self.dir.join(name);
+            let prog = raw::obj_get(&path).map_err(|source| BpfError::OpenShared {
+                path: path.clone(),
+                source,
+            })?;
+            ours.push(
+                raw::prog_id(prog.as_fd())
+                    .map_err(|source| BpfError::OpenShared { path, source })?,
+            );
+        }
+        for &(name, _, attach_type) in attached_programs() {
+            let attached = raw::prog_query(cg, attach_type).map_err(query)?;
+            if attached.iter().any(|id| !ours.contains(id)) {
+                return Err(BpfError::SecondProgramSet {
+                    parent: parent.to_path_buf(),
+                    program: name,
+                });
             }
         }
         Ok(())
@@ -1387,6 +1479,61 @@ fn remove_moved(root: &Path, moved: &str, id: &str, parent: &Path) -> Result<boo
         // Another gc removed it first, by the same judgement.
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
         Err(source) => Err(BpfError::Unpin { path, source }),
+    }
+}
+
+/// The programs attached to `cgroup` itself, by the name of the hook of
+/// this build they would be ([`PROGRAMS`]), in the order they run: what the
+/// kernel says, whatever any bpffs holds. For tests and diagnosis.
+pub fn programs_attached_to(cgroup: &Path) -> Result<Vec<(&'static str, Vec<u32>)>, BpfError> {
+    let cg = fs::File::open(cgroup).map_err(|source| BpfError::OpenShared {
+        path: cgroup.to_path_buf(),
+        source,
+    })?;
+    PROGRAMS
+        .iter()
+        .map(|&(name, _, attach_type)| {
+            raw::prog_query(cg.as_fd(), attach_type)
+                .map(|ids| (name, ids))
+                .map_err(|source| BpfError::Query {
+                    cgroup: cgroup.to_path_buf(),
+                    source,
+                })
+        })
+        .collect()
+}
+
+/// How long a lockrun waits for another to finish attaching to the parent.
+const PARENT_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The lock of the build's parent cgroup `parent`, held while programs are
+/// attached to it: an exclusive `flock` on its directory. On the cgroup,
+/// not in bpffs: lockruns that see different bpf filesystems share the
+/// cgroup. A process of a run could hold it too (it may read the cgroup
+/// tree), but only a lockrun that finds no live link of its own waits for
+/// it, and then for [`PARENT_LOCK_TIMEOUT`] at most.
+fn lock_parent(parent: &Path) -> Result<nix::fcntl::Flock<fs::File>, BpfError> {
+    use nix::fcntl::{Flock, FlockArg};
+    let start = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(100);
+    loop {
+        let dir = fs::File::open(parent).map_err(|source| BpfError::Mkdir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+        match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) if start.elapsed() < PARENT_LOCK_TIMEOUT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            }
+            Err((_, e)) => {
+                return Err(BpfError::ParentLocked {
+                    parent: parent.to_path_buf(),
+                    source: io::Error::from(e),
+                })
+            }
+        }
     }
 }
 
