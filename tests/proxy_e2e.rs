@@ -57,6 +57,10 @@ struct Net<'a> {
     allow: Vec<String>,
     resolve: Vec<(&'a str, Vec<IpAddr>)>,
     private: Option<(Vec<&'a str>, IpNet)>,
+    /// `network.local`: loopback endpoints the run reaches directly.
+    local: Vec<SocketAddr>,
+    /// `network.expose`: the run's ports this host's processes may reach.
+    expose: Vec<u16>,
 }
 
 impl<'a> Net<'a> {
@@ -73,6 +77,14 @@ impl<'a> Net<'a> {
         };
         let mut t = String::from("[network]\n");
         writeln!(t, "allow = [{}]", q(&mut self.allow.iter().cloned())).unwrap();
+        writeln!(
+            t,
+            "local = [{}]",
+            q(&mut self.local.iter().map(ToString::to_string))
+        )
+        .unwrap();
+        let expose: Vec<String> = self.expose.iter().map(ToString::to_string).collect();
+        writeln!(t, "expose = [{}]", expose.join(", ")).unwrap();
         if let Some((hosts, net)) = &self.private {
             t.push_str("[[network.private]]\n");
             writeln!(
@@ -228,6 +240,7 @@ fn web_host() -> (TestHost, Net<'static>) {
         allow: vec!["web.test:80".into()],
         resolve: vec![("web.test", vec![th.ns_ip])],
         private: Some((vec!["web.test"], th.net)),
+        ..Net::default()
     };
     (th, net)
 }
@@ -613,19 +626,20 @@ fn bypassing_the_proxy_is_refused_by_the_kernel() {
 
 /// What a program inside that listens on every address hears, written to
 /// `$WT/heard.log` one line per connection or datagram: TCP on a dual-stack
-/// `[::]` socket (accepted, answered, closed) and UDP on another; the ports
-/// go to `$WT/ports`; `$WT/stop` ends it.
+/// `[::]` socket (accepted, answered, closed) and UDP on another, on the
+/// ports `TCP` and `UDP` name (any when unset); the ports go to
+/// `$WT/ports`; `$WT/stop` ends it.
 const LISTENER: &str = r#"
 import os, select, socket, time
 wt = os.environ["WT"]
-def dual(kind):
+def dual(kind, port):
     s = socket.socket(socket.AF_INET6, kind)
     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     if kind == socket.SOCK_STREAM:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("::", 0))
+    s.bind(("::", int(os.environ.get(port, 0))))
     return s
-t, u = dual(socket.SOCK_STREAM), dual(socket.SOCK_DGRAM)
+t, u = dual(socket.SOCK_STREAM, "TCP"), dual(socket.SOCK_DGRAM, "UDP")
 t.listen(16)
 with open(wt + "/ports.tmp", "w") as f:
     f.write("%d %d\n" % (t.getsockname()[1], u.getsockname()[1]))
@@ -700,8 +714,9 @@ fn ports_written(sb: &Sandbox, name: &str) -> Vec<u16> {
 }
 
 /// The control that ends a listener's run: a datagram from loopback,
-/// outside the run, must be heard inside (`$WT/heard.log`); then `stop`,
-/// and the run must exit 0. Its output.
+/// outside the run, must be heard inside (`$WT/heard.log`: the port is
+/// exposed, or the build has no `ingress`); then `stop`, and the run must
+/// exit 0. Its output.
 fn heard_from_loopback_then_stopped(sb: &Sandbox, udp: u16, mut run: Running) -> Output {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -794,11 +809,17 @@ fn a_listener_inside_takes_nothing_from_outside() {
         "nodad",
     ]);
 
-    let sb = Sandbox::new(&Net::default());
-    let (run, ports) = listening(&sb, "listen.py", LISTENER, &[], "ports");
-    let [tcp, udp] = ports[..] else {
-        panic!("two ports expected")
-    };
+    // The run's ports, exposed: this host's processes reach them over
+    // loopback (the controls below), and still no other host does.
+    let (tcp, udp) = (free_port(), free_udp_port());
+    let sb = Sandbox::new(&Net {
+        expose: vec![tcp, udp],
+        ..Net::default()
+    });
+    let (ts, us) = (tcp.to_string(), udp.to_string());
+    let env = [("TCP", ts.as_str()), ("UDP", us.as_str())];
+    let (run, ports) = listening(&sb, "listen.py", LISTENER, &env, "ports");
+    assert_eq!(ports, [tcp, udp], "the ports the listener inside bound");
 
     // Control: the test host reaches this host — a listener outside the
     // run, on the same address, accepts it.
@@ -811,13 +832,14 @@ fn a_listener_inside_takes_nothing_from_outside() {
     drop(outside);
 
     // The escape: the test host connects to the run's port on both
-    // families and sends it datagrams. Nothing gets through: the SYN is
+    // families and sends it datagrams. Nothing gets through, though the
+    // ports are exposed (to this host's processes only): the SYN is
     // dropped (a timeout, not a refusal), so no byte of the run reaches it.
     for ip in [th.host_ip, host6] {
         assert_eq!(knock_from(&th, ip, tcp, udp), "tcp=timeout", "from {ip}");
     }
 
-    // Control: loopback, outside the run, reaches the same listener.
+    // Control: loopback, outside the run, reaches the same listener (exposed).
     for ip in ["127.0.0.1", "::1"] {
         let mut c = std::net::TcpStream::connect((ip.parse::<IpAddr>().unwrap(), tcp)).unwrap();
         let mut got = String::new();
@@ -963,14 +985,256 @@ fn egress_alone_keeps_an_outside_host_from_connecting_to_a_listener_inside() {
     }
 }
 
-/// Inside: a UDP socket on `0.0.0.0` logs what it hears until `stop`
+/// Inside, for `nothing_outside_the_run_connects_in_over_loopback_unless_exposed`:
+/// dual-stack listeners on `[::]`, TCP on `TCP` and on the exposed port
+/// (`EXPOSED`), UDP on `UDP` (ports the test chose: the run reaches its
+/// own by the policy's `local` endpoints); each accepted
+/// connection is served a line and logged to `$WT/heard.log` (`tcp <which>
+/// <peer>`), each datagram too (`udp <peer> <data>`). On `$WT/knock` a
+/// second process of the run (`own.py`) reaches the listener of its own run
+/// and the run's ways out, and writes what it saw to `$WT/own`.
+const INBOUND: &str = r#"
+import os, select, socket, subprocess, sys, time
+wt = os.environ["WT"]
+def dual(kind, port):
+    s = socket.socket(socket.AF_INET6, kind)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    if kind == socket.SOCK_STREAM:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::", port))
+    return s
+t = dual(socket.SOCK_STREAM, int(os.environ["TCP"]))
+e = dual(socket.SOCK_STREAM, int(os.environ["EXPOSED"]))
+u = dual(socket.SOCK_DGRAM, int(os.environ["UDP"]))
+t.listen(16)
+e.listen(16)
+with open(wt + "/ports.tmp", "w") as f:
+    f.write("%d %d\n" % (t.getsockname()[1], u.getsockname()[1]))
+os.rename(wt + "/ports.tmp", wt + "/ports")
+log = open(wt + "/heard.log", "a", buffering=1)
+own = None
+deadline = time.time() + 60
+while not os.path.exists(wt + "/stop") and time.time() < deadline:
+    if own is None and os.path.exists(wt + "/knock"):
+        own = subprocess.Popen([sys.executable, wt + "/own.py", str(t.getsockname()[1]), str(u.getsockname()[1])])
+    for s in select.select([t, e, u], [], [], 0.05)[0]:
+        if s is u:
+            d, a = u.recvfrom(100)
+            log.write("udp %s %s\n" % (a[0], d.decode()))
+        else:
+            c, a = s.accept()
+            log.write("tcp %s %s\n" % ("exposed" if s is e else "t", a[0]))
+            c.sendall(b"served from inside\n")
+            c.close()
+if own is not None:
+    own.wait()
+"#;
+
+/// The second process of the run (see [`INBOUND`]): `own.py TCP UDP`.
+const OWN: &str = r#"
+import os, socket, subprocess, sys
+wt = os.environ["WT"]
+tcp, udp = int(sys.argv[1]), int(sys.argv[2])
+out = []
+def attempt(key, fn):
+    try:
+        out.append("%s=%s" % (key, fn()))
+    except OSError as e:
+        out.append("%s=%s" % (key, type(e).__name__))
+def served(ip, port):
+    with socket.create_connection((ip, port), timeout=5) as c:
+        return c.makefile().readline().strip()
+for ip in ["127.0.0.1", "::1"]:
+    attempt("own " + ip, lambda: served(ip, tcp))
+def to_own_udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        return s.sendto(b"from-the-run", ("127.0.0.1", udp))
+attempt("own udp", to_own_udp)
+def local_udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(5)
+        s.sendto(b"ping", ("127.0.0.1", int(os.environ["LOCAL_UDP"])))
+        return s.recv(100).decode()
+attempt("local udp", local_udp)
+attempt("local tcp", lambda: served("127.0.0.1", int(os.environ["LOCAL_TCP"])))
+attempt("proxy", lambda: subprocess.run(
+    ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://web.test/hello.txt"],
+    capture_output=True, text=True).stdout)
+with open(wt + "/own.tmp", "w") as f:
+    f.write("\n".join(out) + "\n")
+os.rename(wt + "/own.tmp", wt + "/own")
+"#;
+
+/// A TCP port nothing listens on now, on any address.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("[::]:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A UDP port no socket is bound to now, on any address.
+fn free_udp_port() -> u16 {
+    let s = std::net::UdpSocket::bind("[::]:0").unwrap();
+    s.local_addr().unwrap().port()
+}
+
+/// A process of this host, outside the run, connects to a port a program
+/// of the run listens on, over `127.0.0.1` and `::1`, and sends it datagrams.
+/// None of it reaches the run: the SYN is dropped (the client's connect
+/// times out), the datagrams are not heard, and the audit log and the
+/// summary name each drop as inbound from loopback. Controls: a process of
+/// the same run reaches the same listener and exchanges bytes; the port the
+/// policy exposes takes the outside process; and the replies to the run's
+/// own connections — its proxy, a TCP and a UDP `local` endpoint — arrive.
+#[test]
+fn nothing_outside_the_run_connects_in_over_loopback_unless_exposed() {
+    let test = "nothing_outside_the_run_connects_in_over_loopback_unless_exposed";
+    if !can_run(test) {
+        return;
+    }
+    let (th, mut net) = web_host();
+    // The run's `local` endpoints, outside it: a UDP echo, a TCP server.
+    let echo = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let local_udp = echo.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 100];
+        while let Ok((_, from)) = echo.recv_from(&mut buf) {
+            let _ = echo.send_to(b"pong", from);
+        }
+    });
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let local_tcp = server.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in server.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &c, b"served from a local endpoint\n");
+        }
+    });
+    // The run's own ports: the listener's and the exposed one, and a UDP
+    // socket's. The run reaches its own by `local`, as any loopback port.
+    let (tcp, exposed, udp) = (free_port(), free_port(), free_udp_port());
+    net.local = vec![
+        local_udp,
+        local_tcp,
+        SocketAddr::from(([127, 0, 0, 1], tcp)),
+        SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, tcp)),
+        SocketAddr::from(([127, 0, 0, 1], udp)),
+    ];
+    net.expose = vec![exposed];
+    let sb = Sandbox::new(&net);
+    std::fs::write(sb.wt().join("own.py"), OWN).unwrap();
+    let ports = [tcp, exposed, udp, local_udp.port(), local_tcp.port()].map(|p| p.to_string());
+    let env: Vec<(&str, &str)> = ["TCP", "EXPOSED", "UDP", "LOCAL_UDP", "LOCAL_TCP"]
+        .into_iter()
+        .zip(ports.iter().map(String::as_str))
+        .collect();
+    let (mut run, bound) = listening(&sb, "inbound.py", INBOUND, &env, "ports");
+    assert_eq!(bound, [tcp, udp], "the ports the listener inside bound");
+
+    // The escape: this host's processes, outside the run, over loopback.
+    for ip in ["127.0.0.1", "::1"] {
+        let to = SocketAddr::new(ip.parse().unwrap(), tcp);
+        let got = std::net::TcpStream::connect_timeout(&to, Duration::from_millis(2500));
+        assert!(
+            got.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut),
+            "a connect from outside the run to {to} must time out (its SYN dropped): {got:?}"
+        );
+        std::net::UdpSocket::bind(SocketAddr::new(to.ip(), 0))
+            .unwrap()
+            .send_to(b"from-outside", (to.ip(), udp))
+            .unwrap();
+    }
+    // Control: the exposed port takes them.
+    for ip in ["127.0.0.1", "::1"] {
+        let mut c = std::net::TcpStream::connect((ip.parse::<IpAddr>().unwrap(), exposed))
+            .unwrap_or_else(|e| panic!("the exposed port {exposed} over {ip}: {e}"));
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "served from inside\n", "the exposed port over {ip}");
+    }
+    // Control: the run's own process reaches its listener and its ways out.
+    std::fs::write(sb.wt().join("knock"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sb.wt().join("own").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the run's own process never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let own = std::fs::read_to_string(sb.wt().join("own")).unwrap();
+    std::fs::write(sb.wt().join("stop"), "").unwrap();
+    let out = run.0.take().unwrap().wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        own.lines().collect::<Vec<_>>(),
+        [
+            "own 127.0.0.1=served from inside",
+            "own ::1=served from inside",
+            "own udp=12",
+            "local udp=pong",
+            "local tcp=served from a local endpoint",
+            "proxy=200",
+        ],
+        "what the run's own process saw\n{stderr}"
+    );
+
+    // Judged by what the listener inside heard: the run's own connections
+    // and datagram, the exposed port's two; nothing from outside on the others.
+    let heard = std::fs::read_to_string(sb.wt().join("heard.log")).unwrap();
+    let mut lines: Vec<&str> = heard.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "tcp exposed ::1",
+            "tcp exposed ::ffff:127.0.0.1",
+            "tcp t ::1",
+            "tcp t ::ffff:127.0.0.1",
+            "udp ::ffff:127.0.0.1 from-the-run",
+        ],
+        "what the listeners inside heard"
+    );
+    assert_eq!(th.requests().len(), 1, "{:?}", th.requests());
+
+    // The audit log names each drop: inbound, from the loopback peer, to
+    // the run's port.
+    let k = sb.kernel_events();
+    for (peer, port, protocol) in [
+        ("127.0.0.1", tcp, "tcp"),
+        ("::1", tcp, "tcp"),
+        ("127.0.0.1", udp, "udp"),
+        ("::1", udp, "udp"),
+    ] {
+        let peer: IpAddr = peer.parse().unwrap();
+        assert!(
+            k.iter().any(|e| e.hook == "ingress"
+                && e.direction == lockrun::audit::Direction::Inbound
+                && matches!(e.destination, Destination::Inet(a) if a.ip() == peer)
+                && e.local_port == port
+                && e.protocol == protocol),
+            "no ingress drop from {peer} to {protocol} port {port} in {k:?}"
+        );
+    }
+    assert!(
+        !k.iter().any(|e| e.local_port == exposed),
+        "nothing to the exposed port was dropped: {k:?}"
+    );
+    assert!(
+        stderr.contains(&format!("from 127.0.0.1 to port {tcp} (tcp)"))
+            && stderr.contains(&format!("from ::1 to port {udp} (udp)")),
+        "summary: {stderr}"
+    );
+}
+
+/// Inside: a UDP socket on `0.0.0.0`, port `UDP`, logs what it hears until `stop`
 /// appears; then the run tries a connection of its own to `$TARGET`, port 9
 /// (a refusal that must reach the audit log), and writes how it ended.
 const FLOODED: &str = r#"
 import errno, os, socket, time
 wt = os.environ["WT"]
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-u.bind(("0.0.0.0", 0))
+u.bind(("0.0.0.0", int(os.environ["UDP"])))
 with open(wt + "/port.tmp", "w") as f:
     f.write("%d\n" % u.getsockname()[1])
 os.rename(wt + "/port.tmp", wt + "/port")
@@ -1013,12 +1277,16 @@ fn a_flood_from_outside_is_counted_whole_and_leaves_the_runs_own_refusals_itemiz
         return;
     }
     let th = TestHost::new(RANGE);
-    let sb = Sandbox::new(&Net::default());
-    let target = th.ns_ip.to_string();
-    let (run, ports) = listening(&sb, "flooded.py", FLOODED, &[("TARGET", &target)], "port");
-    let [port] = ports[..] else {
-        panic!("one port expected")
-    };
+    // Exposed, for the control's datagram from loopback; no other host.
+    let port = free_udp_port();
+    let sb = Sandbox::new(&Net {
+        expose: vec![port],
+        ..Net::default()
+    });
+    let (target, udp) = (th.ns_ip.to_string(), port.to_string());
+    let env = [("TARGET", target.as_str()), ("UDP", udp.as_str())];
+    let (run, ports) = listening(&sb, "flooded.py", FLOODED, &env, "port");
+    assert_eq!(ports, [port], "the port the socket inside bound");
 
     // The flood: the test host sends SENT datagrams at the run's port, in
     // bursts small enough for the veth's backlog to take whole.
@@ -1437,6 +1705,7 @@ fn pip_npm_and_cargo_inside_install_from_an_allowed_registry_and_not_from_an_unl
         allow: vec!["pkgs.test".into()],
         resolve: vec![("pkgs.test", vec![th.ns_ip])],
         private: Some((vec!["pkgs.test"], th.net)),
+        ..Net::default()
     };
     // Unlisted, each tool its own name and path: they resolve to the same
     // host, so only the allowlist stands between them and its files.

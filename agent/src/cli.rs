@@ -89,6 +89,10 @@ pub struct PolicyArgs {
     /// Allow connecting directly to a loopback ADDRESS:PORT, e.g. 127.0.0.1:5432 (repeatable).
     #[arg(long = "allow-local", value_name = "ADDR:PORT")]
     pub allow_local: Vec<String>,
+    /// Let processes of this host outside the run connect to the run's PORT
+    /// over loopback, e.g. a dev server to preview (repeatable); no other host can.
+    #[arg(long = "expose", value_name = "PORT")]
+    pub expose: Vec<String>,
     /// Where run dirs live [default: /var/lib/lockrun as root, else ~/.local/state/lockrun].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,

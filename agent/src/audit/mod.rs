@@ -99,8 +99,10 @@ pub enum Direction {
     /// The command reached out: a connect, a send, a packet it sent.
     #[default]
     Outbound,
-    /// An outside host reached in: a packet for a socket of the run (a port
-    /// it listens on) from beyond loopback, dropped by the `ingress` hook.
+    /// Something outside the run reached in: a packet for a socket of the
+    /// run (a port it listens on) from beyond loopback, or over loopback from
+    /// a process of this host to a port the policy does not expose, dropped
+    /// by the `ingress` hook.
     Inbound,
 }
 

@@ -441,8 +441,15 @@ impl Tally {
                     self.inbound_unitemized, self.inbound_per_cpu
                 ));
             }
+            // Over loopback, a port the policy exposes lets this host's
+            // processes in; from beyond it, nothing does.
+            let why = if self.inbound.by.keys().any(|(ip, _, _)| ip.is_loopback()) {
+                "a run takes no traffic from outside it; [network] expose lets this host's processes reach a port over loopback, never another host"
+            } else {
+                "a run takes no traffic from beyond loopback, and no policy changes that"
+            };
             lines.push(format!(
-                "lockrun: {n_inbound} {} from outside dropped (a run takes no traffic from beyond loopback, and no policy changes that): {}",
+                "lockrun: {n_inbound} {} from outside dropped ({why}): {}",
                 plural(n_inbound, "packet", "packets"),
                 parts.join(", ")
             ));

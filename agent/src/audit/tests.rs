@@ -542,3 +542,16 @@ fn records_round_trip() {
     assert_eq!(back.event, rec.event);
     assert_eq!((back.run.as_deref(), back.seq), (Some("r"), Some(3)));
 }
+
+#[test]
+fn inbound_drops_over_loopback_name_the_setting_that_lets_them_in() {
+    let log = AuditLog::open(None).unwrap();
+    log.record(inbound("127.0.0.1:40000", 3000, "tcp"));
+    log.record(inbound("[::1]:5353", 9000, "udp"));
+    assert_eq!(
+        refusals(&log),
+        vec![
+            "lockrun: 2 packets from outside dropped (a run takes no traffic from outside it; [network] expose lets this host's processes reach a port over loopback, never another host): from 127.0.0.1 to port 3000 (tcp), from ::1 to port 9000 (udp)".to_owned(),
+        ]
+    );
+}

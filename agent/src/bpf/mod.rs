@@ -8,6 +8,7 @@
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
 //! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
+//! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
@@ -31,15 +32,49 @@
 //! (`link-<program>-<parent cgroup id>`), so no run ever removes a pin that
 //! another run's attachment depends on.
 //!
+//! # One set of programs per parent
+//! The pins are the build's memory of what it attached, and a lockrun in
+//! another mount namespace with a bpffs of its own sees none of them. It
+//! would load the programs again and attach a second set to the same parent
+//! cgroup (cgroup links always attach beside each other): the kernel runs
+//! both sets for every run in the parent, and the second set's maps know
+//! none of the first set's runs, so each of those was refused its own proxy
+//! (and the reverse). So attaching asks the kernel, not the pins: under the
+//! parent's lock (an exclusive `flock` on the cgroup directory, which every
+//! mount namespace shares), a lockrun that finds no live link of its own
+//! queries the programs attached to the parent (`BPF_PROG_QUERY`, 4.15) and
+//! refuses the run (exit 125, saying why) if any is not one its bpffs holds;
+//! nothing is attached then. The first set's runs go on untouched, and the
+//! second namespace can run once the first set's bpffs is gone (its pins,
+//! and with them its links, go with it). Giving each bpffs a parent of its
+//! own would let both run, at the price of a parent per mount namespace
+//! that every other part (gc, `/proc/<pid>/cgroup` checks, tests) would have
+//! to find; refusing keeps one parent per build. A lockrun that finds its
+//! links live, every run but the first, makes no query.
+//!
 //! Ring buffers are reached through a map of maps, and every update of one
 //! waits for an RCU grace period (4–8 ms measured here). So the rings stay:
 //! `ring-<slot>` is created the first time a slot is used and kept in `RINGS`;
-//! a run claims a free slot (`SLOT_OWNERS`, `BPF_NOEXIST`), discards what a
-//! killed predecessor left in its ring, and points `RUNS[cgroup]` at it.
+//! a run claims a slot (`SLOT_OWNERS`), discards what a killed predecessor
+//! left in its ring, and points `RUNS[cgroup]` at it.
+//!
+//! A slot is held by a lock, not only by its `SLOT_OWNERS` entry: an
+//! exclusive `flock` on `slot-<slot>/` (a bpffs directory beside the rings,
+//! which no run can see), taken before the slot is claimed and let go after
+//! it is released, by the kernel when its lockrun dies. So a slot whose lock
+//! is free while `SLOT_OWNERS` still names a run is a killed lockrun's, and
+//! the next run takes it over at once when that run's cgroup is gone or
+//! empty, forgetting the run as `lockrun gc` would
+//! (`tests/ring_slots.rs`).
+//! Judging by the cgroup alone could not tell a killed run from one being
+//! set up (registered before its first process) or torn down (its cgroup
+//! removed before it is unregistered); a lock held by the lockrun can.
 //!
 //! A lockrun killed with SIGKILL leaves its processes confined (the
 //! attachment is the build's, the registration stays) until `lockrun gc`
-//! reaps the cgroup and forgets the run ([`forget_runs`]).
+//! reaps the cgroup and forgets the run ([`forget_runs`]); a run whose
+//! processes are all gone (its watchdog killed them) gives up its slot to
+//! the next run that needs one.
 //!
 //! Each build keeps its pins and parent between runs; another build's are
 //! removed by `lockrun gc` once none of its runs is left
@@ -61,10 +96,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use aya::maps::{HashMap, LpmTrie, Map, MapData, PerCpuHashMap, PerCpuValues, RingBuf};
 use lockrun_common::{
-    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, UnixPrefixKey, AF_INET6, AF_UNIX,
-    COUNTER_INBOUND_UNITEMIZED, COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS,
-    MAP_COUNTERS, MAP_RINGS, MAP_RUNS, MAX_ALLOWED_ENDPOINTS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES,
-    MAX_UNIX_PREFIXES_ALL_RUNS, UNIX_PATH_MAX,
+    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, RunPort, UnixPrefixKey, AF_INET6,
+    AF_UNIX, COUNTER_INBOUND_UNITEMIZED, COUNTER_LOST, DENIALS_RING_BYTES, MAP_ALLOWED_ENDPOINTS,
+    MAP_COUNTERS, MAP_EXPOSED_PORTS, MAP_RINGS, MAP_RUNS, MAX_ALLOWED_ENDPOINTS, MAX_EXPOSED_PORTS,
+    MAX_RING_SLOTS, MAX_UNIX_PREFIXES, MAX_UNIX_PREFIXES_ALL_RUNS, UNIX_PATH_MAX,
 };
 
 use crate::audit::{AuditLog, Destination, Direction, Event, KernelNetEvent};
@@ -168,6 +203,22 @@ pub enum BpfError {
     },
     #[error("the run's cgroup {cgroup} is not in the build's parent cgroup {parent}, where the hooks are attached")]
     NotUnderParent { cgroup: PathBuf, parent: PathBuf },
+    #[error(
+        "another set of this lockrun build's programs is attached to {parent} ({program} hook), \
+         by a lockrun that sees another bpf filesystem than this {BPFFS} (another mount \
+         namespace); a second set would cut its runs off from their proxy, so lockrun will not \
+         attach one — run lockrun where it sees the same bpf filesystem"
+    )]
+    SecondProgramSet {
+        parent: PathBuf,
+        program: &'static str,
+    },
+    #[error("another process holds {parent} locked (flock) past {PARENT_LOCK_TIMEOUT:?}: the hooks cannot be attached")]
+    ParentLocked {
+        parent: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("the {program} hook is not attached to {parent} and could not be attached")]
     NotAttached {
         program: &'static str,
@@ -175,8 +226,16 @@ pub enum BpfError {
     },
     #[error("more than {MAX_ALLOWED_ENDPOINTS} allowed endpoints")]
     TooManyEndpoints,
+    #[error("more than {MAX_EXPOSED_PORTS} exposed ports")]
+    TooManyExposed,
     #[error("the ring buffer's fd cannot be watched (epoll_ctl)")]
     Watch(#[source] io::Error),
+    #[error("BPF_PROG_QUERY of {cgroup} failed")]
+    Query {
+        cgroup: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("unpin {path} failed")]
     Unpin {
         path: PathBuf,
@@ -349,9 +408,14 @@ pub struct NetworkHooks {
     ring: Ring,
     /// The run's slot in `RINGS` (held in `SLOT_OWNERS`).
     slot: u32,
+    /// The slot's lock, held as long as the run is registered (see
+    /// [`Shared::claim_slot`]); released after [`Self::unregister`].
+    _slot_lock: SlotLock,
     shared: Shared,
-    /// The keys this run added to the shared allow map and prefix trie.
+    /// The keys this run added to the shared allow map, exposed ports and
+    /// prefix trie.
     endpoints: Vec<RunEndpoint>,
+    exposed: Vec<RunPort>,
     prefixes: Vec<aya::maps::lpm_trie::Key<PrefixData>>,
     registered: bool,
     reader: Option<tokio::task::JoinHandle<()>>,
@@ -385,14 +449,17 @@ impl NetworkHooks {
             cgroup,
             run_id,
             allowed,
+            &[],
             unix_allowed,
             unix::UnixMode::Prefixes,
         )
     }
 
-    /// [`attach`](Self::attach), choosing how the unix hooks judge pathname
-    /// destinations ([`unix::UnixMode`]; a run with the seccomp supervisor
-    /// uses `Supervised`).
+    /// [`attach`](Self::attach), with the run's ports that this host's
+    /// processes may reach over loopback (`exposed`, `network.expose`), and
+    /// choosing how the unix hooks judge pathname destinations
+    /// ([`unix::UnixMode`]; a run with the seccomp supervisor uses
+    /// `Supervised`).
     ///
     /// The hooks are the build's, attached once to the build's parent cgroup
     /// ([`crate::cgroup::build_parent`]); they are checked to be attached
@@ -402,6 +469,7 @@ impl NetworkHooks {
         cgroup: &RunCgroup,
         run_id: &str,
         allowed: &[SocketAddr],
+        exposed: &[u16],
         unix_allowed: &[PathBuf],
         unix_mode: unix::UnixMode,
     ) -> Result<Self, BpfError> {
@@ -409,6 +477,9 @@ impl NetworkHooks {
         let object = OBJECT.ok_or(BpfError::ObjectMissing)?;
         if allowed.len() > MAX_ALLOWED_ENDPOINTS as usize {
             return Err(BpfError::TooManyEndpoints);
+        }
+        if exposed.len() > MAX_EXPOSED_PORTS as usize {
+            return Err(BpfError::TooManyExposed);
         }
         ensure_bpffs()?;
         let mut shared = Shared::open_or_load(object)?;
@@ -420,7 +491,7 @@ impl NetworkHooks {
             });
         }
         shared.ensure_attached(&parent)?;
-        let (slot, ring_fd) = shared.claim_slot(cgroup.id())?;
+        let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;
         let map_err = |map, call| move |source| BpfError::Map { map, call, source };
         let ring = match MapData::from_fd(ring_fd)
             .and_then(|d| RingBuf::try_from(Map::RingBuf(d)))
@@ -437,8 +508,10 @@ impl NetworkHooks {
             cgroup_id: cgroup.id(),
             ring: Arc::new(Mutex::new(ring)),
             slot,
+            _slot_lock: slot_lock,
             shared,
             endpoints: Vec::new(),
+            exposed: Vec::new(),
             prefixes: Vec::new(),
             registered: false,
             reader: None,
@@ -447,16 +520,17 @@ impl NetworkHooks {
         // From here on, dropping `hooks` unregisters the run and frees the slot.
         // What a killed run that held the slot left in the ring is not ours.
         drain(&hooks.ring, None, hooks.cgroup_id);
-        hooks.register(allowed, unix_allowed, unix_mode)?;
+        hooks.register(allowed, exposed, unix_allowed, unix_mode)?;
         Ok(hooks)
     }
 
     /// Enter the run in the shared maps: a zeroed counter entry, its allowed
-    /// endpoints and unix prefixes, and last its `RUNS` entry (slot and unix
-    /// mode), which makes it a run for the unix hooks.
+    /// endpoints, exposed ports and unix prefixes, and last its `RUNS` entry
+    /// (slot and unix mode), which makes it a run for the unix hooks.
     fn register(
         &mut self,
         allowed: &[SocketAddr],
+        exposed: &[u16],
         unix_allowed: &[PathBuf],
         unix_mode: unix::UnixMode,
     ) -> Result<(), BpfError> {
@@ -495,6 +569,14 @@ impl NetworkHooks {
                 .endpoints
                 .insert(key, 1, 0)
                 .map_err(reg(MAP_ALLOWED_ENDPOINTS))?;
+        }
+        for &port in exposed {
+            let key = RunPort::new(cg, port);
+            self.exposed.push(key);
+            self.shared
+                .exposed
+                .insert(key, 1, 0)
+                .map_err(reg(MAP_EXPOSED_PORTS))?;
         }
         let mut keys: Vec<UnixPrefixKey> = unix_allowed
             .iter()
@@ -544,6 +626,9 @@ impl NetworkHooks {
         }
         for key in std::mem::take(&mut self.endpoints) {
             note(MAP_ALLOWED_ENDPOINTS, self.shared.endpoints.remove(&key));
+        }
+        for key in std::mem::take(&mut self.exposed) {
+            note(MAP_EXPOSED_PORTS, self.shared.exposed.remove(&key));
         }
         for key in std::mem::take(&mut self.prefixes) {
             note(UNIX_PREFIXES, self.shared.prefixes.remove(&key));
@@ -662,6 +747,7 @@ fn is_not_found(e: &aya::maps::MapError) -> bool {
 /// them to the build's parent cgroup (`link-<program>-<parent cgroup id>`).
 struct Shared {
     endpoints: HashMap<MapData, RunEndpoint, u8>,
+    exposed: HashMap<MapData, RunPort, u8>,
     counters: PerCpuHashMap<MapData, u64, RunCounters>,
     runs: HashMap<MapData, u64, RunConfig>,
     prefixes: LpmTrie<MapData, PrefixData, u8>,
@@ -681,7 +767,7 @@ const UNIX_PROGRAMS_HASH: &str = env!("LOCKRUN_UNIX_PROGRAMS_HASH");
 
 /// Bumped whenever the maps the loader makes, or what it pins, change
 /// without the object or the unix programs changing.
-const LAYOUT_VERSION: u32 = 2;
+const LAYOUT_VERSION: u32 = 3;
 
 /// This build's name: its programs' pin directory under [`SHARED_ROOT`] and
 /// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
@@ -804,6 +890,8 @@ impl Shared {
         };
         let endpoints = HashMap::try_from(Map::HashMap(map(MAP_ALLOWED_ENDPOINTS)?))
             .map_err(io::Error::other)?;
+        let exposed =
+            HashMap::try_from(Map::HashMap(map(MAP_EXPOSED_PORTS)?)).map_err(io::Error::other)?;
         let counters = PerCpuHashMap::try_from(Map::PerCpuHashMap(map(MAP_COUNTERS)?))
             .map_err(io::Error::other)?;
         let runs = HashMap::try_from(Map::HashMap(map(MAP_RUNS)?)).map_err(io::Error::other)?;
@@ -819,6 +907,7 @@ impl Shared {
         }
         Ok(Self {
             endpoints,
+            exposed,
             counters,
             runs,
             prefixes,
@@ -831,10 +920,18 @@ impl Shared {
     /// Every program attached to `parent` by a live link pinned as
     /// `link-<program>-<parent's cgroup id>`, or attached now. A pin is only
     /// ever made for the parent it names, and never removed while that
-    /// parent exists, so a run cannot detach another's link. Two runs
-    /// attaching at once: the second pin fails (`EEXIST`), its link detaches
-    /// when dropped, and the first is checked. Pins for an earlier parent at
-    /// that path (removed and made again) judge nothing here and are removed.
+    /// parent exists, so a run cannot detach another's link. Pins for an
+    /// earlier parent at that path (removed and made again) judge nothing
+    /// here and are removed.
+    ///
+    /// Attaching is done under the parent's lock ([`lock_parent`]), and
+    /// only while no program this bpffs does not hold is attached there
+    /// ([`Self::refuse_foreign`]): lockruns that see different bpf
+    /// filesystems (another mount namespace, a bpffs of its own) share the
+    /// parent cgroup but not the pins, and a second set of programs there,
+    /// whose maps know none of the first set's runs, would refuse them
+    /// every connection. The second is refused instead, before it attaches
+    /// anything (`tests/second_bpffs.rs`).
     fn ensure_attached(&self, parent: &Path) -> Result<(), BpfError> {
         use std::os::unix::fs::MetadataExt as _;
         let cg = fs::File::open(parent).map_err(|source| BpfError::Mkdir {
@@ -849,6 +946,7 @@ impl Shared {
             })?
             .ino();
         let mut attached_now = false;
+        let mut locked = None;
         for &(name, _, attach_type) in attached_programs() {
             let pin = self.dir.join(link_pin(name, parent_id));
             let live = || {
@@ -859,6 +957,14 @@ impl Shared {
             };
             if live() {
                 continue;
+            }
+            if locked.is_none() {
+                locked = Some(lock_parent(parent)?);
+                self.refuse_foreign(cg.as_fd(), parent)?;
+                // Another lockrun of this bpffs may have attached it meanwhile.
+                if live() {
+                    continue;
+                }
             }
             let prog =
                 raw::obj_get(&self.dir.join(name)).map_err(|source| BpfError::OpenShared {
@@ -896,28 +1002,97 @@ impl Shared {
         Ok(())
     }
 
-    /// Claim a free ring slot for the run in `cgroup_id` and open its ring
-    /// (created and put in `RINGS` the first time the slot is used).
-    fn claim_slot(&mut self, cgroup_id: u64) -> Result<(u32, OwnedFd), BpfError> {
+    /// Refuse to attach to `parent` (open as `cg`) while a program this
+    /// bpffs does not hold is attached to it for one of the hooks: another
+    /// set of this build's programs, loaded by a lockrun that sees another
+    /// bpf filesystem, judges runs there by maps this one cannot reach.
+    fn refuse_foreign(&self, cg: BorrowedFd<'_>, parent: &Path) -> Result<(), BpfError> {
+        let query = |source| BpfError::Query {
+            cgroup: parent.to_path_buf(),
+            source,
+        };
+        let mut ours = Vec::new();
+        for &(name, _, _) in attached_programs() {
+            let path = self.dir.join(name);
+            let prog = raw::obj_get(&path).map_err(|source| BpfError::OpenShared {
+                path: path.clone(),
+                source,
+            })?;
+            ours.push(
+                raw::prog_id(prog.as_fd())
+                    .map_err(|source| BpfError::OpenShared { path, source })?,
+            );
+        }
+        for &(name, _, attach_type) in attached_programs() {
+            let attached = raw::prog_query(cg, attach_type).map_err(query)?;
+            if attached.iter().any(|id| !ours.contains(id)) {
+                return Err(BpfError::SecondProgramSet {
+                    parent: parent.to_path_buf(),
+                    program: name,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Claim a ring slot for the run in `cgroup_id` and open its ring
+    /// (created and put in `RINGS` the first time the slot is used): the
+    /// first slot whose lock ([`Self::lock_slot`]) no live lockrun holds,
+    /// and whose last owner, if `SLOT_OWNERS` still names one, left no
+    /// process behind.
+    ///
+    /// A lockrun holds its slot's lock from before it claims the slot until
+    /// after it releases it, and the kernel lets go of a lock only when its
+    /// holder is gone. So a slot whose lock is free but which `SLOT_OWNERS`
+    /// still gives to a run is a killed lockrun's: it is taken over at once
+    /// if that run's cgroup (under `parent`) is gone or empty — its
+    /// registration is forgotten, as `lockrun gc` does — and left to gc
+    /// while processes of it live on (the hooks still record their
+    /// refusals in its ring). A run being set up holds its lock though its
+    /// cgroup is still empty, and a run tearing down though its cgroup is
+    /// gone: neither is ever taken over.
+    fn claim_slot(
+        &mut self,
+        cgroup_id: u64,
+        parent: &Path,
+    ) -> Result<(u32, OwnedFd, SlotLock), BpfError> {
         const BPF_NOEXIST: u64 = 1;
+        let update_err = |e| BpfError::Register {
+            map: SLOT_OWNERS,
+            call: "BPF_MAP_UPDATE_ELEM",
+            source: io::Error::other(e),
+        };
         for slot in 0..MAX_RING_SLOTS {
+            let Some(lock) = self.lock_slot(slot)? else {
+                continue;
+            };
+            match self.slot_owners.get(&slot, 0) {
+                Ok(owner) => {
+                    if !self.take_over(slot, owner, parent) {
+                        continue;
+                    }
+                }
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => {
+                    return Err(BpfError::Register {
+                        map: SLOT_OWNERS,
+                        call: "BPF_MAP_LOOKUP_ELEM",
+                        source: io::Error::other(e),
+                    })
+                }
+            }
             match self.slot_owners.insert(slot, cgroup_id, BPF_NOEXIST) {
                 Ok(()) => {}
+                // Only a lock holder writes a slot: none can be here.
                 Err(aya::maps::MapError::SyscallError(e))
                     if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
                 {
                     continue
                 }
-                Err(e) => {
-                    return Err(BpfError::Register {
-                        map: SLOT_OWNERS,
-                        call: "BPF_MAP_UPDATE_ELEM",
-                        source: io::Error::other(e),
-                    })
-                }
+                Err(e) => return Err(update_err(e)),
             }
             return match self.slot_ring(slot) {
-                Ok(fd) => Ok((slot, fd)),
+                Ok(fd) => Ok((slot, fd, lock)),
                 Err(e) => {
                     self.release_slot(slot);
                     Err(e)
@@ -927,8 +1102,67 @@ impl Shared {
         Err(BpfError::Register {
             map: SLOT_OWNERS,
             call: "claim a ring slot",
-            source: io::Error::other(format!("all {MAX_RING_SLOTS} slots are held")),
+            source: io::Error::other(format!(
+                "all {MAX_RING_SLOTS} slots are held, by running lockruns or by runs whose \
+                 lockrun was killed and whose processes live on (`lockrun gc` reaps those)"
+            )),
         })
+    }
+
+    /// The lock of `slot`: an exclusive `flock` on the directory
+    /// `slot-<slot>` beside the rings (made the first time), or `None` when
+    /// another lockrun holds it. In bpffs, which no run can see
+    /// ([`crate::fs::HIDDEN_FS`]): a command cannot hold a slot.
+    fn lock_slot(&self, slot: u32) -> Result<Option<SlotLock>, BpfError> {
+        use nix::fcntl::{Flock, FlockArg};
+        let path = self.dir.join(format!("slot-{slot}"));
+        let open = || fs::File::open(&path);
+        let dir = match open() {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match fs::create_dir(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(source) => return Err(BpfError::Mkdir { path, source }),
+                }
+                open().map_err(|source| BpfError::OpenShared {
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            Err(source) => return Err(BpfError::OpenShared { path, source }),
+        };
+        match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(Some(lock)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, e)) => Err(BpfError::OpenShared {
+                path,
+                source: io::Error::from(e),
+            }),
+        }
+    }
+
+    /// With `slot`'s lock held: whether its last owner, the run in
+    /// `owner`, whose lockrun is gone, can give it up — its cgroup under
+    /// `parent` is gone or empty — and if so, forget that run in the
+    /// shared maps (its slot freed with it). A cgroup that cannot be
+    /// judged keeps its slot.
+    fn take_over(&mut self, slot: u32, owner: u64, parent: &Path) -> bool {
+        use crate::cgroup::Occupancy;
+        match crate::cgroup::occupancy(parent, owner) {
+            Ok(Occupancy::Gone | Occupancy::Empty) => {
+                tracing::debug!(
+                    "ring slot {slot}: taken over from the killed run in cgroup {owner}"
+                );
+                forget(self, &[owner]);
+                true
+            }
+            Ok(Occupancy::Populated) => false,
+            Err(e) => {
+                tracing::debug!("ring slot {slot}: the cgroup of its killed run {owner}: {e}");
+                false
+            }
+        }
     }
 
     /// The ring of a slot this process holds: `ring-<slot>`, or a new one.
@@ -964,6 +1198,9 @@ impl Shared {
 
 /// The loader-only map of which run holds which ring slot.
 const SLOT_OWNERS: &str = "SLOT_OWNERS";
+
+/// A ring slot's lock ([`Shared::lock_slot`]).
+type SlotLock = nix::fcntl::Flock<fs::File>;
 /// The loader-created trie of the runs' unix socket directories.
 const UNIX_PREFIXES: &str = "UNIX_PREFIXES";
 
@@ -1042,6 +1279,13 @@ pub fn forget_gone_runs() -> Result<usize, BpfError> {
     );
     gone.extend(
         shared
+            .exposed
+            .keys()
+            .filter_map(Result::ok)
+            .map(|k| k.cgroup_id),
+    );
+    gone.extend(
+        shared
             .prefixes
             .keys()
             .filter_map(Result::ok)
@@ -1062,6 +1306,7 @@ fn prefix_cgroup(k: &aya::maps::lpm_trie::Key<PrefixData>) -> u64 {
 
 fn forget(shared: &mut Shared, gone: &[u64]) {
     let endpoints: Vec<RunEndpoint> = shared.endpoints.keys().filter_map(Result::ok).collect();
+    let exposed: Vec<RunPort> = shared.exposed.keys().filter_map(Result::ok).collect();
     let prefixes: Vec<_> = shared.prefixes.keys().filter_map(Result::ok).collect();
     let owners: Vec<(u32, u64)> = shared.slot_owners.iter().filter_map(Result::ok).collect();
     for cg in gone {
@@ -1069,6 +1314,9 @@ fn forget(shared: &mut Shared, gone: &[u64]) {
         let _ = shared.counters.remove(cg);
         for k in endpoints.iter().filter(|k| k.cgroup_id == *cg) {
             let _ = shared.endpoints.remove(k);
+        }
+        for k in exposed.iter().filter(|k| k.cgroup_id == *cg) {
+            let _ = shared.exposed.remove(k);
         }
         for k in prefixes.iter().filter(|k| prefix_cgroup(k) == *cg) {
             let _ = shared.prefixes.remove(k);
@@ -1234,6 +1482,61 @@ fn remove_moved(root: &Path, moved: &str, id: &str, parent: &Path) -> Result<boo
     }
 }
 
+/// The programs attached to `cgroup` itself, by the name of the hook of
+/// this build they would be ([`PROGRAMS`]), in the order they run: what the
+/// kernel says, whatever any bpffs holds. For tests and diagnosis.
+pub fn programs_attached_to(cgroup: &Path) -> Result<Vec<(&'static str, Vec<u32>)>, BpfError> {
+    let cg = fs::File::open(cgroup).map_err(|source| BpfError::OpenShared {
+        path: cgroup.to_path_buf(),
+        source,
+    })?;
+    PROGRAMS
+        .iter()
+        .map(|&(name, _, attach_type)| {
+            raw::prog_query(cg.as_fd(), attach_type)
+                .map(|ids| (name, ids))
+                .map_err(|source| BpfError::Query {
+                    cgroup: cgroup.to_path_buf(),
+                    source,
+                })
+        })
+        .collect()
+}
+
+/// How long a lockrun waits for another to finish attaching to the parent.
+const PARENT_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The lock of the build's parent cgroup `parent`, held while programs are
+/// attached to it: an exclusive `flock` on its directory. On the cgroup,
+/// not in bpffs: lockruns that see different bpf filesystems share the
+/// cgroup. A process of a run could hold it too (it may read the cgroup
+/// tree), but only a lockrun that finds no live link of its own waits for
+/// it, and then for [`PARENT_LOCK_TIMEOUT`] at most.
+fn lock_parent(parent: &Path) -> Result<nix::fcntl::Flock<fs::File>, BpfError> {
+    use nix::fcntl::{Flock, FlockArg};
+    let start = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(100);
+    loop {
+        let dir = fs::File::open(parent).map_err(|source| BpfError::Mkdir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+        match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) if start.elapsed() < PARENT_LOCK_TIMEOUT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            }
+            Err((_, e)) => {
+                return Err(BpfError::ParentLocked {
+                    parent: parent.to_path_buf(),
+                    source: io::Error::from(e),
+                })
+            }
+        }
+    }
+}
+
 /// The pin of the link attaching `program` to the parent cgroup whose id
 /// (inode) is `parent_id`: `link-<program>-<parent id>`.
 fn link_pin(program: &str, parent_id: u64) -> String {
@@ -1374,7 +1677,13 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
     })?;
     pin(prefixes.as_fd(), UNIX_PREFIXES)?;
     let mut fds: Vec<(&'static str, OwnedFd, aya_obj::Map)> = Vec::new();
-    for name in [MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_RUNS, MAP_RINGS] {
+    for name in [
+        MAP_ALLOWED_ENDPOINTS,
+        MAP_EXPOSED_PORTS,
+        MAP_COUNTERS,
+        MAP_RUNS,
+        MAP_RINGS,
+    ] {
         let m = obj.maps.remove(name).ok_or(BpfError::Missing(name))?;
         let fd = if name == MAP_RINGS {
             raw::map_create(&raw::MapSpec {

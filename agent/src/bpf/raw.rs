@@ -55,6 +55,7 @@ const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_OBJ_GET: libc::c_int = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
+const BPF_PROG_QUERY: libc::c_int = 16;
 
 /// `bpf(cmd, attr, sizeof attr)`: its non-negative return, or the errno.
 ///
@@ -213,6 +214,62 @@ pub fn cgroup_link_target(link: BorrowedFd<'_>) -> io::Result<(u64, u32)> {
     // call; the link fd is borrowed.
     unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
     Ok((info.cgroup_id, info.attach_type))
+}
+
+/// `struct bpf_prog_info`, as far as its id.
+#[repr(C)]
+#[derive(Default)]
+struct ProgInfo {
+    ty: u32,
+    id: u32,
+}
+
+/// A program's id (`BPF_OBJ_GET_INFO_BY_FD`).
+pub fn prog_id(prog: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut info = ProgInfo::default();
+    let mut attr = InfoAttr {
+        bpf_fd: prog.as_raw_fd() as u32,
+        info_len: std::mem::size_of::<ProgInfo>() as u32,
+        info: std::ptr::from_mut(&mut info) as u64,
+        ..InfoAttr::default()
+    };
+    // SAFETY: attr points at `info`, whose size is passed; both outlive the
+    // call; the program fd is borrowed.
+    unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+    Ok(info.id)
+}
+
+/// `bpf_attr` for `BPF_PROG_QUERY` (4.15 layout; zeroed tail).
+#[repr(C)]
+#[derive(Default)]
+struct QueryAttr {
+    target_fd: u32,
+    attach_type: u32,
+    query_flags: u32,
+    attach_flags: u32,
+    prog_ids: u64,
+    prog_cnt: u32,
+    _pad: u32,
+    _tail: [u64; 4],
+}
+
+/// The programs a cgroup has of one attach type, attached to it itself
+/// (not inherited), in the order they run (`BPF_PROG_QUERY`, 4.15).
+pub fn prog_query(cgroup: BorrowedFd<'_>, attach_type: u32) -> io::Result<Vec<u32>> {
+    // `BPF_CGROUP_MAX_PROGS`: no cgroup has more of one attach type.
+    let mut ids = vec![0u32; 64];
+    let mut attr = QueryAttr {
+        target_fd: cgroup.as_raw_fd() as u32,
+        attach_type,
+        prog_ids: ids.as_mut_ptr() as u64,
+        prog_cnt: ids.len() as u32,
+        ..QueryAttr::default()
+    };
+    // SAFETY: attr points at `ids`, whose length is passed as prog_cnt; it
+    // outlives the call; the cgroup fd is borrowed.
+    unsafe { sys_bpf(BPF_PROG_QUERY, &mut attr) }?;
+    ids.truncate(attr.prog_cnt as usize);
+    Ok(ids)
 }
 
 /// `BPF_OBJ_GET`: open a pinned bpf object.

@@ -600,6 +600,48 @@ impl Drop for RunCgroup {
     }
 }
 
+/// Where a run cgroup stands, found by its id ([`occupancy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Occupancy {
+    /// No cgroup of that id is there (removed, or never there).
+    Gone,
+    /// It is there, with no process in it or beneath it.
+    Empty,
+    /// Processes are in it or beneath it.
+    Populated,
+}
+
+/// The child of `parent` whose cgroup id (inode) is `id`: whether it is
+/// there, and whether any process is in it (`cgroup.events`). A parent
+/// that is gone holds nothing.
+pub fn occupancy(parent: &Path, id: u64) -> Result<Occupancy, CgroupError> {
+    let entries = match fs::read_dir(parent) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Occupancy::Gone),
+        Err(source) => {
+            return Err(CgroupError::Read {
+                path: parent.to_path_buf(),
+                source,
+            })
+        }
+    };
+    for e in entries.flatten() {
+        if !e.metadata().is_ok_and(|m| m.is_dir() && m.ino() == id) {
+            continue;
+        }
+        return match populated(&e.path()) {
+            Ok(true) => Ok(Occupancy::Populated),
+            Ok(false) => Ok(Occupancy::Empty),
+            // Removed since it was listed.
+            Err(CgroupError::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Ok(Occupancy::Gone)
+            }
+            Err(e) => Err(e),
+        };
+    }
+    Ok(Occupancy::Gone)
+}
+
 /// The cgroup id of a run's cgroup, if it exists.
 #[must_use]
 pub fn run_cgroup_id(run_id: &str) -> Option<u64> {

@@ -953,19 +953,36 @@ fn suggest_guarded(host: &str, ip: IpAddr, range: Range, embedded: Option<Ipv4Ad
 
 // ---------------------------------------------------------------- kernel
 
+/// A packet from `peer` to the run's `port`, dropped on its way in: a port
+/// the policy can expose to this host's processes over loopback; nothing
+/// lets another host in.
+fn suggest_inbound(peer: std::net::IpAddr, port: u16) -> Suggestion {
+    if peer.is_loopback() {
+        return Suggestion::Allow {
+            policy: format!("[network]\nexpose = [{port}]"),
+            flag: Some(format!("--expose {port}")),
+            note: Some(format!(
+                "a process of this host outside the run ({peer}) reached for the run's port \
+                 {port}; exposed, the port takes every process of this host over loopback (never \
+                 another host)"
+            )),
+        };
+    }
+    Suggestion::Never {
+        reason: format!(
+            "a packet from {peer} to the run's port {port}: a program of the run listens where \
+             hosts beyond loopback can reach it, and lockrun drops everything they send (an \
+             accepted connection would be a way out no connect hook sees). Listen on \
+             127.0.0.1 or ::1; nothing from outside the host can reach a run."
+        ),
+    }
+}
+
 /// The line that would allow a kernel network refusal, or why there is none.
 #[must_use]
 pub fn suggest_kernel(ev: &KernelNetEvent) -> Suggestion {
     if let Some(peer) = ev.inbound_peer() {
-        return Suggestion::Never {
-            reason: format!(
-                "a packet from {peer} to the run's port {}: a program of the run listens where \
-                 hosts beyond loopback can reach it, and lockrun drops everything they send (an \
-                 accepted connection would be a way out no connect hook sees). Listen on \
-                 127.0.0.1 or ::1; nothing from outside the host can reach a run.",
-                ev.local_port
-            ),
-        };
+        return suggest_inbound(peer, ev.local_port);
     }
     if let Some(peer) = ev.outbound_packet_peer() {
         return Suggestion::Never {
@@ -1962,6 +1979,26 @@ mod tests {
         assert_eq!(allow(&v6).1, Some("--allow-local [::1]:6379"));
         let mapped = suggest_kernel(&kernel(inet("[::ffff:127.0.0.1]:8080"), "tcp"));
         assert_eq!(allow(&mapped).1, Some("--allow-local 127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn inbound_over_loopback_suggests_expose_and_from_beyond_never() {
+        let inbound = |peer: &str| KernelNetEvent {
+            hook: "ingress".into(),
+            direction: crate::audit::Direction::Inbound,
+            local_port: 3000,
+            ..kernel(inet(peer), "tcp")
+        };
+        for peer in ["127.0.0.1:40000", "[::1]:40000"] {
+            let s = suggest_kernel(&inbound(peer));
+            assert_eq!(
+                allow(&s),
+                ("[network]\nexpose = [3000]", Some("--expose 3000")),
+                "{peer}"
+            );
+        }
+        let s = suggest_kernel(&inbound("10.1.2.3:40000"));
+        assert!(matches!(s, Suggestion::Never { .. }), "{s:?}");
     }
 
     #[test]

@@ -313,6 +313,12 @@ impl<'a> View<'a> {
         for l in &n.local {
             let _ = writeln!(s, "direct: {l}");
         }
+        for p in &n.expose {
+            let _ = writeln!(
+                s,
+                "exposed: port {p}, to this host's processes over loopback (TCP and UDP; no other host)"
+            );
+        }
         for g in &n.private {
             let hosts: Vec<String> = g.hosts.iter().map(ToString::to_string).collect();
             let _ = writeln!(

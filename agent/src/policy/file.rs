@@ -9,6 +9,7 @@
 //! allow = ["api.example.com", "*.example.org:443"]
 //! deny  = ["evil.example.org"]
 //! local = ["127.0.0.1:5432"]
+//! expose = [3000]                  # the run's ports this host's processes may reach over loopback
 //! [[network.private]]
 //! hosts   = ["git.internal.example"]
 //! network = "10.20.0.0/16"
@@ -42,7 +43,7 @@ use serde::Deserialize;
 use super::overlap::{self, Entry, Origin};
 use super::{
     EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, MemoryLimit, NetworkPolicy, PathSpec,
-    Policy, PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
+    Policy, Port, PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
 };
 
 /// The presets shipped in `policies/`, embedded so that `--policy NAME` works
@@ -173,6 +174,8 @@ struct RawNetwork {
     #[serde(default)]
     local: Vec<String>,
     #[serde(default)]
+    expose: Vec<i64>,
+    #[serde(default)]
     private: Vec<RawPrivate>,
     #[serde(default)]
     resolve: BTreeMap<String, Vec<String>>,
@@ -242,6 +245,7 @@ pub struct Overrides {
     pub deny_read: Vec<PathBuf>,
     pub allow_host: Vec<String>,
     pub allow_local: Vec<String>,
+    pub expose: Vec<String>,
     pub state_dir: Option<PathBuf>,
     /// The program a run is to start (`argv[0]`), if a run is to start:
     /// the state dir must not hold it.
@@ -435,6 +439,11 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
                 local_endpoint(l).map_err(|m| PolicyError::value(&s.origin, "network.local", m))?,
             );
         }
+        for &p in &s.raw.network.expose {
+            network.expose.push(
+                exposed_port(p).map_err(|m| PolicyError::value(&s.origin, "network.expose", m))?,
+            );
+        }
         for p in &s.raw.network.private {
             let private_net = IpNet::parse(&p.network).map_err(|e| {
                 PolicyError::value(&s.origin, "network.private.network", e.to_string())
@@ -520,12 +529,26 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
                 message: m,
             })?);
     }
+    for e in &over.expose {
+        let port = e
+            .parse::<i64>()
+            .map_err(|_| format!("`{e}` is not a port number"))
+            .and_then(exposed_port)
+            .map_err(|m| PolicyError::Flag {
+                flag: "--expose",
+                value: e.clone(),
+                message: m,
+            })?;
+        network.expose.push(port);
+    }
     fs.writable.sort();
     fs.writable.dedup();
     fs.deny_read.sort();
     fs.deny_read.dedup();
     network.local.sort();
     network.local.dedup();
+    network.expose.sort();
+    network.expose.dedup();
     overlap::outside_run_dirs(&worktree, &fs.writable, &state_dir)?;
     denied.extend(
         Policy::secret_floor(&home)
@@ -564,6 +587,14 @@ fn local_endpoint(raw: &str) -> Result<SocketAddr, String> {
         return Err(format!("`{raw}`: port 0"));
     }
     Ok(addr)
+}
+
+/// A port of the run's that `network.expose` opens to this host's processes.
+fn exposed_port(raw: i64) -> Result<Port, String> {
+    u16::try_from(raw)
+        .ok()
+        .and_then(Port::new)
+        .ok_or_else(|| format!("`{raw}`: a port is a number from 1 to 65535"))
 }
 
 fn absolute(flag: &'static str, p: &Path) -> Result<PathBuf, PolicyError> {
@@ -901,6 +932,38 @@ mod tests {
             MemoryLimit::Share(50).to_string(),
             "50% of the machine's memory"
         );
+    }
+
+    #[test]
+    fn exposed_ports_are_numbers_from_1_to_65535() {
+        let raw = parse_text("t.toml", "[network]\nexpose = [3000, 65535, 1]\n").unwrap();
+        let ports: Vec<u16> = raw
+            .network
+            .expose
+            .iter()
+            .map(|&p| exposed_port(p).unwrap().get())
+            .collect();
+        assert_eq!(ports, [3000, 65535, 1]);
+        for bad in [0, -1, 65536, i64::MAX] {
+            let err = exposed_port(bad).unwrap_err();
+            assert!(err.contains("from 1 to 65535"), "{bad}: {err}");
+        }
+        let err = parse_text("t.toml", "[network]\nexpose = [\"3000\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:2:"), "{err}");
+        let over = |expose: &str| Overrides {
+            worktree: Some(PathBuf::from("/")),
+            state_dir: Some(PathBuf::from("/nonexistent-lockrun-state")),
+            expose: vec![expose.to_owned()],
+            ..Overrides::default()
+        };
+        let p = load(None, &over("8080")).unwrap();
+        assert_eq!(p.network.expose, [Port::new(8080).unwrap()]);
+        for bad in ["0", "x", "70000", "-3"] {
+            let err = load(None, &over(bad)).unwrap_err().to_string();
+            assert!(err.contains("--expose"), "{bad}: {err}");
+        }
     }
 
     #[test]

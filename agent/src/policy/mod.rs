@@ -79,6 +79,11 @@ pub struct NetworkPolicy {
     pub deny: Vec<HostPattern>,
     /// Loopback endpoints the command may connect to directly (e.g. a local database).
     pub local: Vec<SocketAddr>,
+    /// The run's own ports that processes of this host outside the run may
+    /// reach over loopback (a dev server a person previews), TCP and UDP.
+    /// Nothing else outside the run reaches a port it listens on, and no
+    /// other host reaches any.
+    pub expose: Vec<Port>,
     /// Private networks allowed for named hosts (the address guard refuses them otherwise).
     pub private: Vec<PrivateGrant>,
     /// Fixed answers for names, used instead of DNS (like /etc/hosts, for this run's proxy only).

@@ -1570,10 +1570,12 @@ fn kernel_side(
         let unix_allowed = [policy.worktree.clone(), dir.tmp().to_path_buf()];
         // Supervised: the seccomp supervisor resolves and performs the
         // command's pathname connects; the hooks refuse any it names itself.
+        let exposed: Vec<u16> = policy.network.expose.iter().map(|p| p.get()).collect();
         let mut h = crate::bpf::NetworkHooks::attach_with(
             &cgroup,
             dir.id(),
             &allowed,
+            &exposed,
             &unix_allowed,
             crate::bpf::unix::UnixMode::Supervised,
         )?;

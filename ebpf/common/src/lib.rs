@@ -23,6 +23,7 @@
 //! | [`MAP_RINGS`] (object, shared) | `BPF_MAP_TYPE_ARRAY_OF_MAPS`, [`MAX_RING_SLOTS`] | `u32` slot | a ring buffer, kept from run to run | loader, the first time a slot is used |
 //! | `SLOT_OWNERS` (shared, loader only) | `BPF_MAP_TYPE_HASH` | `u32` slot | `u64` cgroup id of the run holding it | loader: claimed with `BPF_NOEXIST`, released at teardown |
 //! | `ring-<slot>` (pinned with the programs) | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records | kernel, one per refusal |
+//! | [`MAP_EXPOSED_PORTS`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_EXPOSED_PORTS_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`RunPort`] | `u8` (1 = exposed) | loader, before the command starts (`network.expose`); removed at teardown |
 //! | `UNIX_PREFIXES` (shared, created by the loader) | `BPF_MAP_TYPE_LPM_TRIE`, [`MAX_UNIX_PREFIXES_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`UnixPrefixKey`] | `u8` (1 = allowed) | loader: per run, the directories (with trailing `/`) whose pathname sockets it may reach |
 //!
 //! A task whose cgroup has no entry is refused every inet destination and
@@ -56,6 +57,13 @@ pub const MAX_UNIX_PREFIXES: u32 = 64;
 pub const MAX_UNIX_PREFIXES_ALL_RUNS: u32 = 65536;
 /// Name of the per-CPU counter map in the object (shared, keyed by cgroup).
 pub const MAP_COUNTERS: &str = "COUNTERS";
+/// Name of the map of the ports each run exposes to this host's processes
+/// over loopback (`network.expose`).
+pub const MAP_EXPOSED_PORTS: &str = "EXPOSED_PORTS";
+/// Ports one run may expose.
+pub const MAX_EXPOSED_PORTS: u32 = 64;
+/// Capacity of [`MAP_EXPOSED_PORTS`], over all concurrent runs.
+pub const MAX_EXPOSED_PORTS_ALL_RUNS: u32 = 8192;
 
 /// Endpoints one run may be allowed.
 pub const MAX_ALLOWED_ENDPOINTS: u32 = 256;
@@ -87,6 +95,29 @@ pub struct RunEndpoint {
     pub cgroup_id: u64,
     pub endpoint: Endpoint,
     pub _pad: u32,
+}
+
+/// Key of [`MAP_EXPOSED_PORTS`]: a port of one run that processes of this
+/// host outside it may reach over loopback, TCP and UDP. 16 bytes: the run's
+/// cgroup id, the port (host order), 6 zero bytes (explicit, as in
+/// [`RunEndpoint`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunPort {
+    pub cgroup_id: u64,
+    pub port: u16,
+    pub _pad: [u8; 6],
+}
+
+impl RunPort {
+    #[must_use]
+    pub const fn new(cgroup_id: u64, port: u16) -> Self {
+        Self {
+            cgroup_id,
+            port,
+            _pad: [0; 6],
+        }
+    }
 }
 
 /// Value of [`MAP_RUNS`]: where the run's refusals go and how its unix
@@ -189,8 +220,10 @@ pub enum Hook {
     /// `cgroup/sock_create`: an ICMP ping or raw inet socket, refused at creation.
     SockCreate = 6,
     // 7 is [`COUNTER_LOST`].
-    /// `cgroup_skb/ingress`: a packet for a socket of the run from beyond
-    /// loopback (an outside host reaching a port the command listens on).
+    /// `cgroup_skb/ingress`: a packet for a socket of the run from outside
+    /// it: from beyond loopback (an outside host reaching a port the command
+    /// listens on), or over loopback from a process of this host that is not
+    /// the run's, to a port the run does not expose.
     Ingress = 8,
     /// `cgroup_skb/egress`: a packet from a socket of the run to beyond
     /// loopback that no `connect`/`sendmsg` hook judged (a reply on a
@@ -301,6 +334,7 @@ const _: () = {
     assert!(core::mem::offset_of!(Denial, sock_type) == denial_offset::SOCK_TYPE as usize);
     assert!(core::mem::size_of::<Endpoint>() == 20);
     assert!(core::mem::size_of::<RunEndpoint>() == 32);
+    assert!(core::mem::size_of::<RunPort>() == 16);
     assert!(core::mem::size_of::<RunCounters>() == 8 * COUNTER_SLOTS as usize);
     assert!(core::mem::size_of::<UnixPrefixKey>() == 4 + 8 + UNIX_PATH_MAX);
     assert!(core::mem::size_of::<RunConfig>() == 8);
@@ -335,6 +369,9 @@ mod user {
     // SAFETY: an array of u64.
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::RunCounters {}
+    // SAFETY: a u64, a u16 and explicit zero padding, size checked at compile time.
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::RunPort {}
     // SAFETY: two u32, no padding.
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::RunConfig {}

@@ -12,6 +12,7 @@
 //!
 //! | `cgroup/sock_create` | 4.10 | every inet socket: only TCP, MPTCP and UDP ones are made |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | every packet to or from a socket of a run: only loopback peers |
+//! | `cgroup_skb/ingress` over loopback | 5.8 | a connection request or datagram from a loopback peer: only the run's own, its replies, or to a port it exposes (`EXPOSED_PORTS`) |
 //!
 //! Why `sock_create`: the address hooks above see every way out of a TCP,
 //! MPTCP or UDP socket, and not of some other kinds, so a run may make only
@@ -39,6 +40,20 @@
 //! `egress` alone, with `ingress` left out, drops the listener's SYN-ACK:
 //! `egress_alone_keeps_an_outside_host_from_connecting_to_a_listener_inside`.
 //!
+//! Loopback is not the run's alone: every process of the host is a
+//! loopback peer. So over loopback `ingress` judges what could open a way
+//! in ([`loopback_admits`]): a TCP connection request (SYN without ACK)
+//! passes only from a socket of the same run, found by the packet's tuple
+//! reversed (`bpf_sk_lookup_tcp`, the connecting socket in `SYN_SENT`) and
+//! compared by cgroup (`bpf_sk_cgroup_id`), or to a port the policy
+//! exposes; a datagram only from a socket of the same run
+//! (`bpf_sk_lookup_udp`), from an endpoint the run may reach (the replies
+//! of its proxy and `local` endpoints), or to an exposed port. Every later
+//! TCP packet passes: its connection was judged by its SYN, or made by the
+//! run. Those helpers and `bpf_sk_cgroup_id` are in `cgroup_skb` programs
+//! since Linux 5.8. Measured by
+//! `tests/proxy_e2e.rs::nothing_outside_the_run_connects_in_over_loopback_unless_exposed`.
+//!
 //! A program returning 0 makes the syscall fail with `EPERM` (a packet
 //! program: the packet is dropped); 1 lets it pass.
 //! Every refusal writes a `Denial` to the run's ring buffer (`RUNS`, `RINGS`)
@@ -58,19 +73,23 @@ use core::ffi::c_void;
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{
-    bindings::{bpf_map_def, bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_F_NO_PREALLOC},
+    bindings::{
+        bpf_map_def, bpf_map_type::BPF_MAP_TYPE_ARRAY_OF_MAPS, bpf_sock_tuple, BPF_F_NO_PREALLOC,
+    },
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_map_lookup_elem, bpf_ringbuf_output, bpf_skb_cgroup_id, bpf_skb_load_bytes,
+        bpf_map_lookup_elem, bpf_ringbuf_output, bpf_sk_cgroup_id, bpf_sk_lookup_tcp,
+        bpf_sk_lookup_udp, bpf_sk_release, bpf_skb_cgroup_id, bpf_skb_load_bytes,
     },
     macros::{cgroup_skb, cgroup_sock, cgroup_sock_addr, map},
     maps::{HashMap, PerCpuHashMap},
     programs::{SkBuffContext, SockAddrContext, SockContext},
 };
 use lockrun_common::{
-    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, AF_INET, AF_INET6,
+    Denial, Endpoint, Hook, RunConfig, RunCounters, RunEndpoint, RunPort, AF_INET, AF_INET6,
     COUNTER_INBOUND_UNITEMIZED, COUNTER_LOST, COUNTER_SLOTS, INBOUND_RECORDS_PER_CPU,
-    MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS, UNIX_PATH_MAX,
+    MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_EXPOSED_PORTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS,
+    UNIX_PATH_MAX,
 };
 
 const ALLOW: i32 = 1;
@@ -82,6 +101,11 @@ static ALLOWED_ENDPOINTS: HashMap<RunEndpoint, u8> =
 
 #[map]
 static COUNTERS: PerCpuHashMap<u64, RunCounters> = PerCpuHashMap::with_max_entries(MAX_RUNS, 0);
+
+/// The ports each run exposes to this host's processes over loopback.
+#[map]
+static EXPOSED_PORTS: HashMap<RunPort, u8> =
+    HashMap::with_max_entries(MAX_EXPOSED_PORTS_ALL_RUNS, BPF_F_NO_PREALLOC);
 
 /// The run's configuration (its ring-buffer slot in `RINGS`), by the run's cgroup id.
 #[map]
@@ -336,11 +360,202 @@ fn load<const N: usize>(ctx: &SkBuffContext, offset: u32, buf: &mut [u8; N]) -> 
     }
 }
 
+/// `len` (at most 16) bytes of the packet at `offset` into the start of `buf`;
+/// false if the packet is shorter.
+#[inline(always)]
+fn load_into(ctx: &SkBuffContext, offset: u32, buf: &mut [u8; 16], len: u32) -> bool {
+    // SAFETY: the program's own context; `buf` is 16 writable bytes on the
+    // stack and `len` is at most 16 (masked for the verifier).
+    unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb.cast_const().cast(),
+            offset,
+            buf.as_mut_ptr().cast::<c_void>(),
+            (len & 0x1f).min(16),
+        ) == 0
+    }
+}
+
 /// `ETH_P_IP` and `ETH_P_IPV6` as `__sk_buff.protocol` holds them (network order).
 const ETH_P_IP_BE: u32 = 0x0800_u16.to_be() as u32;
 const ETH_P_IPV6_BE: u32 = 0x86DD_u16.to_be() as u32;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
+
+/// `::1`.
+const IN6_LOOPBACK: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+/// What the TCP header says.
+mod tcp {
+    /// Offset of the flags byte in the TCP header.
+    pub const FLAGS_AT: u32 = 13;
+    pub const SYN: u8 = 0x02;
+    pub const ACK: u8 = 0x10;
+    /// `TCP_SYN_SENT`, as `bpf_sock.state` holds it.
+    pub const STATE_SYN_SENT: u32 = 2;
+}
+
+/// The IPv6 extension headers skipped to reach the transport header, at
+/// most: hop-by-hop (0), routing (43) and destination options (60), each
+/// `(length + 1) * 8` bytes. A routing header needs no privilege
+/// (`IPV6_RTHDR`), so a header past them is not taken for the transport.
+const MAX_IPV6_EXTENSIONS: u32 = 4;
+
+/// The transport protocol of an IPv6 packet whose fixed header names `next`,
+/// and where its header starts; `(next, _)` is the header it stopped at when
+/// that is not TCP or UDP (an unreadable chain, a fragment, too many).
+#[inline(always)]
+fn ipv6_transport(ctx: &SkBuffContext, mut next: u8) -> (u8, u32) {
+    let mut at = 40u32;
+    let mut i = 0;
+    while i < MAX_IPV6_EXTENSIONS {
+        if !matches!(next, 0 | 43 | 60) {
+            break;
+        }
+        let mut e = [0u8; 2];
+        if !load(ctx, at, &mut e) {
+            return (0xff, 0);
+        }
+        next = e[0];
+        at += (u32::from(e[1]) + 1) * 8;
+        i += 1;
+    }
+    (next, at)
+}
+
+/// A packet of a run's socket, as `judge_packet` read it: the peer's
+/// address and port, the run's own, addresses as in [`Denial`].
+struct Packet {
+    family: u16,
+    ip_proto: u8,
+    tcp_flags: u8,
+    peer: [u8; 16],
+    own: [u8; 16],
+    peer_port: u16,
+    own_port: u16,
+}
+
+/// Whether a run takes this packet from a loopback peer: nothing outside
+/// the run may reach it, loopback included, but what the run itself asked
+/// for and what its policy exposes.
+/// - TCP: only a connection request (a SYN without ACK) is judged here
+///   (`judge_packet` passes the rest over loopback): every later packet
+///   belongs to a connection that was (its SYN), or that the run made
+///   itself (the connect hooks judged it), and a SYN-ACK answers the run's
+///   own connect. A request passes to a port the run exposes
+///   (`EXPOSED_PORTS`), or from a socket of the same run: the connecting
+///   socket, found by the packet's tuple reversed (`bpf_sk_lookup_tcp`),
+///   must be in `SYN_SENT` (not a listener found in its place) and in the
+///   run's cgroup (`bpf_sk_cgroup_id`).
+/// - UDP: a datagram passes to an exposed port, from an endpoint the run
+///   may reach (`ALLOWED_ENDPOINTS`: replies of its proxy and its `local`
+///   endpoints), or from a socket of the same run (`bpf_sk_lookup_udp`:
+///   the socket bound where the datagram came from; a run cannot share a
+///   port with a socket outside it, the seccomp supervisor refuses
+///   `SO_REUSEPORT` and a datagram socket's `SO_REUSEADDR`).
+/// - Anything else (an IPv6 header chain not ending in TCP or UDP) is dropped.
+///
+/// A function of its own (a BPF-to-BPF call, Linux 4.16), not inlined, as
+/// is [`refuse_packet`]: with both inlined into `judge_packet`, LLVM said
+/// "Looks like the BPF stack limit is exceeded. Please move large on stack
+/// variables into BPF per-cpu array map."; with only this one apart, the
+/// verifier "combined stack size of 2 calls is 736. Too large" (the record
+/// and the tuple each in a frame of the chain). Apart, each is a frame of
+/// its own beside `judge_packet`'s small one.
+#[inline(never)]
+fn loopback_admits(ctx: &SkBuffContext, cgroup_id: u64, p: &Packet) -> bool {
+    let tcp = p.ip_proto == IPPROTO_TCP;
+    if !tcp && p.ip_proto != IPPROTO_UDP {
+        return false;
+    }
+    let exposed = RunPort::new(cgroup_id, p.own_port);
+    // SAFETY: a read-only lookup; the value is not dereferenced.
+    if unsafe { EXPOSED_PORTS.get(&exposed) }.is_some() {
+        return true;
+    }
+    if !tcp {
+        let endpoint = if p.family == AF_INET {
+            Endpoint::v4([p.peer[0], p.peer[1], p.peer[2], p.peer[3]], p.peer_port)
+        } else {
+            Endpoint::v6(p.peer, p.peer_port)
+        };
+        let key = RunEndpoint {
+            cgroup_id,
+            endpoint,
+            _pad: 0,
+        };
+        // SAFETY: a read-only lookup; the value is not dereferenced.
+        if unsafe { ALLOWED_ENDPOINTS.get(&key) }.is_some() {
+            return true;
+        }
+    }
+    peer_socket_in_run(ctx, cgroup_id, p)
+}
+
+/// A `struct bpf_sock_tuple` (its IPv6 form, the larger), 4-aligned.
+#[repr(C, align(4))]
+struct SockTuple([u8; 36]);
+
+/// Whether the socket that sent `p` is one of the run in `cgroup_id`: the
+/// socket that would receive the packet's reply (the tuple reversed), in
+/// this network namespace.
+#[inline(always)]
+fn peer_socket_in_run(ctx: &SkBuffContext, cgroup_id: u64, p: &Packet) -> bool {
+    /// `BPF_F_CURRENT_NETNS`.
+    const CURRENT_NETNS: u64 = u64::MAX;
+    let mut t = SockTuple([0; 36]);
+    let (own_port, peer_port) = (p.own_port.to_be_bytes(), p.peer_port.to_be_bytes());
+    let size = if p.family == AF_INET {
+        let mut i = 0;
+        while i < 4 {
+            t.0[i] = p.own[i];
+            t.0[4 + i] = p.peer[i];
+            i += 1;
+        }
+        t.0[8] = own_port[0];
+        t.0[9] = own_port[1];
+        t.0[10] = peer_port[0];
+        t.0[11] = peer_port[1];
+        12
+    } else {
+        let mut i = 0;
+        while i < 16 {
+            t.0[i] = p.own[i];
+            t.0[16 + i] = p.peer[i];
+            i += 1;
+        }
+        t.0[32] = own_port[0];
+        t.0[33] = own_port[1];
+        t.0[34] = peer_port[0];
+        t.0[35] = peer_port[1];
+        36
+    };
+    let ctx_ptr = ctx.skb.skb.cast::<c_void>();
+    let tuple = core::ptr::from_mut(&mut t).cast::<bpf_sock_tuple>();
+    // SAFETY: the program's own context, and a tuple on the stack of at
+    // least `size` bytes, all of them written; the socket found, if any,
+    // is a reference the verifier makes us release, on every path below.
+    let sk = unsafe {
+        if p.ip_proto == IPPROTO_TCP {
+            bpf_sk_lookup_tcp(ctx_ptr, tuple, size, CURRENT_NETNS, 0)
+        } else {
+            bpf_sk_lookup_udp(ctx_ptr, tuple, size, CURRENT_NETNS, 0)
+        }
+    };
+    if sk.is_null() {
+        return false;
+    }
+    // SAFETY: `sk` is a socket the lookup returned (not null): its fields
+    // may be read, it may be handed to the helper, and it is released
+    // once, here, before it is judged.
+    let (state, peer_cgroup) = unsafe {
+        let state = (*sk).state;
+        let cg = bpf_sk_cgroup_id(sk.cast());
+        bpf_sk_release(sk.cast());
+        (state, cg)
+    };
+    peer_cgroup == cgroup_id && (p.ip_proto != IPPROTO_TCP || state == tcp::STATE_SYN_SENT)
+}
 
 #[cgroup_skb(ingress)]
 pub fn ingress(ctx: SkBuffContext) -> i32 {
@@ -354,65 +569,100 @@ pub fn egress(ctx: SkBuffContext) -> i32 {
 
 /// A packet of a run's socket passes only if its peer — the source of what
 /// comes in, the destination of what goes out — is a loopback address
-/// (`127.0.0.0/8`, `::1`). The kernel already drops a packet with a loopback
+/// (`127.0.0.0/8`, `::1`), and, coming in, if it is one the run may take
+/// ([`loopback_admits`]). The kernel already drops a packet with a loopback
 /// source that arrived on another device. Anything unreadable or not IP is
 /// dropped. The data starts at the network header in both directions.
 #[inline(always)]
 fn judge_packet(ctx: &SkBuffContext, hook: Hook) -> i32 {
     let inbound = matches!(hook, Hook::Ingress);
     let protocol = ctx.skb.protocol();
-    let (family, peer, ip_proto, ports_at) = if protocol == ETH_P_IP_BE {
-        let mut h = [0u8; 20];
-        if !load(ctx, 0, &mut h) {
-            return DENY;
-        }
-        let at = if inbound { 12 } else { 16 };
-        if h[at] == 127 {
-            return ALLOW;
-        }
-        let mut peer = [0u8; 16];
-        peer[0] = h[at];
-        peer[1] = h[at + 1];
-        peer[2] = h[at + 2];
-        peer[3] = h[at + 3];
-        (AF_INET, peer, h[9], u32::from(h[0] & 0x0f) * 4)
-    } else if protocol == ETH_P_IPV6_BE {
-        let mut h = [0u8; 40];
-        if !load(ctx, 0, &mut h) {
-            return DENY;
-        }
-        let at = if inbound { 8 } else { 24 };
-        let mut peer = [0u8; 16];
-        let mut i = 0;
-        while i < 16 {
-            peer[i] = h[at + i];
-            i += 1;
-        }
-        if peer == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] {
-            return ALLOW;
-        }
-        (AF_INET6, peer, h[6], 40)
-    } else {
-        (0, [0u8; 16], 0, 0)
+    // The addresses are read straight into `p`, never through a copy of the
+    // header: copied byte by byte, each byte took a stack slot of its own
+    // in LLVM's output (the frame grew by 256 bytes, past the verifier's
+    // limit for the chain of calls).
+    let mut p = Packet {
+        family: 0,
+        ip_proto: 0,
+        tcp_flags: tcp::SYN,
+        peer: [0; 16],
+        own: [0; 16],
+        peer_port: 0,
+        own_port: 0,
     };
+    // Where the run's own address is (read only when it is judged).
+    let (own_at, ports_at) = if protocol == ETH_P_IP_BE {
+        let mut h = [0u8; 10];
+        let (peer_at, own_at) = if inbound { (12, 16) } else { (16, 12) };
+        if !load(ctx, 0, &mut h) || !load_into(ctx, peer_at, &mut p.peer, 4) {
+            return DENY;
+        }
+        p.family = AF_INET;
+        p.ip_proto = h[9];
+        (own_at, u32::from(h[0] & 0x0f) * 4)
+    } else if protocol == ETH_P_IPV6_BE {
+        let mut h = [0u8; 8];
+        let (peer_at, own_at) = if inbound { (8, 24) } else { (24, 8) };
+        if !load(ctx, 0, &mut h) || !load_into(ctx, peer_at, &mut p.peer, 16) {
+            return DENY;
+        }
+        let (next, at) = ipv6_transport(ctx, h[6]);
+        p.family = AF_INET6;
+        p.ip_proto = next;
+        (own_at, at)
+    } else {
+        (0, 0)
+    };
+    let loopback = match p.family {
+        AF_INET => p.peer[0] == 127,
+        AF_INET6 => p.peer == IN6_LOOPBACK,
+        _ => false,
+    };
+    if loopback && !inbound {
+        return ALLOW;
+    }
+    // The TCP flags (a SYN unless read otherwise: judged, never waved
+    // through); over loopback, only a connection request is judged.
+    let mut f = [0u8; 1];
+    if p.ip_proto == IPPROTO_TCP && load(ctx, ports_at + tcp::FLAGS_AT, &mut f) {
+        p.tcp_flags = f[0];
+    }
+    if loopback && p.ip_proto == IPPROTO_TCP && p.tcp_flags & (tcp::SYN | tcp::ACK) != tcp::SYN {
+        return ALLOW;
+    }
     // The peer's port and the run's own, from TCP and UDP headers.
-    let (mut peer_port, mut own_port) = (0u16, 0u16);
-    if ip_proto == IPPROTO_TCP || ip_proto == IPPROTO_UDP {
-        let mut p = [0u8; 4];
-        if load(ctx, ports_at, &mut p) {
+    if p.ip_proto == IPPROTO_TCP || p.ip_proto == IPPROTO_UDP {
+        let mut ports = [0u8; 4];
+        if load(ctx, ports_at, &mut ports) {
             let (src, dst) = (
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
+                u16::from_be_bytes([ports[0], ports[1]]),
+                u16::from_be_bytes([ports[2], ports[3]]),
             );
-            (peer_port, own_port) = if inbound { (src, dst) } else { (dst, src) };
+            (p.peer_port, p.own_port) = if inbound { (src, dst) } else { (dst, src) };
         }
     }
     // SAFETY: the helper takes the program's own context.
     let cgroup_id = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
+    if loopback {
+        let len = if p.family == AF_INET { 4 } else { 16 };
+        if load_into(ctx, own_at, &mut p.own, len) && loopback_admits(ctx, cgroup_id, &p) {
+            return ALLOW;
+        }
+    }
+    refuse_packet(cgroup_id, hook, &p);
+    DENY
+}
+
+/// Count and record a packet `hook` dropped, for the run in `cgroup_id`:
+/// an inbound one itemized only while [`itemize_inbound`] says so. Not
+/// inlined: see [`loopback_admits`].
+#[inline(never)]
+fn refuse_packet(cgroup_id: u64, hook: Hook, p: &Packet) {
+    let inbound = matches!(hook, Hook::Ingress);
     if inbound && !itemize_inbound(cgroup_id) {
         bump(cgroup_id, hook as u32);
         bump(cgroup_id, COUNTER_INBOUND_UNITEMIZED);
-        return DENY;
+        return;
     }
     // No task to name: an inbound packet is judged in no task's context,
     // and an outbound one often in none of the run's (a retransmit).
@@ -422,17 +672,16 @@ fn judge_packet(ctx: &SkBuffContext, hook: Hook) -> i32 {
         tgid: 0,
         hook: hook as u32,
         sock_type: 0,
-        protocol: u32::from(ip_proto),
-        family,
-        port: peer_port,
-        addr: peer,
+        protocol: u32::from(p.ip_proto),
+        family: p.family,
+        port: p.peer_port,
+        addr: p.peer,
         comm: [0; 16],
         path: [0; UNIX_PATH_MAX],
-        local_port: own_port,
+        local_port: p.own_port,
         _pad: [0; 2],
     };
     record(&mut denial);
-    DENY
 }
 
 #[cfg(not(test))]
