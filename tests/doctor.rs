@@ -64,7 +64,11 @@ fn doctor_holds_here_and_its_canary_really_ran() {
         ("escaped.txt", "errno=13 (EACCES", "file absent"),
         ("TCP to an outside listener", "errno=1 (EPERM", "accepted 0"),
         ("UDP to", "errno=1 (EPERM", "received 0 bytes"),
-        ("unix socket", "errno=1 (EPERM", "accepted nothing"),
+        (
+            "escape    unix socket",
+            "errno=1 (EPERM",
+            "accepted nothing",
+        ),
         (
             "SIGTERM to an outside process",
             "errno=1 (EPERM",
@@ -77,6 +81,15 @@ fn doctor_holds_here_and_its_canary_really_ran() {
             "{l}"
         );
     }
+    // Every promise that depends on the kernel, with what holds it here.
+    let promises: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("the promises that depend on the kernel"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(promises.len() >= 7, "{text}");
+    assert!(promises.iter().all(|l| l.contains("[ ok ]")), "{text}");
     assert!(text.contains("every promise holds on this host"), "{text}");
 }
 

@@ -96,6 +96,10 @@ pub struct PolicyArgs {
     /// Where run dirs live [default: /var/lib/lockrun as root, else ~/.local/state/lockrun].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Run even though this kernel cannot hold the promise GAP names (see
+    /// `lockrun doctor`); every such run says so (repeatable).
+    #[arg(long = "accept-gap", value_name = "GAP")]
+    pub accept_gaps: Vec<String>,
 }
 
 #[derive(Debug, Args, Clone, Default)]

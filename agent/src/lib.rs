@@ -2,6 +2,7 @@
 //!
 //! | concern | module |
 //! |---|---|
+//! | what the running kernel offers, and the promises it leaves without a mechanism | [`kernel`] |
 //! | the policy model (TOML + flags → one `Policy`) | [`policy`] |
 //! | writes only to the worktree and `{tmp}`; deny-read paths (Landlock) | [`fs`] |
 //! | syscalls that would widen the box (seccomp) | [`seccomp`] |
@@ -26,6 +27,7 @@ pub mod commands;
 pub mod exit;
 pub mod fs;
 pub mod gitguard;
+pub mod kernel;
 pub mod log;
 pub mod policy;
 pub mod proxy;

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::unused_self)]
 
 use crate::python::python3;
+#[allow(unused_imports)] // not every test crate that shares this module skips
 pub use crate::skip::skip;
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

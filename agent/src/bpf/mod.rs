@@ -83,7 +83,7 @@
 //! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
 //! builds made; [`unpin`] still removes them.
 
-mod raw;
+pub(crate) mod raw;
 pub mod unix;
 
 use std::fs;
@@ -902,7 +902,10 @@ impl Shared {
         let rings = raw::obj_get(&dir.join(MAP_RINGS))?;
         // The programs themselves: a pinned set is whole (renamed into place
         // complete); they are opened only to attach (ensure_attached).
-        if !dir.join(PROGRAMS[PROGRAMS.len() - 1].0).exists() {
+        if !programs_here()
+            .last()
+            .is_some_and(|(name, _, _)| dir.join(name).exists())
+        {
             return Err(io::Error::new(io::ErrorKind::NotFound, "programs missing"));
         }
         Ok(Self {
@@ -1490,9 +1493,8 @@ pub fn programs_attached_to(cgroup: &Path) -> Result<Vec<(&'static str, Vec<u32>
         path: cgroup.to_path_buf(),
         source,
     })?;
-    PROGRAMS
-        .iter()
-        .map(|&(name, _, attach_type)| {
+    programs_here()
+        .map(|(name, _, attach_type)| {
             raw::prog_query(cg.as_fd(), attach_type)
                 .map(|ids| (name, ids))
                 .map_err(|source| BpfError::Query {
@@ -1611,25 +1613,30 @@ const PROGRAMS: [(&str, u32, u32); 9] = [
 /// `tests/proxy_e2e.rs` shows what `egress` stops on its own. The build id
 /// hashes this list, so a weakened build never shares the real one's parent.
 fn attached_programs() -> &'static [(&'static str, u32, u32)] {
-    #[cfg(feature = "weaken-for-tests")]
-    {
-        static ATTACHED: std::sync::OnceLock<Vec<(&str, u32, u32)>> = std::sync::OnceLock::new();
-        ATTACHED.get_or_init(|| {
-            let left_out: &[&str] = match std::env::var("LOCKRUN_TEST_WEAKEN").as_deref() {
-                Ok("no-ingress") => &["ingress"],
-                Ok("no-packet-programs") => &["ingress", "egress"],
-                _ => &[],
-            };
-            PROGRAMS
-                .into_iter()
-                .filter(|(name, _, _)| !left_out.contains(name))
-                .collect()
-        })
-    }
-    #[cfg(not(feature = "weaken-for-tests"))]
-    {
-        &PROGRAMS
-    }
+    static ATTACHED: std::sync::OnceLock<Vec<(&str, u32, u32)>> = std::sync::OnceLock::new();
+    ATTACHED.get_or_init(|| {
+        #[cfg(feature = "weaken-for-tests")]
+        let left_out: &[&str] = match std::env::var("LOCKRUN_TEST_WEAKEN").as_deref() {
+            Ok("no-ingress") => &["ingress"],
+            Ok("no-packet-programs") => &["ingress", "egress"],
+            _ => &[],
+        };
+        #[cfg(not(feature = "weaken-for-tests"))]
+        let left_out: &[&str] = &[];
+        programs_here()
+            .filter(|(name, _, _)| !left_out.contains(name))
+            .collect()
+    })
+}
+
+/// The programs this kernel takes: [`PROGRAMS`], but the unix hooks where
+/// the kernel has no such hook (before Linux 6.7, [`crate::kernel`]),
+/// whose promise is then the seccomp supervisor's alone, or a gap.
+fn programs_here() -> impl Iterator<Item = (&'static str, u32, u32)> {
+    let unix_hooks = crate::kernel::Kernel::get().unix_hooks;
+    PROGRAMS.into_iter().filter(move |(_, _, attach)| {
+        unix_hooks || !matches!(*attach, raw::ATTACH_UNIX_CONNECT | raw::ATTACH_UNIX_SENDMSG)
+    })
 }
 
 /// Parse the embedded object, create its maps (`RINGS` with a ring buffer as
@@ -1731,7 +1738,7 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         rings: fd_of(MAP_RINGS),
         counters: fd_of(MAP_COUNTERS),
     };
-    for (name, prog_type, attach_type) in PROGRAMS {
+    for (name, prog_type, attach_type) in programs_here() {
         let insns: Vec<u64> = match name {
             "connect_unix" => unix::program(Hook::ConnectUnix, &unix_maps),
             "sendmsg_unix" => unix::program(Hook::SendmsgUnix, &unix_maps),

@@ -54,15 +54,10 @@ pub fn host_checks() -> Vec<Check> {
     let mut checks = Vec::new();
     checks.push(check(
         "Landlock",
-        "filesystem: writes only in the worktree and {tmp}; deny-read; signal and abstract-socket scoping",
-        match crate::fs::kernel_abi() {
-            Ok(v) if v >= i32::from(crate::policy::LANDLOCK_ABI) => Ok(format!(
-                "ABI {v}: every filesystem right of ABI {} handled, scoping (ABI 6), denial logging (ABI 7)",
-                crate::policy::LANDLOCK_ABI
-            )),
-            Ok(v) => Err(format!("ABI {v}, lockrun needs {} (Linux 6.15 or later)", crate::policy::LANDLOCK_ABI)),
-            Err(e) => Err(format!("{e} (boot with lsm=…,landlock)")),
-        },
+        "filesystem: writes only in the worktree and {tmp}; deny-read; with ABI 3 to 7 the promises below",
+        crate::fs::kernel_abi()
+            .map(|v| format!("ABI {v}"))
+            .map_err(|e| e.to_string()),
     ));
     checks.push(check(
         "cgroup v2",
@@ -144,10 +139,7 @@ fn attach_probe() -> Result<String, String> {
         Ok(h) => {
             let log = crate::audit::AuditLog::open(None).map_err(|e| e.to_string())?;
             h.finish(&log)
-                .map(|_| {
-                    "7 programs loaded, attached to a cgroup of its own, pinned, and removed"
-                        .to_owned()
-                })
+                .map(|_| "loaded, attached to a cgroup of its own, pinned, and removed".to_owned())
                 .map_err(|e| e.to_string())
         }
         Err(e) => Err(e),
@@ -187,6 +179,28 @@ pub fn run(args: &DoctorArgs) -> i32 {
             c.needed_for
         );
     }
+    println!("\nthe promises that depend on the kernel, and what holds each here:");
+    for h in crate::kernel::Kernel::get().promises() {
+        let (mark, by) = match &h.by {
+            Ok(by) => (" ok ", by.clone()),
+            Err(crate::kernel::Unheld::Gap(g)) => {
+                host_ok = false;
+                (
+                    "GAP ",
+                    format!(
+                        "nothing: this kernel lacks {}; a run is refused unless its policy accepts {} (run.accept_gaps, --accept-gap)",
+                        g.lacks(),
+                        g.name()
+                    ),
+                )
+            }
+            Err(crate::kernel::Unheld::NoLandlock) => {
+                host_ok = false;
+                ("MISS", "nothing: no Landlock (no run starts)".to_owned())
+            }
+        };
+        println!("  [{mark}] {:<60} {by}", h.promise);
+    }
     if args.no_canary {
         return if host_ok { 0 } else { HOST_LACKS };
     }
@@ -215,7 +229,7 @@ pub fn run(args: &DoctorArgs) -> i32 {
         return CANARY_FAILED;
     }
     if !host_ok {
-        println!("\nlockrun doctor: the canary held, but the host lacks what some promises need (see MISS above)");
+        println!("\nlockrun doctor: the canary held, but the host lacks what some promises need (see MISS and GAP above)");
         return HOST_LACKS;
     }
     println!("\nlockrun doctor: every promise holds on this host");
@@ -265,6 +279,14 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
             .arg(&state)
             .arg("--allow-local")
             .arg(tcp_allowed.local_addr()?.to_string())
+            // What this kernel cannot hold is told above; the canary
+            // proves what it does.
+            .args(
+                crate::kernel::Kernel::get()
+                    .gaps()
+                    .into_iter()
+                    .flat_map(|g| ["--accept-gap", g.name()]),
+            )
             .arg("--")
             .arg(&exe)
             .arg("__probe")

@@ -74,7 +74,7 @@ fn steps(args: &KernelStepsArgs) -> anyhow::Result<String> {
             writeln!(out, "mask {kind} {}", path.display())?;
         }
     }
-    for i in crate::seccomp::combined()? {
+    for i in crate::seccomp::combined(crate::kernel::Kernel::get().fallbacks())? {
         writeln!(out, "bpf {} {} {} {}", i.code, i.jt, i.jf, i.k)?;
     }
     Ok(out)

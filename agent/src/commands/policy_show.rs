@@ -242,7 +242,7 @@ impl<'a> View<'a> {
     fn filesystem_text(&self, s: &mut String) {
         let _ = writeln!(
             s,
-            "\n[filesystem]  (Landlock, ABI >= {}; every filesystem right handled)",
+            "\n[filesystem]  (Landlock at the kernel's ABI, at least {}; every filesystem right it has handled)",
             self.landlock_abi
         );
         let _ = writeln!(
@@ -356,6 +356,14 @@ impl<'a> View<'a> {
             "max memory (of the run's processes together, swap counted; cgroup memory.max): {}",
             r.max_memory
         );
+        if !r.accept_gaps.is_empty() {
+            let names: Vec<&str> = r.accept_gaps.iter().map(|g| g.name()).collect();
+            let _ = writeln!(
+                s,
+                "accepted gaps (promises a run goes without where the kernel cannot hold them, saying so): {}",
+                names.join(", ")
+            );
+        }
         if !p.env.is_empty() {
             let _ = writeln!(s, "\n[env]");
             for (k, v) in &p.env {

@@ -19,6 +19,7 @@ pub fn overrides(args: &PolicyArgs) -> Overrides {
         allow_local: args.allow_local.clone(),
         expose: args.expose.clone(),
         state_dir: args.state_dir.clone(),
+        accept_gaps: args.accept_gaps.clone(),
         program: None,
     }
 }

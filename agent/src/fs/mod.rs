@@ -1,5 +1,7 @@
-//! Filesystem confinement with Landlock (ABI 7 pinned: Linux 6.15; scoping
-//! from ABI 6, Linux 6.12).
+//! Filesystem confinement with Landlock, at the ABI of the running kernel
+//! ([`crate::kernel`]: every right up to ABI 7, Linux 6.15; scoping from
+//! ABI 6, Linux 6.12; at least ABI 1, Linux 5.13). What an older ABI
+//! lacks is held another way, or named as a gap the policy must accept.
 //!
 //! What it enforces:
 //! - **writes** (every write right of ABI 7: write, truncate, remove, make
@@ -21,8 +23,9 @@
 //! - **scoping**: no signals and no abstract unix socket connects to
 //!   processes outside the sandbox (`Scope::Signal | Scope::AbstractUnixSocket`).
 //!
-//! Every right is a hard requirement: a kernel that cannot enforce one of them
-//! (or whose ABI is below `run.landlock_abi`) refuses the run. The ruleset is
+//! Every right of the ABI in use is a hard requirement: a kernel that cannot
+//! enforce one of them (or whose ABI is below `run.landlock_abi`) refuses
+//! the run. The ruleset is
 //! built here, in the parent; the child only calls `landlock_restrict_self`
 //! on [`FsSandbox::ruleset_fd`] (see [`crate::sys`]).
 //!
@@ -53,21 +56,37 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use crate::policy::Policy;
 
-/// The ABI whose rights lockrun handles.
-const ABI_PINNED: ABI = ABI::V7;
+/// The ABI whose rights lockrun handles: the kernel's
+/// ([`crate::kernel::Kernel::landlock`]), at most the newest lockrun knows.
+fn abi() -> ABI {
+    match crate::kernel::Kernel::get().landlock_abi() {
+        0 | 1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
+        _ => ABI::V7,
+    }
+}
+
+/// Whether the ABI in use scopes signals and abstract unix sockets (ABI 6).
+fn scoping() -> bool {
+    crate::kernel::Kernel::get().landlock_abi() >= 6
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     #[error(
-        "Landlock is not available in this kernel ({why}) (boot with lsm=...,landlock; lockrun will not run the command unconfined)"
+        "Landlock, which confines the run's writes, is not available in this kernel: {0}; lockrun will not run the command unconfined"
     )]
-    Unavailable { why: &'static str },
+    Unavailable(crate::kernel::NoLandlock),
     #[error(
         "the kernel's Landlock ABI is {have}, the policy demands {want} (use a newer kernel, or lower run.landlock_abi knowing what is lost; lockrun will not run the command with less)"
     )]
     AbiTooOld { have: i32, want: u8 },
     #[error(
-        "landlock_create_ruleset: {0} (this kernel cannot enforce every filesystem right of ABI 7)"
+        "landlock_create_ruleset: {0} (this kernel cannot enforce every filesystem right of its own ABI)"
     )]
     Ruleset(#[source] landlock::RulesetError),
     #[error("landlock_add_rule for {path}: {source}")]
@@ -135,11 +154,11 @@ pub enum Grant {
 }
 
 fn read_rights() -> BitFlags<AccessFs> {
-    AccessFs::from_read(ABI_PINNED)
+    AccessFs::from_read(abi())
 }
 
 fn all_rights() -> BitFlags<AccessFs> {
-    AccessFs::from_all(ABI_PINNED)
+    AccessFs::from_all(abi())
 }
 
 /// The Landlock filesystem rights a run's ruleset handles (every right of
@@ -156,6 +175,12 @@ pub fn grant_rights(grant: Grant) -> u64 {
 }
 
 fn rights(grant: Grant) -> BitFlags<AccessFs> {
+    all_rights() & granted(grant)
+}
+
+/// What `grant` gives, of every right lockrun knows: [`rights`] keeps
+/// those the ABI in use handles.
+fn granted(grant: Grant) -> BitFlags<AccessFs> {
     match grant {
         Grant::Read => read_rights(),
         Grant::ReadWrite => all_rights(),
@@ -554,17 +579,12 @@ fn unescape_octal(s: &str) -> Vec<u8> {
     out
 }
 
-/// The kernel's Landlock ABI version, or why there is none.
+/// The Landlock ABI in use ([`crate::kernel`]), or why there is none.
 pub fn kernel_abi() -> Result<i32, FsError> {
-    match crate::sys::landlock_abi_version() {
-        Ok(v) => Ok(v),
-        Err(nix::errno::Errno::EOPNOTSUPP) => Err(FsError::Unavailable {
-            why: "compiled in but not enabled at boot",
-        }),
-        Err(_) => Err(FsError::Unavailable {
-            why: "not compiled in",
-        }),
-    }
+    crate::kernel::Kernel::get()
+        .landlock
+        .map(i32::from)
+        .map_err(FsError::Unavailable)
 }
 
 /// Whether this kernel's Landlock is there and at least the ABI `policy`
@@ -643,10 +663,15 @@ impl FsSandbox {
     ) -> Result<ReadWalk, FsError> {
         check_abi(policy)?;
 
-        let ruleset: RulesetCreated = Ruleset::default()
+        let ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(all_rights())
-            .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
+            .handle_access(all_rights());
+        let ruleset = if scoping() {
+            ruleset.and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
+        } else {
+            ruleset
+        };
+        let ruleset: RulesetCreated = ruleset
             .and_then(Ruleset::create)
             .map_err(FsError::Ruleset)?;
         let own = own_filesystems(&roots.writable);
@@ -1427,7 +1452,7 @@ impl Plan {
         if let Some(ruleset) = self.ruleset.take() {
             let mut access = rights(grant);
             if !is_dir {
-                access &= AccessFs::from_file(ABI_PINNED);
+                access &= AccessFs::from_file(abi());
             }
             self.ruleset = Some(
                 ruleset

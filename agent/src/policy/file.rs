@@ -196,6 +196,8 @@ struct RawRun {
     gc_grace_secs: Option<u64>,
     max_connections: Option<usize>,
     landlock_abi: Option<u8>,
+    #[serde(default)]
+    accept_gaps: Vec<String>,
     max_tasks: Option<RawTaskLimit>,
     max_memory: Option<RawMemoryLimit>,
 }
@@ -217,6 +219,17 @@ enum RawMemoryLimit {
 enum RawTaskLimit {
     At(i64),
     Word(String),
+}
+
+/// A gap a policy accepts, by its name ([`crate::kernel::Gap`]).
+fn gap(name: &str) -> Result<crate::kernel::Gap, String> {
+    crate::kernel::Gap::named(name).ok_or_else(|| {
+        let names: Vec<&str> = crate::kernel::Gap::ALL.iter().map(|g| g.name()).collect();
+        format!(
+            "{name:?} is no gap lockrun knows; the gaps a kernel can leave: {}",
+            names.join(", ")
+        )
+    })
 }
 
 /// `run.max_tasks`: 1 to the kernel's most, or `"unlimited"`.
@@ -246,6 +259,7 @@ pub struct Overrides {
     pub allow_host: Vec<String>,
     pub allow_local: Vec<String>,
     pub expose: Vec<String>,
+    pub accept_gaps: Vec<String>,
     pub state_dir: Option<PathBuf>,
     /// The program a run is to start (`argv[0]`), if a run is to start:
     /// the state dir must not hold it.
@@ -316,6 +330,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         gc_grace: Duration::from_hours(2),
         max_connections: 256,
         landlock_abi: LANDLOCK_ABI,
+        accept_gaps: Vec::new(),
         max_tasks: TaskLimit::DEFAULT,
         max_memory: MemoryLimit::DEFAULT,
     };
@@ -377,6 +392,11 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
             }
             run.landlock_abi = v;
         }
+        for name in &s.raw.run.accept_gaps {
+            run.accept_gaps.push(
+                gap(name).map_err(|why| PolicyError::value(&s.origin, "run.accept_gaps", why))?,
+            );
+        }
         if let Some(v) = &s.raw.run.max_tasks {
             run.max_tasks =
                 task_limit(v).map_err(|why| PolicyError::value(&s.origin, "run.max_tasks", why))?;
@@ -386,6 +406,16 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
                 .map_err(|why| PolicyError::value(&s.origin, "run.max_memory", why))?;
         }
     }
+    for name in &over.accept_gaps {
+        run.accept_gaps
+            .push(gap(name).map_err(|message| PolicyError::Flag {
+                flag: "--accept-gap",
+                value: name.clone(),
+                message,
+            })?);
+    }
+    run.accept_gaps.sort();
+    run.accept_gaps.dedup();
     if let Some(d) = &over.state_dir {
         state_dir = absolute("--state-dir", d)?;
         state_origin = Origin::Flag("--state-dir");

@@ -18,8 +18,9 @@ pub use file::{load, Overrides, PolicyError};
 pub use host::{HostName, HostPattern, HostRule, Port};
 pub use net::IpNet;
 
-/// The Landlock ABI the project pins: every filesystem right it knows is handled.
-pub const LANDLOCK_ABI: u8 = 7;
+/// The Landlock ABI a policy demands unless it says otherwise: any
+/// (lockrun uses what the kernel has, and names what it lacks).
+pub const LANDLOCK_ABI: u8 = 1;
 
 /// A path as written in a policy: absolute once loaded, except those under the
 /// run's temp dir, which only exists once the run has an id.
@@ -115,6 +116,9 @@ pub struct RunSettings {
     pub max_connections: usize,
     /// The Landlock ABI the policy demands; a weaker kernel refuses the run.
     pub landlock_abi: u8,
+    /// The promises this policy lets a run go without where the kernel
+    /// cannot hold them ([`crate::kernel::Gap`]); every such run says so.
+    pub accept_gaps: Vec<crate::kernel::Gap>,
     /// The most tasks (processes and threads) the run may have at once.
     pub max_tasks: TaskLimit,
     /// The most memory the run's processes may use together.

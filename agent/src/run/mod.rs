@@ -76,6 +76,8 @@ pub enum RunError {
     },
     #[error("filesystem sandbox: {0}")]
     Fs(#[from] FsError),
+    #[error("{}", gaps_refused(.0))]
+    Gaps(Vec<crate::kernel::Gap>),
     #[error("seccomp: {0}")]
     Seccomp(#[from] SeccompError),
     #[error("preparing the child: {what}: {source}")]
@@ -116,6 +118,27 @@ pub enum RunError {
     Wait(#[source] std::io::Error),
     #[error("the run's watchdog, which ends the run should lockrun die: {0}")]
     Watchdog(#[source] std::io::Error),
+}
+
+/// The refusal of a run on a kernel that cannot hold `gaps`, one line.
+fn gaps_refused(gaps: &[crate::kernel::Gap]) -> String {
+    let each: Vec<String> = gaps
+        .iter()
+        .map(|g| format!("{}: {g} (this kernel lacks {})", g.name(), g.lacks()))
+        .collect();
+    let names: Vec<&str> = gaps.iter().map(|g| g.name()).collect();
+    format!(
+        "this kernel cannot hold {} of lockrun's promises: {}; lockrun will not run the command \
+         with less. Run it on a newer kernel, or accept exactly what is lost: --accept-gap NAME, \
+         or run.accept_gaps = [\"{}\"] in the policy",
+        if gaps.len() == 1 {
+            "one".to_owned()
+        } else {
+            gaps.len().to_string()
+        },
+        each.join("; "),
+        names.join("\", \"")
+    )
 }
 
 /// An error and its sources, one line: `a: b: c`.
@@ -872,10 +895,12 @@ async fn run(
 
     let runs_dir = RunDir::make_runs_dir(&policy.runs_dir(), &run_id)?;
     let tmp = RunDir::tmp_path(&runs_dir, &run_id);
-    // A policy asking for more Landlock than the kernel has is refused
+    // A policy asking for more Landlock than the kernel has, or a kernel
+    // that cannot hold a promise the policy does not let go, is refused
     // first, before any kernel object exists.
     prepare_writable(policy, &tmp);
     crate::fs::check_abi(policy)?;
+    let accepted_gaps = gaps_accepted(policy)?;
 
     // 3. the Landlock ruleset: its walk from `/` (~0.5–1 ms here, about as
     //    long as steps 1, 2 and 4–6 together) starts first, on another CPU
@@ -965,6 +990,20 @@ async fn run(
     // A writable root that reaches where code runs later (the user's shell
     // start-up, git's config, ~/.cargo, the system's programs): the policy
     // may say so, but never silently.
+    // A promise this kernel cannot hold, which the policy lets go: said
+    // on every run.
+    for gap in accepted_gaps {
+        let message = format!(
+            "this kernel cannot hold a promise, which the policy accepts ({}): {gap} (this kernel lacks {})",
+            gap.name(),
+            gap.lacks()
+        );
+        say!("lockrun: warning: {message}");
+        audit.record(Event::Notice {
+            layer: crate::audit::Layer::Filesystem,
+            message,
+        });
+    }
     for reach in crate::policy::later::reached_by(policy) {
         let message = reach.to_string();
         tracing::warn!("{message}");
@@ -1177,7 +1216,10 @@ async fn run(
         });
     }
     let (plan, report) = crate::sys::ChildPlan::new(
-        ruleset,
+        crate::sys::Restrict {
+            ruleset,
+            log_denials: crate::kernel::Kernel::get().landlock_abi() >= 7,
+        },
         seccomp,
         listener_tx,
         nofile,
@@ -1383,6 +1425,20 @@ async fn run(
     Ok(code)
 }
 
+/// The promises this kernel cannot hold ([`crate::kernel::Gap`]), each of
+/// which the policy accepts; or the refusal naming those it does not.
+fn gaps_accepted(policy: &Policy) -> Result<Vec<crate::kernel::Gap>, RunError> {
+    let (accepted, refused): (Vec<_>, Vec<_>) = crate::kernel::Kernel::get()
+        .gaps()
+        .into_iter()
+        .partition(|g| policy.run.accept_gaps.contains(g));
+    if refused.is_empty() {
+        Ok(accepted)
+    } else {
+        Err(RunError::Gaps(refused))
+    }
+}
+
 /// System V IPC objects (shared memory, message queues, semaphores) are
 /// not files: Landlock does not see them, and a command, often
 /// uid 0 like the objects' owners, could attach another process's shared
@@ -1491,7 +1547,7 @@ fn kernel_side(
     audit: &std::sync::Arc<crate::audit::AuditLog>,
 ) -> Result<KernelSide, RunError> {
     // 3. the seccomp filters (the Landlock ruleset is on its way, above).
-    let seccomp = crate::seccomp::combined()?;
+    let seccomp = crate::seccomp::combined(crate::kernel::Kernel::get().fallbacks())?;
     tracing::debug!("3. seccomp filter compiled");
     // The supervised filter's listener travels from the child to lockrun
     // through this socketpair (SCM_RIGHTS), after the child loaded it.

@@ -407,7 +407,8 @@ mod tests {
     /// its neighbours), then mixed arguments from those constants.
     #[test]
     fn the_compacted_filter_gives_every_call_the_verdict_of_the_filter_built() {
-        let built = super::super::uncompacted().unwrap_or_else(|e| panic!("{e}"));
+        let built = super::super::uncompacted(super::super::Fallbacks::NONE)
+            .unwrap_or_else(|e| panic!("{e}"));
         let small = compact(&built);
         assert!(
             small.len() * 10 < built.len() * 8,

@@ -823,7 +823,14 @@ fn protocol_name(protocol: u64) -> String {
 /// with other commands); the ENOSYS calls are in no other part. A part's
 /// verdict other than allow is final, and a part that allows falls through
 /// to the next.
-pub fn combined() -> Result<BpfProgram, SeccompError> {
+///
+/// Where the kernel lacks a mechanism the supervisor stands in for
+/// ([`Fallbacks`]), the program has a part more ([`fallback_filter`]), and
+/// is built now rather than taken as the build script made it.
+pub fn combined(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
+    if fallbacks != Fallbacks::NONE {
+        return compile_with(fallbacks);
+    }
     #[cfg(lockrun_seccomp_built)]
     {
         Ok(BUILT
@@ -835,6 +842,41 @@ pub fn combined() -> Result<BpfProgram, SeccompError> {
     compile()
 }
 
+/// The promises of the kernel's own mechanisms that the supervisor holds
+/// instead on a kernel without them ([`crate::kernel`]): each names calls
+/// handed to the supervisor by [`fallback_filter`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)] // one flag per missing mechanism, each its own calls
+pub struct Fallbacks {
+    /// No Landlock truncate right (ABI 3).
+    pub truncate: bool,
+    /// No Landlock device ioctl right (ABI 5).
+    pub device_ioctl: bool,
+    /// No Landlock scoping of signals and abstract unix sockets (ABI 6).
+    pub scoping: bool,
+    /// No cgroup unix hooks (Linux 6.7).
+    pub unix_addresses: bool,
+}
+
+impl Fallbacks {
+    /// A kernel with every mechanism.
+    pub const NONE: Self = Self {
+        truncate: false,
+        device_ioctl: false,
+        scoping: false,
+        unix_addresses: false,
+    };
+}
+
+/// The part of [`combined`] that hands the supervisor the calls a kernel's
+/// missing mechanism would have judged ([`Fallbacks`]), and the calls it
+/// decides on; allows every other.
+fn fallback_filter(fallbacks: Fallbacks) -> (BpfProgram, Vec<i64>) {
+    let _ = fallbacks;
+    let p = vec![insn(RET_K, 0, 0, RET_ALLOW)];
+    (p, Vec::new())
+}
+
 /// [`combined`] as the build script compiled it, from this very module
 /// (agent/build.rs compiles it too): `(code, jt, jf, k)`. Building and
 /// compacting it took ~0.13 ms of each run's start-up (~0.03 ms warm).
@@ -842,9 +884,14 @@ pub fn combined() -> Result<BpfProgram, SeccompError> {
 #[allow(clippy::unreadable_literal)]
 const BUILT: &[(u16, u8, u8, u32)] = include!(concat!(env!("OUT_DIR"), "/seccomp_filter.rs"));
 
-/// [`combined`], built and compacted now.
+/// [`combined`] for a kernel with every mechanism, built and compacted now.
 pub fn compile() -> Result<BpfProgram, SeccompError> {
-    let out = compact::compact(&uncompacted()?);
+    compile_with(Fallbacks::NONE)
+}
+
+/// [`combined`] with `fallbacks`, built and compacted now.
+fn compile_with(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
+    let out = compact::compact(&uncompacted(fallbacks)?);
     // BPF_MAXINSNS: the kernel refuses a longer classic program.
     if out.len() > 4096 {
         return Err(SeccompError::TooLong(out.len()));
@@ -853,8 +900,8 @@ pub fn compile() -> Result<BpfProgram, SeccompError> {
 }
 
 /// [`combined`] as built, before [`compact::compact`] makes it smaller.
-fn uncompacted() -> Result<BpfProgram, SeccompError> {
-    let (parts, decided) = parts()?;
+fn uncompacted(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
+    let (parts, decided) = parts(fallbacks)?;
     let mut out = front(&decided);
     out.extend(chain(&parts)?);
     Ok(out)
@@ -862,13 +909,18 @@ fn uncompacted() -> Result<BpfProgram, SeccompError> {
 
 /// The parts of [`combined`] in order, and every syscall number any
 /// of them decides on (the others it allows).
-fn parts() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
+fn parts(fallbacks: Fallbacks) -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     let (mut parts, mut decided) = filters()?;
     parts.push(notify_filter());
     decided.extend(NOTIFY_METADATA);
     decided.extend(NOTIFY_JUDGED);
     decided.extend(NOTIFY_SCHED.iter().map(|c| c.nr));
     decided.push(NOTIFY_WATCH);
+    if fallbacks != Fallbacks::NONE {
+        let (part, calls) = fallback_filter(fallbacks);
+        parts.push(part);
+        decided.extend(calls);
+    }
     Ok((parts, decided))
 }
 
@@ -1462,7 +1514,7 @@ mod tests {
     fn sched_target_agrees_with_the_filter() {
         use super::{SchedTarget, RET_ALLOW as A, RET_USER_NOTIF as N};
         let p = super::notify_filter();
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         let values = [
             0,
             1,
@@ -1553,11 +1605,11 @@ mod tests {
         assert_eq!((c[5].code, c[5].k), (JA, 0));
         assert_eq!((c[2].code, c[2].k), (RET_K, 0x0005_0001));
         assert_eq!((c[7].code, c[7].k), (RET_K, RET_ALLOW));
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         // After the front, only the last part may allow; every jump of the
         // parts lands inside the program.
         let tail = super::notify_filter().len();
-        let (_, decided) = super::parts().unwrap();
+        let (_, decided) = super::parts(super::Fallbacks::NONE).unwrap();
         let front = super::front(&decided).len();
         for (i, f) in all.iter().enumerate().skip(front) {
             if f.code == RET_K && f.k == RET_ALLOW {
@@ -1580,7 +1632,7 @@ mod tests {
         let key = |p: &[seccompiler::sock_filter]| -> Vec<(u16, u8, u8, u32)> {
             p.iter().map(|f| (f.code, f.jt, f.jf, f.k)).collect()
         };
-        let loaded = super::combined().unwrap_or_else(|e| panic!("{e}"));
+        let loaded = super::combined(super::Fallbacks::NONE).unwrap_or_else(|e| panic!("{e}"));
         let built = super::compile().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(key(&loaded), key(&built));
         // A fact of the build, checked where the tests run.
@@ -1605,7 +1657,7 @@ mod tests {
     /// whole mount family, including the calls newer kernels added to it.
     #[test]
     fn every_call_of_the_deny_list_is_handed_to_the_supervisor() {
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         for (nr, name, _) in super::DENY_ALWAYS {
             for a in [[0; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]] {
                 assert_eq!(run(&all, *nr, a), super::RET_USER_NOTIF, "{name} {a:?}");
@@ -1637,7 +1689,7 @@ mod tests {
     /// undo it, pass.
     #[test]
     fn terminal_ioctls_that_read_or_undo_pass() {
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
             (
                 libc::SYS_ioctl,
@@ -1660,7 +1712,7 @@ mod tests {
     /// being what the kernel reads.
     #[test]
     fn inet_sockets_are_refused_by_their_protocol() {
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
             (
                 libc::SYS_socket,
@@ -1717,7 +1769,7 @@ mod tests {
     /// what made them so; the same calls with allowed arguments pass.
     #[test]
     fn calls_refused_by_their_arguments_are_reported_with_them() {
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         let sigchld = libc::SIGCHLD as u64;
         let newuser = libc::CLONE_NEWUSER as u64 | libc::CLONE_NEWNET as u64 | sigchld;
         let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
@@ -1837,7 +1889,7 @@ mod tests {
     /// process's limits is refused; one's own (pid 0) and reading pass.
     #[test]
     fn leases_and_others_limits_are_refused_but_ones_own() {
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
             (
                 libc::SYS_prlimit64,
@@ -1909,7 +1961,7 @@ mod tests {
     /// which may be garbage (rustc's jemalloc opens /proc files so).
     #[test]
     fn a_mode_is_judged_only_when_the_call_creates() {
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         for flags in [0, 0o2_000_000, 0o200_000] {
             let args = [3, 0x1000, flags, 0o5007, 0, 0];
             assert_eq!(run(&all, libc::SYS_openat, args), super::RET_ALLOW);
@@ -1931,9 +1983,9 @@ mod tests {
     /// names a call if and only if the filter handed it over as refused.
     #[test]
     fn refused_call_agrees_with_the_filter() {
-        let (parts, _) = super::parts().unwrap();
+        let (parts, _) = super::parts(super::Fallbacks::NONE).unwrap();
         let reported = &parts[0];
-        let all = super::combined().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
         let args: &[[u64; 6]] = &[
             [0; 6],
             [u64::MAX; 6],
@@ -2057,8 +2109,8 @@ mod tests {
     /// argument-dependent branch, the program answers as the parts alone.
     #[test]
     fn the_front_only_adds_the_x32_refusal() {
-        let all = super::combined().unwrap();
-        let (parts, _) = super::parts().unwrap();
+        let all = super::combined(super::Fallbacks::NONE).unwrap();
+        let (parts, _) = super::parts(super::Fallbacks::NONE).unwrap();
         let parts = super::chain(&parts).unwrap();
         let args: &[[u64; 6]] = &[
             [0; 6],
@@ -2110,7 +2162,7 @@ mod tests {
     /// Every jump of the front lands inside it or on the parts' first instruction.
     #[test]
     fn the_front_jumps_stay_inside() {
-        let (_, decided) = super::parts().unwrap();
+        let (_, decided) = super::parts(super::Fallbacks::NONE).unwrap();
         let f = super::front(&decided);
         for (i, insn) in f.iter().enumerate() {
             let to = match insn.code {

@@ -63,6 +63,15 @@ pub mod watchdog;
 /// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
 const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
 
+/// The Landlock ruleset the child restricts itself with, and whether the
+/// kernel is to log its denials after the command's exec (ABI 7; an older
+/// kernel refuses the flag).
+#[derive(Debug)]
+pub struct Restrict {
+    pub ruleset: OwnedFd,
+    pub log_denials: bool,
+}
+
 /// One step of the child-side confinement; its number travels through the report pipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -137,6 +146,8 @@ impl Step {
 /// Everything the child applies, prepared by the parent.
 pub struct ChildPlan {
     landlock: OwnedFd,
+    /// `landlock_restrict_self`'s flags.
+    landlock_flags: u32,
     /// The run's one seccomp program ([`crate::seccomp::combined`]),
     /// loaded with a notification listener.
     seccomp: seccompiler::BpfProgram,
@@ -605,7 +616,7 @@ pub fn last_cap() -> io::Result<u32> {
 impl ChildPlan {
     /// Prepare the plan and the parent's end of its report pipe.
     pub fn new(
-        landlock: OwnedFd,
+        landlock: Restrict,
         seccomp: seccompiler::BpfProgram,
         listener_to: OwnedFd,
         nofile: Option<libc::rlimit>,
@@ -618,7 +629,12 @@ impl ChildPlan {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         Ok((
             Self {
-                landlock,
+                landlock_flags: if landlock.log_denials {
+                    LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
+                } else {
+                    0
+                },
+                landlock: landlock.ruleset,
                 seccomp,
                 listener_to,
                 last_cap,
@@ -767,15 +783,15 @@ impl ChildPlan {
             return Err(self.fail(Step::NoNewPrivs));
         }
         // 7. Landlock
-        // LOG_NEW_EXEC_ON: Landlock (ABI 7) logs denials after execve to
-        // kernel audit, where crate::audit::kernel collects them; without
-        // it, nothing the command does is logged.
+        // LOG_NEW_EXEC_ON, where planned: Landlock (ABI 7) logs denials
+        // after execve to kernel audit, where crate::audit::kernel collects
+        // them; without it, nothing the command does is logged.
         // SAFETY: the ruleset fd is owned by the plan and alive; a flag word.
         if unsafe {
             libc::syscall(
                 libc::SYS_landlock_restrict_self,
                 self.landlock.as_raw_fd(),
-                LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON,
+                self.landlock_flags,
             )
         } != 0
         {

@@ -1,0 +1,373 @@
+//! What the running kernel offers lockrun, asked once per process.
+//!
+//! lockrun keeps every promise on Linux 6.1 and later, each by the best
+//! mechanism the running kernel has. This module says which kernel
+//! features are there; the layers choose their mechanism by it:
+//!
+//! | feature | first kernel | without it |
+//! |---|---|---|
+//! | Landlock ABI 1 (filesystem rights) | 5.13 | the run is refused: nothing else confines writes |
+//! | ABI 2 (`REFER`: links and renames across dirs) | 5.19 | the run is refused (older than 6.1) |
+//! | ABI 3 (`TRUNCATE`) | 6.2 | [`Gap::Truncate`] |
+//! | ABI 5 (`IOCTL_DEV`) | 6.10 | [`Gap::DeviceIoctl`] |
+//! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | [`Gap::SignalScope`], [`Gap::AbstractUnixScope`] |
+//! | ABI 7 (denials logged to kernel audit) | 6.15 | [`Gap::FilesystemRefusalsUnseen`] |
+//! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | [`Gap::UnixAddresses`] |
+//!
+//! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
+//! it: a run with one is refused (exit 125, naming the promise and the
+//! feature it lacks) unless the policy accepts exactly that gap by name
+//! (`run.accept_gaps`), and then every run says so.
+//!
+//! Test builds (`weaken-for-tests`) may lower the Landlock ABI used,
+//! `LOCKRUN_TEST_LANDLOCK_ABI=N`, so that an older kernel's mechanisms are
+//! tested on this one too.
+
+use std::fmt;
+
+/// The newest Landlock ABI lockrun knows; a newer kernel's is used as this.
+pub const LANDLOCK_NEWEST: u8 = 7;
+
+/// What this kernel offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kernel {
+    /// The Landlock ABI lockrun uses here: the kernel's, at most
+    /// [`LANDLOCK_NEWEST`]; `Err` when Landlock is not there at all.
+    pub landlock: Result<u8, NoLandlock>,
+    /// The cgroup hooks on unix sockets' addresses (`connect_unix`,
+    /// `sendmsg_unix`, Linux 6.7): a program of their attach type loads.
+    pub unix_hooks: bool,
+}
+
+/// A promise, and what holds it on this kernel.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Holding {
+    pub promise: &'static str,
+    /// The mechanism, or why none holds it here.
+    pub by: Result<String, Unheld>,
+}
+
+/// Why no mechanism holds a promise here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unheld {
+    /// A gap a policy may accept.
+    Gap(Gap),
+    /// No Landlock at all: nothing confines the run's writes, and no
+    /// policy may accept that.
+    NoLandlock,
+}
+
+impl From<Gap> for Unheld {
+    fn from(g: Gap) -> Self {
+        Self::Gap(g)
+    }
+}
+
+/// Why there is no Landlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoLandlock {
+    #[error("compiled in but not enabled at boot (boot with lsm=…,landlock)")]
+    NotEnabled,
+    #[error("not compiled into this kernel (CONFIG_SECURITY_LANDLOCK)")]
+    NotBuilt,
+}
+
+impl Kernel {
+    /// This kernel, asked once.
+    #[must_use]
+    pub fn get() -> Self {
+        static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *KERNEL.get_or_init(Self::probe)
+    }
+
+    fn probe() -> Self {
+        let landlock = match crate::sys::landlock_abi_version() {
+            Ok(v) => Ok(u8::try_from(v)
+                .unwrap_or(LANDLOCK_NEWEST)
+                .min(LANDLOCK_NEWEST)),
+            Err(nix::errno::Errno::EOPNOTSUPP) => Err(NoLandlock::NotEnabled),
+            Err(_) => Err(NoLandlock::NotBuilt),
+        };
+        #[cfg(feature = "weaken-for-tests")]
+        let landlock = landlock.map(|v| {
+            std::env::var("LOCKRUN_TEST_LANDLOCK_ABI")
+                .ok()
+                .and_then(|s| s.parse::<u8>().ok())
+                .map_or(v, |lower| lower.min(v))
+        });
+        Self {
+            landlock,
+            unix_hooks: unix_hooks_load(),
+        }
+    }
+
+    /// The Landlock ABI in use, 0 where there is none.
+    #[must_use]
+    pub fn landlock_abi(&self) -> u8 {
+        self.landlock.unwrap_or(0)
+    }
+
+    /// Each promise that depends on the kernel, and what holds it here:
+    /// the mechanism, or the gap.
+    #[must_use]
+    pub fn promises(&self) -> Vec<Holding> {
+        let abi = self.landlock_abi();
+        let landlock =
+            |right: &str, from: u8| (abi >= from).then(|| format!("Landlock {right} (ABI {abi})"));
+        let held = |gap: Gap, by: Option<String>| by.ok_or(gap);
+        vec![
+            Holding {
+                promise: "writes only in the worktree, {tmp} and the writable paths; deny-read paths unreadable",
+                by: self
+                    .landlock
+                    .map(|v| format!("Landlock filesystem rights (ABI {v})"))
+                    .map_err(|_| Unheld::NoLandlock),
+            },
+            Holding {
+                promise: "no file outside the writable roots truncated",
+                by: held(Gap::Truncate, landlock("truncate right", 3)).map_err(Into::into),
+            },
+            Holding {
+                promise: "no ioctl on a device outside the writable roots but a terminal's and those of null, zero, full",
+                by: held(Gap::DeviceIoctl, landlock("device ioctl right", 5)).map_err(Into::into),
+            },
+            Holding {
+                promise: "no signal to a process outside the run",
+                by: held(Gap::SignalScope, landlock("signal scoping", 6)).map_err(Into::into),
+            },
+            Holding {
+                promise: "no abstract unix socket bound outside the run reached",
+                by: held(Gap::AbstractUnixScope, landlock("abstract unix socket scoping", 6))
+                    .map_err(Into::into),
+            },
+            Holding {
+                promise: "pathname unix sockets only inside the worktree and {tmp}",
+                by: held(
+                    Gap::UnixAddresses,
+                    self.unix_hooks.then(|| {
+                        "the seccomp supervisor, and the cgroup connect_unix and sendmsg_unix hooks"
+                            .to_owned()
+                    }),
+                )
+                .map_err(Into::into),
+            },
+            Holding {
+                promise: "every filesystem refusal recorded",
+                by: held(
+                    Gap::FilesystemRefusalsUnseen,
+                    landlock("denial logging to kernel audit", 7),
+                )
+                .map_err(Into::into),
+            },
+        ]
+    }
+
+    /// What the seccomp supervisor stands in for here, for want of the
+    /// kernel's own mechanism.
+    #[must_use]
+    pub fn fallbacks(&self) -> crate::seccomp::Fallbacks {
+        crate::seccomp::Fallbacks::NONE
+    }
+
+    /// The promises this kernel leaves without a mechanism.
+    #[must_use]
+    pub fn gaps(&self) -> Vec<Gap> {
+        Gap::ALL.into_iter().filter(|g| !g.held_by(self)).collect()
+    }
+}
+
+/// Whether the unix hooks are there: on a kernel whose release is 6.7 or
+/// later, without asking (a run's start-up does not pay a program load;
+/// should one lack them, loading the hooks fails and refuses the run);
+/// before, whether the smallest program of the unix connect hook's attach
+/// type (`r0 = 1; exit`) loads, which a kernel without them refuses
+/// (`EINVAL`), whatever the program (a backport would have them).
+fn unix_hooks_load() -> bool {
+    /// `BPF_MOV64_IMM(BPF_REG_0, 1)`, `BPF_EXIT_INSN()`.
+    const ALLOW: [u64; 2] = [0x0000_0001_0000_00b7, 0x95];
+    use crate::bpf::raw::{prog_load, ATTACH_UNIX_CONNECT, PROG_TYPE_CGROUP_SOCK_ADDR};
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if release_at_least(&release, (6, 7)) {
+        return true;
+    }
+    prog_load(
+        PROG_TYPE_CGROUP_SOCK_ADDR,
+        &ALLOW,
+        ATTACH_UNIX_CONNECT,
+        "lockrun_probe",
+        c"GPL",
+    )
+    .is_ok()
+}
+
+/// Whether a kernel release (`6.12.117+deb13-amd64`) is `at_least` a
+/// major and minor version.
+fn release_at_least(release: &str, at_least: (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= at_least
+}
+
+/// A promise this kernel cannot hold with the mechanisms lockrun has for
+/// it, named as a policy accepts it (`run.accept_gaps = ["truncate"]`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Gap {
+    /// A file outside the writable roots that the run may read can be
+    /// truncated: `truncate(2)`, or opened read-only with `O_TRUNC`.
+    Truncate,
+    /// A device file outside the writable roots that the run may read
+    /// takes its ioctls.
+    DeviceIoctl,
+    /// The run can signal processes outside it that its uid may signal.
+    SignalScope,
+    /// The run can connect to abstract unix sockets bound outside it.
+    AbstractUnixScope,
+    /// Filesystem refusals are made, but not recorded: the audit log and
+    /// the summary do not name them.
+    FilesystemRefusalsUnseen,
+    /// The run can reach pathname unix sockets outside its worktree and
+    /// temp dir by an address the seccomp filter takes for an inet one
+    /// (its length), or by `sendmsg(2)`, whose address it cannot read.
+    UnixAddresses,
+}
+
+impl Gap {
+    /// Every gap, in the order they are told.
+    pub const ALL: [Self; 6] = [
+        Self::Truncate,
+        Self::DeviceIoctl,
+        Self::SignalScope,
+        Self::AbstractUnixScope,
+        Self::UnixAddresses,
+        Self::FilesystemRefusalsUnseen,
+    ];
+
+    /// The name a policy accepts it by.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Truncate => "truncate",
+            Self::DeviceIoctl => "device_ioctl",
+            Self::SignalScope => "signal_scope",
+            Self::AbstractUnixScope => "abstract_unix_scope",
+            Self::FilesystemRefusalsUnseen => "filesystem_refusals_unseen",
+            Self::UnixAddresses => "unix_addresses",
+        }
+    }
+
+    /// The gap of `name`, if any.
+    #[must_use]
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|g| g.name() == name)
+    }
+
+    /// Whether `kernel` holds the promise this gap would leave.
+    #[must_use]
+    pub fn held_by(self, kernel: &Kernel) -> bool {
+        let abi = kernel.landlock_abi();
+        match self {
+            Self::Truncate => abi >= 3,
+            Self::DeviceIoctl => abi >= 5,
+            Self::SignalScope | Self::AbstractUnixScope => abi >= 6,
+            Self::FilesystemRefusalsUnseen => abi >= 7,
+            Self::UnixAddresses => kernel.unix_hooks,
+        }
+    }
+
+    /// What the kernel lacks for it, as a refusal names it.
+    #[must_use]
+    pub fn lacks(self) -> &'static str {
+        match self {
+            Self::Truncate => "Landlock's truncate right (ABI 3, Linux 6.2)",
+            Self::DeviceIoctl => "Landlock's device ioctl right (ABI 5, Linux 6.10)",
+            Self::SignalScope | Self::AbstractUnixScope => "Landlock's scoping (ABI 6, Linux 6.12)",
+            Self::FilesystemRefusalsUnseen => "Landlock's denial logging (ABI 7, Linux 6.15)",
+            Self::UnixAddresses => "the cgroup connect_unix and sendmsg_unix hooks (Linux 6.7)",
+        }
+    }
+}
+
+impl fmt::Display for Gap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Truncate => {
+                "a file outside the writable roots that the run may read can be truncated \
+                 (truncate(2), or an open with O_TRUNC)"
+            }
+            Self::DeviceIoctl => {
+                "a device file outside the writable roots that the run may read takes its ioctls"
+            }
+            Self::SignalScope => {
+                "the run can signal processes outside it (those its uid may signal)"
+            }
+            Self::AbstractUnixScope => "the run can connect to abstract unix sockets bound outside it",
+            Self::FilesystemRefusalsUnseen => {
+                "filesystem refusals are not recorded: the audit log and the summary do not name them"
+            }
+            Self::UnixAddresses => {
+                "the run can reach unix sockets outside its worktree and temp dir by an address \
+                 as long as an inet one, or by sendmsg(2)"
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_landlock_abi_leaves_the_gaps_of_the_rights_it_lacks() {
+        let gaps = |abi, unix_hooks| {
+            Kernel {
+                landlock: Ok(abi),
+                unix_hooks,
+            }
+            .gaps()
+        };
+        assert_eq!(gaps(7, true), vec![]);
+        assert_eq!(gaps(6, true), vec![Gap::FilesystemRefusalsUnseen]);
+        assert_eq!(
+            gaps(2, false),
+            vec![
+                Gap::Truncate,
+                Gap::DeviceIoctl,
+                Gap::SignalScope,
+                Gap::AbstractUnixScope,
+                Gap::UnixAddresses,
+                Gap::FilesystemRefusalsUnseen
+            ]
+        );
+    }
+
+    #[test]
+    fn a_release_is_compared_by_its_major_and_minor() {
+        assert!(release_at_least("6.12.117+deb13-amd64", (6, 7)));
+        assert!(release_at_least("6.7.0", (6, 7)));
+        assert!(release_at_least("7.0.1-arch1", (6, 7)));
+        assert!(!release_at_least("6.1.0-57-amd64", (6, 7)));
+        assert!(!release_at_least("5.19.17", (6, 7)));
+        assert!(!release_at_least("", (6, 7)));
+    }
+
+    #[test]
+    fn a_gap_is_named_as_a_policy_writes_it() {
+        for g in Gap::ALL {
+            assert_eq!(Gap::named(g.name()), Some(g));
+            assert_eq!(
+                serde_json::to_string(&g).unwrap_or_default(),
+                format!("\"{}\"", g.name())
+            );
+        }
+        assert_eq!(Gap::named("everything"), None);
+    }
+}
