@@ -387,13 +387,18 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     };
     if let Some(h) = host_hdr {
         let h = std::str::from_utf8(h).map_err(|_| HeadError::Smuggling("Host is not text"))?;
-        let ht = parse_authority(h.trim_matches([' ', '\t']), default_port)
-            .map_err(|_| HeadError::Smuggling("invalid Host header"))?;
         let target = match &kind {
             Kind::Connect(t) | Kind::Forward { target: t, .. } => t,
         };
-        // A CONNECT Host without a port names the same host (some clients omit it).
-        let same = ht == *target || (default_port.is_none() && ht.host == target.host);
+        // A CONNECT's Host without a port names the target's host on its
+        // port: some clients send the host alone (gemini-cli's
+        // `CONNECT host:443` comes with `Host: host`).
+        let ht = parse_authority(
+            h.trim_matches([' ', '\t']),
+            default_port.or(Some(target.port)),
+        )
+        .map_err(|_| HeadError::Smuggling("invalid Host header"))?;
+        let same = ht == *target;
         if !same {
             return Err(HeadError::Smuggling(
                 "Host header disagrees with the request target",
@@ -618,5 +623,21 @@ mod tests {
             "a".repeat(MAX_HEAD)
         );
         assert_eq!(head(&big), Err(HeadError::TooLarge));
+    }
+    #[test]
+    fn a_connects_host_without_a_port_names_the_target_on_its_port() {
+        for host in ["a.example", "a.example:443", "A.Example."] {
+            let raw = format!("CONNECT a.example:443 HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            let h = head(&raw).unwrap_or_else(|e| panic!("{raw:?}: {e}"));
+            assert!(
+                matches!(h.map(|h| h.kind), Some(Kind::Connect(_))),
+                "{raw:?}"
+            );
+        }
+        for host in ["b.example", "a.example:8443", "a.example:"] {
+            let raw = format!("CONNECT a.example:443 HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            let err = head(&raw).expect_err(&raw);
+            assert_eq!(err.status(), 400, "{raw:?}: {err}");
+        }
     }
 }
