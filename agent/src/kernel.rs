@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | Landlock ABI 1 (filesystem rights) | 5.13 | the run is refused: nothing else confines writes |
 //! | ABI 2 (`REFER`: links and renames across dirs) | 5.19 | the run is refused (older than 6.1) |
-//! | ABI 3 (`TRUNCATE`) | 6.2 | [`Gap::Truncate`] |
+//! | ABI 3 (`TRUNCATE`) | 6.2 | the seccomp supervisor truncates only beneath the writable roots ([`crate::supervise::truncate`]) |
 //! | ABI 5 (`IOCTL_DEV`) | 6.10 | [`Gap::DeviceIoctl`] |
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | [`Gap::SignalScope`], [`Gap::AbstractUnixScope`] |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | [`Gap::FilesystemRefusalsUnseen`] |
@@ -126,7 +126,15 @@ impl Kernel {
             },
             Holding {
                 promise: "no file outside the writable roots truncated",
-                by: held(Gap::Truncate, landlock("truncate right", 3)).map_err(Into::into),
+                by: held(
+                    Gap::Truncate,
+                    landlock("truncate right", 3).or_else(|| {
+                        self.fallbacks().truncate.then(|| {
+                            "the seccomp supervisor (no Landlock truncate right: ABI < 3)".to_owned()
+                        })
+                    }),
+                )
+                .map_err(Into::into),
             },
             Holding {
                 promise: "no ioctl on a device outside the writable roots but a terminal's and those of null, zero, full",
@@ -167,7 +175,10 @@ impl Kernel {
     /// kernel's own mechanism.
     #[must_use]
     pub fn fallbacks(&self) -> crate::seccomp::Fallbacks {
-        crate::seccomp::Fallbacks::NONE
+        crate::seccomp::Fallbacks {
+            truncate: self.landlock_abi() < 3,
+            ..crate::seccomp::Fallbacks::NONE
+        }
     }
 
     /// The promises this kernel leaves without a mechanism.
@@ -275,7 +286,7 @@ impl Gap {
     pub fn held_by(self, kernel: &Kernel) -> bool {
         let abi = kernel.landlock_abi();
         match self {
-            Self::Truncate => abi >= 3,
+            Self::Truncate => abi >= 3 || kernel.fallbacks().truncate,
             Self::DeviceIoctl => abi >= 5,
             Self::SignalScope | Self::AbstractUnixScope => abi >= 6,
             Self::FilesystemRefusalsUnseen => abi >= 7,
@@ -339,7 +350,6 @@ mod tests {
         assert_eq!(
             gaps(2, false),
             vec![
-                Gap::Truncate,
                 Gap::DeviceIoctl,
                 Gap::SignalScope,
                 Gap::AbstractUnixScope,
@@ -347,6 +357,37 @@ mod tests {
                 Gap::FilesystemRefusalsUnseen
             ]
         );
+    }
+
+    /// Where an older ABI lacks a right, the promise names what holds it
+    /// instead; where the ABI has it, Landlock.
+    #[test]
+    fn an_older_abi_names_what_stands_in_for_a_missing_right() {
+        let by = |abi, promise: &str| {
+            Kernel {
+                landlock: Ok(abi),
+                unix_hooks: true,
+            }
+            .promises()
+            .into_iter()
+            .find(|h| h.promise.starts_with(promise))
+            .map(|h| h.by)
+            .unwrap()
+        };
+        let truncated = "no file outside the writable roots truncated";
+        assert_eq!(
+            by(2, truncated),
+            Ok("the seccomp supervisor (no Landlock truncate right: ABI < 3)".to_owned())
+        );
+        assert_eq!(
+            by(3, truncated),
+            Ok("Landlock truncate right (ABI 3)".to_owned())
+        );
+        let k = |abi| Kernel {
+            landlock: Ok(abi),
+            unix_hooks: true,
+        };
+        assert!(k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
     }
 
     #[test]

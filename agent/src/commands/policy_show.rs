@@ -233,7 +233,13 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: crate::seccomp::describe(),
+            seccomp: {
+                let mut lines = crate::seccomp::describe();
+                lines.extend(crate::seccomp::describe_fallbacks(
+                    crate::kernel::Kernel::get().fallbacks(),
+                ));
+                lines
+            },
             rules: None,
         }
     }
