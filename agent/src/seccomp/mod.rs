@@ -850,14 +850,14 @@ pub fn combined(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
 
 /// The promises of the kernel's own mechanisms that the supervisor holds
 /// instead on a kernel without them ([`crate::kernel`]): each names calls
-/// handed to the supervisor by [`fallback_filter`].
+/// handed to the supervisor by [`fallback_filter`]. (The device ioctl
+/// right, ABI 5, is stood in for by the mounts of the run's namespace, not
+/// here: [`crate::kernel::Kernel::devices_only_in_dev`].)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[allow(clippy::struct_excessive_bools)] // one flag per missing mechanism, each its own calls
 pub struct Fallbacks {
     /// No Landlock truncate right (ABI 3): [`TRUNCATING_OPENS`] and `truncate`.
     pub truncate: bool,
-    /// No Landlock device ioctl right (ABI 5).
-    pub device_ioctl: bool,
     /// No Landlock scoping of signals and abstract unix sockets (ABI 6).
     pub scoping: bool,
     /// No cgroup unix hooks (Linux 6.7).
@@ -868,7 +868,6 @@ impl Fallbacks {
     /// A kernel with every mechanism.
     pub const NONE: Self = Self {
         truncate: false,
-        device_ioctl: false,
         scoping: false,
         unix_addresses: false,
     };
@@ -2402,7 +2401,6 @@ mod tests {
     fn the_program_with_every_fallback_fits() {
         let every = super::Fallbacks {
             truncate: true,
-            device_ioctl: true,
             scoping: true,
             unix_addresses: true,
         };
