@@ -788,8 +788,10 @@ impl ChildPlan {
             return Err(self.fail(Step::OomScore));
         }
         // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN), and
-        // with them mounted, the device files kept to /dev
-        if !self.mounts.is_empty() {
+        // with them mounted, the device files kept to /dev; every mount
+        // made private first, also with none to mount: a mount the machine
+        // makes later must not reach the run, without nodev
+        if self.new_mount_namespace() {
             if let Err(e) = OwnMount::mount_all(&self.mounts) {
                 self.report_failure(Step::OwnMounts as u8, &e);
                 return Err(e);
