@@ -341,3 +341,25 @@ fn no_device_outside_dev_takes_an_ioctl_without_landlocks_device_ioctl_right() {
         w.assert_no_run_dirs();
     }
 }
+
+/// `lockrun policy show` says what stands in for each right the ABI in use
+/// lacks, and nothing of it where the ABI has the right.
+#[test]
+fn policy_show_names_what_stands_in_for_each_missing_right() {
+    let truncate = "supervised: truncate, and ";
+    let devices = "device files anywhere but /dev, opened for nothing";
+    for abi in ["2", "4", "7"] {
+        let w = World::new(&format!("fb-show-{abi}"));
+        let out = at_abi(Command::new(support::BIN), Some(abi))
+            .args(["policy", "show", "--worktree", s(&w.wt), "--state-dir"])
+            .arg(&w.state)
+            .env("HOME", &w.home)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "ABI {abi}: {out:?}");
+        let in_use = abi_in_use(Some(abi));
+        assert_eq!(text.contains(truncate), in_use < 3, "ABI {in_use}: {text}");
+        assert_eq!(text.contains(devices), in_use < 5, "ABI {in_use}: {text}");
+    }
+}
