@@ -8,8 +8,8 @@
 //! |---|---|---|
 //! | Landlock ABI 1 (filesystem rights) | 5.13 | the run is refused: nothing else confines writes |
 //! | ABI 2 (`REFER`: links and renames across dirs) | 5.19 | the run is refused (older than 6.1) |
-//! | ABI 3 (`TRUNCATE`) | 6.2 | [`Gap::Truncate`] |
-//! | ABI 5 (`IOCTL_DEV`) | 6.10 | [`Gap::DeviceIoctl`] |
+//! | ABI 3 (`TRUNCATE`) | 6.2 | the seccomp supervisor truncates only beneath the writable roots ([`crate::supervise::truncate`]) |
+//! | ABI 5 (`IOCTL_DEV`) | 6.10 | device files opened only under `/dev`, where Landlock's rules name the few a run may open: every other mount `nodev` in the run's mount namespace ([`Kernel::devices_only_in_dev`]) |
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | [`Gap::SignalScope`], [`Gap::AbstractUnixScope`] |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | [`Gap::FilesystemRefusalsUnseen`] |
 //! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | [`Gap::UnixAddresses`] |
@@ -126,11 +126,29 @@ impl Kernel {
             },
             Holding {
                 promise: "no file outside the writable roots truncated",
-                by: held(Gap::Truncate, landlock("truncate right", 3)).map_err(Into::into),
+                by: held(
+                    Gap::Truncate,
+                    landlock("truncate right", 3).or_else(|| {
+                        self.fallbacks().truncate.then(|| {
+                            "the seccomp supervisor (no Landlock truncate right: ABI < 3)".to_owned()
+                        })
+                    }),
+                )
+                .map_err(Into::into),
             },
             Holding {
                 promise: "no ioctl on a device outside the writable roots but a terminal's and those of null, zero, full",
-                by: held(Gap::DeviceIoctl, landlock("device ioctl right", 5)).map_err(Into::into),
+                by: held(
+                    Gap::DeviceIoctl,
+                    landlock("device ioctl right", 5).or_else(|| {
+                        self.devices_only_in_dev().then(|| {
+                            "device files only under /dev, by Landlock's rules there: every other mount nodev \
+                             (no Landlock device ioctl right: ABI < 5)"
+                                .to_owned()
+                        })
+                    }),
+                )
+                .map_err(Into::into),
             },
             Holding {
                 promise: "no signal to a process outside the run",
@@ -167,7 +185,31 @@ impl Kernel {
     /// kernel's own mechanism.
     #[must_use]
     pub fn fallbacks(&self) -> crate::seccomp::Fallbacks {
-        crate::seccomp::Fallbacks::NONE
+        crate::seccomp::Fallbacks {
+            truncate: self.landlock_abi() < 3,
+            ..crate::seccomp::Fallbacks::NONE
+        }
+    }
+
+    /// Whether the run opens device files only under `/dev`, for want of
+    /// Landlock's device ioctl right (ABI < 5, Linux < 6.10): the child
+    /// marks every other mount of its namespace `nodev`
+    /// ([`crate::sys::ChildPlan`]). Under `/dev` Landlock's rules let a run
+    /// open only null, zero, full, the terminals (each granted the ioctl
+    /// right where the kernel has it) and random, urandom (whose ioctls do
+    /// nothing without `CAP_SYS_ADMIN` but read the entropy count, as
+    /// `/proc/sys/kernel/random/entropy_avail` does); a device file
+    /// elsewhere, which the run could read, and so drive by ioctl, is
+    /// refused at its open (`EACCES`), beneath a writable root too.
+    ///
+    /// Not the supervisor, judging each `ioctl` by what its descriptor is:
+    /// the kernel looks the descriptor up again after the supervisor lets
+    /// the call go on, and a thread of the command sharing its descriptor
+    /// table could put a device there in between; and every `ioctl`
+    /// (`isatty`) would wait on a round trip to lockrun.
+    #[must_use]
+    pub fn devices_only_in_dev(&self) -> bool {
+        self.landlock_abi() < 5
     }
 
     /// The promises this kernel leaves without a mechanism.
@@ -275,8 +317,8 @@ impl Gap {
     pub fn held_by(self, kernel: &Kernel) -> bool {
         let abi = kernel.landlock_abi();
         match self {
-            Self::Truncate => abi >= 3,
-            Self::DeviceIoctl => abi >= 5,
+            Self::Truncate => abi >= 3 || kernel.fallbacks().truncate,
+            Self::DeviceIoctl => abi >= 5 || kernel.devices_only_in_dev(),
             Self::SignalScope | Self::AbstractUnixScope => abi >= 6,
             Self::FilesystemRefusalsUnseen => abi >= 7,
             Self::UnixAddresses => kernel.unix_hooks,
@@ -339,14 +381,52 @@ mod tests {
         assert_eq!(
             gaps(2, false),
             vec![
-                Gap::Truncate,
-                Gap::DeviceIoctl,
                 Gap::SignalScope,
                 Gap::AbstractUnixScope,
                 Gap::UnixAddresses,
                 Gap::FilesystemRefusalsUnseen
             ]
         );
+    }
+
+    /// Where an older ABI lacks a right, the promise names what holds it
+    /// instead; where the ABI has it, Landlock.
+    #[test]
+    fn an_older_abi_names_what_stands_in_for_a_missing_right() {
+        let by = |abi, promise: &str| {
+            Kernel {
+                landlock: Ok(abi),
+                unix_hooks: true,
+            }
+            .promises()
+            .into_iter()
+            .find(|h| h.promise.starts_with(promise))
+            .map(|h| h.by)
+            .unwrap()
+        };
+        let truncated = "no file outside the writable roots truncated";
+        let ioctl = "no ioctl on a device outside the writable roots";
+        assert_eq!(
+            by(2, truncated),
+            Ok("the seccomp supervisor (no Landlock truncate right: ABI < 3)".to_owned())
+        );
+        assert_eq!(
+            by(3, truncated),
+            Ok("Landlock truncate right (ABI 3)".to_owned())
+        );
+        assert!(by(4, ioctl)
+            .unwrap()
+            .starts_with("device files only under /dev"));
+        assert_eq!(
+            by(5, ioctl),
+            Ok("Landlock device ioctl right (ABI 5)".to_owned())
+        );
+        let k = |abi| Kernel {
+            landlock: Ok(abi),
+            unix_hooks: true,
+        };
+        assert!(k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
+        assert!(k(4).devices_only_in_dev() && !k(5).devices_only_in_dev());
     }
 
     #[test]

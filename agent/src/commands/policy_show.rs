@@ -143,6 +143,17 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
     Ok(rules)
 }
 
+/// Where the kernel has no Landlock device ioctl right, the device files
+/// a run cannot open ([`crate::kernel::Kernel::devices_only_in_dev`]).
+fn devices_outside_dev() -> Option<String> {
+    crate::kernel::Kernel::get().devices_only_in_dev().then(|| {
+        "device files anywhere but /dev, opened for nothing (this kernel has no Landlock device ioctl \
+         right, ABI < 5: every other mount nodev in the run's mount namespace; EACCES, beneath the \
+         writable paths too)"
+            .to_owned()
+    })
+}
+
 impl<'a> View<'a> {
     #[must_use]
     pub fn of(policy: &'a Policy) -> Self {
@@ -209,6 +220,7 @@ impl<'a> View<'a> {
                 })
                 .join(", ")
         ));
+        deny_read.extend(devices_outside_dev());
         deny_read.push(format!(
             "{}, but the run's own: a procfs instance of its mount namespace that shows only the run's processes (hidepid=ptraceable); another run's command, the caller's and the machine's processes have no entry there",
             crate::fs::OwnFs::Processes.path().display()
@@ -233,7 +245,13 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: crate::seccomp::describe(),
+            seccomp: {
+                let mut lines = crate::seccomp::describe();
+                lines.extend(crate::seccomp::describe_fallbacks(
+                    crate::kernel::Kernel::get().fallbacks(),
+                ));
+                lines
+            },
             rules: None,
         }
     }

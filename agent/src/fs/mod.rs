@@ -1,7 +1,15 @@
 //! Filesystem confinement with Landlock, at the ABI of the running kernel
 //! ([`crate::kernel`]: every right up to ABI 7, Linux 6.15; scoping from
 //! ABI 6, Linux 6.12; at least ABI 1, Linux 5.13). What an older ABI
-//! lacks is held another way, or named as a gap the policy must accept.
+//! lacks is held another way, or named as a gap the policy must accept:
+//! without the truncate right (ABI < 3, Linux < 6.2) the seccomp
+//! supervisor truncates for the command only beneath the writable roots
+//! ([`crate::supervise::truncate`]); without the device ioctl right (ABI
+//! < 5, Linux < 6.10) device files are opened only under `/dev`, where the
+//! rules here name the few a run may open: the child makes every other
+//! mount of its namespace `nodev`
+//! ([`crate::kernel::Kernel::devices_only_in_dev`]), beneath the writable
+//! roots too.
 //!
 //! What it enforces:
 //! - **writes** (every write right of ABI 7: write, truncate, remove, make
@@ -208,6 +216,14 @@ pub const DEV_READABLE: [&str; 13] = [
     "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "fd", "stdin",
     "stdout", "stderr",
 ];
+
+/// The devices of `/dev` a run may read, write and drive by ioctl
+/// ([`Grant::Device`]).
+pub const DEVICES: [&str; 3] = ["null", "zero", "full"];
+
+/// The terminals of `/dev` a run may open ([`Grant::Tty`]), besides its own
+/// in `/dev/pts` and the caller's.
+pub const TERMINALS: [&str; 2] = ["tty", "ptmx"];
 
 /// A filesystem of the run's own, mounted over the machine's in the run's
 /// mount namespace by the child ([`crate::sys::OwnMount`]).
@@ -698,11 +714,12 @@ impl FsSandbox {
     ) -> Result<Self, FsError> {
         let roots = Roots { denied, writable };
         roots.grant_writable(&mut plan)?;
-        for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
-            plan.push_if_exists(Path::new(dev), Grant::Device)?;
+        for dev in DEVICES {
+            plan.push_if_exists(&Path::new("/dev").join(dev), Grant::Device)?;
         }
-        plan.push_if_exists(Path::new("/dev/tty"), Grant::Tty)?;
-        plan.push_if_exists(Path::new("/dev/ptmx"), Grant::Tty)?;
+        for tty in TERMINALS {
+            plan.push_if_exists(&Path::new("/dev").join(tty), Grant::Tty)?;
+        }
         for fd in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
             plan.push_stdio(fd)?;
         }
@@ -995,6 +1012,42 @@ fn resolve(path: &Path, cache: &mut std::collections::HashMap<PathBuf, PathBuf>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Of the device files a run may open in `/dev`, only random and
+    /// urandom lack the device ioctl right, and their ioctls do nothing
+    /// without `CAP_SYS_ADMIN` but report the entropy count: where the
+    /// kernel has no such right (ABI < 5), lockrun keeps device files to
+    /// `/dev` ([`crate::kernel::Kernel::devices_only_in_dev`]) and grants
+    /// nothing more. A device added to [`DEV_READABLE`] must be judged
+    /// there first.
+    #[test]
+    fn the_devices_readable_in_dev_take_ioctls_only_where_granted() {
+        use std::os::unix::fs::FileTypeExt as _;
+        let mut devices = 0;
+        for name in DEV_READABLE {
+            // Not through a symlink: stdin, stdout, stderr are the
+            // caller's stdio, granted as such.
+            let Ok(m) = std::fs::symlink_metadata(Path::new("/dev").join(name)) else {
+                continue;
+            };
+            let ft = m.file_type();
+            if !(ft.is_char_device() || ft.is_block_device()) {
+                continue;
+            }
+            devices += 1;
+            assert!(
+                DEVICES.contains(&name)
+                    || TERMINALS.contains(&name)
+                    || ["random", "urandom"].contains(&name),
+                "/dev/{name} is readable in a run, a device, and granted no ioctl: judge what its \
+                 ioctls do without Landlock's device ioctl right (crate::kernel::Kernel::devices_only_in_dev)"
+            );
+        }
+        assert!(
+            devices >= 5,
+            "only {devices} devices of DEV_READABLE found in /dev"
+        );
+    }
 
     #[test]
     fn strictly_beneath_is_by_component() {

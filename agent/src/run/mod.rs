@@ -1215,7 +1215,7 @@ async fn run(
             message: core_dumps.to_string(),
         });
     }
-    let (plan, report) = crate::sys::ChildPlan::new(
+    let (mut plan, report) = crate::sys::ChildPlan::new(
         crate::sys::Restrict {
             ruleset,
             log_denials: crate::kernel::Kernel::get().landlock_abi() >= 7,
@@ -1231,6 +1231,10 @@ async fn run(
         what: "report pipe",
         source,
     })?;
+    // Without Landlock's device ioctl right: device files only under /dev.
+    if crate::kernel::Kernel::get().devices_only_in_dev() {
+        plan.keep_devices_in_dev();
+    }
 
     // 8. environment
     let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);

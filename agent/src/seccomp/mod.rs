@@ -826,7 +826,13 @@ fn protocol_name(protocol: u64) -> String {
 ///
 /// Where the kernel lacks a mechanism the supervisor stands in for
 /// ([`Fallbacks`]), the program has a part more ([`fallback_filter`]), and
-/// is built now rather than taken as the build script made it.
+/// is built now rather than taken as the build script made it. It comes
+/// last, so it sees only what every other part allowed; where it hands
+/// over a call an earlier part also takes with other arguments (`open`,
+/// `openat`: a set-id mode, refused; `O_TRUNC` without write access,
+/// truncated beneath a writable root), the supervisor asks
+/// [`refused_call`] first, so what the reported part refuses stays refused
+/// (`truncating_agrees_with_the_filter`).
 pub fn combined(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
     if fallbacks != Fallbacks::NONE {
         return compile_with(fallbacks);
@@ -844,14 +850,14 @@ pub fn combined(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
 
 /// The promises of the kernel's own mechanisms that the supervisor holds
 /// instead on a kernel without them ([`crate::kernel`]): each names calls
-/// handed to the supervisor by [`fallback_filter`].
+/// handed to the supervisor by [`fallback_filter`]. (The device ioctl
+/// right, ABI 5, is stood in for by the mounts of the run's namespace, not
+/// here: [`crate::kernel::Kernel::devices_only_in_dev`].)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[allow(clippy::struct_excessive_bools)] // one flag per missing mechanism, each its own calls
 pub struct Fallbacks {
-    /// No Landlock truncate right (ABI 3).
+    /// No Landlock truncate right (ABI 3): [`TRUNCATING_OPENS`] and `truncate`.
     pub truncate: bool,
-    /// No Landlock device ioctl right (ABI 5).
-    pub device_ioctl: bool,
     /// No Landlock scoping of signals and abstract unix sockets (ABI 6).
     pub scoping: bool,
     /// No cgroup unix hooks (Linux 6.7).
@@ -862,7 +868,6 @@ impl Fallbacks {
     /// A kernel with every mechanism.
     pub const NONE: Self = Self {
         truncate: false,
-        device_ioctl: false,
         scoping: false,
         unix_addresses: false,
     };
@@ -870,11 +875,91 @@ impl Fallbacks {
 
 /// The part of [`combined`] that hands the supervisor the calls a kernel's
 /// missing mechanism would have judged ([`Fallbacks`]), and the calls it
-/// decides on; allows every other.
+/// decides on; allows every other. One section per mechanism: each loads
+/// the syscall number first, hands over its calls, and goes on to the next
+/// with every other (the accumulator then holds anything).
 fn fallback_filter(fallbacks: Fallbacks) -> (BpfProgram, Vec<i64>) {
-    let _ = fallbacks;
-    let p = vec![insn(RET_K, 0, 0, RET_ALLOW)];
-    (p, Vec::new())
+    let mut p = Vec::new();
+    let mut decided = Vec::new();
+    if fallbacks.truncate {
+        truncate_section(&mut p, &mut decided);
+    }
+    p.push(insn(RET_K, 0, 0, RET_ALLOW));
+    (p, decided)
+}
+
+/// The opens that can truncate without asking Landlock for a write right,
+/// with the argument that holds their flags: `O_TRUNC` with the access
+/// mode `O_RDONLY`, or 3 (`O_WRONLY | O_RDWR`, which opens for neither and
+/// asks Landlock nothing), truncate a regular file the run may only read
+/// (or not even that) where Landlock has no truncate right (ABI < 3,
+/// Linux < 6.2). `O_WRONLY` and `O_RDWR` ask for the write right, which
+/// refuses them outside the writable roots, and so does `creat`
+/// (`O_WRONLY`); `O_PATH` ignores `O_TRUNC`; `openat2` is `ENOSYS`.
+pub const TRUNCATING_OPENS: &[(i64, u32)] = &[
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_open, 1),
+    (libc::SYS_openat, 2),
+];
+
+/// Whether [`fallback_filter`] hands this call over for want of Landlock's
+/// truncate right: `truncate(2)`, and the opens of [`TRUNCATING_OPENS`]
+/// with `O_TRUNC`, without `O_PATH`, and access mode 0 or 3. Decided on
+/// the registers alone, as the filter decides
+/// (`truncating_agrees_with_the_filter`); the kernel reads the flags as an
+/// int (the low half).
+#[must_use]
+pub fn truncating(nr: i64, args: [u64; 6]) -> bool {
+    if nr == libc::SYS_truncate {
+        return true;
+    }
+    TRUNCATING_OPENS
+        .iter()
+        .find(|(n, _)| *n == nr)
+        .is_some_and(|(_, f)| {
+            let flags = args[*f as usize] & 0xffff_ffff;
+            let mode = flags & libc::O_ACCMODE as u64;
+            flags & libc::O_TRUNC as u64 != 0
+                && flags & libc::O_PATH as u64 == 0
+                && (mode == 0 || mode == libc::O_ACCMODE as u64)
+        })
+}
+
+/// [`fallback_filter`]'s section for [`Fallbacks::truncate`]: every
+/// `truncate`, and the opens [`truncating`] names, to the supervisor
+/// ([`crate::supervise::truncate`]), which truncates, or opens and hands
+/// over the descriptor, only beneath a writable root.
+fn truncate_section(p: &mut BpfProgram, decided: &mut Vec<i64>) {
+    let nr = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+    let (trunc, path) = (libc::O_TRUNC as u32, libc::O_PATH as u32);
+    let (wronly, rdwr) = (libc::O_WRONLY as u32, libc::O_RDWR as u32);
+    p.push(insn(LD_W_ABS, 0, 0, 0));
+    p.push(insn(JEQ_K, 0, 1, nr(libc::SYS_truncate)));
+    p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    decided.push(libc::SYS_truncate);
+    let mut to_end = Vec::new();
+    for (call, flags) in TRUNCATING_OPENS {
+        // Not this call: over the eight below, to the next call's test.
+        p.push(insn(JEQ_K, 0, 8, nr(*call)));
+        p.extend([
+            insn(LD_W_ABS, 0, 0, arg_lo(*flags)), // 0
+            insn(JSET_K, 0, 5, trunc),            // 1: no O_TRUNC → 7
+            insn(JSET_K, 4, 0, path),             // 2: O_PATH → 7
+            insn(JSET_K, 0, 1, wronly),           // 3: → 4 | 5
+            insn(JSET_K, 1, 2, rdwr),             // 4: mode 3 → 6, mode 1 → 7
+            insn(JSET_K, 1, 0, rdwr),             // 5: mode 2 → 7, mode 0 → 6
+            insn(RET_K, 0, 0, RET_USER_NOTIF),    // 6
+        ]);
+        // 7: this call is decided; the accumulator holds its flags, which
+        // the next call's test must not take for a number: to the end.
+        to_end.push(p.len());
+        p.push(insn(JA, 0, 0, 0));
+        decided.push(*call);
+    }
+    let end = p.len();
+    for at in to_end {
+        p[at].k = u32::try_from(end - at - 1).unwrap_or(u32::MAX);
+    }
 }
 
 /// [`combined`] as the build script compiled it, from this very module
@@ -1110,6 +1195,33 @@ pub fn describe() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// What the part of [`fallback_filter`] adds on this kernel, for people
+/// (`lockrun policy show`), as [`describe`]'s lines: nothing where the
+/// kernel has every mechanism.
+#[must_use]
+pub fn describe_fallbacks(fallbacks: Fallbacks) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    if fallbacks.truncate {
+        let opens: Vec<String> = TRUNCATING_OPENS
+            .iter()
+            .map(|(nr, _)| match *nr {
+                libc::SYS_openat => "openat".to_owned(),
+                _ => "open".to_owned(),
+            })
+            .collect();
+        lines.push((
+            "supervised",
+            format!(
+                "truncate, and {} with O_TRUNC and access mode O_RDONLY (or 3), for want of Landlock's truncate \
+                 right (ABI < 3): lockrun truncates, or opens and hands over the descriptor, only a regular file \
+                 beneath the run's writable roots; refused (EACCES, shown) elsewhere",
+                opens.join(", ")
+            ),
+        ));
+    }
+    lines
+}
+
 /// The metadata syscalls the supervisor performs for the command: Landlock
 /// (ABI 7) does not check them, and a capability-less root still owns every
 /// root-owned file.
@@ -1313,9 +1425,9 @@ const JEQ_K: u16 = 0x15;
 const RET_K: u16 = 0x06;
 /// `BPF_JMP | BPF_JA`: jump `k` instructions forward.
 const JA: u16 = 0x05;
-/// `BPF_JMP | BPF_JGE | BPF_K`, `BPF_JMP | BPF_JSET | BPF_K` (the x32 test).
+/// `BPF_JMP | BPF_JGE | BPF_K`, `BPF_JMP | BPF_JSET | BPF_K` (the x32
+/// test, the open flags of [`truncate_section`]).
 const JGE_K: u16 = 0x35;
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const JSET_K: u16 = 0x45;
 /// `__X32_SYSCALL_BIT`: the x32 ABI's syscall numbers.
 #[cfg(target_arch = "x86_64")]
@@ -2180,5 +2292,132 @@ mod tests {
         d.dedup();
         let jeqs = f.iter().filter(|i| i.code == super::JEQ_K).count();
         assert_eq!(jeqs, 1 + d.len());
+    }
+
+    /// Open flags that take each branch of the truncate section, with junk
+    /// in the high half the kernel does not read.
+    fn open_flag_cases() -> Vec<u64> {
+        let mut flags = Vec::new();
+        for mode in 0..4u64 {
+            for extra in [
+                0,
+                libc::O_TRUNC as u64,
+                (libc::O_TRUNC | libc::O_PATH) as u64,
+                (libc::O_TRUNC | libc::O_CREAT) as u64,
+                (libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC) as u64,
+                (libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_DIRECTORY) as u64,
+                libc::O_PATH as u64,
+                0x1_0000_0000 | libc::O_TRUNC as u64,
+                0x2000_0000_0000,
+            ] {
+                flags.push(mode | extra);
+                flags.push(mode | extra | 0xffff_ffff_0000_0000);
+            }
+        }
+        flags
+    }
+
+    /// The truncate section hands over exactly the calls
+    /// [`super::truncating`] names (which the supervisor's
+    /// `truncate` module takes by), and in the whole program every other
+    /// open goes on as before: allowed, or refused for a set-id mode, which
+    /// the supervisor asks first.
+    #[test]
+    fn truncating_agrees_with_the_filter() {
+        let fallbacks = super::Fallbacks {
+            truncate: true,
+            ..super::Fallbacks::NONE
+        };
+        let (part, decided) = super::fallback_filter(fallbacks);
+        let all = super::combined(fallbacks).unwrap();
+        let none = super::combined(super::Fallbacks::NONE).unwrap();
+        let mut cases: Vec<(i64, [u64; 6])> = vec![
+            (libc::SYS_truncate, [0x1000, 0, 0, 0, 0, 0]),
+            (libc::SYS_truncate, [u64::MAX; 6]),
+            (libc::SYS_ftruncate, [3, 0, 0, 0, 0, 0]),
+            (libc::SYS_read, [3, 0x1000, 0o1000, 0, 0, 0]),
+            (libc::SYS_openat2, [3, 0x1000, 0x1000, 24, 0, 0]),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        cases.push((libc::SYS_creat, [0x1000, 0o644, 0, 0, 0, 0]));
+        for flags in open_flag_cases() {
+            for mode in [0o644, 0o4755] {
+                cases.push((libc::SYS_openat, [3, 0x1000, flags, mode, 0, 0]));
+                #[cfg(target_arch = "x86_64")]
+                cases.push((libc::SYS_open, [0x1000, flags, mode, 0, 0, 0]));
+            }
+        }
+        let mut handed = 0;
+        for (nr, args) in cases {
+            let truncating = super::truncating(nr, args);
+            handed += usize::from(truncating);
+            let want = if truncating {
+                super::RET_USER_NOTIF
+            } else {
+                super::RET_ALLOW
+            };
+            assert_eq!(run(&part, nr, args), want, "part: {nr} {args:?}");
+            // The whole program: the truncating calls notified; every other
+            // answered as without the fallback.
+            let whole = run(&all, nr, args);
+            if truncating {
+                assert_eq!(whole, super::RET_USER_NOTIF, "{nr} {args:?}");
+                assert!(decided.contains(&nr), "{nr} not decided");
+            } else {
+                assert_eq!(whole, run(&none, nr, args), "{nr} {args:?}");
+            }
+        }
+        // Each truncating branch was taken: truncate, and per open call
+        // mode 0 and 3 with O_TRUNC, with or without O_CREAT, O_EXCL…
+        assert!(handed >= 2 + 8, "only {handed} calls handed over");
+        // The flags the section reads are the kernel's int: the low half.
+        assert!(super::truncating(
+            libc::SYS_openat,
+            [
+                3,
+                0x1000,
+                0xffff_ffff_0000_0000 | libc::O_TRUNC as u64,
+                0,
+                0,
+                0
+            ]
+        ));
+        assert!(!super::truncating(
+            libc::SYS_openat,
+            [
+                3,
+                0x1000,
+                0x1_0000_0000 | libc::O_WRONLY as u64 | libc::O_TRUNC as u64,
+                0,
+                0,
+                0
+            ]
+        ));
+    }
+
+    /// With every fallback, the program still fits the kernel's limit, its
+    /// jumps stay inside, and only its last part allows.
+    #[test]
+    fn the_program_with_every_fallback_fits() {
+        let every = super::Fallbacks {
+            truncate: true,
+            scoping: true,
+            unix_addresses: true,
+        };
+        let all = super::combined(every).unwrap();
+        assert!(all.len() <= 4096);
+        let (part, _) = super::fallback_filter(every);
+        for (i, f) in part.iter().enumerate() {
+            let to = match f.code {
+                super::JA => i + 1 + f.k as usize,
+                super::JEQ_K | super::JSET_K => i + 1 + usize::from(f.jt.max(f.jf)),
+                _ => continue,
+            };
+            assert!(to < part.len(), "insn {i} jumps to {to} of {}", part.len());
+        }
+        assert_eq!(
+            part.last().map(|f| (f.code, f.k)),
+            Some((super::RET_K, super::RET_ALLOW))
+        );
     }
 }

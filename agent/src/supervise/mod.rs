@@ -18,7 +18,10 @@
 //!   connections or datagrams of another of the same uid;
 //! - **watches on denied paths** ([`watch`]): Landlock does not check
 //!   `inotify_add_watch`, and a watch on a directory names what appears in
-//!   it.
+//!   it;
+//! - **truncation outside** ([`truncate`]), only on a kernel without
+//!   Landlock's truncate right (ABI < 3, Linux < 6.2): `truncate(2)` and
+//!   the opens with `O_TRUNC` that ask for no write right.
 //!
 //! It also answers the calls of the seccomp deny list with `EPERM`
 //! ([`crate::seccomp::refused_call`]): the filter hands them over only so
@@ -100,6 +103,7 @@ pub mod meta;
 pub mod resolve;
 pub mod reuse;
 pub mod sched;
+pub mod truncate;
 pub mod unix;
 pub mod watch;
 
@@ -163,6 +167,9 @@ pub enum Reply {
     Continue,
     /// Another thread will answer.
     Deferred,
+    /// Answered already, with a descriptor put in the task
+    /// (`SECCOMP_ADDFD_FLAG_SEND`).
+    Answered,
     /// The task is gone (its notification is no longer valid).
     Gone,
 }
@@ -173,7 +180,7 @@ impl Shared {
             Reply::Value(v) => notify::notif_send(self.listener.as_fd(), id, v, 0, false),
             Reply::Errno(e) => notify::notif_send(self.listener.as_fd(), id, 0, e, false),
             Reply::Continue => notify::notif_send(self.listener.as_fd(), id, 0, 0, true),
-            Reply::Deferred | Reply::Gone => Ok(()),
+            Reply::Deferred | Reply::Gone | Reply::Answered => Ok(()),
         };
         // ENOENT: the task died meanwhile; nothing to answer.
         let _ = r;
@@ -477,6 +484,8 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         refuse_call(&task, call, why)
     } else if nr == libc::SYS_ioctl {
         meta::handle(&task, &s.fs_roots)
+    } else if truncate::handles(nr, task.args()) {
+        truncate::handle(&task)
     } else {
         Reply::Errno(libc::ENOSYS)
     };

@@ -16,8 +16,10 @@
 //!    (`CLONE_NEWNS`), makes every mount there private and moves each
 //!    filesystem lockrun made and granted in the Landlock ruleset (a tmpfs,
 //!    a new devpts instance, the run's message queues, empty ones over the
-//!    machine's kernel filesystems) onto its path — needs `CAP_SYS_ADMIN`,
-//!    so before the capabilities go; before those, core dumps off where a
+//!    machine's kernel filesystems) onto its path, and where the kernel
+//!    lacks Landlock's device ioctl right, **device files kept to `/dev`**
+//!    ([`devices_in_dev_only`]: every other mount `nodev`) — needs
+//!    `CAP_SYS_ADMIN`, so before the capabilities go; before those, core dumps off where a
 //!    pipe would take them, and
 //!    **the run the OOM killer's first pick** (`oom_score_adj` 1000,
 //!    [`OOM_SCORE_ADJ`]), which Landlock then keeps from being lowered;
@@ -91,13 +93,15 @@ pub enum Step {
     JoinTasks,
     JoinMemory,
     OomScore,
+    DevicesInDevOnly,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
-            Ambient, BoundingSet, Capset, CloseRange, CoreLimit, JoinMemory, JoinTasks, Landlock,
-            NoNewPrivs, Notify, OomScore, OwnMounts, Rlimit, Seccomp, Securebits,
+            Ambient, BoundingSet, Capset, CloseRange, CoreLimit, DevicesInDevOnly, JoinMemory,
+            JoinTasks, Landlock, NoNewPrivs, Notify, OomScore, OwnMounts, Rlimit, Seccomp,
+            Securebits,
         };
         [
             CloseRange,
@@ -115,6 +119,7 @@ impl Step {
             JoinTasks,
             JoinMemory,
             OomScore,
+            DevicesInDevOnly,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -138,6 +143,7 @@ impl Step {
             Step::JoinTasks => "joining the run's cgroup of the v1 pids hierarchy, which limits its tasks (write 0 to its tasks file)",
             Step::JoinMemory => "joining the run's cgroup of the v1 memory hierarchy, which limits its memory (write 0 to its tasks file)",
             Step::OomScore => "making the run the OOM killer's first pick (write 1000 to /proc/self/oom_score_adj)",
+            Step::DevicesInDevOnly => "keeping the run's device files to /dev: every mount of its namespace nodev but /dev and those beneath it (mount_setattr MOUNT_ATTR_NODEV, recursive; /dev must be a mount)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -166,6 +172,9 @@ pub struct ChildPlan {
     no_core_dumps: bool,
     /// The run's own filesystems, mounted in the child's mount namespace.
     mounts: Vec<OwnMount>,
+    /// Whether device files may be opened only under `/dev`
+    /// ([`crate::kernel::Kernel::devices_only_in_dev`]).
+    devices_in_dev_only: bool,
     /// The `tasks` files of the run's cgroups in v1 hierarchies, which
     /// the child joins first ([`crate::cgroup::v1`]), each with the step
     /// that names it: none where the limits are the run cgroup's own (v2),
@@ -337,6 +346,55 @@ impl OwnMount {
             )
         })
     }
+}
+
+/// `struct mount_attr` (Linux 5.12).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {set, clear})` (Linux
+/// 5.12): on the mount at `path` (`EINVAL` where none is) and every mount
+/// beneath it. Post-fork: no allocation.
+fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path, and a live mount_attr of the size passed.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE,
+            &raw const attr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
+/// Child side, in its own mount namespace, before the capabilities go:
+/// device files can be opened only under `/dev` (on the devtmpfs and what
+/// is mounted beneath it: the terminals, the caller's terminal bound at
+/// `/dev/console`), where Landlock's rules name the few a run may open
+/// ([`crate::fs::DEV_READABLE`]). Every mount gets `nodev`, then those at
+/// and beneath `/dev` lose it again; a device file anywhere else, which
+/// the run may read and, without Landlock's device ioctl right (ABI 5),
+/// drive by ioctl, cannot be opened (`EACCES`). The command cannot take
+/// it off: the mount family is on the seccomp deny list, and it has no
+/// capability. `/dev` not a mount of its own (`EINVAL`) refuses the run.
+/// Post-fork: no allocation.
+fn devices_in_dev_only() -> io::Result<()> {
+    let nodev = libc::MOUNT_ATTR_NODEV;
+    mount_setattr_recursive(c"/", nodev, 0)?;
+    mount_setattr_recursive(c"/dev", 0, nodev)
 }
 
 /// Grant `rights` beneath the directory open as `dir` in `ruleset`.
@@ -642,6 +700,7 @@ impl ChildPlan {
                 nofile,
                 no_core_dumps,
                 mounts,
+                devices_in_dev_only: false,
                 join_v1,
                 report: w,
             },
@@ -656,10 +715,17 @@ impl ChildPlan {
     }
 
     /// Whether the child is to be cloned into a mount namespace of its own
-    /// (for its [`OwnMount`]s).
+    /// (for its [`OwnMount`]s, or to keep device files to `/dev`).
     #[must_use]
     pub fn new_mount_namespace(&self) -> bool {
-        !self.mounts.is_empty()
+        !self.mounts.is_empty() || self.devices_in_dev_only
+    }
+
+    /// Let the command open device files only under `/dev`
+    /// ([`devices_in_dev_only`]), where the kernel lacks Landlock's device
+    /// ioctl right ([`crate::kernel::Kernel::devices_only_in_dev`]).
+    pub fn keep_devices_in_dev(&mut self) {
+        self.devices_in_dev_only = true;
     }
 
     /// Child side, after a failed exec: report the errno (step 0).
@@ -721,10 +787,19 @@ impl ChildPlan {
         if !oom_first_pick() {
             return Err(self.fail(Step::OomScore));
         }
-        // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN)
-        if !self.mounts.is_empty() {
+        // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN), and
+        // with them mounted, the device files kept to /dev; every mount
+        // made private first, also with none to mount: a mount the machine
+        // makes later must not reach the run, without nodev
+        if self.new_mount_namespace() {
             if let Err(e) = OwnMount::mount_all(&self.mounts) {
                 self.report_failure(Step::OwnMounts as u8, &e);
+                return Err(e);
+            }
+        }
+        if self.devices_in_dev_only {
+            if let Err(e) = devices_in_dev_only() {
+                self.report_failure(Step::DevicesInDevOnly as u8, &e);
                 return Err(e);
             }
         }

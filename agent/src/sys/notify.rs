@@ -454,6 +454,57 @@ pub fn ioctl_buf(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> io::Result<()>
     )
 }
 
+/// `truncate(path, length)`: the supervisor's, on a `/proc/self/fd/N` of
+/// the object it resolved and judged (the kernel follows that to the very
+/// file, whatever its name is by now).
+pub fn truncate(path: &CStr, length: i64) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path and an integer.
+    unit_result(unsafe { libc::truncate(path.as_ptr(), length) }.into())
+}
+
+/// `open(path, flags | O_CLOEXEC)`, without a mode (`flags` creates
+/// nothing): the supervisor's reopen of an object it resolved and judged,
+/// through its `/proc/self/fd/N`.
+pub fn open(path: &CStr, flags: i32) -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated path; no mode is read without O_CREAT or
+    // O_TMPFILE, which the caller does not pass.
+    fd_result(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) }.into())
+}
+
+/// `SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SEND` (Linux
+/// 5.14): put a duplicate of `fd` in the notifying task, at its lowest
+/// free number (`O_CLOEXEC` there when `cloexec`), and answer the
+/// notification with that number, in one step. Its number in the task;
+/// `ENOENT` when the task is gone, and any error (the task's descriptor
+/// limit: `EMFILE`) leaves the notification unanswered.
+pub fn addfd_send(
+    listener: BorrowedFd<'_>,
+    id: u64,
+    fd: BorrowedFd<'_>,
+    cloexec: bool,
+) -> io::Result<i32> {
+    let addfd = libc::seccomp_notif_addfd {
+        id,
+        flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+        srcfd: fd.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // SAFETY: addfd is a live, correctly sized seccomp_notif_addfd.
+    let r = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ADDFD,
+            &raw const addfd,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
 /// `removexattr(path, name)`.
 pub fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
     // SAFETY: path and name are NUL-terminated.
