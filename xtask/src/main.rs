@@ -23,6 +23,7 @@ mod bench;
 mod bench_proxy;
 #[path = "../../tests/support/leftovers.rs"]
 mod leftovers;
+mod tally;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -160,24 +161,16 @@ fn real_main() -> Result<ExitCode> {
                 c.arg("--").args(&args);
             }
             c.env("LOCKRUN_EBPF_OBJECT", &obj);
-            let (status, tally) = run_tallied(&mut c)?;
+            let (status, tally) = tally::run_tallied(&mut c)?;
             if !status.success() {
-                println!(
-                    "xtask: {} passed, {} failed, {} skipped",
-                    tally.passed,
-                    tally.failed.max(1),
-                    tally.skipped
-                );
+                println!("{}", tally.closing_line(1, ""));
                 return Ok(exit_of(status.code()));
             }
             // A short fuzz run of the proxy's parsers belongs to the suite.
             fuzz(&root, 10)?;
             // One closing line for the whole suite (cargo's last line is a
             // doc-test summary, often `0 passed`).
-            println!(
-                "xtask: {} passed, {} failed, {} skipped",
-                tally.passed, tally.failed, tally.skipped
-            );
+            println!("{}", tally.closing_line(0, ""));
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Fuzz { seconds } => {
@@ -263,83 +256,6 @@ fn cargo(dir: &Path) -> Command {
     c
 }
 
-/// Run a command, failing with its name and status when it fails.
-/// What a test run printed: cargo's summaries and the tests' skip lines.
-#[derive(Default)]
-struct Tally {
-    passed: u64,
-    failed: u64,
-    skipped: u64,
-}
-
-impl Tally {
-    fn line(&mut self, l: &str) {
-        if let Some(rest) = l.trim().strip_prefix("test result: ") {
-            for part in rest.split(';') {
-                let mut words = part.split_whitespace().rev();
-                let (Some(what), Some(n)) = (words.next(), words.next()) else {
-                    continue;
-                };
-                let n: u64 = n.parse().unwrap_or(0);
-                match what {
-                    "passed" => self.passed += n,
-                    "failed" => self.failed += n,
-                    _ => {}
-                }
-            }
-        } else if l.starts_with("skipped: ") {
-            self.skipped += 1;
-        }
-    }
-}
-
-/// Run `c`, echoing its output as it comes, and tally the test summaries.
-fn run_tallied(c: &mut Command) -> Result<(std::process::ExitStatus, Tally)> {
-    use std::io::{BufRead as _, BufReader, Write as _};
-    use std::sync::{Arc, Mutex};
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running cargo test")?;
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let out = child.stdout.take().context("cargo test stdout")?;
-    let err = child.stderr.take().context("cargo test stderr")?;
-    let t1 = {
-        let tally = Arc::clone(&tally);
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = writeln!(std::io::stdout(), "{l}");
-                tally
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .line(&l);
-            }
-        })
-    };
-    let t2 = {
-        let tally = Arc::clone(&tally);
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = writeln!(std::io::stderr(), "{l}");
-                tally
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .line(&l);
-            }
-        })
-    };
-    let status = child.wait().context("waiting for cargo test")?;
-    let _ = t1.join();
-    let _ = t2.join();
-    let tally = std::mem::take(
-        &mut *tally
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    Ok((status, tally))
-}
-
 /// The cargo-fuzz targets under fuzz/.
 const FUZZ_TARGETS: &[&str] = &["request_head", "authority", "address_guard"];
 
@@ -379,6 +295,7 @@ fn fuzz(root: &Path, seconds: u64) -> Result<()> {
     Ok(())
 }
 
+/// Run a command, failing with its name and status when it fails.
 fn run(c: &mut Command, what: &str) -> Result<()> {
     let status = c.status().with_context(|| format!("cannot start {what}"))?;
     if !status.success() {
