@@ -21,6 +21,7 @@
 
 mod bench;
 mod bench_proxy;
+mod kernels;
 #[path = "../../tests/support/leftovers.rs"]
 mod leftovers;
 mod tally;
@@ -28,6 +29,7 @@ mod tally;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
@@ -93,9 +95,34 @@ enum Cmd {
     Test {
         #[arg(long)]
         release: bool,
+        /// Run the test binaries inside this kernel (booted under qemu)
+        /// instead: a series of the matrix (6.1, 6.12, 6.16, 6.18; downloaded
+        /// when missing), a linux-image .deb, or an extracted package's
+        /// directory. Repeat for several, one after another.
+        #[arg(long, value_name = "KERNEL")]
+        kernel: Vec<String>,
+        /// With --kernel: only these test binaries (an integration test's
+        /// name, e.g. `net`; `lib:<crate>`, `bin:<name>` for unit tests).
+        #[arg(long, value_delimiter = ',', requires = "kernel")]
+        only: Vec<String>,
+        /// With --kernel: the limit for each kernel's whole run, in minutes.
+        #[arg(long, default_value_t = 120, requires = "kernel")]
+        timeout: u64,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Other kernels: download them, run a command inside one.
+    Kernels {
+        #[command(subcommand)]
+        cmd: KernelsCmd,
+    },
+    /// cargo's test runner while `test --kernel` lists the test binaries.
+    #[command(hide = true)]
+    KernelRecord {
+        file: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<std::ffi::OsString>,
     },
     /// Measure lockrun against bare and its peers (release build), in one run;
     /// prints a Markdown report (also written to target/bench/report.md).
@@ -123,6 +150,28 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum KernelsCmd {
+    /// Download (never install) Debian's kernel packages of the matrix into
+    /// target/kernels (or `$LOCKRUN_KERNELS_DIR`); installs qemu,
+    /// busybox-static, kmod, xz-utils and zstd where missing.
+    Fetch {
+        /// Series to fetch (6.1, 6.12, 6.16, 6.18); all when none.
+        series: Vec<String>,
+    },
+    /// Boot a kernel and run one command inside, as root on this machine's
+    /// root filesystem (its writes are thrown away); exits with its status.
+    Run {
+        /// A series of the matrix, a linux-image .deb or an extracted dir.
+        kernel: String,
+        /// The limit for the whole boot, in minutes.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(code) => code,
@@ -135,32 +184,36 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<ExitCode> {
     let cli = Cli::parse();
+    if let Cmd::KernelRecord { file, argv } = &cli.cmd {
+        kernels::suite::record(file, argv)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let root = workspace_root()?;
     match cli.cmd {
         Cmd::Build { release } => {
             build(&root, release)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Test { release, args } => {
+        Cmd::Test {
+            release,
+            kernel,
+            only,
+            timeout,
+            args,
+        } => {
             let obj = build(&root, release)?;
-            ensure_bpffs()?;
-            let mut c = agent_cargo(&root, "test");
-            // The test-only feature lets tests/doctor.rs prove the canary
-            // catches a weakened sandbox; release builds never have it.
-            c.args([
-                // Every test binary runs, so one red run names every failure.
-                "--no-fail-fast",
-                "--workspace",
-                "--features",
-                "lockrun/weaken-for-tests",
-            ]);
-            if release {
-                c.arg("--release");
+            let mut c = suite_cargo(&root, release, &obj);
+            if !kernel.is_empty() {
+                let limits = kernels::RunLimits {
+                    total: Duration::from_secs(timeout * 60),
+                    each: Duration::from_secs(timeout * 60).min(PER_BINARY_LIMIT),
+                };
+                return kernels::test(&root, c, &kernel, &only, &args, &limits);
             }
+            ensure_bpffs()?;
             if !args.is_empty() {
                 c.arg("--").args(&args);
             }
-            c.env("LOCKRUN_EBPF_OBJECT", &obj);
             let (status, tally) = tally::run_tallied(&mut c)?;
             if !status.success() {
                 println!("{}", tally.closing_line(1, ""));
@@ -210,6 +263,21 @@ fn real_main() -> Result<ExitCode> {
             std::fs::write(root.join("target/bench/report.md"), &report)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Kernels {
+            cmd: KernelsCmd::Fetch { series },
+        } => {
+            kernels::fetch_cmd(&root, &series)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Kernels {
+            cmd:
+                KernelsCmd::Run {
+                    kernel,
+                    timeout,
+                    command,
+                },
+        } => kernels::run_cmd(&root, &kernel, &command, Duration::from_secs(timeout * 60)),
+        Cmd::KernelRecord { .. } => unreachable!("dispatched above"),
         Cmd::Run { release, args } => {
             build(&root, release)?;
             let bin = agent_bin_dir(&root, release).join("lockrun");
@@ -220,6 +288,29 @@ fn real_main() -> Result<ExitCode> {
             Ok(exit_of(status.code()))
         }
     }
+}
+
+/// A test binary's limit inside another kernel.
+const PER_BINARY_LIMIT: Duration = Duration::from_mins(30);
+
+/// The suite's `cargo test` (without `-- args`): the same for the native run
+/// and for a run inside another kernel.
+fn suite_cargo(root: &Path, release: bool, obj: &Path) -> Command {
+    let mut c = agent_cargo(root, "test");
+    // The test-only feature lets tests/doctor.rs prove the canary
+    // catches a weakened sandbox; release builds never have it.
+    c.args([
+        // Every test binary runs, so one red run names every failure.
+        "--no-fail-fast",
+        "--workspace",
+        "--features",
+        "lockrun/weaken-for-tests",
+    ]);
+    if release {
+        c.arg("--release");
+    }
+    c.env("LOCKRUN_EBPF_OBJECT", obj);
+    c
 }
 
 fn exit_of(code: Option<i32>) -> ExitCode {
