@@ -105,6 +105,9 @@ enum Cmd {
         /// name, e.g. `net`; `lib:<crate>`, `bin:<name>` for unit tests).
         #[arg(long, value_delimiter = ',', requires = "kernel")]
         only: Vec<String>,
+        /// With --kernel: all test binaries but these.
+        #[arg(long, value_delimiter = ',', requires = "kernel")]
+        except: Vec<String>,
         /// With --kernel: the limit for each kernel's whole run, in minutes.
         #[arg(long, default_value_t = 120, requires = "kernel")]
         timeout: u64,
@@ -198,6 +201,7 @@ fn real_main() -> Result<ExitCode> {
             release,
             kernel,
             only,
+            except,
             timeout,
             args,
         } => {
@@ -208,7 +212,8 @@ fn real_main() -> Result<ExitCode> {
                     total: Duration::from_secs(timeout * 60),
                     each: Duration::from_secs(timeout * 60).min(PER_BINARY_LIMIT),
                 };
-                return kernels::test(&root, c, &kernel, &only, &args, &limits);
+                let choice = kernels::Choice { only, except };
+                return kernels::test(&root, c, &kernel, &choice, &args, &limits);
             }
             ensure_bpffs()?;
             if !args.is_empty() {

@@ -156,6 +156,12 @@ fn kernel_of(cache: &Cache, spec: &str) -> Result<(Kernel, PathBuf)> {
     Ok((image::prepare(cache, &source)?, source))
 }
 
+/// Which test binaries run (`--only`, `--except`: their labels).
+pub struct Choice {
+    pub only: Vec<String>,
+    pub except: Vec<String>,
+}
+
 /// How a kernel run is bounded.
 pub struct RunLimits {
     /// The whole boot.
@@ -170,7 +176,7 @@ pub fn test(
     root: &Path,
     cargo: Command,
     kernels: &[String],
-    only: &[String],
+    choice: &Choice,
     args: &[String],
     limits: &RunLimits,
 ) -> Result<ExitCode> {
@@ -185,7 +191,7 @@ pub fn test(
     let records = out.join(format!("records-{}.jsonl", std::process::id()));
     let binaries = suite::collect(cargo, args, &records);
     let _ = std::fs::remove_file(&records);
-    let mut binaries = suite::select(binaries?, only)?;
+    let mut binaries = suite::select(binaries?, &choice.only, &choice.except)?;
     // As in CI: a kernel test may not skip (tests/support/skip.rs).
     for b in &mut binaries {
         b.env.retain(|(k, _)| k != "CI");
@@ -227,11 +233,13 @@ fn run_suite(
     results.status(&status);
     keep_logs(&run.0, out, release);
     let boot_s = outcome.boot.map(|d| d.as_secs_f64());
-    for (label, b) in results.labels.iter().zip(&results.binaries) {
-        if let (Some(rc), Some(s)) = (b.exit, b.seconds) {
-            eprintln!("xtask: {release}: {label}: exit {rc}, {s:.1} s");
-        }
-    }
+    let times: Vec<String> = results
+        .labels
+        .iter()
+        .zip(&results.binaries)
+        .filter_map(|(label, b)| Some(format!("{label} {:.1}", b.seconds?)))
+        .collect();
+    eprintln!("xtask: {release}: seconds per binary: {}", times.join(", "));
     eprintln!(
         "xtask: {release}: booted in {}, {:.1} s in all",
         boot_s.map_or_else(|| "(never)".to_owned(), |s| format!("{s:.1} s")),

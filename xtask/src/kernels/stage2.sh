@@ -39,11 +39,16 @@ echo xtask-guest > /proc/sys/kernel/hostname
 n=0
 # run LABEL CWD: run the command A (argv) with exactly the environment E.
 run() {
+  local t0 t1 rc
   n=$((n + 1))
   echo "xtask: running $1 ($n/$TOTAL)" >&3
-  status "start $n $(uptime_s)"
+  t0=$(uptime_s)
+  status "start $n $t0"
   (cd "$2" && exec timeout -k 10 "$LIMIT" env -i "${E[@]}" "${A[@]}") </dev/null >&3 2>&3
-  status "end $n $? $(uptime_s)"
+  rc=$?
+  t1=$(uptime_s)
+  status "end $n $rc $t1"
+  echo "xtask: $1: exit $rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s" >&3
 }
 . $X/plan.sh
 status done
