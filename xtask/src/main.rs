@@ -163,7 +163,9 @@ enum KernelsCmd {
         series: Vec<String>,
     },
     /// Boot a kernel and run one command inside, as root on this machine's
-    /// root filesystem (its writes are thrown away); exits with its status.
+    /// root filesystem (its writes are thrown away), in this directory, with
+    /// this environment; its stdout and stderr together on stdout; exits
+    /// with its status (125: the VM stopped first).
     Run {
         /// A series of the matrix, a linux-image .deb or an extracted dir.
         kernel: String,

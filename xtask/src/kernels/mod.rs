@@ -188,7 +188,10 @@ pub fn test(
         .collect::<Result<Vec<_>>>()?;
     let out = out_dir(root);
     sweep_runs(&out);
-    let records = out.join(format!("records-{}.jsonl", std::process::id()));
+    std::fs::create_dir_all(out.join("runs"))?;
+    let records = out
+        .join("runs")
+        .join(format!("{}-records.jsonl", std::process::id()));
     let binaries = suite::collect(cargo, args, &records);
     let _ = std::fs::remove_file(&records);
     let mut binaries = suite::select(binaries?, &choice.only, &choice.except)?;
@@ -326,8 +329,11 @@ pub fn run_cmd(root: &Path, spec: &str, command: &[String], limit: Duration) -> 
         total: limit,
         each: limit,
     };
+    // Stage 2's lines about the command go to stderr, its output to stdout.
     let outcome = boot(&kernel, &run.0, &binaries, &limits, |l| {
-        if !l.starts_with("xtask: running command") {
+        if l.starts_with("xtask: running command") || l.starts_with("xtask: command: ") {
+            eprintln!("{l}");
+        } else {
             println!("{l}");
         }
     })?;
@@ -346,6 +352,13 @@ pub fn run_cmd(root: &Path, spec: &str, command: &[String], limit: Duration) -> 
     );
     if let Some(rc) = results.binaries[0].exit {
         return Ok(ExitCode::from(u8::try_from(rc).unwrap_or(1)));
+    }
+    if outcome.timed_out {
+        eprintln!(
+            "xtask: timed out after {} s; killed the VM",
+            limit.as_secs()
+        );
+        return Ok(ExitCode::from(124));
     }
     eprintln!("xtask: the VM stopped before the command ended; its console's end:");
     console_tail(&out.join(format!("console-{}.log", kernel.release)));
@@ -370,18 +383,21 @@ impl Drop for RunDir {
     }
 }
 
-/// Remove the run dirs of xtask processes that are gone (killed).
+/// Remove what xtask processes that are gone (killed) left in `runs/`:
+/// each entry is named for its process (`<pid>`, `<pid>-records.jsonl`).
 fn sweep_runs(out: &Path) {
     for e in std::fs::read_dir(out.join("runs"))
         .into_iter()
         .flatten()
         .flatten()
     {
-        let pid = e.file_name();
-        let alive = Path::new("/proc").join(&pid).exists();
-        if !alive {
-            let _ = std::fs::remove_dir_all(e.path());
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid: String = name.chars().take_while(char::is_ascii_digit).collect();
+        if pid.is_empty() || Path::new("/proc").join(&pid).exists() {
+            continue;
         }
+        let p = e.path();
+        let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
     }
 }
 
