@@ -6,6 +6,10 @@
 //!   `RUSTC_BOOTSTRAP=1 -Z build-std=core`), then builds the agent, which
 //!   embeds the object (`LOCKRUN_EBPF_OBJECT`, read by agent/build.rs).
 //! - `test`: build, mount bpffs if needed, `cargo test --workspace`.
+//!   `test --kernel K`: the same test binaries inside another kernel, booted
+//!   under qemu (`kernels/`, docs/kernels.md).
+//! - `kernels fetch | run`: download the kernels of the matrix; run one
+//!   command inside one.
 //! - `run`: build, then run `target/<host>/<profile>/lockrun` with the given args.
 //!
 //! The agent and its tests are built for the host's target named
