@@ -6,6 +6,10 @@
 //!   `RUSTC_BOOTSTRAP=1 -Z build-std=core`), then builds the agent, which
 //!   embeds the object (`LOCKRUN_EBPF_OBJECT`, read by agent/build.rs).
 //! - `test`: build, mount bpffs if needed, `cargo test --workspace`.
+//!   `test --kernel K`: the same test binaries inside another kernel, booted
+//!   under qemu (`kernels/`, docs/kernels.md).
+//! - `kernels fetch | run`: download the kernels of the matrix; run one
+//!   command inside one.
 //! - `run`: build, then run `target/<host>/<profile>/lockrun` with the given args.
 //!
 //! The agent and its tests are built for the host's target named
@@ -21,12 +25,15 @@
 
 mod bench;
 mod bench_proxy;
+mod kernels;
 #[path = "../../tests/support/leftovers.rs"]
 mod leftovers;
+mod tally;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
@@ -92,9 +99,37 @@ enum Cmd {
     Test {
         #[arg(long)]
         release: bool,
+        /// Run the test binaries inside this kernel (booted under qemu)
+        /// instead: a series of the matrix (6.1, 6.12, 6.16, 6.18; downloaded
+        /// when missing), a linux-image .deb, or an extracted package's
+        /// directory. Repeat for several, one after another.
+        #[arg(long, value_name = "KERNEL")]
+        kernel: Vec<String>,
+        /// With --kernel: only these test binaries (an integration test's
+        /// name, e.g. `net`; `lib:<crate>`, `bin:<name>` for unit tests).
+        #[arg(long, value_delimiter = ',', requires = "kernel")]
+        only: Vec<String>,
+        /// With --kernel: all test binaries but these.
+        #[arg(long, value_delimiter = ',', requires = "kernel")]
+        except: Vec<String>,
+        /// With --kernel: the limit for each kernel's whole run, in minutes.
+        #[arg(long, default_value_t = 120, requires = "kernel")]
+        timeout: u64,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Other kernels: download them, run a command inside one.
+    Kernels {
+        #[command(subcommand)]
+        cmd: KernelsCmd,
+    },
+    /// cargo's test runner while `test --kernel` lists the test binaries.
+    #[command(hide = true)]
+    KernelRecord {
+        file: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<std::ffi::OsString>,
     },
     /// Measure lockrun against bare and its peers (release build), in one run;
     /// prints a Markdown report (also written to target/bench/report.md).
@@ -122,6 +157,30 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum KernelsCmd {
+    /// Download (never install) Debian's kernel packages of the matrix into
+    /// target/kernels (or `$LOCKRUN_KERNELS_DIR`); installs qemu,
+    /// busybox-static, kmod, xz-utils and zstd where missing.
+    Fetch {
+        /// Series to fetch (6.1, 6.12, 6.16, 6.18); all when none.
+        series: Vec<String>,
+    },
+    /// Boot a kernel and run one command inside, as root on this machine's
+    /// root filesystem (its writes are thrown away), in this directory, with
+    /// this environment; its stdout and stderr together on stdout; exits
+    /// with its status (125: the VM stopped first).
+    Run {
+        /// A series of the matrix, a linux-image .deb or an extracted dir.
+        kernel: String,
+        /// The limit for the whole boot, in minutes.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(code) => code,
@@ -134,50 +193,48 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<ExitCode> {
     let cli = Cli::parse();
+    if let Cmd::KernelRecord { file, argv } = &cli.cmd {
+        kernels::suite::record(file, argv)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let root = workspace_root()?;
     match cli.cmd {
         Cmd::Build { release } => {
             build(&root, release)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Test { release, args } => {
+        Cmd::Test {
+            release,
+            kernel,
+            only,
+            except,
+            timeout,
+            args,
+        } => {
             let obj = build(&root, release)?;
-            ensure_bpffs()?;
-            let mut c = agent_cargo(&root, "test");
-            // The test-only feature lets tests/doctor.rs prove the canary
-            // catches a weakened sandbox; release builds never have it.
-            c.args([
-                // Every test binary runs, so one red run names every failure.
-                "--no-fail-fast",
-                "--workspace",
-                "--features",
-                "lockrun/weaken-for-tests",
-            ]);
-            if release {
-                c.arg("--release");
+            let mut c = suite_cargo(&root, release, &obj);
+            if !kernel.is_empty() {
+                let limits = kernels::RunLimits {
+                    total: Duration::from_secs(timeout * 60),
+                    each: Duration::from_secs(timeout * 60).min(PER_BINARY_LIMIT),
+                };
+                let choice = kernels::Choice { only, except };
+                return kernels::test(&root, c, &kernel, &choice, &args, &limits);
             }
+            ensure_bpffs()?;
             if !args.is_empty() {
                 c.arg("--").args(&args);
             }
-            c.env("LOCKRUN_EBPF_OBJECT", &obj);
-            let (status, tally) = run_tallied(&mut c)?;
+            let (status, tally) = tally::run_tallied(&mut c)?;
             if !status.success() {
-                println!(
-                    "xtask: {} passed, {} failed, {} skipped",
-                    tally.passed,
-                    tally.failed.max(1),
-                    tally.skipped
-                );
+                println!("{}", tally.closing_line(1, ""));
                 return Ok(exit_of(status.code()));
             }
             // A short fuzz run of the proxy's parsers belongs to the suite.
             fuzz(&root, 10)?;
             // One closing line for the whole suite (cargo's last line is a
             // doc-test summary, often `0 passed`).
-            println!(
-                "xtask: {} passed, {} failed, {} skipped",
-                tally.passed, tally.failed, tally.skipped
-            );
+            println!("{}", tally.closing_line(0, ""));
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Fuzz { seconds } => {
@@ -217,6 +274,21 @@ fn real_main() -> Result<ExitCode> {
             std::fs::write(root.join("target/bench/report.md"), &report)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Kernels {
+            cmd: KernelsCmd::Fetch { series },
+        } => {
+            kernels::fetch_cmd(&root, &series)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Kernels {
+            cmd:
+                KernelsCmd::Run {
+                    kernel,
+                    timeout,
+                    command,
+                },
+        } => kernels::run_cmd(&root, &kernel, &command, Duration::from_secs(timeout * 60)),
+        Cmd::KernelRecord { .. } => unreachable!("dispatched above"),
         Cmd::Run { release, args } => {
             build(&root, release)?;
             let bin = agent_bin_dir(&root, release).join("lockrun");
@@ -227,6 +299,29 @@ fn real_main() -> Result<ExitCode> {
             Ok(exit_of(status.code()))
         }
     }
+}
+
+/// A test binary's limit inside another kernel.
+const PER_BINARY_LIMIT: Duration = Duration::from_mins(30);
+
+/// The suite's `cargo test` (without `-- args`): the same for the native run
+/// and for a run inside another kernel.
+fn suite_cargo(root: &Path, release: bool, obj: &Path) -> Command {
+    let mut c = agent_cargo(root, "test");
+    // The test-only feature lets tests/doctor.rs prove the canary
+    // catches a weakened sandbox; release builds never have it.
+    c.args([
+        // Every test binary runs, so one red run names every failure.
+        "--no-fail-fast",
+        "--workspace",
+        "--features",
+        "lockrun/weaken-for-tests",
+    ]);
+    if release {
+        c.arg("--release");
+    }
+    c.env("LOCKRUN_EBPF_OBJECT", obj);
+    c
 }
 
 fn exit_of(code: Option<i32>) -> ExitCode {
@@ -261,83 +356,6 @@ fn cargo(dir: &Path) -> Command {
         c.env_remove(var);
     }
     c
-}
-
-/// Run a command, failing with its name and status when it fails.
-/// What a test run printed: cargo's summaries and the tests' skip lines.
-#[derive(Default)]
-struct Tally {
-    passed: u64,
-    failed: u64,
-    skipped: u64,
-}
-
-impl Tally {
-    fn line(&mut self, l: &str) {
-        if let Some(rest) = l.trim().strip_prefix("test result: ") {
-            for part in rest.split(';') {
-                let mut words = part.split_whitespace().rev();
-                let (Some(what), Some(n)) = (words.next(), words.next()) else {
-                    continue;
-                };
-                let n: u64 = n.parse().unwrap_or(0);
-                match what {
-                    "passed" => self.passed += n,
-                    "failed" => self.failed += n,
-                    _ => {}
-                }
-            }
-        } else if l.starts_with("skipped: ") {
-            self.skipped += 1;
-        }
-    }
-}
-
-/// Run `c`, echoing its output as it comes, and tally the test summaries.
-fn run_tallied(c: &mut Command) -> Result<(std::process::ExitStatus, Tally)> {
-    use std::io::{BufRead as _, BufReader, Write as _};
-    use std::sync::{Arc, Mutex};
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running cargo test")?;
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let out = child.stdout.take().context("cargo test stdout")?;
-    let err = child.stderr.take().context("cargo test stderr")?;
-    let t1 = {
-        let tally = Arc::clone(&tally);
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = writeln!(std::io::stdout(), "{l}");
-                tally
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .line(&l);
-            }
-        })
-    };
-    let t2 = {
-        let tally = Arc::clone(&tally);
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = writeln!(std::io::stderr(), "{l}");
-                tally
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .line(&l);
-            }
-        })
-    };
-    let status = child.wait().context("waiting for cargo test")?;
-    let _ = t1.join();
-    let _ = t2.join();
-    let tally = std::mem::take(
-        &mut *tally
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    Ok((status, tally))
 }
 
 /// The cargo-fuzz targets under fuzz/.
@@ -379,6 +397,7 @@ fn fuzz(root: &Path, seconds: u64) -> Result<()> {
     Ok(())
 }
 
+/// Run a command, failing with its name and status when it fails.
 fn run(c: &mut Command, what: &str) -> Result<()> {
     let status = c.status().with_context(|| format!("cannot start {what}"))?;
     if !status.success() {

@@ -1,0 +1,59 @@
+#!/bin/bash
+# Stage 2 of a guest of `cargo xtask test --kernel` (PID 1, bash on the
+# host's root under the overlay): make the guest a host like the project's
+# (the kernel's filesystems, cgroup2 with every controller handed to the
+# children at the root as systemd does, bpffs, this kernel's modules), run
+# the plan's commands one after another, each under a time limit, with their
+# output into /run/xtask/output, then power off.
+# /run/xtask/status: "boot <uptime>", "start <n> <uptime>",
+# "end <n> <exit status> <uptime>", "done".
+X=/run/xtask
+. $X/guest.conf   # RELEASE MODULES TOTAL LIMIT (seconds per command)
+exec 3>$X/output
+uptime_s() { local up _; read -r up _ < /proc/uptime; echo "$up"; }
+status() { echo "$*" >> $X/status; }
+status "boot $(uptime_s)"
+m() {
+  mkdir -p "$3" 2>/dev/null
+  mount -t "$1" -o "$2" "$1" "$3" || echo "xtask-guest: mount -t $1 $3 failed" >&3
+}
+m devpts gid=5,mode=620,ptmxmode=666 /dev/pts
+m tmpfs mode=1777,nosuid,nodev /dev/shm
+m mqueue rw /dev/mqueue
+m securityfs rw /sys/kernel/security
+m cgroup2 rw,nsdelegate /sys/fs/cgroup
+m bpf mode=700 /sys/fs/bpf
+m debugfs rw /sys/kernel/debug
+m tracefs rw /sys/kernel/tracing
+m tmpfs mode=1777,nosuid,nodev /tmp
+for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
+  echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || echo "xtask-guest: cgroup controller $c not enabled" >&3
+done
+ln -sfn /proc/self/fd /dev/fd; ln -sfn /proc/self/fd/0 /dev/stdin
+ln -sfn /proc/self/fd/1 /dev/stdout; ln -sfn /proc/self/fd/2 /dev/stderr
+mkdir -p "/lib/modules/$RELEASE" && mount --bind "$MODULES" "/lib/modules/$RELEASE" ||
+  echo "xtask-guest: the kernel's modules are not at /lib/modules/$RELEASE" >&3
+ip link set lo up
+echo xtask-guest > /proc/sys/kernel/hostname
+
+n=0
+# run LABEL CWD: run the command A (argv) with exactly the environment E.
+run() {
+  local t0 t1 rc
+  n=$((n + 1))
+  echo "xtask: running $1 ($n/$TOTAL)" >&3
+  t0=$(uptime_s)
+  status "start $n $t0"
+  (cd "$2" && exec timeout -k 10 "$LIMIT" env -i "${E[@]}" "${A[@]}") </dev/null >&3 2>&3
+  rc=$?
+  t1=$(uptime_s)
+  status "end $n $rc $t1"
+  echo "xtask: $1: exit $rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s" >&3
+}
+. $X/plan.sh
+status done
+exec 3>&-
+sync
+echo o > /proc/sysrq-trigger
+sleep 10
+echo b > /proc/sysrq-trigger
