@@ -240,7 +240,10 @@ fn parse_record(ty: u16, payload: &[u8]) -> Option<AuditRecord> {
         .trim()
         .to_owned();
     let rest = text.strip_prefix("audit(")?;
-    let (stamp, body) = rest.split_once("): ")?;
+    // An `EOE` record has no body: `audit(…): `, trimmed to `audit(…):`.
+    let (stamp, body) = rest
+        .split_once("): ")
+        .or_else(|| Some((rest.strip_suffix("):")?, "")))?;
     let serial = stamp.rsplit_once(':')?.1.parse().ok()?;
     let mut fields = HashMap::new();
     let mut s = body;
@@ -1123,6 +1126,14 @@ mod tests {
             ],
         );
         assert!(ev.is_empty());
+    }
+
+    #[test]
+    fn an_end_of_event_record_with_no_body_is_read() {
+        // As the kernel sends it: the stamp, a colon, a space and a NUL.
+        let eoe = parse_record(AUDIT_EOE, b"audit(1796534893.678:123622): \0").unwrap();
+        assert_eq!((eoe.ty, eoe.serial), (AUDIT_EOE, 123_622));
+        assert!(eoe.fields.is_empty());
     }
 
     #[test]
