@@ -17,6 +17,7 @@ pub mod read;
 pub mod seal;
 pub mod sink;
 mod summary;
+pub mod syscalls;
 
 pub use summary::refused_as;
 pub(crate) use summary::times;
