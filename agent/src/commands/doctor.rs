@@ -189,7 +189,7 @@ pub fn run(args: &DoctorArgs) -> i32 {
                     "GAP ",
                     format!(
                         "nothing: this kernel lacks {}; a run is refused unless its policy accepts {} (run.accept_gaps, --accept-gap)",
-                        g.lacks(),
+                        crate::kernel::Kernel::get().lacks(*g),
                         g.name()
                     ),
                 )

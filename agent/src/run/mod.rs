@@ -78,6 +78,8 @@ pub enum RunError {
     Fs(#[from] FsError),
     #[error("{}", gaps_refused(.0))]
     Gaps(Vec<crate::kernel::Gap>),
+    #[error("{}", refusals_unseen(.0))]
+    RefusalsUnseen(String),
     #[error("seccomp: {0}")]
     Seccomp(#[from] SeccompError),
     #[error("preparing the child: {what}: {source}")]
@@ -120,11 +122,31 @@ pub enum RunError {
     Watchdog(#[source] std::io::Error),
 }
 
+/// The refusal of a run whose filesystem refusals kernel audit's syscall
+/// records were to show, which could not be set up (`why`), one line.
+fn refusals_unseen(why: &str) -> String {
+    let gap = crate::kernel::Gap::FilesystemRefusalsUnseen;
+    format!(
+        "this kernel cannot hold one of lockrun's promises: {}: {gap} (this kernel lacks {}, and \
+         kernel audit's syscall records, which stand in for it, could not be set up: {why}); \
+         lockrun will not run the command with less. Run it on a newer kernel, or accept exactly \
+         what is lost: --accept-gap {0}, or run.accept_gaps = [\"{0}\"] in the policy",
+        gap.name(),
+        gap.lacks()
+    )
+}
+
 /// The refusal of a run on a kernel that cannot hold `gaps`, one line.
 fn gaps_refused(gaps: &[crate::kernel::Gap]) -> String {
     let each: Vec<String> = gaps
         .iter()
-        .map(|g| format!("{}: {g} (this kernel lacks {})", g.name(), g.lacks()))
+        .map(|g| {
+            format!(
+                "{}: {g} (this kernel lacks {})",
+                g.name(),
+                crate::kernel::Kernel::get().lacks(*g)
+            )
+        })
         .collect();
     let names: Vec<&str> = gaps.iter().map(|g| g.name()).collect();
     format!(
@@ -996,7 +1018,7 @@ async fn run(
         let message = format!(
             "this kernel cannot hold a promise, which the policy accepts ({}): {gap} (this kernel lacks {})",
             gap.name(),
-            gap.lacks()
+            crate::kernel::Kernel::get().lacks(gap)
         );
         say!("lockrun: warning: {message}");
         audit.record(Event::Notice {
@@ -1157,6 +1179,15 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
+    // 7. below Landlock ABI 7, the run's refused calls from kernel audit
+    //    (removed when this drops, on every path).
+    let refused_calls = refused_calls_seen(
+        policy,
+        cgroup.id(),
+        kernel_audit.as_ref(),
+        &supervise.writable,
+        audit,
+    )?;
     // The denied files' other names, judged from here on: the command has
     // not started.
     linked.arm(crate::fs::links::Judge {
@@ -1226,6 +1257,9 @@ async fn run(
         core_dumps.off(),
         mounts,
         join_v1,
+        refused_calls
+            .as_ref()
+            .map(|r| crate::sys::LoginUid::new(r.login_uid())),
     )
     .map_err(|source| RunError::Child {
         what: "report pipe",
@@ -1381,6 +1415,8 @@ async fn run(
     if let Some(k) = kernel_audit {
         k.finish();
     }
+    // No call of the run is left to record.
+    drop(refused_calls);
     if let Some(Some(Err(e))) = limits_removed.map(beside::Pending::wait) {
         teardown_errors.push(format!("removing the run's limits' cgroups: {}", chain(&e)));
     }
@@ -1423,6 +1459,78 @@ async fn run(
     let _ = dir_removed.wait();
     tracing::debug!("11. run dir removed");
     Ok(code)
+}
+
+/// Below Landlock ABI 7, kernel audit's records of the run's refused calls
+/// show its filesystem refusals ([`crate::audit::syscalls`]): the run's
+/// login uid from its cgroup, its rule loaded (removed when the guard
+/// drops), and the reader told whose calls to take. `None` where Landlock
+/// logs them itself, or where they cannot be shown and the policy accepts
+/// that gap; a refusal of the run where it does not.
+fn refused_calls_seen(
+    policy: &Policy,
+    cgroup_id: u64,
+    reader: Option<&crate::audit::kernel::KernelAudit>,
+    writable: &[PathBuf],
+    audit: &crate::audit::AuditLog,
+) -> Result<Option<crate::audit::syscalls::RunRules>, RunError> {
+    use crate::audit::{syscalls, Event, Layer};
+    let Some(probe) = crate::kernel::Kernel::get().refusals_by_syscall_audit() else {
+        return Ok(None);
+    };
+    let notice = |message: String| {
+        audit.record(Event::Notice {
+            layer: Layer::Filesystem,
+            message,
+        });
+    };
+    let set_up = reader
+        .ok_or_else(|| "the kernel audit reader did not start".to_owned())
+        .and_then(|reader| {
+            let (rules, turned_on) = syscalls::login_uid_of(cgroup_id)
+                .and_then(|uid| syscalls::RunRules::add(uid, probe))
+                .map_err(|e| e.to_string())?;
+            reader.watch_calls(syscalls::Watch {
+                login_uid: rules.login_uid(),
+                writable: writable.to_vec(),
+            });
+            Ok((rules, turned_on))
+        });
+    match set_up {
+        Ok((rules, turned_on)) => {
+            if turned_on {
+                notice(
+                    "kernel audit was off; lockrun turned it on (audit_enabled=1) so that the \
+                     kernel records the run's refused calls"
+                        .into(),
+                );
+            }
+            notice(format!(
+                "Landlock logs no refusal below ABI 7 (this kernel's is {}): filesystem refusals \
+                 are taken from kernel audit's records of the calls of the run's login uid {} \
+                 refused with EACCES, their access derived from the call; refusals by permission \
+                 bits are among them",
+                crate::kernel::Kernel::get().landlock_abi(),
+                rules.login_uid()
+            ));
+            Ok(Some(rules))
+        }
+        Err(why) => {
+            let gap = crate::kernel::Gap::FilesystemRefusalsUnseen;
+            if !policy.run.accept_gaps.contains(&gap) {
+                return Err(RunError::RefusalsUnseen(why));
+            }
+            let message = format!(
+                "this kernel cannot hold a promise, which the policy accepts ({}): {gap} (kernel \
+                 audit's syscall records, which stand in for Landlock's denial logging, could not \
+                 be set up: {why})",
+                gap.name()
+            );
+            say!("lockrun: warning: {message}");
+            notice(message);
+            Ok(None)
+        }
+    }
 }
 
 /// The promises this kernel cannot hold ([`crate::kernel::Gap`]), each of
