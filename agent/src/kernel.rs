@@ -102,7 +102,7 @@ impl Kernel {
                 .and_then(|s| s.parse::<u8>().ok())
                 .map_or(v, |lower| lower.min(v))
         });
-        let syscall_audit = (landlock.unwrap_or(0) < 7).then(|| {
+        let syscall_audit = landlock.is_ok_and(|v| v < 7).then(|| {
             #[cfg(feature = "weaken-for-tests")]
             if std::env::var("LOCKRUN_TEST_SYSCALL_AUDIT").as_deref() == Ok("off") {
                 return Err(Unusable::OffForTests);

@@ -21,6 +21,10 @@
 //!
 //! `access` and `faccessat(2)` ask, and are not refusals; a call that named
 //! no file (no `PATH` item) is not a filesystem refusal. Both are left out.
+//! A call whose `PATH` records did not all come (lost on their way, which
+//! the reader tells, or left out by a host rule of the filesystem list) is
+//! kept without its path, and, for an open, a rename or a link, whose
+//! access hangs on what the kernel found, named by its number.
 //!
 //! A rename's records name both directories, in the order the kernel
 //! copied the two names in (`do_renameat2(…, getname(oldname), …,
@@ -319,10 +323,9 @@ pub(in crate::audit) fn refusal(
             .unwrap_or(0)
     };
     let pid: u32 = field(sys, "pid").and_then(|p| p.parse().ok()).unwrap_or(0);
-    let named = field(sys, "items")
-        .and_then(|n| n.parse::<u32>().ok())
-        .unwrap_or(0)
-        > 0;
+    let items_named = field(sys, "items")
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
     let cwd = group
         .iter()
         .find(|r| r.ty == CWD)
@@ -331,9 +334,14 @@ pub(in crate::audit) fn refusal(
     paths.sort_by_key(|r| field(r, "item").and_then(|i| i.parse::<u32>().ok()));
     let items: Vec<Item<'_>> = paths.iter().map(|r| Item::of(r)).collect();
     let call = Call::of(nr);
-    if call == Call::Query || (!named && !matches!(call, Call::OnFd { .. })) {
+    if call == Call::Query || (items_named == 0 && !matches!(call, Call::OnFd { .. })) {
         return None;
     }
+    // Fewer PATH records than the call named: some were lost on their way
+    // (an overflow, which the reader tells), or a host rule of the
+    // filesystem list left them out. The call was refused all the same;
+    // its path is not named, nor an access that hangs on what it found.
+    let incomplete = items.len() < items_named;
     let ctx = Ctx {
         items: &items,
         cwd,
@@ -377,6 +385,15 @@ pub(in crate::audit) fn refusal(
         Call::Truncate => (ctx.file(None), vec!["fs.truncate"]),
         Call::OnFd { access } => (look.fd_path(pid, arg(0) as i32), vec![access]),
         Call::Query | Call::Other => (ctx.any(), Vec::new()),
+    };
+    let found_decides = matches!(
+        call,
+        Call::Open { .. } | Call::Rename { .. } | Call::Link { .. }
+    );
+    let (path, access) = if incomplete {
+        (None, if found_decides { Vec::new() } else { access })
+    } else {
+        (path, access)
     };
     let access = if access.is_empty() {
         vec![format!("syscall.{nr}")]

@@ -422,6 +422,31 @@ fn only_the_watched_runs_refused_calls_are_taken() {
 }
 
 #[test]
+fn a_call_whose_names_were_not_all_read_is_kept_without_what_hung_on_them() {
+    // python's open(f, "w") of a file in a read-only dir, its PATH record
+    // lost (the reader's socket overflowed): made or written, unknown.
+    let open = group(
+        "syscall=257 success=no exit=-13 a0=ffffff9c a1=7f0 a2=80241 a3=1b6 items=1",
+        "/w/wt",
+        &[],
+    );
+    assert_eq!(
+        seen(&open, GONE),
+        Some((None, vec!["syscall.257".to_owned()]))
+    );
+    // mkdir: the access is the call's whatever it found.
+    let mkdir = group(
+        "syscall=83 success=no exit=-13 a0=7ff a1=1ff a2=0 a3=0 items=1",
+        "/w/wt",
+        &[],
+    );
+    assert_eq!(
+        seen(&mkdir, GONE),
+        Some((None, vec!["fs.make_dir".to_owned()]))
+    );
+}
+
+#[test]
 fn paths_are_cleaned_as_written() {
     assert_eq!(clean("/w/wt/../data/"), "/w/data");
     assert_eq!(clean("/usr/"), "/usr");
