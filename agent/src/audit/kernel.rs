@@ -1,6 +1,8 @@
 //! Filesystem refusals from the kernel: Landlock (ABI 7, Linux 6.15) writes
 //! each denial to the kernel audit subsystem, and this reader collects the
-//! ones of its own run into the run's audit log.
+//! ones of its own run into the run's audit log. Below ABI 7 the same
+//! reader takes kernel audit's records of the run's refused calls instead
+//! ([`super::syscalls`]).
 //!
 //! How:
 //! - A `NETLINK_AUDIT` socket bound to the read-only multicast group
