@@ -15,7 +15,10 @@
 //! 6. the eBPF hooks ([`crate::bpf`]): the build's, attached once to the
 //!    cgroup's parent; the run registered in their maps, allowing only the
 //!    proxy endpoint and the policy's loopback endpoints;
-//! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]);
+//! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]),
+//!    and, below Landlock ABI 7, the run's audit rule for its refused calls
+//!    ([`crate::audit::syscalls`], once the ruleset is in: the rule names
+//!    the run's cgroup);
 //!    then an IPC namespace of the run's own ([`own_ipc_namespace`]), and
 //!    the run's watchdog ([`crate::sys::watchdog`]: should lockrun die, it
 //!    kills what is in the run's cgroup), made while the walk finishes;
@@ -28,7 +31,8 @@
 //! 10. teardown, in reverse, on every path: the cgroup killed and removed,
 //!     the seccomp supervisor stopped (after the cgroup: until then a
 //!     descendant may still call), the hooks drained and the run unregistered, the proxy stopped, the kernel audit
-//!     read to its end; the run dir is removed and the watchdog reaped
+//!     read to its end (the run's audit rule removed on a thread of its own);
+//!     the run dir is removed and the watchdog reaped
 //!     beside the rest, once the cgroup is gone (the cgroup's kill took
 //!     the watchdog too, in its cgroup beneath the run's).
 //!
@@ -1311,6 +1315,27 @@ async fn run(
     let killed = cgroup.kill();
     drop(watchdog);
     let emptied = killed.and_then(|()| cgroup.wait_empty());
+    // No task of the run is left (or none that `lockrun gc` will not
+    // kill): the audit stream's end can be marked now, and the kernel
+    // queues it while the rest is torn down. Nor a call of the run to
+    // record: its audit rule goes, after the mark, on a thread of its own
+    // (the kernel waits out an RCU grace period to delete it, holding its
+    // audit lock, which the mark would wait for; on its own thread it
+    // overlaps the namespace's beside). With processes of the run left, the
+    // rule stays for them, and `lockrun gc` removes it once their cgroup
+    // is gone.
+    let mut kernel_audit = kernel_audit;
+    if let Some(k) = kernel_audit.as_mut() {
+        k.send_marker();
+    }
+    let rules_removed = match (&emptied, refused_calls) {
+        (Ok(()), Some(rules)) => crate::audit::syscalls::remove_beside(rules),
+        (Err(_), Some(rules)) => {
+            rules.leave();
+            None
+        }
+        (_, None) => None,
+    };
     // No process of the run is left (or none that `lockrun gc` will not
     // kill): the run dir goes now, beside the rest of the teardown (kept
     // for a later run only once the run's cgroup is known empty).
@@ -1370,12 +1395,6 @@ async fn run(
             None
         }
     };
-    // No task of the run is left: the audit stream's end can be marked now,
-    // and the kernel queues it while the rest is torn down.
-    let mut kernel_audit = kernel_audit;
-    if let Some(k) = kernel_audit.as_mut() {
-        k.send_marker();
-    }
     if let Some(s) = supervisor {
         s.finish();
     }
@@ -1415,8 +1434,6 @@ async fn run(
     if let Some(k) = kernel_audit {
         k.finish();
     }
-    // No call of the run is left to record.
-    drop(refused_calls);
     if let Some(Some(Err(e))) = limits_removed.map(beside::Pending::wait) {
         teardown_errors.push(format!("removing the run's limits' cgroups: {}", chain(&e)));
     }
@@ -1457,6 +1474,9 @@ async fn run(
     // A panic there left what it had not removed to `lockrun gc`.
     let _ = namespace_dropped.wait();
     let _ = dir_removed.wait();
+    if let Some(t) = rules_removed {
+        let _ = t.join();
+    }
     tracing::debug!("11. run dir removed");
     Ok(code)
 }

@@ -427,6 +427,12 @@ impl RunRules {
     pub fn login_uid(&self) -> u32 {
         self.login_uid
     }
+
+    /// Leave the rule loaded, for processes of the run left behind:
+    /// `lockrun gc` removes it once their cgroup is gone.
+    pub fn leave(self) {
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for RunRules {
@@ -439,6 +445,17 @@ impl Drop for RunRules {
             );
         }
     }
+}
+
+/// Remove the run's rule on a thread of its own, to be joined: the kernel
+/// waits out an RCU grace period before it answers. In place, and `None`,
+/// where no thread is to be had.
+pub fn remove_beside(rules: RunRules) -> Option<std::thread::JoinHandle<()>> {
+    // Where no thread is had, the job is dropped here, and the rule with it.
+    std::thread::Builder::new()
+        .name("lockrun-rules".into())
+        .spawn(move || drop(rules))
+        .ok()
 }
 
 /// `lockrun gc`: delete every rule of lockrun's whose run is gone, that
