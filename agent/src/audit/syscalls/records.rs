@@ -349,43 +349,7 @@ pub(in crate::audit) fn refusal(
         arg: &arg,
         look,
     };
-    let (path, access) = match call {
-        Call::Open { flags, dirfd } => {
-            let flags = match flags {
-                Flags::Arg(i) => arg(i),
-                Flags::Fixed(f) => f,
-            };
-            open(&ctx, flags, dirfd)
-        }
-        Call::Make { access, dirfd } => (ctx.parent(dirfd), vec![access]),
-        Call::Mknod { mode, dirfd } => (ctx.parent(dirfd), vec![made_as(arg(mode) as u32)]),
-        Call::Remove { dirfd, flags, dir } => {
-            let dir = dir || flags.is_some_and(|i| arg(i) & libc::AT_REMOVEDIR as u64 != 0);
-            (
-                ctx.parent(dirfd),
-                vec![if dir {
-                    "fs.remove_dir"
-                } else {
-                    "fs.remove_file"
-                }],
-            )
-        }
-        Call::Rename {
-            old_dirfd,
-            new_dirfd,
-        } => rename(&ctx, old_dirfd, new_dirfd, &watch.writable),
-        Call::Link { new_dirfd } => {
-            let made = ctx
-                .first(Kind::Normal)
-                .and_then(|(_, i)| i.mode)
-                .map_or("fs.make_reg", made_as);
-            (ctx.parent(new_dirfd), vec![made])
-        }
-        Call::Exec { dirfd } => (ctx.file(dirfd), vec!["fs.execute"]),
-        Call::Truncate => (ctx.file(None), vec!["fs.truncate"]),
-        Call::OnFd { access } => (look.fd_path(pid, arg(0) as i32), vec![access]),
-        Call::Query | Call::Other => (ctx.any(), Vec::new()),
-    };
+    let (path, access) = judged(call, &ctx, &watch.writable);
     let found_decides = matches!(
         call,
         Call::Open { .. } | Call::Rename { .. } | Call::Link { .. }
@@ -413,6 +377,53 @@ pub(in crate::audit) fn refusal(
         raw: raw.join("\n"),
         other_name_of: None,
     })
+}
+
+/// Where a call of kind `call` was refused, and what it asked there, in
+/// Landlock's words (none where they do not say).
+fn judged(
+    call: Call,
+    ctx: &Ctx<'_>,
+    writable: &[std::path::PathBuf],
+) -> (Option<String>, Vec<&'static str>) {
+    let arg = ctx.arg;
+    match call {
+        Call::Open { flags, dirfd } => {
+            let flags = match flags {
+                Flags::Arg(i) => arg(i),
+                Flags::Fixed(f) => f,
+            };
+            open(ctx, flags, dirfd)
+        }
+        Call::Make { access, dirfd } => (ctx.parent(dirfd), vec![access]),
+        Call::Mknod { mode, dirfd } => (ctx.parent(dirfd), vec![made_as(arg(mode) as u32)]),
+        Call::Remove { dirfd, flags, dir } => {
+            let dir = dir || flags.is_some_and(|i| arg(i) & libc::AT_REMOVEDIR as u64 != 0);
+            (
+                ctx.parent(dirfd),
+                vec![if dir {
+                    "fs.remove_dir"
+                } else {
+                    "fs.remove_file"
+                }],
+            )
+        }
+        Call::Rename {
+            old_dirfd,
+            new_dirfd,
+        } => rename(ctx, old_dirfd, new_dirfd, writable),
+        Call::Link { new_dirfd } => {
+            let made = ctx
+                .first(Kind::Normal)
+                .and_then(|(_, i)| i.mode)
+                .map_or("fs.make_reg", made_as);
+            (ctx.parent(new_dirfd), vec![made])
+        }
+        Call::Exec { dirfd } => (ctx.file(dirfd), vec!["fs.execute"]),
+        Call::Truncate => (ctx.file(None), vec!["fs.truncate"]),
+        Call::OnFd { access } => (ctx.look.fd_path(ctx.pid, arg(0) as i32), vec![access]),
+        Call::Query | Call::Other => (ctx.any(), Vec::new()),
+    }
 }
 
 /// One refused call's items and how to find its paths.

@@ -105,14 +105,18 @@ impl HostRule {
     /// The syscall mask is not compared: the kernel keeps it without the
     /// bits that name syscall classes.
     fn login_uid(&self) -> Option<u32> {
-        let uid = match self.fields.as_slice() {
-            [(AUDIT_ARCH, AUDIT_EQUAL, ARCH), (AUDIT_LOGINUID, AUDIT_EQUAL, uid), (AUDIT_EXIT, AUDIT_EQUAL, exit)]
-                if *exit == EXIT_EACCES =>
-            {
-                *uid
-            }
-            _ => return None,
+        let [arch, auid, exit] = self.fields.as_slice() else {
+            return None;
         };
+        let uid = auid.2;
+        let shape = [
+            (AUDIT_ARCH, AUDIT_EQUAL, ARCH),
+            (AUDIT_LOGINUID, AUDIT_EQUAL, uid),
+            (AUDIT_EXIT, AUDIT_EQUAL, EXIT_EACCES),
+        ];
+        if [*arch, *auid, *exit] != shape {
+            return None;
+        }
         (self.flags & !AUDIT_FILTER_PREPEND == AUDIT_FILTER_EXIT
             && self.action == AUDIT_ALWAYS
             && self.strings.is_empty()
@@ -450,6 +454,7 @@ impl Drop for RunRules {
 /// Remove the run's rule on a thread of its own, to be joined: the kernel
 /// waits out an RCU grace period before it answers. In place, and `None`,
 /// where no thread is to be had.
+#[must_use]
 pub fn remove_beside(rules: RunRules) -> Option<std::thread::JoinHandle<()>> {
     // Where no thread is had, the job is dropped here, and the rule with it.
     std::thread::Builder::new()
