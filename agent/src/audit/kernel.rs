@@ -322,6 +322,15 @@ struct Correlator {
 impl Correlator {
     fn push(&mut self, rec: AuditRecord, child: u32, now: Instant, out: &mut Vec<Event>) {
         if rec.ty == AUDIT_EOE {
+            // A Landlock denial ended before the reader was told the run's
+            // child (the command refused at once): whose domain it is, is
+            // not known yet. It waits, ended, for the next `expire`.
+            if let Some((_, group)) = self.pending.get_mut(&rec.serial) {
+                if child == 0 && group.iter().any(|r| r.ty == AUDIT_LANDLOCK_ACCESS) {
+                    group.push(rec);
+                    return;
+                }
+            }
             if let Some((_, group)) = self.pending.remove(&rec.serial) {
                 self.finish(&group, child, out);
             }
@@ -358,12 +367,16 @@ impl Correlator {
     }
 
     /// Take the records whose end has not come within [`NO_END_AFTER`] as
-    /// they are (see there), oldest first.
+    /// they are (see there), and, once the run's child is known, those that
+    /// ended waiting for it, oldest first.
     fn expire(&mut self, child: u32, now: Instant, out: &mut Vec<Event>) {
         let mut old: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, (first, _))| now.saturating_duration_since(*first) >= NO_END_AFTER)
+            .filter(|(_, (first, group))| {
+                now.saturating_duration_since(*first) >= NO_END_AFTER
+                    || (child != 0 && group.iter().any(|r| r.ty == AUDIT_EOE))
+            })
             .map(|(s, _)| *s)
             .collect();
         self.finish_serials(&mut old, child, out);
@@ -1130,6 +1143,31 @@ mod tests {
         assert_eq!(f.path.as_deref(), Some("/usr"));
         assert_eq!(f.access, vec!["fs.make_dir".to_owned()]);
         assert_eq!(f.raw.lines().count(), 3);
+        assert!(c.pending.is_empty());
+    }
+
+    #[test]
+    fn a_denial_that_ends_before_the_child_is_known_waits_for_it() {
+        let mut c = Correlator::default();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        for (ty, text) in [
+            (AUDIT_LANDLOCK_ACCESS, ACCESS),
+            (AUDIT_LANDLOCK_DOMAIN, DOMAIN),
+            (AUDIT_SYSCALL, SYSCALL),
+            (AUDIT_EOE, "audit(1795938126.349:3): "),
+        ] {
+            c.push(parse_record(ty, text.as_bytes()).unwrap(), 0, t0, &mut out);
+        }
+        assert_eq!(out, []);
+        c.expire(0, t0, &mut out);
+        assert_eq!(out, []);
+        // Told the child: taken at the next look, not a second later.
+        c.expire(9245, t0, &mut out);
+        let [Event::Filesystem(f)] = out.as_slice() else {
+            panic!("not one filesystem event: {out:?}");
+        };
+        assert_eq!((f.pid, f.path.as_deref()), (9245, Some("/tmp")));
         assert!(c.pending.is_empty());
     }
 
