@@ -6,7 +6,10 @@
 //!   serial of its own, the domain's record after the first refusal's, and
 //!   no `SYSCALL` record (no process, no outcome);
 //! - a burst of refusals from several processes, more than the kernel's
-//!   audit backlog holds: it drops records and only counts them.
+//!   audit backlog holds: it drops records and only counts them;
+//! - below Landlock ABI 7, where kernel audit's syscall records stand in
+//!   for Landlock's, a host rule `-a task,never` leaves a run's processes
+//!   without them: the gap stays, and the refusal says why.
 //!
 //! Both are the machine's: the rule holds for every process started while
 //! it is loaded, and a burst costs every process's records. So this binary
@@ -172,6 +175,59 @@ fn refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records() {
         std::fs::read_to_string(w.wt.join("inside")).unwrap(),
         "wrote-inside\n"
     );
+    w.assert_no_run_dirs();
+}
+
+#[test]
+fn below_abi_7_a_task_never_rule_leaves_the_refusals_unseen_and_the_run_says_why() {
+    let Some(_one) = one_at_a_time_as_root(
+        "below_abi_7_a_task_never_rule_leaves_the_refusals_unseen_and_the_run_says_why",
+    ) else {
+        return;
+    };
+    let w = World::new("auditgap");
+    let ran = w.wt.join("ran");
+    let run = |extra: &[&str]| {
+        w.cmd(extra, &["sh", "-c", "echo ran > ran"])
+            .env("LOCKRUN_TEST_LANDLOCK_ABI", "6")
+            .output()
+            .unwrap()
+    };
+    // Control, without the rule (unless the host has it): the syscall
+    // records hold the promise, and the run goes on.
+    if rule("add") == 0 {
+        assert_eq!(rule("del"), 0);
+        let out = run(&[]);
+        assert!(out.status.success(), "{out:?}");
+        std::fs::remove_file(&ran).unwrap();
+    }
+    let guard = TaskNever::load();
+    let refused = run(&[]);
+    let accepted = run(&["--accept-gap", "filesystem_refusals_unseen"]);
+    drop(guard);
+    // Refused, naming the gap and why the records cannot stand in.
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(
+            "filesystem_refusals_unseen: filesystem refusals are not recorded: the audit log and \
+             the summary do not name them (this kernel lacks Landlock's denial logging (ABI 7, \
+             Linux 6.15), and kernel audit's syscall records cannot stand in here: the host's \
+             audit rules leave processes out of syscall auditing (`-a task,never`))"
+        ),
+        "{err}"
+    );
+    // Accepted: it runs, and says so.
+    let err = String::from_utf8_lossy(&accepted.stderr);
+    assert_eq!(accepted.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "lockrun: warning: this kernel cannot hold a promise, which the policy accepts \
+             (filesystem_refusals_unseen): "
+        ),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&ran).unwrap(), b"ran\n");
     w.assert_no_run_dirs();
 }
 

@@ -11,7 +11,7 @@
 //! | ABI 3 (`TRUNCATE`) | 6.2 | the seccomp supervisor truncates only beneath the writable roots ([`crate::supervise::truncate`]) |
 //! | ABI 5 (`IOCTL_DEV`) | 6.10 | device files opened only under `/dev`, where Landlock's rules name the few a run may open: every other mount `nodev` in the run's mount namespace ([`Kernel::devices_only_in_dev`]) |
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | [`Gap::SignalScope`], [`Gap::AbstractUnixScope`] |
-//! | ABI 7 (denials logged to kernel audit) | 6.15 | [`Gap::FilesystemRefusalsUnseen`] |
+//! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`] |
 //! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | [`Gap::UnixAddresses`] |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
@@ -37,7 +37,13 @@ pub struct Kernel {
     /// The cgroup hooks on unix sockets' addresses (`connect_unix`,
     /// `sendmsg_unix`, Linux 6.7): a program of their attach type loads.
     pub unix_hooks: bool,
+    /// Below Landlock ABI 7: whether kernel audit's syscall records can
+    /// show the run's filesystem refusals ([`crate::audit::syscalls::probe`]);
+    /// `None` where Landlock logs them itself (not asked).
+    pub syscall_audit: Option<Result<SyscallAudit, Unusable>>,
 }
+
+use crate::audit::syscalls::{Probe as SyscallAudit, Unusable};
 
 /// A promise, and what holds it on this kernel.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -96,9 +102,40 @@ impl Kernel {
                 .and_then(|s| s.parse::<u8>().ok())
                 .map_or(v, |lower| lower.min(v))
         });
+        let syscall_audit = landlock.is_ok_and(|v| v < 7).then(|| {
+            #[cfg(feature = "weaken-for-tests")]
+            if std::env::var("LOCKRUN_TEST_SYSCALL_AUDIT").as_deref() == Ok("off") {
+                return Err(Unusable::OffForTests);
+            }
+            crate::audit::syscalls::probe()
+        });
         Self {
             landlock,
             unix_hooks: unix_hooks_load(),
+            syscall_audit,
+        }
+    }
+
+    /// Below Landlock ABI 7, where kernel audit's syscall records show the
+    /// run's filesystem refusals: what was found of kernel audit.
+    #[must_use]
+    pub fn refusals_by_syscall_audit(&self) -> Option<SyscallAudit> {
+        match self.syscall_audit {
+            Some(Ok(p)) if self.landlock_abi() < 7 => Some(p),
+            _ => None,
+        }
+    }
+
+    /// What this kernel lacks for `gap`, as a refusal names it, with why
+    /// no other mechanism stands in here where lockrun has one.
+    #[must_use]
+    pub fn lacks(&self, gap: Gap) -> String {
+        match (gap, self.syscall_audit) {
+            (Gap::FilesystemRefusalsUnseen, Some(Err(why))) => format!(
+                "{}, and kernel audit's syscall records cannot stand in here: {why}",
+                gap.lacks()
+            ),
+            _ => gap.lacks().to_owned(),
         }
     }
 
@@ -174,7 +211,13 @@ impl Kernel {
                 promise: "every filesystem refusal recorded",
                 by: held(
                     Gap::FilesystemRefusalsUnseen,
-                    landlock("denial logging to kernel audit", 7),
+                    landlock("denial logging to kernel audit", 7).or_else(|| {
+                        self.refusals_by_syscall_audit().map(|_| {
+                            "kernel audit's syscall records of the run's login uid (no Landlock \
+                             denial logging: ABI < 7)"
+                                .to_owned()
+                        })
+                    }),
                 )
                 .map_err(Into::into),
             },
@@ -320,7 +363,9 @@ impl Gap {
             Self::Truncate => abi >= 3 || kernel.fallbacks().truncate,
             Self::DeviceIoctl => abi >= 5 || kernel.devices_only_in_dev(),
             Self::SignalScope | Self::AbstractUnixScope => abi >= 6,
-            Self::FilesystemRefusalsUnseen => abi >= 7,
+            Self::FilesystemRefusalsUnseen => {
+                abi >= 7 || kernel.refusals_by_syscall_audit().is_some()
+            }
             Self::UnixAddresses => kernel.unix_hooks,
         }
     }
@@ -373,6 +418,7 @@ mod tests {
             Kernel {
                 landlock: Ok(abi),
                 unix_hooks,
+                syscall_audit: (abi < 7).then_some(Err(Unusable::NoAudit)),
             }
             .gaps()
         };
@@ -397,6 +443,7 @@ mod tests {
             Kernel {
                 landlock: Ok(abi),
                 unix_hooks: true,
+                syscall_audit: None,
             }
             .promises()
             .into_iter()
@@ -424,9 +471,57 @@ mod tests {
         let k = |abi| Kernel {
             landlock: Ok(abi),
             unix_hooks: true,
+            syscall_audit: None,
         };
         assert!(k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
         assert!(k(4).devices_only_in_dev() && !k(5).devices_only_in_dev());
+    }
+
+    #[test]
+    fn below_abi_7_kernel_audits_syscall_records_hold_the_refusals_where_they_can() {
+        let kernel = |abi, syscall_audit| Kernel {
+            landlock: Ok(abi),
+            unix_hooks: true,
+            syscall_audit,
+        };
+        let on = Some(Ok(SyscallAudit { audit_on: true }));
+        let fs = |k: &Kernel| {
+            k.promises()
+                .into_iter()
+                .find(|h| h.promise == "every filesystem refusal recorded")
+                .map(|h| h.by)
+        };
+        // Held by the syscall records below ABI 7.
+        let k = kernel(6, on);
+        assert_eq!(k.gaps(), vec![]);
+        assert_eq!(
+            fs(&k),
+            Some(Ok(
+                "kernel audit's syscall records of the run's login uid (no Landlock \
+                     denial logging: ABI < 7)"
+                    .to_owned()
+            ))
+        );
+        assert!(k.refusals_by_syscall_audit().is_some());
+        // By Landlock from ABI 7, whatever was found of kernel audit.
+        let k = kernel(7, on);
+        assert_eq!(
+            fs(&k),
+            Some(Ok(
+                "Landlock denial logging to kernel audit (ABI 7)".to_owned()
+            ))
+        );
+        assert!(k.refusals_by_syscall_audit().is_none());
+        // Where kernel audit cannot be used, the gap stays and says why.
+        let k = kernel(2, Some(Err(Unusable::Locked)));
+        assert!(k.gaps().contains(&Gap::FilesystemRefusalsUnseen));
+        assert_eq!(
+            k.lacks(Gap::FilesystemRefusalsUnseen),
+            "Landlock's denial logging (ABI 7, Linux 6.15), and kernel audit's syscall records \
+             cannot stand in here: kernel audit is locked (enabled 2, `auditctl -e 2`): no rule \
+             may be added until the next boot"
+        );
+        assert_eq!(k.lacks(Gap::Truncate), Gap::Truncate.lacks());
     }
 
     #[test]

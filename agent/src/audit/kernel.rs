@@ -1,6 +1,8 @@
 //! Filesystem refusals from the kernel: Landlock (ABI 7, Linux 6.15) writes
 //! each denial to the kernel audit subsystem, and this reader collects the
-//! ones of its own run into the run's audit log.
+//! ones of its own run into the run's audit log. Below ABI 7 the same
+//! reader takes kernel audit's records of the run's refused calls instead
+//! ([`super::syscalls`]).
 //!
 //! How:
 //! - A `NETLINK_AUDIT` socket bound to the read-only multicast group
@@ -38,21 +40,24 @@ use nix::sys::socket::{
     SockProtocol, SockType,
 };
 
+use super::syscalls::{self, Watch};
 use super::{AuditLog, AuditLoss, Event, FsEvent, Layer, ScopeEvent, ScopeTarget};
 
 const AUDIT_GET: u16 = 1000;
 const AUDIT_SET: u16 = 1001;
 const AUDIT_USER: u16 = 1005;
 const AUDIT_SYSCALL: u16 = 1300;
+const AUDIT_PATH: u16 = 1302;
+const AUDIT_CWD: u16 = 1307;
 const AUDIT_EOE: u16 = 1320;
 const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
 const AUDIT_LANDLOCK_DOMAIN: u16 = 1424;
 const AUDIT_NLGRP_READLOG: u32 = 1;
 const AUDIT_STATUS_ENABLED: u32 = 1;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const NLMSG_HDRLEN: usize = 16;
+pub(super) const NLMSG_ERROR: u16 = 2;
+pub(super) const NLM_F_REQUEST: u16 = 1;
+pub(super) const NLM_F_ACK: u16 = 4;
+pub(super) const NLMSG_HDRLEN: usize = 16;
 
 /// Why the kernel's filesystem refusals cannot be collected.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +93,7 @@ pub struct AuditStatus {
     pub lost: u32,
 }
 
-fn nl_socket(groups: u32) -> Result<OwnedFd, KernelAuditError> {
+pub(super) fn nl_socket(groups: u32) -> Result<OwnedFd, KernelAuditError> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Raw,
@@ -104,7 +109,7 @@ fn nl_socket(groups: u32) -> Result<OwnedFd, KernelAuditError> {
     Ok(fd)
 }
 
-fn nl_message(ty: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+pub(super) fn nl_message(ty: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
     let len = NLMSG_HDRLEN + payload.len();
     let mut m = Vec::with_capacity(len.next_multiple_of(4));
     m.extend_from_slice(&(len as u32).to_ne_bytes());
@@ -225,22 +230,25 @@ pub fn enable() -> Result<(), KernelAuditError> {
 
 /// One parsed audit record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct AuditRecord {
-    ty: u16,
-    serial: u64,
-    fields: HashMap<String, String>,
-    text: String,
+pub(super) struct AuditRecord {
+    pub(super) ty: u16,
+    pub(super) serial: u64,
+    pub(super) fields: HashMap<String, String>,
+    pub(super) text: String,
 }
 
 /// Parse `audit(1795938126.349:3): key=value key="quoted" …`. Values the
 /// kernel hex-encodes (untrusted strings with spaces or quotes) are decoded.
-fn parse_record(ty: u16, payload: &[u8]) -> Option<AuditRecord> {
+pub(super) fn parse_record(ty: u16, payload: &[u8]) -> Option<AuditRecord> {
     let text = String::from_utf8_lossy(payload)
         .trim_end_matches('\0')
         .trim()
         .to_owned();
     let rest = text.strip_prefix("audit(")?;
-    let (stamp, body) = rest.split_once("): ")?;
+    // An `EOE` record has no body: `audit(…): `, trimmed to `audit(…):`.
+    let (stamp, body) = rest
+        .split_once("): ")
+        .or_else(|| Some((rest.strip_suffix("):")?, "")))?;
     let serial = stamp.rsplit_once(':')?.1.parse().ok()?;
     let mut fields = HashMap::new();
     let mut s = body;
@@ -255,7 +263,10 @@ fn parse_record(ty: u16, payload: &[u8]) -> Option<AuditRecord> {
         } else {
             let end = after.find(' ').unwrap_or(after.len());
             let raw = &after[..end];
-            let decoded = if matches!(key.as_str(), "path" | "comm" | "ocomm" | "exe" | "name") {
+            let decoded = if matches!(
+                key.as_str(),
+                "path" | "comm" | "ocomm" | "exe" | "name" | "cwd"
+            ) {
                 unhex(raw)
             } else {
                 None
@@ -303,11 +314,23 @@ struct Correlator {
     pending: HashMap<u64, (Instant, Vec<AuditRecord>)>,
     /// Whether a refusal came without its `SYSCALL` record (said once).
     no_syscall_said: bool,
+    /// Below Landlock ABI 7: the run whose refused calls kernel audit
+    /// records ([`super::syscalls`]).
+    watch: Option<Arc<Watch>>,
 }
 
 impl Correlator {
     fn push(&mut self, rec: AuditRecord, child: u32, now: Instant, out: &mut Vec<Event>) {
         if rec.ty == AUDIT_EOE {
+            // A Landlock denial ended before the reader was told the run's
+            // child (the command refused at once): whose domain it is, is
+            // not known yet. It waits, ended, for the next `expire`.
+            if let Some((_, group)) = self.pending.get_mut(&rec.serial) {
+                if child == 0 && group.iter().any(|r| r.ty == AUDIT_LANDLOCK_ACCESS) {
+                    group.push(rec);
+                    return;
+                }
+            }
             if let Some((_, group)) = self.pending.remove(&rec.serial) {
                 self.finish(&group, child, out);
             }
@@ -325,16 +348,35 @@ impl Correlator {
                 .or_insert_with(|| (now, Vec::new()))
                 .1
                 .push(rec);
+        } else if matches!(rec.ty, AUDIT_CWD | AUDIT_PATH) {
+            // A refused call's names, after its SYSCALL record (the kernel
+            // writes that first): kept for a call of the watched run only.
+            let Some(w) = &self.watch else {
+                return;
+            };
+            let uid = w.login_uid.to_string();
+            if let Some((_, group)) = self.pending.get_mut(&rec.serial) {
+                if group
+                    .iter()
+                    .any(|r| r.ty == AUDIT_SYSCALL && r.fields.get("auid") == Some(&uid))
+                {
+                    group.push(rec);
+                }
+            }
         }
     }
 
     /// Take the records whose end has not come within [`NO_END_AFTER`] as
-    /// they are (see there), oldest first.
+    /// they are (see there), and, once the run's child is known, those that
+    /// ended waiting for it, oldest first.
     fn expire(&mut self, child: u32, now: Instant, out: &mut Vec<Event>) {
         let mut old: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, (first, _))| now.saturating_duration_since(*first) >= NO_END_AFTER)
+            .filter(|(_, (first, group))| {
+                now.saturating_duration_since(*first) >= NO_END_AFTER
+                    || (child != 0 && group.iter().any(|r| r.ty == AUDIT_EOE))
+            })
             .map(|(s, _)| *s)
             .collect();
         self.finish_serials(&mut old, child, out);
@@ -365,6 +407,15 @@ impl Correlator {
             learn(&mut self.domains, r, child);
         }
         let syscall = group.iter().find(|r| r.ty == AUDIT_SYSCALL);
+        if let Some(w) = &self.watch {
+            if !group.iter().any(|r| r.ty == AUDIT_LANDLOCK_ACCESS) {
+                out.extend(
+                    syscalls::records::refusal(group, w, &syscalls::records::Proc)
+                        .map(Event::Filesystem),
+                );
+                return;
+            }
+        }
         for r in group.iter().filter(|r| r.ty == AUDIT_LANDLOCK_ACCESS) {
             let Some(domain) = r.fields.get("domain") else {
                 continue;
@@ -503,6 +554,8 @@ pub const NO_SYSCALL_RECORD: &str = "the kernel gave Landlock's refusals no sysc
 /// The reader thread of one run.
 pub struct KernelAudit {
     child: Arc<AtomicU32>,
+    /// Below Landlock ABI 7: the run whose refused calls to take.
+    calls: Arc<std::sync::OnceLock<Arc<Watch>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Closed by the reader thread when it returns.
@@ -534,18 +587,24 @@ impl KernelAudit {
         // Room for a burst of denials between two reads.
         let _ = setsockopt(&fd, sockopt::RcvBufForce, &(4 << 20));
         let child = Arc::new(AtomicU32::new(0));
+        let calls = Arc::new(std::sync::OnceLock::new());
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let marker = format!("lockrun-audit-sync-{run_id}");
         let (done_tx, done) = std::sync::mpsc::channel::<()>();
         let (asked_tx, asked) = std::sync::mpsc::channel::<()>();
         let thread = {
-            let (child, stop, marker, log) =
-                (child.clone(), stop.clone(), marker.clone(), log.clone());
+            let (child, calls, stop, marker, log) = (
+                child.clone(),
+                calls.clone(),
+                stop.clone(),
+                marker.clone(),
+                log.clone(),
+            );
             std::thread::Builder::new()
                 .name("lockrun-kaudit".into())
                 .spawn(move || {
                     let baseline = take_baseline(&log, asked_tx);
-                    let read = read_loop(&fd, &log, &child, &stop, &marker);
+                    let read = read_loop(&fd, &log, (&child, &calls), &stop, &marker);
                     if let Some(b) = baseline {
                         check_loss(&log, &b, &read);
                     }
@@ -558,6 +617,7 @@ impl KernelAudit {
         };
         Ok(Self {
             child,
+            calls,
             stop,
             thread: Some(thread),
             done,
@@ -588,6 +648,13 @@ impl KernelAudit {
     /// The run's child: the process that creates the run's Landlock domain.
     pub fn watch(&self, child_pid: u32) {
         self.child.store(child_pid, Ordering::SeqCst);
+    }
+
+    /// Below Landlock ABI 7: take the refused calls kernel audit records
+    /// for the run of `watch.login_uid` ([`super::syscalls`]). Before the
+    /// command starts; once.
+    pub fn watch_calls(&self, watch: Watch) {
+        let _ = self.calls.set(Arc::new(watch));
     }
 
     /// Mark the end of the run in the kernel's audit stream: the reader stops
@@ -764,7 +831,7 @@ struct Read {
 fn read_loop(
     fd: &OwnedFd,
     log: &AuditLog,
-    child: &AtomicU32,
+    (child, calls): (&AtomicU32, &std::sync::OnceLock<Arc<Watch>>),
     stop: &std::sync::atomic::AtomicBool,
     marker: &str,
 ) -> Read {
@@ -797,6 +864,10 @@ fn read_loop(
             }
             Err(_) => break,
         };
+        // Set before the command starts, so before any record of its calls.
+        if corr.watch.is_none() {
+            corr.watch = calls.get().cloned();
+        }
         let mut done = false;
         for (ty, payload) in nl_split(&buf[..n]) {
             read.records += 1;
@@ -1018,6 +1089,89 @@ mod tests {
     }
 
     #[test]
+    fn below_abi_7_a_refused_call_of_the_watched_run_becomes_an_event() {
+        // `mkdir /usr/dd` in the run of login uid 2147483700, and another
+        // process's refused call (no login uid of a run), as this kernel
+        // wrote them, interleaved.
+        let records: [(u16, &str); 7] = [
+            (
+                AUDIT_SYSCALL,
+                r#"audit(1796534893.678:7): arch=c000003e syscall=83 success=no exit=-13 a0=7ffcc50f69ea a1=1ff a2=0 a3=7f33fc43a958 items=1 ppid=12536 pid=12538 auid=2147483700 uid=0 gid=0 euid=0 suid=0 fsuid=0 egid=0 sgid=0 fsgid=0 tty=(none) ses=6 comm="mkdir" exe="/usr/bin/mkdir" key=(null)"#,
+            ),
+            (
+                AUDIT_SYSCALL,
+                r#"audit(1796534893.678:8): arch=c000003e syscall=83 success=no exit=-13 a0=7ffcc50f69ea a1=1ff a2=0 a3=0 items=1 ppid=1 pid=99 auid=4294967295 uid=0 comm="mkdir" exe="/usr/bin/mkdir" key=(null)"#,
+            ),
+            (AUDIT_CWD, r#"audit(1796534893.678:7): cwd="/tmp/r1""#),
+            (
+                AUDIT_PATH,
+                r#"audit(1796534893.678:7): item=0 name="/usr/" inode=246973 dev=fe:00 mode=040755 ouid=0 ogid=0 rdev=00:00 nametype=PARENT cap_fp=0 cap_fi=0 cap_fe=0 cap_fver=0 cap_frootid=0"#,
+            ),
+            (AUDIT_CWD, r#"audit(1796534893.678:8): cwd="/""#),
+            (
+                AUDIT_PATH,
+                r#"audit(1796534893.678:8): item=0 name="/etc/" inode=19 dev=fe:00 mode=040755 nametype=PARENT"#,
+            ),
+            (AUDIT_EOE, "audit(1796534893.678:8): "),
+        ];
+        let mut c = Correlator {
+            watch: Some(Arc::new(Watch {
+                login_uid: 2_147_483_700,
+                writable: Vec::new(),
+            })),
+            ..Correlator::default()
+        };
+        let mut out = Vec::new();
+        let now = Instant::now();
+        for (ty, text) in records {
+            c.push(parse_record(ty, text.as_bytes()).unwrap(), 0, now, &mut out);
+        }
+        // The other process's call ended: nothing of it is kept.
+        assert_eq!(out, []);
+        assert_eq!(c.pending.len(), 1);
+        assert_eq!(c.pending[&7].1.len(), 3);
+        c.push(
+            parse_record(AUDIT_EOE, b"audit(1796534893.678:7): ").unwrap(),
+            0,
+            now,
+            &mut out,
+        );
+        let [Event::Filesystem(f)] = out.as_slice() else {
+            panic!("not one filesystem event: {out:?}");
+        };
+        assert_eq!((f.pid, f.comm.as_str()), (12538, "mkdir"));
+        assert_eq!(f.path.as_deref(), Some("/usr"));
+        assert_eq!(f.access, vec!["fs.make_dir".to_owned()]);
+        assert_eq!(f.raw.lines().count(), 3);
+        assert!(c.pending.is_empty());
+    }
+
+    #[test]
+    fn a_denial_that_ends_before_the_child_is_known_waits_for_it() {
+        let mut c = Correlator::default();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        for (ty, text) in [
+            (AUDIT_LANDLOCK_ACCESS, ACCESS),
+            (AUDIT_LANDLOCK_DOMAIN, DOMAIN),
+            (AUDIT_SYSCALL, SYSCALL),
+            (AUDIT_EOE, "audit(1795938126.349:3): "),
+        ] {
+            c.push(parse_record(ty, text.as_bytes()).unwrap(), 0, t0, &mut out);
+        }
+        assert_eq!(out, []);
+        c.expire(0, t0, &mut out);
+        assert_eq!(out, []);
+        // Told the child: taken at the next look, not a second later.
+        c.expire(9245, t0, &mut out);
+        let [Event::Filesystem(f)] = out.as_slice() else {
+            panic!("not one filesystem event: {out:?}");
+        };
+        assert_eq!((f.pid, f.path.as_deref()), (9245, Some("/tmp")));
+        assert!(c.pending.is_empty());
+    }
+
+    #[test]
     fn a_denial_of_our_child_becomes_an_event() {
         let ev = feed(
             9245,
@@ -1123,6 +1277,14 @@ mod tests {
             ],
         );
         assert!(ev.is_empty());
+    }
+
+    #[test]
+    fn an_end_of_event_record_with_no_body_is_read() {
+        // As the kernel sends it: the stamp, a colon, a space and a NUL.
+        let eoe = parse_record(AUDIT_EOE, b"audit(1796534893.678:123622): \0").unwrap();
+        assert_eq!((eoe.ty, eoe.serial), (AUDIT_EOE, 123_622));
+        assert!(eoe.fields.is_empty());
     }
 
     #[test]

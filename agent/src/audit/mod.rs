@@ -1,7 +1,12 @@
 //! The run's audit trail: every refusal (and every proxy decision) as one JSON
 //! line in `--audit-log`, and a one-line summary on stderr when the run ends.
 //! Three layers feed it: the kernel network hooks (BPF ring buffer and
-//! counters), the proxy, and the filesystem (Landlock's kernel audit records).
+//! counters), the proxy, and the filesystem: Landlock's kernel audit
+//! records ([`kernel`], ABI 7), or, below ABI 7, where Landlock logs
+//! nothing, kernel audit's records of the run's calls refused with
+//! `EACCES`, told by a login uid of the run's own ([`syscalls`]: the
+//! access derived from the call, refusals by permission bits among them,
+//! `EXDEV` left out).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +22,7 @@ pub mod read;
 pub mod seal;
 pub mod sink;
 mod summary;
+pub mod syscalls;
 
 pub use summary::refused_as;
 pub(crate) use summary::times;

@@ -94,7 +94,7 @@ pub fn host_checks() -> Vec<Check> {
         crate::audit::kernel::status()
             .map(|st| {
                 format!(
-                    "{}, {}; Landlock denials read from the read-only multicast group; {}",
+                    "{}, {}; {} read from the read-only multicast group; {}",
                     match st.enabled {
                         0 => "off (lockrun turns it on for its runs)",
                         1 => "on",
@@ -104,6 +104,11 @@ pub fn host_checks() -> Vec<Check> {
                         "no audit daemon".to_owned()
                     } else {
                         format!("audit daemon pid {}", st.daemon_pid)
+                    },
+                    if crate::kernel::Kernel::get().landlock_abi() >= 7 {
+                        "Landlock denials"
+                    } else {
+                        "the records of the run's refused calls"
                     },
                     if st.backlog_limit == 0 {
                         "no backlog limit".to_owned()
@@ -189,7 +194,7 @@ pub fn run(args: &DoctorArgs) -> i32 {
                     "GAP ",
                     format!(
                         "nothing: this kernel lacks {}; a run is refused unless its policy accepts {} (run.accept_gaps, --accept-gap)",
-                        g.lacks(),
+                        crate::kernel::Kernel::get().lacks(*g),
                         g.name()
                     ),
                 )

@@ -40,6 +40,7 @@ pub fn main(args: &GcArgs) -> i32 {
                 r.kept_young
             );
             reap_orphan_cgroups(grace);
+            reap_stale_audit_rules();
             // Task- and memory-limit cgroups of v1 hierarchies whose
             // run's cgroup is gone (a lockrun killed between the two).
             for o in crate::cgroup::v1::reap_orphans() {
@@ -104,6 +105,22 @@ fn reap_orphan_cgroups(grace: Duration) {
             }
         }
         Err(e) => say!("lockrun: warning: gc: the run cgroups: {e}"),
+    }
+}
+
+/// The kernel audit rules of runs whose cgroup is gone (a lockrun killed
+/// below Landlock ABI 7, see [`crate::audit::syscalls`]); a line for each
+/// removed.
+fn reap_stale_audit_rules() {
+    match crate::audit::syscalls::reap_stale(crate::cgroup::live_run_cgroup_ids) {
+        Ok(uids) => {
+            for uid in uids {
+                println!(
+                    "removed the kernel audit rule of login uid {uid}: its run's cgroup is gone"
+                );
+            }
+        }
+        Err(e) => say!("lockrun: warning: gc: the runs' kernel audit rules: {e}"),
     }
 }
 

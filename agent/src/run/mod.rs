@@ -15,7 +15,10 @@
 //! 6. the eBPF hooks ([`crate::bpf`]): the build's, attached once to the
 //!    cgroup's parent; the run registered in their maps, allowing only the
 //!    proxy endpoint and the policy's loopback endpoints;
-//! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]);
+//! 7. the kernel audit reader for Landlock's denials ([`crate::audit::kernel`]),
+//!    and, below Landlock ABI 7, the run's audit rule for its refused calls
+//!    ([`crate::audit::syscalls`], once the ruleset is in: the rule names
+//!    the run's cgroup);
 //!    then an IPC namespace of the run's own ([`own_ipc_namespace`]), and
 //!    the run's watchdog ([`crate::sys::watchdog`]: should lockrun die, it
 //!    kills what is in the run's cgroup), made while the walk finishes;
@@ -28,7 +31,8 @@
 //! 10. teardown, in reverse, on every path: the cgroup killed and removed,
 //!     the seccomp supervisor stopped (after the cgroup: until then a
 //!     descendant may still call), the hooks drained and the run unregistered, the proxy stopped, the kernel audit
-//!     read to its end; the run dir is removed and the watchdog reaped
+//!     read to its end (the run's audit rule removed on a thread of its own);
+//!     the run dir is removed and the watchdog reaped
 //!     beside the rest, once the cgroup is gone (the cgroup's kill took
 //!     the watchdog too, in its cgroup beneath the run's).
 //!
@@ -78,6 +82,8 @@ pub enum RunError {
     Fs(#[from] FsError),
     #[error("{}", gaps_refused(.0))]
     Gaps(Vec<crate::kernel::Gap>),
+    #[error("{}", refusals_unseen(.0))]
+    RefusalsUnseen(String),
     #[error("seccomp: {0}")]
     Seccomp(#[from] SeccompError),
     #[error("preparing the child: {what}: {source}")]
@@ -120,11 +126,31 @@ pub enum RunError {
     Watchdog(#[source] std::io::Error),
 }
 
+/// The refusal of a run whose filesystem refusals kernel audit's syscall
+/// records were to show, which could not be set up (`why`), one line.
+fn refusals_unseen(why: &str) -> String {
+    let gap = crate::kernel::Gap::FilesystemRefusalsUnseen;
+    format!(
+        "this kernel cannot hold one of lockrun's promises: {}: {gap} (this kernel lacks {}, and \
+         kernel audit's syscall records, which stand in for it, could not be set up: {why}); \
+         lockrun will not run the command with less. Run it on a newer kernel, or accept exactly \
+         what is lost: --accept-gap {0}, or run.accept_gaps = [\"{0}\"] in the policy",
+        gap.name(),
+        gap.lacks()
+    )
+}
+
 /// The refusal of a run on a kernel that cannot hold `gaps`, one line.
 fn gaps_refused(gaps: &[crate::kernel::Gap]) -> String {
     let each: Vec<String> = gaps
         .iter()
-        .map(|g| format!("{}: {g} (this kernel lacks {})", g.name(), g.lacks()))
+        .map(|g| {
+            format!(
+                "{}: {g} (this kernel lacks {})",
+                g.name(),
+                crate::kernel::Kernel::get().lacks(*g)
+            )
+        })
         .collect();
     let names: Vec<&str> = gaps.iter().map(|g| g.name()).collect();
     format!(
@@ -996,7 +1022,7 @@ async fn run(
         let message = format!(
             "this kernel cannot hold a promise, which the policy accepts ({}): {gap} (this kernel lacks {})",
             gap.name(),
-            gap.lacks()
+            crate::kernel::Kernel::get().lacks(gap)
         );
         say!("lockrun: warning: {message}");
         audit.record(Event::Notice {
@@ -1157,6 +1183,15 @@ async fn run(
         audit: audit.clone(),
     };
     tracing::debug!("3. Landlock ruleset received");
+    // 7. below Landlock ABI 7, the run's refused calls from kernel audit
+    //    (removed when this drops, on every path).
+    let refused_calls = refused_calls_seen(
+        policy,
+        cgroup.id(),
+        kernel_audit.as_ref(),
+        &supervise.writable,
+        audit,
+    )?;
     // The denied files' other names, judged from here on: the command has
     // not started.
     linked.arm(crate::fs::links::Judge {
@@ -1226,6 +1261,9 @@ async fn run(
         core_dumps.off(),
         mounts,
         join_v1,
+        refused_calls
+            .as_ref()
+            .map(|r| crate::sys::LoginUid::new(r.login_uid())),
     )
     .map_err(|source| RunError::Child {
         what: "report pipe",
@@ -1281,6 +1319,27 @@ async fn run(
     let killed = cgroup.kill();
     drop(watchdog);
     let emptied = killed.and_then(|()| cgroup.wait_empty());
+    // No task of the run is left (or none that `lockrun gc` will not
+    // kill): the audit stream's end can be marked now, and the kernel
+    // queues it while the rest is torn down. Nor a call of the run to
+    // record: its audit rule goes, after the mark, on a thread of its own
+    // (the kernel waits out an RCU grace period to delete it, holding its
+    // audit lock, which the mark would wait for; on its own thread it
+    // overlaps the namespace's beside). With processes of the run left, the
+    // rule stays for them, and `lockrun gc` removes it once their cgroup
+    // is gone.
+    let mut kernel_audit = kernel_audit;
+    if let Some(k) = kernel_audit.as_mut() {
+        k.send_marker();
+    }
+    let rules_removed = match (&emptied, refused_calls) {
+        (Ok(()), Some(rules)) => crate::audit::syscalls::remove_beside(rules),
+        (Err(_), Some(rules)) => {
+            rules.leave();
+            None
+        }
+        (_, None) => None,
+    };
     // No process of the run is left (or none that `lockrun gc` will not
     // kill): the run dir goes now, beside the rest of the teardown (kept
     // for a later run only once the run's cgroup is known empty).
@@ -1340,12 +1399,6 @@ async fn run(
             None
         }
     };
-    // No task of the run is left: the audit stream's end can be marked now,
-    // and the kernel queues it while the rest is torn down.
-    let mut kernel_audit = kernel_audit;
-    if let Some(k) = kernel_audit.as_mut() {
-        k.send_marker();
-    }
     if let Some(s) = supervisor {
         s.finish();
     }
@@ -1425,8 +1478,83 @@ async fn run(
     // A panic there left what it had not removed to `lockrun gc`.
     let _ = namespace_dropped.wait();
     let _ = dir_removed.wait();
+    if let Some(t) = rules_removed {
+        let _ = t.join();
+    }
     tracing::debug!("11. run dir removed");
     Ok(code)
+}
+
+/// Below Landlock ABI 7, kernel audit's records of the run's refused calls
+/// show its filesystem refusals ([`crate::audit::syscalls`]): the run's
+/// login uid from its cgroup, its rule loaded (removed when the guard
+/// drops), and the reader told whose calls to take. `None` where Landlock
+/// logs them itself, or where they cannot be shown and the policy accepts
+/// that gap; a refusal of the run where it does not.
+fn refused_calls_seen(
+    policy: &Policy,
+    cgroup_id: u64,
+    reader: Option<&crate::audit::kernel::KernelAudit>,
+    writable: &[PathBuf],
+    audit: &crate::audit::AuditLog,
+) -> Result<Option<crate::audit::syscalls::RunRules>, RunError> {
+    use crate::audit::{syscalls, Event, Layer};
+    let Some(probe) = crate::kernel::Kernel::get().refusals_by_syscall_audit() else {
+        return Ok(None);
+    };
+    let notice = |message: String| {
+        audit.record(Event::Notice {
+            layer: Layer::Filesystem,
+            message,
+        });
+    };
+    let set_up = reader
+        .ok_or_else(|| "the kernel audit reader did not start".to_owned())
+        .and_then(|reader| {
+            let (rules, turned_on) = syscalls::login_uid_of(cgroup_id)
+                .and_then(|uid| syscalls::RunRules::add(uid, probe))
+                .map_err(|e| e.to_string())?;
+            reader.watch_calls(syscalls::Watch {
+                login_uid: rules.login_uid(),
+                writable: writable.to_vec(),
+            });
+            Ok((rules, turned_on))
+        });
+    match set_up {
+        Ok((rules, turned_on)) => {
+            if turned_on {
+                notice(
+                    "kernel audit was off; lockrun turned it on (audit_enabled=1) so that the \
+                     kernel records the run's refused calls"
+                        .into(),
+                );
+            }
+            notice(format!(
+                "Landlock logs no refusal below ABI 7 (this kernel's is {}): filesystem refusals \
+                 are taken from kernel audit's records of the calls of the run's login uid {} \
+                 refused with EACCES, their access derived from the call; refusals by permission \
+                 bits are among them",
+                crate::kernel::Kernel::get().landlock_abi(),
+                rules.login_uid()
+            ));
+            Ok(Some(rules))
+        }
+        Err(why) => {
+            let gap = crate::kernel::Gap::FilesystemRefusalsUnseen;
+            if !policy.run.accept_gaps.contains(&gap) {
+                return Err(RunError::RefusalsUnseen(why));
+            }
+            let message = format!(
+                "this kernel cannot hold a promise, which the policy accepts ({}): {gap} (kernel \
+                 audit's syscall records, which stand in for Landlock's denial logging, could not \
+                 be set up: {why})",
+                gap.name()
+            );
+            say!("lockrun: warning: {message}");
+            notice(message);
+            Ok(None)
+        }
+    }
 }
 
 /// The promises this kernel cannot hold ([`crate::kernel::Gap`]), each of

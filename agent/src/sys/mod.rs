@@ -22,7 +22,12 @@
 //!    `CAP_SYS_ADMIN`, so before the capabilities go; before those, core dumps off where a
 //!    pipe would take them, and
 //!    **the run the OOM killer's first pick** (`oom_score_adj` 1000,
-//!    [`OOM_SCORE_ADJ`]), which Landlock then keeps from being lowered;
+//!    [`OOM_SCORE_ADJ`]), which Landlock then keeps from being lowered,
+//!    and, below Landlock ABI 7, **the run's login uid**
+//!    (`/proc/self/loginuid`, [`crate::audit::syscalls`]), by which kernel
+//!    audit's records of the run's refused calls are told: setting it once
+//!    set needs `CAP_AUDIT_CONTROL`, so before the capabilities go, after
+//!    which no process of the run can change it;
 //! 2. **securebits** `NOROOT | NO_SETUID_FIXUP | NO_CAP_AMBIENT_RAISE` and
 //!    their locks (+ `KEEP_CAPS_LOCKED`), so uid 0 regains nothing at exec —
 //!    needs `CAP_SETPCAP`, so before the capabilities go;
@@ -94,14 +99,15 @@ pub enum Step {
     JoinMemory,
     OomScore,
     DevicesInDevOnly,
+    LoginUid,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
             Ambient, BoundingSet, Capset, CloseRange, CoreLimit, DevicesInDevOnly, JoinMemory,
-            JoinTasks, Landlock, NoNewPrivs, Notify, OomScore, OwnMounts, Rlimit, Seccomp,
-            Securebits,
+            JoinTasks, Landlock, LoginUid, NoNewPrivs, Notify, OomScore, OwnMounts, Rlimit,
+            Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -120,6 +126,7 @@ impl Step {
             JoinMemory,
             OomScore,
             DevicesInDevOnly,
+            LoginUid,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -144,6 +151,7 @@ impl Step {
             Step::JoinMemory => "joining the run's cgroup of the v1 memory hierarchy, which limits its memory (write 0 to its tasks file)",
             Step::OomScore => "making the run the OOM killer's first pick (write 1000 to /proc/self/oom_score_adj)",
             Step::DevicesInDevOnly => "keeping the run's device files to /dev: every mount of its namespace nodev but /dev and those beneath it (mount_setattr MOUNT_ATTR_NODEV, recursive; /dev must be a mount)",
+            Step::LoginUid => "taking the run's login uid, by which kernel audit's records of its refused calls are told (write to /proc/self/loginuid)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -180,7 +188,41 @@ pub struct ChildPlan {
     /// that names it: none where the limits are the run cgroup's own (v2),
     /// or there are none.
     join_v1: Vec<(Step, OwnedFd)>,
+    /// Below Landlock ABI 7, the run's login uid, in decimal, to write to
+    /// `/proc/self/loginuid` ([`crate::audit::syscalls`]).
+    login_uid: Option<LoginUid>,
     report: OwnedFd,
+}
+
+/// A login uid as `/proc/self/loginuid` takes it: decimal digits,
+/// prepared before the fork.
+#[derive(Debug, Clone, Copy)]
+pub struct LoginUid {
+    digits: [u8; 10],
+    len: usize,
+}
+
+impl LoginUid {
+    #[must_use]
+    pub fn new(uid: u32) -> Self {
+        let mut digits = [0u8; 10];
+        let mut len = 0;
+        let mut rest = uid;
+        loop {
+            digits[len] = b'0' + (rest % 10) as u8;
+            len += 1;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        digits[..len].reverse();
+        Self { digits, len }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[..self.len]
+    }
 }
 
 /// A filesystem of the run's own, mounted by the child over the machine's
@@ -673,6 +715,7 @@ pub fn last_cap() -> io::Result<u32> {
 
 impl ChildPlan {
     /// Prepare the plan and the parent's end of its report pipe.
+    #[allow(clippy::too_many_arguments)] // the plan's pieces, each prepared by `run`
     pub fn new(
         landlock: Restrict,
         seccomp: seccompiler::BpfProgram,
@@ -681,6 +724,7 @@ impl ChildPlan {
         no_core_dumps: bool,
         mounts: Vec<OwnMount>,
         join_v1: Vec<(Step, OwnedFd)>,
+        login_uid: Option<LoginUid>,
     ) -> io::Result<(Self, Report)> {
         let last_cap = last_cap()?;
         let setpcap = has_effective_cap(CAP_SETPCAP)?;
@@ -702,6 +746,7 @@ impl ChildPlan {
                 mounts,
                 devices_in_dev_only: false,
                 join_v1,
+                login_uid,
                 report: w,
             },
             Report(r),
@@ -784,8 +829,14 @@ impl ChildPlan {
             }
         }
         // 1d. the run the OOM killer's first pick (see `OOM_SCORE_ADJ`)
-        if !oom_first_pick() {
+        if !write_whole(c"/proc/self/oom_score_adj", OOM_SCORE_ADJ) {
             return Err(self.fail(Step::OomScore));
+        }
+        // 1e. the run's login uid (needs CAP_AUDIT_CONTROL if one is set)
+        if let Some(uid) = &self.login_uid {
+            if !write_whole(c"/proc/self/loginuid", uid.as_bytes()) {
+                return Err(self.fail(Step::LoginUid));
+            }
         }
         // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN), and
         // with them mounted, the device files kept to /dev; every mount
@@ -959,26 +1010,28 @@ impl Report {
 /// `/proc` being outside its writable roots.
 pub const OOM_SCORE_ADJ: &[u8] = b"1000";
 
-/// Write [`OOM_SCORE_ADJ`] to this process's `oom_score_adj`: in the child,
-/// before it is confined. On `x86_64` its memory is lockrun's until exec
-/// (`CLONE_VM | CLONE_VFORK`); the kernel spreads a score written there over
-/// every process sharing that memory, but not a vfork child's, so lockrun
-/// keeps its own (elsewhere the child is a fork, with memory of its own).
-/// Async-signal-safe: an open, a write and a close, on static values.
-fn oom_first_pick() -> bool {
-    // SAFETY: open of a static NUL-terminated path; the fd is checked,
-    // written from a static buffer and closed here.
+/// Write `bytes` to the file at `path` whole, in one write (a file of
+/// `/proc/self`): in the child, before it is confined. For
+/// [`OOM_SCORE_ADJ`]: on `x86_64` the child's memory is lockrun's until
+/// exec (`CLONE_VM | CLONE_VFORK`); the kernel spreads a score written
+/// there over every process sharing that memory, but not a vfork child's,
+/// so lockrun keeps its own (elsewhere the child is a fork, with memory of
+/// its own); a login uid is the task's alone.
+/// Async-signal-safe: an open, a write and a close, on values the plan
+/// holds.
+fn write_whole(path: &CStr, bytes: &[u8]) -> bool {
+    // SAFETY: open of a NUL-terminated path; the fd is checked, written
+    // from a live buffer of its length and closed here.
     unsafe {
-        let fd = libc::open(
-            c"/proc/self/oom_score_adj".as_ptr(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        );
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return false;
         }
-        let n = libc::write(fd, OOM_SCORE_ADJ.as_ptr().cast(), OOM_SCORE_ADJ.len());
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let err = *libc::__errno_location();
         libc::close(fd);
-        usize::try_from(n) == Ok(OOM_SCORE_ADJ.len())
+        *libc::__errno_location() = err;
+        usize::try_from(n) == Ok(bytes.len())
     }
 }
 
@@ -1017,5 +1070,17 @@ pub fn landlock_abi_version() -> Result<i32, nix::errno::Errno> {
         Err(nix::errno::Errno::last())
     } else {
         Ok(v as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LoginUid;
+
+    #[test]
+    fn a_login_uid_is_written_in_decimal() {
+        for uid in [0, 7, 10, 2_147_483_700, 0x8000_bfa8, u32::MAX - 1] {
+            assert_eq!(LoginUid::new(uid).as_bytes(), uid.to_string().as_bytes());
+        }
     }
 }

@@ -1,0 +1,318 @@
+//! Filesystem refusals where Landlock does not log them: below ABI 7
+//! (Linux 6.15: Debian 12's 6.1, Debian 13's and RHEL 10's 6.12, Ubuntu's
+//! 6.8–6.14) Landlock refuses as it does on a newer kernel, but writes no
+//! audit record, so without this the audit log and the summary would not
+//! name a single filesystem refusal ([`crate::kernel::Gap::FilesystemRefusalsUnseen`]).
+//! Here kernel audit's own syscall auditing stands in:
+//!
+//! - **A login uid of the run's own.** The command's process sets its
+//!   login uid (`/proc/self/loginuid`, [`crate::sys::ChildPlan`]) before
+//!   its capabilities go; every process of the run inherits it, and none
+//!   can change it again (that needs `CAP_AUDIT_CONTROL`). It is
+//!   `0x8000_0000 | ino`, `ino` the kernfs inode number of the run's cgroup
+//!   (the low 32 bits of its id, below 2³¹, unique among the machine's
+//!   live cgroups): in a range no user's login uid is in, and one per live
+//!   run ([`login_uid_of`]).
+//! - **One audit rule per run** ([`rules`]): on the syscall exit filter,
+//!   for this build's architecture, that login uid and a result of
+//!   `-EACCES`, every syscall: `-A exit,always -F arch=b64 -F auid=<uid>
+//!   -F exit=-EACCES -S all`. Prepended, so no rule of the host's can
+//!   silence it (the first matching rule decides); rules are the
+//!   machine's, and lockrun touches only its own. Added before the command
+//!   starts, removed when the run ends (on every path: a drop guard), and
+//!   by `lockrun gc` after a killed lockrun, once the run's cgroup is gone.
+//!   No rule for the i386 compat architecture: the seccomp filter kills a
+//!   process at its first call of another architecture
+//!   ([`crate::seccomp`]), so no such call of the run can be refused with
+//!   `EACCES`.
+//! - **The same reader** ([`super::kernel`]): a refused call's records
+//!   (`SYSCALL`, `CWD`, one `PATH` per name it looked up, `EOE`, one
+//!   serial) come through the same read-only multicast group, the same end
+//!   marker and loss accounting; the reader takes those whose `SYSCALL`
+//!   names the run's login uid, exactly, and turns each into a
+//!   [`super::FsEvent`] ([`records`]).
+//!
+//! What differs from Landlock's own records (ABI 7):
+//! - **The blocker is derived from the call, not said by Landlock**: the
+//!   syscall and its arguments give the access in Landlock's words
+//!   (`openat` with `O_WRONLY` on a file that is there: `fs.write_file`;
+//!   with `O_CREAT` on one that is not: `fs.make_reg` on its directory, as
+//!   Landlock names it; `mkdir`: `fs.make_dir`; …, see [`records`]). A call
+//!   it does not know is named by its number (`syscall.262`).
+//! - **Refusals by the permission bits are shown too**: the kernel says
+//!   `EACCES` alike for Landlock's refusals and for those of the file's
+//!   mode, and a run, uid 0 without capabilities, meets the latter on the
+//!   machine's masked secrets (mode 0000), files of mode 0000 and other
+//!   users' files. They are real refusals of the run, and are shown as
+//!   such. Not shown: `access(2)` and `faccessat(2)`, which ask and open
+//!   nothing, and `EACCES` from calls that name no file (a port below 1024
+//!   to `bind`): those are not filesystem refusals.
+//! - **`EXDEV` is left out**: Landlock refuses a link or rename that would
+//!   give a file rights it lacks (`fs.refer`) with `EXDEV`, which is also
+//!   what every rename across two filesystems gets, and what `mv` and
+//!   `git` then copy instead of; a rule for it would fill the log with
+//!   ordinary moves. So a refused `fs.refer` goes unnamed here (the tool
+//!   copies and goes on).
+//! - **Paths** are as the kernel records them: a name joined with the
+//!   process's working directory (`CWD`); a name relative to a directory
+//!   descriptor is found through that descriptor while the process still
+//!   holds it (`/proc/<pid>/fd`), and taken only if its device and inode
+//!   are those the kernel recorded; otherwise the path is not named. A
+//!   rename names two directories and does not say which refused: the one
+//!   outside the run's writable paths is named (with what the rename
+//!   removes there, or makes), the source when both are.
+//! - **The cost is the machine's**: while any audit rule is loaded, the
+//!   kernel keeps an account of the names every audited syscall of every
+//!   process looks up (not only the run's), and checks each syscall's
+//!   exit against the rules. A host with audit rules of its own pays that
+//!   already.
+//!
+//! Where kernel audit cannot be used this way (no `CONFIG_AUDIT`; audit
+//! locked, `-e 2`, so no rule may be added; lockrun's own login uid set
+//! and not changeable here; a user namespace; a host rule `-a task,never`,
+//! which leaves processes without the syscall records, or an `exclude`
+//! rule that drops them) the gap stays, and says why ([`probe`], asked
+//! before the run). Should the rule still fail at the run's start, the run
+//! is refused, unless its policy accepts the gap.
+
+use std::path::PathBuf;
+
+pub mod records;
+pub mod rules;
+
+pub use rules::{reap_stale, remove_beside, RunRules};
+
+use super::kernel::KernelAuditError;
+
+/// The first login uid of lockrun's range: `0x8000_0000 | ino`.
+pub const LOGIN_UID_RANGE: u32 = 0x8000_0000;
+
+/// The login uid that means "not set".
+const LOGIN_UID_UNSET: u32 = u32::MAX;
+
+/// `CAP_AUDIT_CONTROL`: what changing a login uid once set needs.
+const CAP_AUDIT_CONTROL: u32 = 30;
+
+/// Why the run's refused calls cannot be told from kernel audit's records.
+#[derive(Debug, thiserror::Error)]
+pub enum SyscallAuditError {
+    #[error("{call} on the audit netlink socket failed: {source}")]
+    Syscall {
+        call: &'static str,
+        source: nix::Error,
+    },
+    #[error("the kernel refused {what}: {}", nix::Error::from_raw(*.errno))]
+    Refused { what: &'static str, errno: i32 },
+    #[error("no answer from the kernel audit subsystem to {what}")]
+    NoAnswer { what: &'static str },
+    #[error(
+        "the run's cgroup id {id:#x} gives no login uid of lockrun's range (its inode number \
+         must be below 2^31 - 1)"
+    )]
+    NoLoginUid { id: u64 },
+    #[error(transparent)]
+    Kernel(#[from] KernelAuditError),
+    #[error("reading the live run cgroups: {0}")]
+    LiveRuns(crate::cgroup::CgroupError),
+}
+
+/// Why kernel audit's syscall records cannot stand in for Landlock's on
+/// this host ([`probe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// No kernel audit (`CONFIG_AUDIT`): no `/proc/self/loginuid`, or no
+    /// audit netlink.
+    NoAudit,
+    /// lockrun runs in a user namespace other than the machine's: kernel
+    /// audit takes rules and login uids from the initial one only.
+    UserNamespace,
+    /// Kernel audit could not be asked (errno).
+    NotReachable { errno: i32 },
+    /// Audit is locked (`auditctl -e 2`): no rule may be added until boot.
+    Locked,
+    /// lockrun's own login uid is set, and the command could not set its own.
+    LoginUidFixed(Fixed),
+    /// A rule `-a task,never` of the host's: the processes it matches get
+    /// no syscall records at all.
+    TaskNever,
+    /// A rule of the host's `exclude` list that may drop the records of
+    /// type `msgtype` (0: any type) this needs.
+    Excluded { msgtype: u32 },
+    /// A test build told so (`LOCKRUN_TEST_SYSCALL_AUDIT=off`).
+    OffForTests,
+}
+
+/// Why a login uid, once set, stays as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fixed {
+    /// The kernel's audit feature `loginuid_immutable` is on.
+    Immutable,
+    /// The kernel's audit feature `only_unset_loginuid` is on.
+    OnlyUnset,
+    /// lockrun lacks `CAP_AUDIT_CONTROL`.
+    NoCapability,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoAudit => f.write_str("the kernel has no audit (CONFIG_AUDIT)"),
+            Self::UserNamespace => f.write_str(
+                "lockrun runs in a user namespace of its own, and kernel audit takes rules and \
+                 login uids from the machine's only",
+            ),
+            Self::NotReachable { errno } => write!(
+                f,
+                "kernel audit could not be asked: {}",
+                nix::Error::from_raw(*errno)
+            ),
+            Self::Locked => f.write_str(
+                "kernel audit is locked (enabled 2, `auditctl -e 2`): no rule may be added until \
+                 the next boot",
+            ),
+            Self::LoginUidFixed(how) => write!(
+                f,
+                "lockrun's login uid is set, and the run cannot take one of its own: {}",
+                match how {
+                    Fixed::Immutable => "the audit feature loginuid_immutable is on",
+                    Fixed::OnlyUnset => "the audit feature only_unset_loginuid is on",
+                    Fixed::NoCapability => "lockrun lacks CAP_AUDIT_CONTROL",
+                }
+            ),
+            Self::TaskNever => f.write_str(
+                "the host's audit rules leave processes out of syscall auditing (`-a task,never`)",
+            ),
+            Self::Excluded { msgtype: 0 } => {
+                f.write_str("an exclude rule of the host's audit rules may drop the records needed")
+            }
+            Self::Excluded { msgtype } => write!(
+                f,
+                "an exclude rule of the host's audit rules drops the records of type {msgtype}"
+            ),
+            Self::OffForTests => f.write_str("turned off in this test build"),
+        }
+    }
+}
+
+/// What [`probe`] found where kernel audit can be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// Audit is on (`enabled` 1); if off, a run turns it on first.
+    pub audit_on: bool,
+}
+
+/// What the reader needs to take a run's records: its login uid, and its
+/// writable paths (to name the directory that refused a rename).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    pub login_uid: u32,
+    pub writable: Vec<PathBuf>,
+}
+
+/// The login uid of the run whose cgroup's id is `cgroup_id`:
+/// `0x8000_0000 | ino`, `ino` its low 32 bits (the kernfs inode number,
+/// which the kernel hands out below 2³¹, one per live node). Not the
+/// "unset" value `u32::MAX`.
+pub fn login_uid_of(cgroup_id: u64) -> Result<u32, SyscallAuditError> {
+    let ino = cgroup_id as u32;
+    if ino == 0 || ino >= LOGIN_UID_UNSET - LOGIN_UID_RANGE {
+        return Err(SyscallAuditError::NoLoginUid { id: cgroup_id });
+    }
+    Ok(LOGIN_UID_RANGE | ino)
+}
+
+/// Whether `uid` is a login uid of lockrun's range.
+#[must_use]
+pub fn is_lockruns(uid: u32) -> bool {
+    (LOGIN_UID_RANGE..LOGIN_UID_UNSET).contains(&uid)
+}
+
+/// Whether kernel audit's syscall records can stand in for Landlock's
+/// denial logging here, asked before a run: lockrun's login uid and user
+/// namespace, audit's status (on, off or locked), its features where the
+/// login uid is set, and the host's rules (`AUDIT_LIST_RULES`). Three
+/// questions to the kernel, whose answers come from threads it starts for
+/// them; asked only below Landlock ABI 7.
+pub fn probe() -> Result<Probe, Unusable> {
+    let login_uid = match std::fs::read_to_string("/proc/self/loginuid") {
+        Ok(s) => s.trim().parse::<u32>().unwrap_or(LOGIN_UID_UNSET),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::NoAudit),
+        Err(e) => {
+            return Err(Unusable::NotReachable {
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            })
+        }
+    };
+    let uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    if !initial_user_namespace(&uid_map) {
+        return Err(Unusable::UserNamespace);
+    }
+    let asked = rules::ask_host(login_uid != LOGIN_UID_UNSET).map_err(|e| match e {
+        SyscallAuditError::Kernel(KernelAuditError::Syscall {
+            source: nix::Error::EPROTONOSUPPORT,
+            ..
+        }) => Unusable::NoAudit,
+        SyscallAuditError::Kernel(KernelAuditError::Syscall { source, .. })
+        | SyscallAuditError::Syscall { source, .. } => Unusable::NotReachable {
+            errno: source as i32,
+        },
+        SyscallAuditError::Refused { errno, .. } => Unusable::NotReachable { errno },
+        _ => Unusable::NotReachable { errno: libc::EIO },
+    })?;
+    if asked.enabled == 2 {
+        return Err(Unusable::Locked);
+    }
+    if login_uid != LOGIN_UID_UNSET {
+        if asked.features & rules::FEATURE_LOGINUID_IMMUTABLE != 0 {
+            return Err(Unusable::LoginUidFixed(Fixed::Immutable));
+        }
+        if asked.features & rules::FEATURE_ONLY_UNSET_LOGINUID != 0 {
+            return Err(Unusable::LoginUidFixed(Fixed::OnlyUnset));
+        }
+        if !crate::sys::has_effective_cap(CAP_AUDIT_CONTROL).unwrap_or(false) {
+            return Err(Unusable::LoginUidFixed(Fixed::NoCapability));
+        }
+    }
+    if let Some(why) = asked.rules.iter().find_map(rules::HostRule::silences) {
+        return Err(why);
+    }
+    Ok(Probe {
+        audit_on: asked.enabled == 1,
+    })
+}
+
+/// Whether `/proc/self/uid_map` is the initial user namespace's: the
+/// whole range, mapped to itself.
+fn initial_user_namespace(uid_map: &str) -> bool {
+    let fields: Vec<&str> = uid_map.split_whitespace().collect();
+    fields == ["0", "0", "4294967295"]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_login_uid_is_its_cgroups_inode_in_lockruns_range() {
+        assert_eq!(login_uid_of(49064).unwrap(), 0x8000_bfa8);
+        // The generation (high 32 bits) is not the inode.
+        assert_eq!(login_uid_of((3 << 32) | 7).unwrap(), 0x8000_0007);
+        assert!(is_lockruns(login_uid_of(1).unwrap()));
+        // Never "unset", never a user's.
+        assert!(login_uid_of(0x7fff_ffff).is_err());
+        assert!(login_uid_of(0x8000_0001).is_err());
+        assert!(login_uid_of(0).is_err());
+        assert!(login_uid_of(0x7fff_fffe).is_ok());
+        assert!(!is_lockruns(u32::MAX));
+        assert!(!is_lockruns(1000));
+        assert!(!is_lockruns(0x7fff_ffff));
+    }
+
+    #[test]
+    fn only_the_machines_user_namespace_is_the_initial_one() {
+        assert!(initial_user_namespace("         0          0 4294967295\n"));
+        assert!(!initial_user_namespace("0 100000 65536\n"));
+        assert!(!initial_user_namespace(""));
+    }
+}
