@@ -83,6 +83,7 @@
 //! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
 //! builds made; [`unpin`] still removes them.
 
+pub mod guard;
 pub(crate) mod raw;
 pub mod unix;
 
@@ -102,7 +103,9 @@ use lockrun_common::{
     MAX_RING_SLOTS, MAX_UNIX_PREFIXES, MAX_UNIX_PREFIXES_ALL_RUNS, UNIX_PATH_MAX,
 };
 
-use crate::audit::{AuditLog, Destination, Direction, Event, KernelNetEvent};
+use crate::audit::{
+    AuditLog, Destination, Direction, Event, KernelNetEvent, ScopeEvent, ScopeTarget,
+};
 use crate::cgroup::{check_run_id, RunCgroup};
 
 /// Where bpffs is mounted (and mounted by lockrun when it is not).
@@ -1792,12 +1795,41 @@ impl Drop for PinGuard {
 fn drain(ring: &Ring, audit: Option<&AuditLog>, cgroup_id: u64) {
     let mut ring = ring.lock().unwrap_or_else(PoisonError::into_inner);
     while let Some(item) = ring.next() {
-        if let (Some(audit), Some(ev)) = (audit, decode(&item)) {
-            if ev.cgroup_id == cgroup_id {
-                audit.record(Event::KernelNetwork(ev));
+        if let (Some(audit), Some((cg, ev))) = (audit, decode_event(&item)) {
+            if cg == cgroup_id {
+                audit.record(ev);
             }
         }
     }
+}
+
+/// A ring-buffer record → its run's cgroup id and the audit event: an
+/// abstract unix name a task of the run named itself, refused where the
+/// supervisor judges them (no Landlock scoping), is a scope refusal, as
+/// Landlock's would be; any other a [`KernelNetEvent`].
+#[must_use]
+pub fn decode_event(bytes: &[u8]) -> Option<(u64, Event)> {
+    let d = bytemuck_read(bytes)?;
+    if d.family == AF_UNIX && d.path[0] == 0 && d.path.iter().any(|b| *b != 0) {
+        let end = d.path.iter().rposition(|b| *b != 0).map_or(1, |i| i + 1);
+        let name = String::from_utf8_lossy(&d.path[1..end]).into_owned();
+        let hook =
+            Hook::from_u32(d.hook).map_or_else(|| d.hook.to_string(), |h| h.name().to_owned());
+        let comm_end = d.comm.iter().position(|&b| b == 0).unwrap_or(d.comm.len());
+        return Some((
+            d.cgroup_id,
+            Event::Scope(ScopeEvent {
+                pid: d.tgid,
+                comm: String::from_utf8_lossy(&d.comm[..comm_end]).into_owned(),
+                raw: format!(
+                    "lockrun's {hook} refused a connect or send to abstract unix socket @{name} \
+                     named by a task of the run itself (no Landlock scoping here)"
+                ),
+                target: ScopeTarget::AbstractUnixSocket { name },
+            }),
+        ));
+    }
+    decode(bytes).map(|k| (k.cgroup_id, Event::KernelNetwork(k)))
 }
 
 /// A ring-buffer record → the audit event.
@@ -2002,5 +2034,34 @@ mod tests {
         assert_eq!(e.comm, "curl");
         assert_eq!(e.protocol, "unix_stream");
         assert_eq!(e.destination, Destination::Unix("/run/docker.sock".into()));
+        assert!(matches!(
+            decode_event(&b),
+            Some((0, Event::KernelNetwork(k))) if k == e
+        ));
+    }
+
+    /// An abstract name refused (no Landlock scoping: the run's mode
+    /// refuses the ones its tasks name) is a scope refusal, as Landlock's.
+    #[test]
+    fn an_abstract_name_refused_is_a_scope_refusal() {
+        let mut b = vec![0u8; 176];
+        b[0] = 9;
+        b[12] = 42;
+        b[16] = Hook::SendmsgUnix as u8;
+        b[20] = 2;
+        b[28] = AF_UNIX as u8;
+        b[48..55].copy_from_slice(b"python3");
+        b[64..72].copy_from_slice(b"\0x11-bus");
+        let Some((9, Event::Scope(sc))) = decode_event(&b) else {
+            panic!("{:?}", decode_event(&b));
+        };
+        assert_eq!(sc.pid, 42);
+        assert_eq!(sc.comm, "python3");
+        assert_eq!(
+            sc.target,
+            ScopeTarget::AbstractUnixSocket {
+                name: "x11-bus".into()
+            }
+        );
     }
 }

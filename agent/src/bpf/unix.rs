@@ -15,9 +15,14 @@
 //! - **a run**: judged by its [`RunConfig::unix_mode`](lockrun_common::RunConfig).
 //!
 //! # What they decide for a run's task
-//! Abstract (`sun_path[0] == 0`) and unnamed destinations pass: Landlock's
-//! `Scope::AbstractUnixSocket` already confines abstract ones to the run's own
-//! domain. A pathname destination:
+//! Unnamed destinations pass. Abstract ones (`sun_path[0] == 0`) pass where
+//! Landlock's `Scope::AbstractUnixSocket` confines them to the run's own
+//! domain (ABI 6, Linux 6.12); before, the run's mode says so
+//! (`UNIX_MODE_ABSTRACT`), and every abstract name a task of the run names
+//! itself is refused: the supervisor connects to the names the run bound
+//! ([`crate::supervise::abstract_unix`]), and this is what keeps an
+//! address it did not see (length 16 or 28, `sendmsg`, swapped in after
+//! its read) from reaching one bound outside. A pathname destination:
 //! - supervised mode (what `lockrun run` uses): refused — every legitimate
 //!   pathname connect is performed by the supervisor, so one a task names
 //!   itself is a connect the filter did not notify (address length 16 or 28),
@@ -48,8 +53,8 @@
 )]
 
 use lockrun_common::{
-    denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_MODE_PREFIXES, UNIX_MODE_SUPERVISED,
-    UNIX_PATH_MAX,
+    denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_MODE_ABSTRACT, UNIX_MODE_PREFIXES,
+    UNIX_MODE_SUPERVISED, UNIX_PATH_MAX,
 };
 
 /// The shared maps the unix hooks use, as raw fds valid while the program loads.
@@ -67,6 +72,10 @@ pub enum UnixMode {
     Prefixes,
     /// All refused: the seccomp supervisor connects for the command.
     Supervised,
+    /// All refused, and every abstract name too: the seccomp supervisor
+    /// connects for the command to the abstract names the run bound
+    /// (no Landlock scoping, [`crate::supervise::abstract_unix`]).
+    SupervisedAbstract,
 }
 
 impl UnixMode {
@@ -76,6 +85,17 @@ impl UnixMode {
         match self {
             UnixMode::Prefixes => UNIX_MODE_PREFIXES,
             UnixMode::Supervised => UNIX_MODE_SUPERVISED,
+            UnixMode::SupervisedAbstract => UNIX_MODE_SUPERVISED | UNIX_MODE_ABSTRACT,
+        }
+    }
+
+    /// The supervised mode for this kernel's `fallbacks`.
+    #[must_use]
+    pub fn supervised(fallbacks: crate::seccomp::Fallbacks) -> Self {
+        if crate::seccomp::scope::abstract_names_supervised(fallbacks) {
+            UnixMode::SupervisedAbstract
+        } else {
+            UnixMode::Supervised
         }
     }
 }
@@ -128,6 +148,7 @@ enum Label {
     Done,
     SkipLost,
     Lost,
+    Pathname,
 }
 
 impl Label {
@@ -140,6 +161,7 @@ impl Label {
             Label::Done => 4,
             Label::SkipLost => 5,
             Label::Lost => 6,
+            Label::Pathname => 7,
             Label::Next(i) => 16 + i,
         }
     }
@@ -233,8 +255,10 @@ impl Asm {
     }
 }
 
+const JA: u8 = 0x05;
 const JEQ: u8 = 0x15;
 const JNE: u8 = 0x55;
+const JSET: u8 = 0x45;
 const JGT: u8 = 0x25;
 const JLE: u8 = 0xb5;
 
@@ -302,11 +326,17 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.call(PROBE_READ_KERNEL);
     a.jmp_imm(JNE, R0, 0, Label::Deny);
     a.ldx_b(R1, FP, KEY_PATH);
-    a.jmp_imm(JEQ, R1, 0, Label::Allow); // abstract: Landlock scoping judges it
-                                         // Supervised: every pathname named by a task of the run is refused; the
-                                         // supervisor performs the legitimate ones from outside (allowed above).
     a.ldx_w(R2, FP, MODE);
-    a.jmp_imm(JNE, R2, UNIX_MODE_PREFIXES as i32, Label::Deny);
+    a.jmp_imm(JNE, R1, 0, Label::Pathname);
+    // Abstract: Landlock's scoping judges it; where there is none, the
+    // supervisor does, and every abstract name a task of the run names
+    // itself is refused (UNIX_MODE_ABSTRACT).
+    a.jmp_imm(JSET, R2, UNIX_MODE_ABSTRACT as i32, Label::Deny);
+    a.jmp_imm(JA, R0, 0, Label::Allow);
+    a.label(Label::Pathname);
+    // Supervised: every pathname named by a task of the run is refused; the
+    // supervisor performs the legitimate ones from outside (allowed above).
+    a.jmp_imm(JSET, R2, UNIX_MODE_SUPERVISED as i32, Label::Deny);
     a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Deny); // relative
                                                       // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
     for i in 0..(UNIX_PATH_MAX as i16 - 1) {

@@ -233,7 +233,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: crate::seccomp::describe(),
+            seccomp: crate::seccomp::describe(crate::kernel::Kernel::get().fallbacks()),
             rules: None,
         }
     }

@@ -1155,6 +1155,7 @@ async fn run(
         cgroup_id: cgroup.id(),
         cgroup_path: cgroup.seen_in_proc(),
         audit: audit.clone(),
+        fallbacks: crate::kernel::Kernel::get().fallbacks(),
     };
     tracing::debug!("3. Landlock ruleset received");
     // The denied files' other names, judged from here on: the command has
@@ -1633,7 +1634,7 @@ fn kernel_side(
             &allowed,
             &exposed,
             &unix_allowed,
-            crate::bpf::unix::UnixMode::Supervised,
+            crate::bpf::unix::UnixMode::supervised(crate::kernel::Kernel::get().fallbacks()),
         )?;
         h.spawn_audit_reader(audit.clone())?;
         tracing::debug!("6. run registered in the hooks");

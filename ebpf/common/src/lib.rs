@@ -127,7 +127,8 @@ impl RunPort {
 pub struct RunConfig {
     /// The run's slot in [`MAP_RINGS`].
     pub slot: u32,
-    /// [`UNIX_MODE_PREFIXES`] or [`UNIX_MODE_SUPERVISED`].
+    /// [`UNIX_MODE_PREFIXES`], or [`UNIX_MODE_SUPERVISED`] with or without
+    /// [`UNIX_MODE_ABSTRACT`].
     pub unix_mode: u32,
 }
 
@@ -135,8 +136,12 @@ pub struct RunConfig {
 /// run's prefixes.
 pub const UNIX_MODE_PREFIXES: u32 = 0;
 /// Unix hooks refuse every pathname a task of the run names itself (the
-/// seccomp supervisor connects for it).
+/// seccomp supervisor connects for it). A bit: the modes are bits.
 pub const UNIX_MODE_SUPERVISED: u32 = 1;
+/// With [`UNIX_MODE_SUPERVISED`]: every abstract name a task of the run
+/// names itself is refused too (no Landlock scoping: the supervisor
+/// connects to the names the run bound).
+pub const UNIX_MODE_ABSTRACT: u32 = 2;
 
 /// Value of [`MAP_COUNTERS`]: refusals per [`Hook`] slot, [`COUNTER_LOST`]
 /// and [`COUNTER_INBOUND_UNITEMIZED`].
