@@ -318,18 +318,19 @@ fn an_abstract_socket_bound_outside_is_unreachable() {
         l.set_nonblocking(true).unwrap();
         l
     };
-    let stream = format!("lockrun-scope-{tag}");
+    // 21 and 20 bytes: the addresses (24, 23) are handed to the supervisor.
+    let stream = format!("lrs-stream-{tag:010}");
     // 13 bytes: the address is 16 long, as a sockaddr_in (not handed over).
     let short = format!("ls{tag:011}");
     assert_eq!(short.len(), 13);
-    let dgram = format!("lockrun-scope-dgram-{tag}");
+    let dgram = format!("lrs-dgram-{tag:010}");
     let (l_stream, l_short) = (listen(&stream), listen(&short));
     let d = UnixDatagram::bind_addr(
         &std::os::unix::net::SocketAddr::from_abstract_name(dgram.as_bytes()).unwrap(),
     )
     .unwrap();
     d.set_nonblocking(true).unwrap();
-    let own = format!("lockrun-scope-own-{tag}");
+    let own = format!("lrs-own-{tag:010}");
     let ops: [&[&str]; 5] = [
         &["abstract_connect", &stream],
         &["abstract_connect", &short],

@@ -110,7 +110,7 @@ impl Kernel {
         Self {
             landlock,
             unix_hooks,
-            unix_guard: !unix_hooks && crate::bpf::guard::loads(),
+            unix_guard: !unix_hooks && crate::bpf::unix_guard_loads(),
         }
     }
 

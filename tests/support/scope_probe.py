@@ -137,6 +137,15 @@ def op(name, a):
         conn, _ = srv.accept()
         assert conn.recv(3) == b"own"
         HELD.extend([srv, c, conn])
+    elif name == "unix_dgram_own":
+        # A datagram socket the run binds in its worktree, reached by a socket
+        # connected to it (the supervisor connects) that then sends to its peer.
+        d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        d.bind(a[0])
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.connect(a[0]); s.send(b"own"); s.sendmsg([b"msg"])
+        assert d.recv(3) == b"own" and d.recv(3) == b"msg"
+        HELD.extend([d, s])
     else:
         raise SystemExit("unknown op " + name)
     print("ok")

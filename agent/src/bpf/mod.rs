@@ -9,7 +9,8 @@
 //! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
 //! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
-//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
+//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
+//! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`guard`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
 //! [`Event::KernelNetwork`] (the run's ring buffer) and a count (its
@@ -83,6 +84,7 @@
 //! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
 //! builds made; [`unpin`] still removes them.
 
+pub mod btf;
 pub mod guard;
 pub(crate) mod raw;
 pub mod unix;
@@ -494,6 +496,9 @@ impl NetworkHooks {
             });
         }
         shared.ensure_attached(&parent)?;
+        if crate::kernel::Kernel::get().unix_guard {
+            shared.ensure_guard()?;
+        }
         let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;
         let map_err = |map, call| move |source| BpfError::Map { map, call, source };
         let ring = match MapData::from_fd(ring_fd)
@@ -768,6 +773,9 @@ const OBJECT_HASH: &str = "none";
 /// [`unix::programs_hash`], as the build script computed it.
 const UNIX_PROGRAMS_HASH: &str = env!("LOCKRUN_UNIX_PROGRAMS_HASH");
 
+/// [`guard::programs_hash`], as the build script computed it.
+const GUARD_PROGRAMS_HASH: &str = env!("LOCKRUN_GUARD_PROGRAMS_HASH");
+
 /// Bumped whenever the maps the loader makes, or what it pins, change
 /// without the object or the unix programs changing.
 const LAYOUT_VERSION: u32 = 3;
@@ -811,6 +819,12 @@ fn hash_build(programs: &[(&str, u32, u32)]) -> String {
     // The hand-assembled unix programs, hashed by the build script
     // ([`unix::programs_hash`]).
     eat(UNIX_PROGRAMS_HASH.as_bytes());
+    // The unix guard, where this kernel needs it (its shape; the offsets
+    // it reads are this boot's, and so are the pins).
+    if crate::kernel::Kernel::get().unix_guard {
+        eat(b"guard");
+        eat(GUARD_PROGRAMS_HASH.as_bytes());
+    }
     format!("{h:016x}")
 }
 
@@ -1003,6 +1017,50 @@ impl Shared {
                 if link_parent(&n).is_some_and(|id| id != parent_id) {
                     let _ = fs::remove_file(self.dir.join(n));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The unix guard's programs attached by live links pinned as
+    /// `link-<program>` beside them, or attached now. Unlike the cgroup
+    /// hooks they are the kernel's whole (a tracing link has no cgroup):
+    /// each judges only tasks of this build's runs, by `RUNS`. A link
+    /// another lockrun pinned first is used; the one made here is then
+    /// dropped, which detaches it.
+    fn ensure_guard(&self) -> Result<(), BpfError> {
+        for (_, name) in GUARD_PINS {
+            let path = self.dir.join(name);
+            let prog = raw::obj_get(&path).map_err(|source| BpfError::OpenShared {
+                path: path.clone(),
+                source,
+            })?;
+            let id = raw::prog_id(prog.as_fd())
+                .map_err(|source| BpfError::OpenShared { path, source })?;
+            let pin = self.dir.join(format!("link-{name}"));
+            let live = || {
+                raw::obj_get(&pin)
+                    .and_then(|l| raw::link_prog_id(l.as_fd()))
+                    .is_ok_and(|p| p == id)
+            };
+            if live() {
+                continue;
+            }
+            let link = raw::attach_tracing(prog.as_fd()).map_err(|source| BpfError::RawAttach {
+                program: name,
+                source,
+            })?;
+            match raw::obj_pin(link.as_fd(), &pin) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(source) => return Err(BpfError::Pin { path: pin, source }),
+            }
+            drop(link);
+            if !live() {
+                return Err(BpfError::RawAttach {
+                    program: name,
+                    source: io::Error::other("its pinned link runs another program"),
+                });
             }
         }
         Ok(())
@@ -1768,7 +1826,81 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         )?;
         pin(fd.as_fd(), name)?;
     }
+    if crate::kernel::Kernel::get().unix_guard {
+        for (name, fd) in load_guard(&unix_maps)? {
+            pin(fd.as_fd(), name)?;
+        }
+    }
     Ok(())
+}
+
+/// The names the unix guard's programs are pinned by (their links:
+/// `link-<name>`), by hook.
+const GUARD_PINS: [(Hook, &str); 2] = [
+    (Hook::GuardConnectUnix, "guard_connect_unix"),
+    (Hook::GuardSendUnix, "guard_send_unix"),
+];
+
+/// The vmlinux BTF ids of the guard's functions ([`guard::FUNCTIONS`]) and
+/// the struct offsets its programs read; `None` where this kernel's BTF
+/// lacks one (or there is none).
+fn guard_target(btf: &btf::Btf) -> Option<([u32; 2], guard::Layout)> {
+    let ids = [
+        btf.func(guard::FUNCTIONS[0].1)?,
+        btf.func(guard::FUNCTIONS[1].1)?,
+    ];
+    let layout = guard::Layout {
+        socket_sk: btf.offset("socket", "sk")?,
+        sock_type: btf.offset("sock", "sk_type")?,
+        unix_peer: btf.offset("unix_sock", "peer")?,
+        unix_addr: btf.offset("unix_sock", "addr")?,
+        addr_len: btf.offset("unix_address", "len")?,
+        addr_name: btf.offset("unix_address", "name")?,
+    };
+    Some((ids, layout))
+}
+
+/// Whether lockrun's unix guard can be loaded here ([`guard`]): the
+/// kernel's BTF names its functions and structs, and a `fmod_ret` program
+/// on each function loads (BPF trampolines; some kernels refuse every one).
+#[must_use]
+pub fn unix_guard_loads() -> bool {
+    /// `r0 = 0; exit`: let the function decide.
+    const PASS: [u64; 2] = [0xb7, 0x95];
+    let Some((ids, _)) = btf::Btf::of_kernel().ok().as_ref().and_then(guard_target) else {
+        return false;
+    };
+    ids.iter()
+        .all(|id| raw::prog_load_fmod_ret(&PASS, *id, "lockrun_probe").is_ok())
+}
+
+/// Assemble and load the guard's programs with the shared maps.
+fn load_guard(maps: &unix::UnixMaps) -> Result<Vec<(&'static str, OwnedFd)>, BpfError> {
+    let btf = btf::Btf::of_kernel().map_err(|source| BpfError::RawLoad {
+        program: "guard_connect_unix",
+        source,
+        log: String::new(),
+    })?;
+    let (ids, layout) = guard_target(&btf).ok_or_else(|| BpfError::RawLoad {
+        program: "guard_connect_unix",
+        source: io::Error::other(
+            "the kernel's BTF lacks a function or struct member the guard reads",
+        ),
+        log: String::new(),
+    })?;
+    let mut out = Vec::new();
+    for ((hook, name), id) in GUARD_PINS.into_iter().zip(ids) {
+        let insns = guard::program(hook, maps, &layout);
+        let fd = raw::prog_load_fmod_ret(&insns, id, name).map_err(|(source, log)| {
+            BpfError::RawLoad {
+                program: name,
+                source,
+                log,
+            }
+        })?;
+        out.push((name, fd));
+    }
+    Ok(out)
 }
 
 /// One instruction in the kernel's `struct bpf_insn` layout (little endian:
@@ -1977,6 +2109,10 @@ mod tests {
         assert_eq!(
             UNIX_PROGRAMS_HASH,
             format!("{:016x}", unix::programs_hash())
+        );
+        assert_eq!(
+            GUARD_PROGRAMS_HASH,
+            format!("{:016x}", guard::programs_hash())
         );
     }
 

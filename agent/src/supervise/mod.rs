@@ -86,7 +86,7 @@
 //!   or 14/26 without) is not notified — the length is all the filter can
 //!   see, and it keeps inet connects un-notified — so the unix hooks refuse it.
 //! - `sendmsg`/`sendmmsg` with a pathname `msg_name` are refused by the
-//!   hooks: the address is user memory behind a pointer in a struct, and
+//!   hooks (or, before Linux 6.7, lockrun's unix guard, [`crate::bpf::guard`]): the address is user memory behind a pointer in a struct, and
 //!   performing the call (iovecs, `SCM_RIGHTS`) would be a second kernel.
 //!   Connected sockets and `sendto` work. Without Landlock's scoping, so is
 //!   an abstract `msg_name`.
