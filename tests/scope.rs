@@ -96,6 +96,8 @@ fn scope_refusals(log: &Path) -> Vec<(String, ScopeTarget)> {
     std::fs::read_to_string(log)
         .unwrap()
         .lines()
+        // A line of its own between runs appended to one log.
+        .filter(|l| !l.is_empty())
         .filter_map(|l| match serde_json::from_str(l).unwrap() {
             Record {
                 event: Event::Scope(sc),

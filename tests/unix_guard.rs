@@ -64,6 +64,8 @@ fn guard_refusals(log: &Path) -> Vec<(String, String)> {
     std::fs::read_to_string(log)
         .unwrap()
         .lines()
+        // A line of its own between runs appended to one log.
+        .filter(|l| !l.is_empty())
         .filter_map(|l| match serde_json::from_str(l).unwrap() {
             Record {
                 event: Event::KernelNetwork(k),
@@ -153,6 +155,31 @@ fn without_the_unix_hooks_no_unix_socket_outside_is_reached() {
     ] {
         assert!(refused.contains(&want), "{want:?} not in {refused:?}");
     }
+    // The supervisor lets a connect on an inet socket go on; a thread that
+    // puts a unix socket under its number and a pathname in its address
+    // before the kernel looks again is refused by the guard. Judged from
+    // outside, and by the guard's refusals of that path (the swap was made).
+    let before = guard_refusals(&log).len();
+    let out = lockrun(&w, &log, &[&["swap_race", &short, "3"]])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("tries=") && stdout.trim_end().ends_with(" connected=0"),
+        "{stdout}"
+    );
+    assert!(
+        nothing(listener.accept().map(drop)),
+        "the swap reached the listener"
+    );
+    let swapped = guard_refusals(&log)[before..]
+        .iter()
+        .filter(|(hook, path)| hook == "unix_guard_connect" && *path == short)
+        .count();
+    assert!(swapped > 0, "no swap reached the kernel: {stdout}");
+
     // Control: outside, the same probe reaches both.
     let out = Command::new(python::python3())
         .args([

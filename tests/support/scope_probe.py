@@ -146,6 +146,40 @@ def op(name, a):
         s.connect(a[0]); s.send(b"own"); s.sendmsg([b"msg"])
         assert d.recv(3) == b"own" and d.recv(3) == b"msg"
         HELD.extend([d, s])
+    elif name == "swap_race":
+        # swap_race PATH SECONDS: a thread connects descriptor N, an inet UDP
+        # socket, with a 110-byte buffer holding an inet address (the
+        # supervisor, seeing an inet socket, lets the call go on), while
+        # another puts a unix socket under N and a pathname in the buffer,
+        # and back, again and again. Prints the tries and the connects that
+        # succeeded: only a unix one can (the inet hooks refuse 127.0.0.1:1).
+        import threading, time
+        n, size = 100, 110
+        un = struct.pack("H", socket.AF_UNIX) + a[0].encode()
+        un += b"\0" * (size - len(un))
+        inet = struct.pack("=HH4s", socket.AF_INET, socket.htons(1), socket.inet_aton("127.0.0.1"))
+        inet += b"\0" * (size - len(inet))
+        buf = ctypes.create_string_buffer(inet, size)
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        os.dup2(udp.fileno(), n)
+        stop = []
+        def flip():
+            while not stop:
+                u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                for _ in range(200):
+                    os.dup2(u.fileno(), n); ctypes.memmove(buf, un, size)
+                    os.dup2(udp.fileno(), n); ctypes.memmove(buf, inet, size)
+                u.close()
+        t = threading.Thread(target=flip); t.start()
+        tries = connected = 0
+        end = time.time() + float(a[1])
+        while time.time() < end:
+            tries += 1
+            if libc.connect(n, buf, size) == 0:
+                connected += 1
+        stop.append(1); t.join()
+        print("tries=%d connected=%d" % (tries, connected))
+        return
     else:
         raise SystemExit("unknown op " + name)
     print("ok")
