@@ -79,46 +79,67 @@ fn guard_refusals(log: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Where the guard does not load, assert that the run is refused, naming
+/// the promise, and say so; `true` where it loads.
+fn guard_loads(w: &World, log: &Path, test: &str) -> bool {
+    if lockrun::bpf::unix_guard_loads() {
+        return true;
+    }
+    let own = w.wt.join("own.sock");
+    let out = lockrun(w, log, &[&["unix_own", s(&own)]]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("unix_addresses: ") && err.contains("BPF trampolines"),
+        "{err}"
+    );
+    assert!(!own.exists(), "the refused run ran");
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!(
+            "note: {test}: the unix guard does not load on this kernel: asserted the run's \
+             refusal (the escapes run under a kernel that loads it)\n"
+        )
+        .as_bytes(),
+    );
+    false
+}
+
+/// A listener outside the worktree whose path is 13 bytes long (its address
+/// as long as a `sockaddr_in`: the filter does not hand it over), removed at
+/// the end.
+fn short_listener() -> (String, UnixListener, support::RemovedAtEnd) {
+    let short = format!("/tmp/lrg-{:04}", std::process::id() % 10_000);
+    assert_eq!(short.len(), 13);
+    let _ = std::fs::remove_file(&short);
+    let gone = support::RemovedAtEnd(vec![short.clone().into()]);
+    let listener = UnixListener::bind(&short).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    (short, listener, gone)
+}
+
+fn nothing(r: std::io::Result<()>) -> bool {
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
 #[test]
 fn without_the_unix_hooks_no_unix_socket_outside_is_reached() {
     let w = World::new("unix-guard");
     let log = w.root.join("audit.jsonl");
-    let own = w.wt.join("own.sock");
-    let own_dgram = w.wt.join("own-dgram.sock");
-    if !lockrun::bpf::unix_guard_loads() {
-        // Nothing holds the promise here: the run is refused, naming it.
-        let out = lockrun(&w, &log, &[&["unix_own", s(&own)]])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{err}");
-        assert!(
-            err.contains("unix_addresses: ") && err.contains("BPF trampolines"),
-            "{err}"
-        );
-        assert!(!own.exists(), "the refused run ran");
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            b"note: without_the_unix_hooks_no_unix_socket_outside_is_reached: the unix guard \
-              does not load on this kernel: asserted the run's refusal (the escapes run under \
-              a kernel that loads it)\n",
-        );
+    if !guard_loads(
+        &w,
+        &log,
+        "without_the_unix_hooks_no_unix_socket_outside_is_reached",
+    ) {
         return;
     }
-    // Outside the worktree: a listener whose path is 13 bytes long (its
-    // address as long as a sockaddr_in: the filter does not hand it over),
-    // and a datagram socket.
-    let short = format!("/tmp/lrg-{:04}", std::process::id() % 10_000);
-    assert_eq!(short.len(), 13);
-    let _ = std::fs::remove_file(&short);
-    let _gone = support::RemovedAtEnd(vec![short.clone().into()]);
-    let listener = UnixListener::bind(&short).unwrap();
-    listener.set_nonblocking(true).unwrap();
+    let (short, listener, _gone) = short_listener();
     let outside = w.root.join("outside");
     std::fs::create_dir(&outside).unwrap();
     let dgram_path = outside.join("dgram.sock");
     let dgram = UnixDatagram::bind(&dgram_path).unwrap();
     dgram.set_nonblocking(true).unwrap();
+    let (own, own_dgram) = (w.wt.join("own.sock"), w.wt.join("own-dgram.sock"));
     let ops: [&[&str]; 5] = [
         &["unix_connect", &short],
         &["unix_sendmsg", s(&dgram_path)],
@@ -135,8 +156,6 @@ fn without_the_unix_hooks_no_unix_socket_outside_is_reached() {
             .collect::<Vec<_>>(),
         ["errno=EPERM", "errno=EPERM", "errno=EPERM", "ok", "ok"]
     );
-    let nothing =
-        |r: std::io::Result<()>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
     assert!(
         nothing(listener.accept().map(drop)),
         "accepted a connection"
@@ -155,31 +174,6 @@ fn without_the_unix_hooks_no_unix_socket_outside_is_reached() {
     ] {
         assert!(refused.contains(&want), "{want:?} not in {refused:?}");
     }
-    // The supervisor lets a connect on an inet socket go on; a thread that
-    // puts a unix socket under its number and a pathname in its address
-    // before the kernel looks again is refused by the guard. Judged from
-    // outside, and by the guard's refusals of that path (the swap was made).
-    let before = guard_refusals(&log).len();
-    let out = lockrun(&w, &log, &[&["swap_race", &short, "3"]])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.starts_with("tries=") && stdout.trim_end().ends_with(" connected=0"),
-        "{stdout}"
-    );
-    assert!(
-        nothing(listener.accept().map(drop)),
-        "the swap reached the listener"
-    );
-    let swapped = guard_refusals(&log)[before..]
-        .iter()
-        .filter(|(hook, path)| hook == "unix_guard_connect" && *path == short)
-        .count();
-    assert!(swapped > 0, "no swap reached the kernel: {stdout}");
-
     // Control: outside, the same probe reaches both.
     let out = Command::new(python::python3())
         .args([
@@ -197,4 +191,43 @@ fn without_the_unix_hooks_no_unix_socket_outside_is_reached() {
     listener.set_nonblocking(false).unwrap();
     assert!(listener.accept().is_ok());
     assert!(dgram.recv(&mut [0; 16]).is_ok());
+}
+
+/// The supervisor lets a connect on an inet socket go on; a thread that
+/// puts a unix socket under its number and a pathname in its address
+/// before the kernel looks again is refused by the guard. Judged from
+/// outside, and by the guard's refusals of that path (the swap was made).
+/// Control: the listener is reached from outside (above), and the run's
+/// own sockets work (above).
+#[test]
+fn a_unix_socket_swapped_under_a_continued_connect_is_refused() {
+    let w = World::new("unix-guard-swap");
+    let log = w.root.join("audit.jsonl");
+    if !guard_loads(
+        &w,
+        &log,
+        "a_unix_socket_swapped_under_a_continued_connect_is_refused",
+    ) {
+        return;
+    }
+    let (short, listener, _gone) = short_listener();
+    let out = lockrun(&w, &log, &[&["swap_race", &short, "3"]])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("tries=") && stdout.trim_end().ends_with(" connected=0"),
+        "{stdout}"
+    );
+    assert!(
+        nothing(listener.accept().map(drop)),
+        "the swap reached the listener"
+    );
+    let swapped = guard_refusals(&log)
+        .iter()
+        .filter(|(hook, path)| hook == "unix_guard_connect" && *path == short)
+        .count();
+    assert!(swapped > 0, "no swap reached the kernel: {stdout}");
 }
