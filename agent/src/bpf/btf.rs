@@ -15,7 +15,7 @@ use std::collections::HashMap;
 const KIND_STRUCT: u32 = 4;
 const KIND_FUNC: u32 = 12;
 
-/// The functions and structs of one BTF blob, by name.
+/// The functions and structs of one BTF blob that were asked for, by name.
 #[derive(Debug, Default)]
 pub struct Btf {
     funcs: HashMap<String, u32>,
@@ -25,17 +25,19 @@ pub struct Btf {
 }
 
 impl Btf {
-    /// The running kernel's.
-    pub fn of_kernel() -> std::io::Result<Self> {
-        Self::parse(&std::fs::read("/sys/kernel/btf/vmlinux")?).ok_or_else(|| {
+    /// The running kernel's functions `funcs` and structs `structs`.
+    pub fn of_kernel(funcs: &[&str], structs: &[&str]) -> std::io::Result<Self> {
+        Self::parse(&std::fs::read("/sys/kernel/btf/vmlinux")?, funcs, structs).ok_or_else(|| {
             std::io::Error::other("/sys/kernel/btf/vmlinux is not BTF lockrun reads")
         })
     }
 
-    /// The functions and structs of `data`; `None` when it is not BTF (of
-    /// this machine's byte order) or is cut short.
+    /// The functions `funcs` and structs `structs` of `data` (those it
+    /// has); `None` when it is not BTF (of this machine's byte order) or is
+    /// cut short. Only those names are kept: vmlinux has tens of thousands
+    /// of each.
     #[must_use]
-    pub fn parse(data: &[u8]) -> Option<Self> {
+    pub fn parse(data: &[u8], funcs: &[&str], structs: &[&str]) -> Option<Self> {
         let u32_at = |at: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?))
         };
@@ -69,12 +71,12 @@ impl Btf {
             };
             match kind {
                 KIND_FUNC => {
-                    if let Some(n) = name(name_off) {
+                    if let Some(n) = name(name_off).filter(|n| funcs.contains(n)) {
                         btf.funcs.entry(n.to_owned()).or_insert(id);
                     }
                 }
                 KIND_STRUCT => {
-                    if let Some(n) = name(name_off).filter(|n| !n.is_empty()) {
+                    if let Some(n) = name(name_off).filter(|n| structs.contains(n)) {
                         if !btf.structs.contains_key(n) {
                             let mut members = Vec::with_capacity(vlen);
                             for m in 0..vlen {
@@ -154,23 +156,30 @@ mod tests {
 
     #[test]
     fn finds_functions_and_member_offsets() {
-        let b = super::Btf::parse(&blob()).unwrap();
+        let b = super::Btf::parse(&blob(), &["f", "g"], &["s", "t"]).unwrap();
         assert_eq!(b.func("f"), Some(4));
         assert_eq!(b.func("g"), None);
         assert_eq!(b.offset("s", "a"), Some(0));
         assert_eq!(b.offset("s", "b"), Some(8));
         assert_eq!(b.offset("s", "c"), None);
         assert_eq!(b.offset("t", "a"), None);
-        assert!(super::Btf::parse(b"not btf at all, not at all").is_none());
+        // Only what was asked for is kept.
+        assert_eq!(
+            super::Btf::parse(&blob(), &[], &[]).unwrap().func("f"),
+            None
+        );
+        assert!(super::Btf::parse(b"not btf at all, not at all", &["f"], &[]).is_none());
         let mut cut = blob();
         cut.truncate(40);
-        assert!(super::Btf::parse(&cut).is_none());
+        assert!(super::Btf::parse(&cut, &["f"], &["s"]).is_none());
     }
 
     /// The kernel's own, where there is one: what the guard needs is there.
     #[test]
     fn the_kernels_btf_names_what_the_guard_reads() {
-        let Ok(b) = super::Btf::of_kernel() else {
+        let Ok(b) =
+            super::Btf::of_kernel(&["security_unix_stream_connect"], &["unix_sock", "socket"])
+        else {
             return;
         };
         assert!(b.func("security_unix_stream_connect").is_some());

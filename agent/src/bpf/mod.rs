@@ -1841,6 +1841,14 @@ const GUARD_PINS: [(Hook, &str); 2] = [
     (Hook::GuardSendUnix, "guard_send_unix"),
 ];
 
+/// The structs whose members the guard reads ([`guard_target`]).
+const GUARD_STRUCTS: [&str; 4] = ["socket", "sock", "unix_sock", "unix_address"];
+
+/// This kernel's BTF, as far as the guard reads it.
+fn guard_btf() -> io::Result<btf::Btf> {
+    btf::Btf::of_kernel(&guard::FUNCTIONS.map(|(_, f)| f), &GUARD_STRUCTS)
+}
+
 /// The vmlinux BTF ids of the guard's functions ([`guard::FUNCTIONS`]) and
 /// the struct offsets its programs read; `None` where this kernel's BTF
 /// lacks one (or there is none).
@@ -1863,20 +1871,42 @@ fn guard_target(btf: &btf::Btf) -> Option<([u32; 2], guard::Layout)> {
 /// Whether lockrun's unix guard can be loaded here ([`guard`]): the
 /// kernel's BTF names its functions and structs, and a `fmod_ret` program
 /// on each function loads (BPF trampolines; some kernels refuse every one).
+/// Asked at every run's start on a kernel without the unix hooks, so the
+/// answer yes is kept for the boot: the probe program stays pinned
+/// ([`GUARD_PROBE`]), and reading the kernel's BTF is skipped after.
 #[must_use]
 pub fn unix_guard_loads() -> bool {
     /// `r0 = 0; exit`: let the function decide.
     const PASS: [u64; 2] = [0xb7, 0x95];
-    let Some((ids, _)) = btf::Btf::of_kernel().ok().as_ref().and_then(guard_target) else {
+    let kept = Path::new(BPFFS).join(SHARED_ROOT).join(GUARD_PROBE);
+    if raw::obj_get(&kept).is_ok() {
+        return true;
+    }
+    let Some((ids, _)) = guard_btf().ok().as_ref().and_then(guard_target) else {
         return false;
     };
-    ids.iter()
-        .all(|id| raw::prog_load_fmod_ret(&PASS, *id, "lockrun_probe").is_ok())
+    let mut probes = Vec::new();
+    for id in ids {
+        match raw::prog_load_fmod_ret(&PASS, id, "lockrun_probe", false) {
+            Ok(fd) => probes.push(fd),
+            Err(_) => return false,
+        }
+    }
+    // Kept where bpffs is already there (it is mounted later otherwise).
+    if let Some(fd) = probes.first() {
+        let _ = fs::create_dir(kept.parent().unwrap_or(Path::new(BPFFS)));
+        let _ = raw::obj_pin(fd.as_fd(), &kept);
+    }
+    true
 }
+
+/// Under [`SHARED_ROOT`]: the pinned probe that says the unix guard loads
+/// on this boot's kernel ([`unix_guard_loads`]); no build's, never reaped.
+const GUARD_PROBE: &str = "unix-guard-probe";
 
 /// Assemble and load the guard's programs with the shared maps.
 fn load_guard(maps: &unix::UnixMaps) -> Result<Vec<(&'static str, OwnedFd)>, BpfError> {
-    let btf = btf::Btf::of_kernel().map_err(|source| BpfError::RawLoad {
+    let btf = guard_btf().map_err(|source| BpfError::RawLoad {
         program: "guard_connect_unix",
         source,
         log: String::new(),
@@ -1891,7 +1921,7 @@ fn load_guard(maps: &unix::UnixMaps) -> Result<Vec<(&'static str, OwnedFd)>, Bpf
     let mut out = Vec::new();
     for ((hook, name), id) in GUARD_PINS.into_iter().zip(ids) {
         let insns = guard::program(hook, maps, &layout);
-        let fd = raw::prog_load_fmod_ret(&insns, id, name).map_err(|(source, log)| {
+        let fd = raw::prog_load_fmod_ret(&insns, id, name, true).map_err(|(source, log)| {
             BpfError::RawLoad {
                 program: name,
                 source,

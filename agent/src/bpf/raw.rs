@@ -422,11 +422,13 @@ const _: () = assert!(std::mem::offset_of!(TracingLoadAttr, attach_btf_id) == 10
 /// Load a `fmod_ret` program (`BPF_PROG_TYPE_TRACING`,
 /// `BPF_MODIFY_RETURN`) for the kernel function of vmlinux BTF id
 /// `attach_btf_id`, under GPL (its helpers are GPL-only). On failure
-/// returns the error and the verifier log.
+/// returns the error and, when `log` asks (loaded again with it), the
+/// verifier's log.
 pub fn prog_load_fmod_ret(
     insns: &[u64],
     attach_btf_id: u32,
     name: &str,
+    log: bool,
 ) -> Result<OwnedFd, (io::Error, String)> {
     let load = |log: Option<&mut [u8]>| {
         let (log_level, log_size, log_buf) = match log {
@@ -451,8 +453,10 @@ pub fn prog_load_fmod_ret(
         // the size passed is attr's size.
         unsafe { sys_bpf_fd(BPF_PROG_LOAD, &mut attr) }
     };
-    if let Ok(fd) = load(None) {
-        return Ok(fd);
+    match load(None) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if !log => return Err((e, String::new())),
+        Err(_) => {}
     }
     let mut log = vec![0u8; 1 << 20];
     load(Some(&mut log)).map_err(|err| {
