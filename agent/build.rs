@@ -14,6 +14,11 @@ use std::path::PathBuf;
 #[path = "src/bpf/unix.rs"]
 mod unix;
 
+/// lockrun's unix guard, hashed likewise.
+#[allow(dead_code)]
+#[path = "src/bpf/guard.rs"]
+mod guard;
+
 /// The seccomp filter's module, compiled here too: the filter every run
 /// loads is built and compacted once here rather than at every run's start.
 #[allow(dead_code)]
@@ -23,10 +28,15 @@ mod seccomp;
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_ebpf_missing)");
     println!("cargo::rerun-if-changed=src/bpf/unix.rs");
+    println!("cargo::rerun-if-changed=src/bpf/guard.rs");
     println!("cargo::rerun-if-changed=../ebpf/common/src");
     println!(
         "cargo::rustc-env=LOCKRUN_UNIX_PROGRAMS_HASH={:016x}",
         unix::programs_hash()
+    );
+    println!(
+        "cargo::rustc-env=LOCKRUN_GUARD_PROGRAMS_HASH={:016x}",
+        guard::programs_hash()
     );
     seccomp_filter();
     println!("cargo::rerun-if-env-changed=LOCKRUN_EBPF_OBJECT");

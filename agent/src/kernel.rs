@@ -10,9 +10,9 @@
 //! | ABI 2 (`REFER`: links and renames across dirs) | 5.19 | the run is refused (older than 6.1) |
 //! | ABI 3 (`TRUNCATE`) | 6.2 | the seccomp supervisor truncates only beneath the writable roots ([`crate::supervise::truncate`]) |
 //! | ABI 5 (`IOCTL_DEV`) | 6.10 | device files opened only under `/dev`, where Landlock's rules name the few a run may open: every other mount `nodev` in the run's mount namespace ([`Kernel::devices_only_in_dev`]) |
-//! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | [`Gap::SignalScope`], [`Gap::AbstractUnixScope`] |
+//! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | the seccomp supervisor: signals ([`crate::supervise::scope`]); abstract names the run bound ([`crate::supervise::abstract_unix`]), where the kernel refuses the run's own unix connects (the unix hooks, or the unix guard) |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`] |
-//! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | [`Gap::UnixAddresses`] |
+//! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`crate::bpf::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
 //! it: a run with one is refused (exit 125, naming the promise and the
@@ -20,13 +20,18 @@
 //! (`run.accept_gaps`), and then every run says so.
 //!
 //! Test builds (`weaken-for-tests`) may lower the Landlock ABI used,
-//! `LOCKRUN_TEST_LANDLOCK_ABI=N`, so that an older kernel's mechanisms are
-//! tested on this one too.
+//! `LOCKRUN_TEST_LANDLOCK_ABI=N`, and pretend the kernel has no cgroup unix
+//! hooks, `LOCKRUN_TEST_NO_UNIX_HOOKS=1` (they are then neither loaded nor
+//! attached), so that an older kernel's mechanisms are tested on this one
+//! too.
 
 use std::fmt;
 
 /// The newest Landlock ABI lockrun knows; a newer kernel's is used as this.
 pub const LANDLOCK_NEWEST: u8 = 7;
+
+/// Why the supervisor holds a scoping promise, as `doctor` says it.
+const NO_SCOPING: &str = "no Landlock scoping: ABI < 6";
 
 /// What this kernel offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +46,9 @@ pub struct Kernel {
     /// show the run's filesystem refusals ([`crate::audit::syscalls::probe`]);
     /// `None` where Landlock logs them itself (not asked).
     pub syscall_audit: Option<Result<SyscallAudit, Unusable>>,
+    /// Without those: lockrun's unix guard loads ([`crate::bpf::guard`]).
+    /// Not asked (false) where the hooks are.
+    pub unix_guard: bool,
 }
 
 use crate::audit::syscalls::{Probe as SyscallAudit, Unusable};
@@ -109,9 +117,13 @@ impl Kernel {
             }
             crate::audit::syscalls::probe()
         });
+        let unix_hooks = unix_hooks_load();
+        #[cfg(feature = "weaken-for-tests")]
+        let unix_hooks = unix_hooks && std::env::var_os("LOCKRUN_TEST_NO_UNIX_HOOKS").is_none();
         Self {
             landlock,
-            unix_hooks: unix_hooks_load(),
+            unix_hooks,
+            unix_guard: !unix_hooks && crate::bpf::unix_guard_loads(),
             syscall_audit,
         }
     }
@@ -189,21 +201,35 @@ impl Kernel {
             },
             Holding {
                 promise: "no signal to a process outside the run",
-                by: held(Gap::SignalScope, landlock("signal scoping", 6)).map_err(Into::into),
+                by: held(
+                    Gap::SignalScope,
+                    landlock("signal scoping", 6).or_else(|| {
+                        Gap::SignalScope
+                            .held_by(self)
+                            .then(|| format!("the seccomp supervisor ({NO_SCOPING})"))
+                    }),
+                )
+                .map_err(Into::into),
             },
             Holding {
                 promise: "no abstract unix socket bound outside the run reached",
-                by: held(Gap::AbstractUnixScope, landlock("abstract unix socket scoping", 6))
-                    .map_err(Into::into),
+                by: held(
+                    Gap::AbstractUnixScope,
+                    landlock("abstract unix socket scoping", 6).or_else(|| {
+                        Gap::AbstractUnixScope.held_by(self).then(|| {
+                            format!("the seccomp supervisor, and {} ({NO_SCOPING})", self.unix_refusal())
+                        })
+                    }),
+                )
+                .map_err(Into::into),
             },
             Holding {
                 promise: "pathname unix sockets only inside the worktree and {tmp}",
                 by: held(
                     Gap::UnixAddresses,
-                    self.unix_hooks.then(|| {
-                        "the seccomp supervisor, and the cgroup connect_unix and sendmsg_unix hooks"
-                            .to_owned()
-                    }),
+                    Gap::UnixAddresses
+                        .held_by(self)
+                        .then(|| format!("the seccomp supervisor, and {}", self.unix_refusal())),
                 )
                 .map_err(Into::into),
             },
@@ -224,13 +250,26 @@ impl Kernel {
         ]
     }
 
+    /// What refuses the unix connects and sends to a named socket that a
+    /// task of the run makes itself, for the supervisor to make the
+    /// legitimate ones.
+    fn unix_refusal(self) -> &'static str {
+        if self.unix_hooks {
+            "the cgroup connect_unix and sendmsg_unix hooks"
+        } else {
+            "lockrun's unix guard (fmod_ret on security_unix_stream_connect and \
+             security_unix_may_send; no cgroup unix hooks: Linux < 6.7)"
+        }
+    }
+
     /// What the seccomp supervisor stands in for here, for want of the
     /// kernel's own mechanism.
     #[must_use]
     pub fn fallbacks(&self) -> crate::seccomp::Fallbacks {
         crate::seccomp::Fallbacks {
             truncate: self.landlock_abi() < 3,
-            ..crate::seccomp::Fallbacks::NONE
+            scoping: self.landlock.is_ok() && self.landlock_abi() < 6,
+            unix_addresses: !self.unix_hooks,
         }
     }
 
@@ -362,11 +401,15 @@ impl Gap {
         match self {
             Self::Truncate => abi >= 3 || kernel.fallbacks().truncate,
             Self::DeviceIoctl => abi >= 5 || kernel.devices_only_in_dev(),
-            Self::SignalScope | Self::AbstractUnixScope => abi >= 6,
+            // The seccomp supervisor judges signals where Landlock does not.
+            Self::SignalScope => true,
+            // Landlock; or the supervisor, where the kernel refuses the
+            // abstract connects the run makes itself.
+            Self::AbstractUnixScope => abi >= 6 || kernel.unix_hooks || kernel.unix_guard,
             Self::FilesystemRefusalsUnseen => {
                 abi >= 7 || kernel.refusals_by_syscall_audit().is_some()
             }
-            Self::UnixAddresses => kernel.unix_hooks,
+            Self::UnixAddresses => kernel.unix_hooks || kernel.unix_guard,
         }
     }
 
@@ -376,9 +419,16 @@ impl Gap {
         match self {
             Self::Truncate => "Landlock's truncate right (ABI 3, Linux 6.2)",
             Self::DeviceIoctl => "Landlock's device ioctl right (ABI 5, Linux 6.10)",
-            Self::SignalScope | Self::AbstractUnixScope => "Landlock's scoping (ABI 6, Linux 6.12)",
+            Self::SignalScope => "Landlock's scoping (ABI 6, Linux 6.12)",
+            Self::AbstractUnixScope => {
+                "Landlock's scoping (ABI 6, Linux 6.12), and both the cgroup unix hooks (Linux 6.7) \
+                 and BPF trampolines on the kernel's security functions (fmod_ret) for lockrun's unix guard"
+            }
             Self::FilesystemRefusalsUnseen => "Landlock's denial logging (ABI 7, Linux 6.15)",
-            Self::UnixAddresses => "the cgroup connect_unix and sendmsg_unix hooks (Linux 6.7)",
+            Self::UnixAddresses => {
+                "the cgroup connect_unix and sendmsg_unix hooks (Linux 6.7), and BPF trampolines on \
+                 the kernel's security functions (fmod_ret, with BTF) for lockrun's unix guard"
+            }
         }
     }
 }
@@ -414,24 +464,79 @@ mod tests {
 
     #[test]
     fn each_landlock_abi_leaves_the_gaps_of_the_rights_it_lacks() {
-        let gaps = |abi, unix_hooks| {
+        let gaps = |abi, unix_hooks, unix_guard| {
             Kernel {
                 landlock: Ok(abi),
                 unix_hooks,
+                unix_guard,
                 syscall_audit: (abi < 7).then_some(Err(Unusable::NoAudit)),
             }
             .gaps()
         };
-        assert_eq!(gaps(7, true), vec![]);
-        assert_eq!(gaps(6, true), vec![Gap::FilesystemRefusalsUnseen]);
+        assert_eq!(gaps(7, true, false), vec![]);
+        assert_eq!(gaps(6, true, false), vec![Gap::FilesystemRefusalsUnseen]);
+        // The supervisor holds the scoping, where the kernel refuses the
+        // run's own unix connects (hooks or guard).
+        // The supervisor holds truncate, `nodev` the device ioctls.
+        let older = vec![Gap::FilesystemRefusalsUnseen];
+        assert_eq!(gaps(2, true, false), older);
+        assert_eq!(gaps(2, false, true), older);
         assert_eq!(
-            gaps(2, false),
+            gaps(2, false, false),
             vec![
-                Gap::SignalScope,
                 Gap::AbstractUnixScope,
                 Gap::UnixAddresses,
                 Gap::FilesystemRefusalsUnseen
             ]
+        );
+        assert_eq!(gaps(7, false, false), vec![Gap::UnixAddresses]);
+    }
+
+    /// Without Landlock's scoping the supervisor holds it, and `doctor`
+    /// names it; the fallbacks follow what the kernel lacks.
+    #[test]
+    fn the_supervisor_holds_the_scoping_where_landlock_does_not() {
+        let k = |abi, unix_hooks, unix_guard| Kernel {
+            landlock: Ok(abi),
+            unix_hooks,
+            unix_guard,
+            syscall_audit: None,
+        };
+        let by = |k: Kernel, promise: &str| {
+            k.promises()
+                .into_iter()
+                .find(|h| h.promise.starts_with(promise))
+                .unwrap()
+                .by
+        };
+        let old = k(2, true, false);
+        assert_eq!(
+            by(old, "no signal"),
+            Ok("the seccomp supervisor (no Landlock scoping: ABI < 6)".to_owned())
+        );
+        assert_eq!(
+            by(old, "no abstract"),
+            Ok(
+                "the seccomp supervisor, and the cgroup connect_unix and sendmsg_unix hooks \
+                (no Landlock scoping: ABI < 6)"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            by(k(7, true, false), "no signal"),
+            Ok("Landlock signal scoping (ABI 7)".to_owned())
+        );
+        assert_eq!(
+            by(k(2, false, false), "no abstract"),
+            Err(Unheld::Gap(Gap::AbstractUnixScope))
+        );
+        let f = old.fallbacks();
+        assert!(f.scoping && !f.unix_addresses);
+        let f = k(7, false, true).fallbacks();
+        assert!(!f.scoping && f.unix_addresses);
+        assert_eq!(
+            k(7, true, false).fallbacks(),
+            crate::seccomp::Fallbacks::NONE
         );
     }
 
@@ -443,6 +548,7 @@ mod tests {
             Kernel {
                 landlock: Ok(abi),
                 unix_hooks: true,
+                unix_guard: false,
                 syscall_audit: None,
             }
             .promises()
@@ -471,6 +577,7 @@ mod tests {
         let k = |abi| Kernel {
             landlock: Ok(abi),
             unix_hooks: true,
+            unix_guard: false,
             syscall_audit: None,
         };
         assert!(k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
@@ -482,6 +589,7 @@ mod tests {
         let kernel = |abi, syscall_audit| Kernel {
             landlock: Ok(abi),
             unix_hooks: true,
+            unix_guard: false,
             syscall_audit,
         };
         let on = Some(Ok(SyscallAudit { audit_on: true }));

@@ -9,7 +9,8 @@
 //! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
 //! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
-//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
+//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
+//! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`guard`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
 //! [`Event::KernelNetwork`] (the run's ring buffer) and a count (its
@@ -83,6 +84,8 @@
 //! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
 //! builds made; [`unpin`] still removes them.
 
+pub mod btf;
+pub mod guard;
 pub(crate) mod raw;
 pub mod unix;
 
@@ -102,7 +105,9 @@ use lockrun_common::{
     MAX_RING_SLOTS, MAX_UNIX_PREFIXES, MAX_UNIX_PREFIXES_ALL_RUNS, UNIX_PATH_MAX,
 };
 
-use crate::audit::{AuditLog, Destination, Direction, Event, KernelNetEvent};
+use crate::audit::{
+    AuditLog, Destination, Direction, Event, KernelNetEvent, ScopeEvent, ScopeTarget,
+};
 use crate::cgroup::{check_run_id, RunCgroup};
 
 /// Where bpffs is mounted (and mounted by lockrun when it is not).
@@ -491,6 +496,9 @@ impl NetworkHooks {
             });
         }
         shared.ensure_attached(&parent)?;
+        if crate::kernel::Kernel::get().unix_guard {
+            shared.ensure_guard()?;
+        }
         let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;
         let map_err = |map, call| move |source| BpfError::Map { map, call, source };
         let ring = match MapData::from_fd(ring_fd)
@@ -765,6 +773,9 @@ const OBJECT_HASH: &str = "none";
 /// [`unix::programs_hash`], as the build script computed it.
 const UNIX_PROGRAMS_HASH: &str = env!("LOCKRUN_UNIX_PROGRAMS_HASH");
 
+/// [`guard::programs_hash`], as the build script computed it.
+const GUARD_PROGRAMS_HASH: &str = env!("LOCKRUN_GUARD_PROGRAMS_HASH");
+
 /// Bumped whenever the maps the loader makes, or what it pins, change
 /// without the object or the unix programs changing.
 const LAYOUT_VERSION: u32 = 3;
@@ -808,6 +819,12 @@ fn hash_build(programs: &[(&str, u32, u32)]) -> String {
     // The hand-assembled unix programs, hashed by the build script
     // ([`unix::programs_hash`]).
     eat(UNIX_PROGRAMS_HASH.as_bytes());
+    // The unix guard, where this kernel needs it (its shape; the offsets
+    // it reads are this boot's, and so are the pins).
+    if crate::kernel::Kernel::get().unix_guard {
+        eat(b"guard");
+        eat(GUARD_PROGRAMS_HASH.as_bytes());
+    }
     format!("{h:016x}")
 }
 
@@ -1000,6 +1017,50 @@ impl Shared {
                 if link_parent(&n).is_some_and(|id| id != parent_id) {
                     let _ = fs::remove_file(self.dir.join(n));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The unix guard's programs attached by live links pinned as
+    /// `link-<program>` beside them, or attached now. Unlike the cgroup
+    /// hooks they are the kernel's whole (a tracing link has no cgroup):
+    /// each judges only tasks of this build's runs, by `RUNS`. A link
+    /// another lockrun pinned first is used; the one made here is then
+    /// dropped, which detaches it.
+    fn ensure_guard(&self) -> Result<(), BpfError> {
+        for (_, name) in GUARD_PINS {
+            let path = self.dir.join(name);
+            let prog = raw::obj_get(&path).map_err(|source| BpfError::OpenShared {
+                path: path.clone(),
+                source,
+            })?;
+            let id = raw::prog_id(prog.as_fd())
+                .map_err(|source| BpfError::OpenShared { path, source })?;
+            let pin = self.dir.join(format!("link-{name}"));
+            let live = || {
+                raw::obj_get(&pin)
+                    .and_then(|l| raw::link_prog_id(l.as_fd()))
+                    .is_ok_and(|p| p == id)
+            };
+            if live() {
+                continue;
+            }
+            let link = raw::attach_tracing(prog.as_fd()).map_err(|source| BpfError::RawAttach {
+                program: name,
+                source,
+            })?;
+            match raw::obj_pin(link.as_fd(), &pin) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(source) => return Err(BpfError::Pin { path: pin, source }),
+            }
+            drop(link);
+            if !live() {
+                return Err(BpfError::RawAttach {
+                    program: name,
+                    source: io::Error::other("its pinned link runs another program"),
+                });
             }
         }
         Ok(())
@@ -1765,7 +1826,111 @@ fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         )?;
         pin(fd.as_fd(), name)?;
     }
+    if crate::kernel::Kernel::get().unix_guard {
+        for (name, fd) in load_guard(&unix_maps)? {
+            pin(fd.as_fd(), name)?;
+        }
+    }
     Ok(())
+}
+
+/// The names the unix guard's programs are pinned by (their links:
+/// `link-<name>`), by hook.
+const GUARD_PINS: [(Hook, &str); 2] = [
+    (Hook::GuardConnectUnix, "guard_connect_unix"),
+    (Hook::GuardSendUnix, "guard_send_unix"),
+];
+
+/// The structs whose members the guard reads ([`guard_target`]).
+const GUARD_STRUCTS: [&str; 4] = ["socket", "sock", "unix_sock", "unix_address"];
+
+/// This kernel's BTF, as far as the guard reads it.
+fn guard_btf() -> io::Result<btf::Btf> {
+    btf::Btf::of_kernel(&guard::FUNCTIONS.map(|(_, f)| f), &GUARD_STRUCTS)
+}
+
+/// The vmlinux BTF ids of the guard's functions ([`guard::FUNCTIONS`]) and
+/// the struct offsets its programs read; `None` where this kernel's BTF
+/// lacks one (or there is none).
+fn guard_target(btf: &btf::Btf) -> Option<([u32; 2], guard::Layout)> {
+    let ids = [
+        btf.func(guard::FUNCTIONS[0].1)?,
+        btf.func(guard::FUNCTIONS[1].1)?,
+    ];
+    let layout = guard::Layout {
+        socket_sk: btf.offset("socket", "sk")?,
+        sock_type: btf.offset("sock", "sk_type")?,
+        unix_peer: btf.offset("unix_sock", "peer")?,
+        unix_addr: btf.offset("unix_sock", "addr")?,
+        addr_len: btf.offset("unix_address", "len")?,
+        addr_name: btf.offset("unix_address", "name")?,
+    };
+    Some((ids, layout))
+}
+
+/// Whether lockrun's unix guard can be loaded here ([`guard`]): the
+/// kernel's BTF names its functions and structs, and a `fmod_ret` program
+/// on each function loads (BPF trampolines; some kernels refuse every one).
+/// Asked at every run's start on a kernel without the unix hooks, so the
+/// answer yes is kept for the boot: the probe program stays pinned
+/// ([`GUARD_PROBE`]), and reading the kernel's BTF is skipped after.
+#[must_use]
+pub fn unix_guard_loads() -> bool {
+    /// `r0 = 0; exit`: let the function decide.
+    const PASS: [u64; 2] = [0xb7, 0x95];
+    let kept = Path::new(BPFFS).join(SHARED_ROOT).join(GUARD_PROBE);
+    if raw::obj_get(&kept).is_ok() {
+        return true;
+    }
+    let Some((ids, _)) = guard_btf().ok().as_ref().and_then(guard_target) else {
+        return false;
+    };
+    let mut probes = Vec::new();
+    for id in ids {
+        match raw::prog_load_fmod_ret(&PASS, id, "lockrun_probe", false) {
+            Ok(fd) => probes.push(fd),
+            Err(_) => return false,
+        }
+    }
+    // Kept where bpffs is already there (it is mounted later otherwise).
+    if let Some(fd) = probes.first() {
+        let _ = fs::create_dir(kept.parent().unwrap_or(Path::new(BPFFS)));
+        let _ = raw::obj_pin(fd.as_fd(), &kept);
+    }
+    true
+}
+
+/// Under [`SHARED_ROOT`]: the pinned probe that says the unix guard loads
+/// on this boot's kernel ([`unix_guard_loads`]); no build's, never reaped.
+const GUARD_PROBE: &str = "unix-guard-probe";
+
+/// Assemble and load the guard's programs with the shared maps.
+fn load_guard(maps: &unix::UnixMaps) -> Result<Vec<(&'static str, OwnedFd)>, BpfError> {
+    let btf = guard_btf().map_err(|source| BpfError::RawLoad {
+        program: "guard_connect_unix",
+        source,
+        log: String::new(),
+    })?;
+    let (ids, layout) = guard_target(&btf).ok_or_else(|| BpfError::RawLoad {
+        program: "guard_connect_unix",
+        source: io::Error::other(
+            "the kernel's BTF lacks a function or struct member the guard reads",
+        ),
+        log: String::new(),
+    })?;
+    let mut out = Vec::new();
+    for ((hook, name), id) in GUARD_PINS.into_iter().zip(ids) {
+        let insns = guard::program(hook, maps, &layout);
+        let fd = raw::prog_load_fmod_ret(&insns, id, name, true).map_err(|(source, log)| {
+            BpfError::RawLoad {
+                program: name,
+                source,
+                log,
+            }
+        })?;
+        out.push((name, fd));
+    }
+    Ok(out)
 }
 
 /// One instruction in the kernel's `struct bpf_insn` layout (little endian:
@@ -1792,12 +1957,41 @@ impl Drop for PinGuard {
 fn drain(ring: &Ring, audit: Option<&AuditLog>, cgroup_id: u64) {
     let mut ring = ring.lock().unwrap_or_else(PoisonError::into_inner);
     while let Some(item) = ring.next() {
-        if let (Some(audit), Some(ev)) = (audit, decode(&item)) {
-            if ev.cgroup_id == cgroup_id {
-                audit.record(Event::KernelNetwork(ev));
+        if let (Some(audit), Some((cg, ev))) = (audit, decode_event(&item)) {
+            if cg == cgroup_id {
+                audit.record(ev);
             }
         }
     }
+}
+
+/// A ring-buffer record → its run's cgroup id and the audit event: an
+/// abstract unix name a task of the run named itself, refused where the
+/// supervisor judges them (no Landlock scoping), is a scope refusal, as
+/// Landlock's would be; any other a [`KernelNetEvent`].
+#[must_use]
+pub fn decode_event(bytes: &[u8]) -> Option<(u64, Event)> {
+    let d = bytemuck_read(bytes)?;
+    if d.family == AF_UNIX && d.path[0] == 0 && d.path.iter().any(|b| *b != 0) {
+        let end = d.path.iter().rposition(|b| *b != 0).map_or(1, |i| i + 1);
+        let name = String::from_utf8_lossy(&d.path[1..end]).into_owned();
+        let hook =
+            Hook::from_u32(d.hook).map_or_else(|| d.hook.to_string(), |h| h.name().to_owned());
+        let comm_end = d.comm.iter().position(|&b| b == 0).unwrap_or(d.comm.len());
+        return Some((
+            d.cgroup_id,
+            Event::Scope(ScopeEvent {
+                pid: d.tgid,
+                comm: String::from_utf8_lossy(&d.comm[..comm_end]).into_owned(),
+                raw: format!(
+                    "lockrun's {hook} refused a connect or send to abstract unix socket @{name} \
+                     named by a task of the run itself (no Landlock scoping here)"
+                ),
+                target: ScopeTarget::AbstractUnixSocket { name },
+            }),
+        ));
+    }
+    decode(bytes).map(|k| (k.cgroup_id, Event::KernelNetwork(k)))
 }
 
 /// A ring-buffer record → the audit event.
@@ -1946,6 +2140,10 @@ mod tests {
             UNIX_PROGRAMS_HASH,
             format!("{:016x}", unix::programs_hash())
         );
+        assert_eq!(
+            GUARD_PROGRAMS_HASH,
+            format!("{:016x}", guard::programs_hash())
+        );
     }
 
     #[test]
@@ -2002,5 +2200,34 @@ mod tests {
         assert_eq!(e.comm, "curl");
         assert_eq!(e.protocol, "unix_stream");
         assert_eq!(e.destination, Destination::Unix("/run/docker.sock".into()));
+        assert!(matches!(
+            decode_event(&b),
+            Some((0, Event::KernelNetwork(k))) if k == e
+        ));
+    }
+
+    /// An abstract name refused (no Landlock scoping: the run's mode
+    /// refuses the ones its tasks name) is a scope refusal, as Landlock's.
+    #[test]
+    fn an_abstract_name_refused_is_a_scope_refusal() {
+        let mut b = vec![0u8; 176];
+        b[0] = 9;
+        b[12] = 42;
+        b[16] = Hook::SendmsgUnix as u8;
+        b[20] = 2;
+        b[28] = AF_UNIX as u8;
+        b[48..55].copy_from_slice(b"python3");
+        b[64..72].copy_from_slice(b"\0x11-bus");
+        let Some((9, Event::Scope(sc))) = decode_event(&b) else {
+            panic!("{:?}", decode_event(&b));
+        };
+        assert_eq!(sc.pid, 42);
+        assert_eq!(sc.comm, "python3");
+        assert_eq!(
+            sc.target,
+            ScopeTarget::AbstractUnixSocket {
+                name: "x11-bus".into()
+            }
+        );
     }
 }

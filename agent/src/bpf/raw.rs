@@ -38,6 +38,11 @@ pub const ATTACH_UDP6_SENDMSG: u32 = 15;
 pub const ATTACH_UNIX_CONNECT: u32 = 49;
 /// `BPF_CGROUP_UNIX_SENDMSG` (6.7).
 pub const ATTACH_UNIX_SENDMSG: u32 = 50;
+/// `BPF_PROG_TYPE_TRACING` (5.5).
+pub const PROG_TYPE_TRACING: u32 = 26;
+/// `BPF_MODIFY_RETURN` (5.7): `fmod_ret`, on an error-injectable or
+/// `security_` function.
+pub const ATTACH_MODIFY_RETURN: u32 = 26;
 
 /// `BPF_MAP_TYPE_LPM_TRIE`.
 pub const MAP_TYPE_LPM_TRIE: u32 = 11;
@@ -381,6 +386,122 @@ pub fn link_create(
     };
     // SAFETY: attr is a zero-tailed bpf_attr for LINK_CREATE; both fds are borrowed for the call.
     unsafe { sys_bpf_fd(BPF_LINK_CREATE, &mut attr) }
+}
+
+/// `bpf_attr` for `BPF_PROG_LOAD` of a program attached to a kernel
+/// function by its BTF id (5.5 layout up to `attach_btf_id`; zeroed tail).
+#[repr(C)]
+#[derive(Default)]
+struct TracingLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: u64,
+    line_info_cnt: u32,
+    /// The vmlinux BTF id of the function attached to.
+    attach_btf_id: u32,
+    _tail: [u64; 8],
+}
+
+const _: () = assert!(std::mem::offset_of!(TracingLoadAttr, attach_btf_id) == 108);
+
+/// Load a `fmod_ret` program (`BPF_PROG_TYPE_TRACING`,
+/// `BPF_MODIFY_RETURN`) for the kernel function of vmlinux BTF id
+/// `attach_btf_id`, under GPL (its helpers are GPL-only). On failure
+/// returns the error and, when `log` asks (loaded again with it), the
+/// verifier's log.
+pub fn prog_load_fmod_ret(
+    insns: &[u64],
+    attach_btf_id: u32,
+    name: &str,
+    log: bool,
+) -> Result<OwnedFd, (io::Error, String)> {
+    let load = |log: Option<&mut [u8]>| {
+        let (log_level, log_size, log_buf) = match log {
+            Some(l) => (1, l.len() as u32, l.as_mut_ptr() as u64),
+            None => (0, 0, 0),
+        };
+        let mut attr = TracingLoadAttr {
+            prog_type: PROG_TYPE_TRACING,
+            insn_cnt: u32::try_from(insns.len()).unwrap_or(u32::MAX),
+            insns: insns.as_ptr() as u64,
+            license: c"GPL".as_ptr() as u64,
+            log_level,
+            log_size,
+            log_buf,
+            prog_name: obj_name(name),
+            expected_attach_type: ATTACH_MODIFY_RETURN,
+            attach_btf_id,
+            ..TracingLoadAttr::default()
+        };
+        // SAFETY: attr is a properly initialized bpf_attr prefix whose
+        // pointers (insns, the license, the log if any) outlive the call;
+        // the size passed is attr's size.
+        unsafe { sys_bpf_fd(BPF_PROG_LOAD, &mut attr) }
+    };
+    match load(None) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if !log => return Err((e, String::new())),
+        Err(_) => {}
+    }
+    let mut log = vec![0u8; 1 << 20];
+    load(Some(&mut log)).map_err(|err| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        (err, String::from_utf8_lossy(&log[..end]).into_owned())
+    })
+}
+
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_int = 17;
+
+/// `bpf_attr` for `BPF_RAW_TRACEPOINT_OPEN` (zeroed tail).
+#[repr(C)]
+#[derive(Default)]
+struct RawTracepointAttr {
+    name: u64,
+    prog_fd: u32,
+    _pad: u32,
+    _tail: [u64; 4],
+}
+
+/// Attach a tracing program (`fmod_ret`) to the function it was loaded
+/// for: `BPF_RAW_TRACEPOINT_OPEN` without a name (5.5); the link.
+pub fn attach_tracing(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let mut attr = RawTracepointAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        ..RawTracepointAttr::default()
+    };
+    // SAFETY: attr is a zero-tailed bpf_attr for RAW_TRACEPOINT_OPEN (a
+    // NULL name); the program fd is borrowed for the call.
+    unsafe { sys_bpf_fd(BPF_RAW_TRACEPOINT_OPEN, &mut attr) }
+}
+
+/// The id of the program a link runs (`BPF_OBJ_GET_INFO_BY_FD`).
+pub fn link_prog_id(link: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut info = LinkInfo::default();
+    let mut attr = InfoAttr {
+        bpf_fd: link.as_raw_fd() as u32,
+        info_len: std::mem::size_of::<LinkInfo>() as u32,
+        info: std::ptr::from_mut(&mut info) as u64,
+        ..InfoAttr::default()
+    };
+    // SAFETY: attr points at `info`, whose size is passed; both outlive the
+    // call; the link fd is borrowed.
+    unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+    Ok(info.prog_id)
 }
 
 const BPF_OBJ_PIN: libc::c_int = 6;

@@ -15,9 +15,14 @@
 //! - **a run**: judged by its [`RunConfig::unix_mode`](lockrun_common::RunConfig).
 //!
 //! # What they decide for a run's task
-//! Abstract (`sun_path[0] == 0`) and unnamed destinations pass: Landlock's
-//! `Scope::AbstractUnixSocket` already confines abstract ones to the run's own
-//! domain. A pathname destination:
+//! Unnamed destinations pass. Abstract ones (`sun_path[0] == 0`) pass where
+//! Landlock's `Scope::AbstractUnixSocket` confines them to the run's own
+//! domain (ABI 6, Linux 6.12); before, the run's mode says so
+//! (`UNIX_MODE_ABSTRACT`), and every abstract name a task of the run names
+//! itself is refused: the supervisor connects to the names the run bound
+//! ([`crate::supervise::abstract_unix`]), and this is what keeps an
+//! address it did not see (length 16 or 28, `sendmsg`, swapped in after
+//! its read) from reaching one bound outside. A pathname destination:
 //! - supervised mode (what `lockrun run` uses): refused — every legitimate
 //!   pathname connect is performed by the supervisor, so one a task names
 //!   itself is a connect the filter did not notify (address length 16 or 28),
@@ -48,8 +53,8 @@
 )]
 
 use lockrun_common::{
-    denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_MODE_PREFIXES, UNIX_MODE_SUPERVISED,
-    UNIX_PATH_MAX,
+    denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_MODE_ABSTRACT, UNIX_MODE_PREFIXES,
+    UNIX_MODE_SUPERVISED, UNIX_PATH_MAX,
 };
 
 /// The shared maps the unix hooks use, as raw fds valid while the program loads.
@@ -67,6 +72,10 @@ pub enum UnixMode {
     Prefixes,
     /// All refused: the seccomp supervisor connects for the command.
     Supervised,
+    /// All refused, and every abstract name too: the seccomp supervisor
+    /// connects for the command to the abstract names the run bound
+    /// (no Landlock scoping, [`crate::supervise::abstract_unix`]).
+    SupervisedAbstract,
 }
 
 impl UnixMode {
@@ -76,28 +85,39 @@ impl UnixMode {
         match self {
             UnixMode::Prefixes => UNIX_MODE_PREFIXES,
             UnixMode::Supervised => UNIX_MODE_SUPERVISED,
+            UnixMode::SupervisedAbstract => UNIX_MODE_SUPERVISED | UNIX_MODE_ABSTRACT,
+        }
+    }
+
+    /// The supervised mode for this kernel's `fallbacks`.
+    #[must_use]
+    pub fn supervised(fallbacks: crate::seccomp::Fallbacks) -> Self {
+        if crate::seccomp::scope::abstract_names_supervised(fallbacks) {
+            UnixMode::SupervisedAbstract
+        } else {
+            UnixMode::Supervised
         }
     }
 }
 
 // Registers.
-const R0: u8 = 0;
-const R1: u8 = 1;
-const R2: u8 = 2;
-const R3: u8 = 3;
-const R4: u8 = 4;
-const R6: u8 = 6;
-const R7: u8 = 7;
-const R8: u8 = 8;
-const FP: u8 = 10;
+pub(crate) const R0: u8 = 0;
+pub(crate) const R1: u8 = 1;
+pub(crate) const R2: u8 = 2;
+pub(crate) const R3: u8 = 3;
+pub(crate) const R4: u8 = 4;
+pub(crate) const R6: u8 = 6;
+pub(crate) const R7: u8 = 7;
+pub(crate) const R8: u8 = 8;
+pub(crate) const FP: u8 = 10;
 
 // Helpers.
-const MAP_LOOKUP_ELEM: i32 = 1;
-const GET_CURRENT_PID_TGID: i32 = 14;
-const GET_CURRENT_COMM: i32 = 16;
-const GET_CURRENT_CGROUP_ID: i32 = 80;
-const PROBE_READ_KERNEL: i32 = 113;
-const RINGBUF_OUTPUT: i32 = 130;
+pub(crate) const MAP_LOOKUP_ELEM: i32 = 1;
+pub(crate) const GET_CURRENT_PID_TGID: i32 = 14;
+pub(crate) const GET_CURRENT_COMM: i32 = 16;
+pub(crate) const GET_CURRENT_CGROUP_ID: i32 = 80;
+pub(crate) const PROBE_READ_KERNEL: i32 = 113;
+pub(crate) const RINGBUF_OUTPUT: i32 = 130;
 
 // Stack layout (offsets from the frame pointer).
 const STACK: i16 = 360;
@@ -119,7 +139,7 @@ const KERN_SIZE: i32 = 40;
 const CTX_TYPE: i16 = 32;
 
 #[derive(Clone, Copy)]
-enum Label {
+pub(crate) enum Label {
     Allow,
     Deny,
     Next(usize),
@@ -128,10 +148,11 @@ enum Label {
     Done,
     SkipLost,
     Lost,
+    Pathname,
 }
 
 impl Label {
-    fn id(self) -> usize {
+    pub(crate) fn id(self) -> usize {
         match self {
             Label::Allow => 0,
             Label::Deny => 1,
@@ -140,6 +161,7 @@ impl Label {
             Label::Done => 4,
             Label::SkipLost => 5,
             Label::Lost => 6,
+            Label::Pathname => 7,
             Label::Next(i) => 16 + i,
         }
     }
@@ -147,7 +169,7 @@ impl Label {
 
 /// A tiny BPF assembler: enough for these two programs.
 #[derive(Default)]
-struct Asm {
+pub(crate) struct Asm {
     insns: Vec<u64>,
     labels: std::collections::HashMap<usize, usize>,
     fixups: Vec<(usize, usize)>,
@@ -161,68 +183,73 @@ fn enc(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
 }
 
 impl Asm {
-    fn raw(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+    pub(crate) fn raw(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
         self.insns.push(enc(code, dst, src, off, imm));
     }
-    fn mov_imm(&mut self, dst: u8, imm: i32) {
+    pub(crate) fn mov_imm(&mut self, dst: u8, imm: i32) {
         self.raw(0xb7, dst, 0, 0, imm);
     }
-    fn mov_reg(&mut self, dst: u8, src: u8) {
+    pub(crate) fn mov_reg(&mut self, dst: u8, src: u8) {
         self.raw(0xbf, dst, src, 0, 0);
     }
-    fn add_imm(&mut self, dst: u8, imm: i32) {
+    pub(crate) fn add_imm(&mut self, dst: u8, imm: i32) {
         self.raw(0x07, dst, 0, 0, imm);
     }
-    fn sub_imm(&mut self, dst: u8, imm: i32) {
+    pub(crate) fn sub_imm(&mut self, dst: u8, imm: i32) {
         self.raw(0x17, dst, 0, 0, imm);
     }
-    fn rsh_imm(&mut self, dst: u8, imm: i32) {
+    pub(crate) fn rsh_imm(&mut self, dst: u8, imm: i32) {
         self.raw(0x77, dst, 0, 0, imm);
     }
-    fn ldx_b(&mut self, dst: u8, src: u8, off: i16) {
+    pub(crate) fn ldx_b(&mut self, dst: u8, src: u8, off: i16) {
         self.raw(0x71, dst, src, off, 0);
     }
-    fn ldx_w(&mut self, dst: u8, src: u8, off: i16) {
+    pub(crate) fn ldx_w(&mut self, dst: u8, src: u8, off: i16) {
         self.raw(0x61, dst, src, off, 0);
     }
-    fn ldx_dw(&mut self, dst: u8, src: u8, off: i16) {
+    pub(crate) fn ldx_dw(&mut self, dst: u8, src: u8, off: i16) {
         self.raw(0x79, dst, src, off, 0);
     }
-    fn stx_w(&mut self, dst: u8, src: u8, off: i16) {
+    pub(crate) fn stx_w(&mut self, dst: u8, src: u8, off: i16) {
         self.raw(0x63, dst, src, off, 0);
     }
-    fn stx_dw(&mut self, dst: u8, src: u8, off: i16) {
+    pub(crate) fn stx_dw(&mut self, dst: u8, src: u8, off: i16) {
         self.raw(0x7b, dst, src, off, 0);
     }
-    fn st_w(&mut self, dst: u8, off: i16, imm: i32) {
+    pub(crate) fn st_w(&mut self, dst: u8, off: i16, imm: i32) {
         self.raw(0x62, dst, 0, off, imm);
     }
-    fn st_h(&mut self, dst: u8, off: i16, imm: i32) {
+    pub(crate) fn st_h(&mut self, dst: u8, off: i16, imm: i32) {
         self.raw(0x6a, dst, 0, off, imm);
     }
-    fn st_dw(&mut self, dst: u8, off: i16, imm: i32) {
+    pub(crate) fn st_dw(&mut self, dst: u8, off: i16, imm: i32) {
         self.raw(0x7a, dst, 0, off, imm);
     }
     /// `dst = map fd` (two-slot `ld_imm64` with `BPF_PSEUDO_MAP_FD`).
-    fn ld_map_fd(&mut self, dst: u8, fd: i32) {
+    pub(crate) fn ld_map_fd(&mut self, dst: u8, fd: i32) {
         self.raw(0x18, dst, 1, 0, fd);
         self.raw(0, 0, 0, 0, 0);
     }
-    fn call(&mut self, helper: i32) {
+    pub(crate) fn call(&mut self, helper: i32) {
         self.raw(0x85, 0, 0, 0, helper);
     }
-    fn exit(&mut self) {
+    pub(crate) fn exit(&mut self) {
         self.raw(0x95, 0, 0, 0, 0);
     }
     /// Conditional jump on `dst OP imm` (code: 0x15 jeq, 0x55 jne, 0x25 jgt, 0xb5 jle).
-    fn jmp_imm(&mut self, code: u8, dst: u8, imm: i32, to: Label) {
+    pub(crate) fn jmp_imm(&mut self, code: u8, dst: u8, imm: i32, to: Label) {
         self.fixups.push((self.insns.len(), to.id()));
         self.raw(code, dst, 0, 0, imm);
     }
-    fn label(&mut self, l: Label) {
+    /// Conditional jump on `dst OP src` (code: 0x1d jeq).
+    pub(crate) fn jmp_reg(&mut self, code: u8, dst: u8, src: u8, to: Label) {
+        self.fixups.push((self.insns.len(), to.id()));
+        self.raw(code, dst, src, 0, 0);
+    }
+    pub(crate) fn label(&mut self, l: Label) {
         self.labels.insert(l.id(), self.insns.len());
     }
-    fn finish(mut self) -> Vec<u64> {
+    pub(crate) fn finish(mut self) -> Vec<u64> {
         for (at, label) in std::mem::take(&mut self.fixups) {
             let target = self.labels.get(&label).copied().unwrap_or(at + 1);
             let delta = (target as i64 - at as i64 - 1) as i16;
@@ -233,10 +260,12 @@ impl Asm {
     }
 }
 
-const JEQ: u8 = 0x15;
-const JNE: u8 = 0x55;
-const JGT: u8 = 0x25;
-const JLE: u8 = 0xb5;
+pub(crate) const JA: u8 = 0x05;
+pub(crate) const JEQ: u8 = 0x15;
+pub(crate) const JNE: u8 = 0x55;
+pub(crate) const JSET: u8 = 0x45;
+pub(crate) const JGT: u8 = 0x25;
+pub(crate) const JLE: u8 = 0xb5;
 
 /// Assemble the hook program for `hook` (`ConnectUnix` or `SendmsgUnix`).
 /// One straight-line listing, kept in one piece so it reads like the program.
@@ -302,11 +331,17 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.call(PROBE_READ_KERNEL);
     a.jmp_imm(JNE, R0, 0, Label::Deny);
     a.ldx_b(R1, FP, KEY_PATH);
-    a.jmp_imm(JEQ, R1, 0, Label::Allow); // abstract: Landlock scoping judges it
-                                         // Supervised: every pathname named by a task of the run is refused; the
-                                         // supervisor performs the legitimate ones from outside (allowed above).
     a.ldx_w(R2, FP, MODE);
-    a.jmp_imm(JNE, R2, UNIX_MODE_PREFIXES as i32, Label::Deny);
+    a.jmp_imm(JNE, R1, 0, Label::Pathname);
+    // Abstract: Landlock's scoping judges it; where there is none, the
+    // supervisor does, and every abstract name a task of the run names
+    // itself is refused (UNIX_MODE_ABSTRACT).
+    a.jmp_imm(JSET, R2, UNIX_MODE_ABSTRACT as i32, Label::Deny);
+    a.jmp_imm(JA, R0, 0, Label::Allow);
+    a.label(Label::Pathname);
+    // Supervised: every pathname named by a task of the run is refused; the
+    // supervisor performs the legitimate ones from outside (allowed above).
+    a.jmp_imm(JSET, R2, UNIX_MODE_SUPERVISED as i32, Label::Deny);
     a.jmp_imm(JNE, R1, i32::from(b'/'), Label::Deny); // relative
                                                       // Refuse any `.` or `..` component. Unrolled: no loop for the verifier to bound.
     for i in 0..(UNIX_PATH_MAX as i16 - 1) {
@@ -339,6 +374,7 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     count(
         &mut a,
         maps,
+        CGROUP,
         i16::try_from(hook_id * 8).unwrap_or(0),
         Label::SkipCount,
     );
@@ -382,7 +418,13 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.jmp_imm(JEQ, R0, 0, Label::Done);
     // No ring, or the ring is full: never silent.
     a.label(Label::Lost);
-    count(&mut a, maps, (COUNTER_LOST * 8) as i16, Label::SkipLost);
+    count(
+        &mut a,
+        maps,
+        CGROUP,
+        (COUNTER_LOST * 8) as i16,
+        Label::SkipLost,
+    );
     a.label(Label::SkipLost);
     a.label(Label::Done);
     a.mov_imm(R0, 0);
@@ -390,12 +432,12 @@ pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     a.finish()
 }
 
-/// `COUNTERS[cgroup].slots[at / 8] += 1` (this CPU's copy), or on to
-/// `skip` when the run has no entry.
-fn count(a: &mut Asm, maps: &UnixMaps, at: i16, skip: Label) {
+/// `COUNTERS[cgroup].slots[at / 8] += 1` (this CPU's copy), the cgroup id
+/// on the stack at `cgroup_at`, or on to `skip` when the run has no entry.
+pub(crate) fn count(a: &mut Asm, maps: &UnixMaps, cgroup_at: i16, at: i16, skip: Label) {
     a.ld_map_fd(R1, maps.counters);
     a.mov_reg(R2, FP);
-    a.add_imm(R2, i32::from(CGROUP));
+    a.add_imm(R2, i32::from(cgroup_at));
     a.call(MAP_LOOKUP_ELEM);
     a.jmp_imm(JEQ, R0, 0, skip);
     a.ldx_dw(R1, R0, at);

@@ -83,9 +83,17 @@ pub fn host_checks() -> Vec<Check> {
             .map(|()| "mounted at /sys/fs/bpf".to_owned())
             .map_err(|e| e.to_string()),
     ));
+    let kernel = crate::kernel::Kernel::get();
     checks.push(check(
         "BPF cgroup hooks",
-        "network: connect4/6, sendmsg4/6, sock_create, connect_unix, sendmsg_unix, ingress/egress",
+        if kernel.unix_hooks {
+            "network: connect4/6, sendmsg4/6, sock_create, connect_unix, sendmsg_unix, ingress/egress"
+        } else if kernel.unix_guard {
+            "network: connect4/6, sendmsg4/6, sock_create, ingress/egress, and (no unix hooks) the \
+             unix guard on security_unix_stream_connect, security_unix_may_send"
+        } else {
+            "network: connect4/6, sendmsg4/6, sock_create, ingress/egress (no unix hooks)"
+        },
         attach_probe(),
     ));
     checks.push(check(

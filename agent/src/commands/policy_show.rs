@@ -245,13 +245,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: {
-                let mut lines = crate::seccomp::describe();
-                lines.extend(crate::seccomp::describe_fallbacks(
-                    crate::kernel::Kernel::get().fallbacks(),
-                ));
-                lines
-            },
+            seccomp: crate::seccomp::describe(crate::kernel::Kernel::get().fallbacks()),
             rules: None,
         }
     }

@@ -1181,6 +1181,7 @@ async fn run(
         cgroup_id: cgroup.id(),
         cgroup_path: cgroup.seen_in_proc(),
         audit: audit.clone(),
+        fallbacks: crate::kernel::Kernel::get().fallbacks(),
     };
     tracing::debug!("3. Landlock ruleset received");
     // 7. below Landlock ABI 7, the run's refused calls from kernel audit
@@ -1765,7 +1766,7 @@ fn kernel_side(
             &allowed,
             &exposed,
             &unix_allowed,
-            crate::bpf::unix::UnixMode::Supervised,
+            crate::bpf::unix::UnixMode::supervised(crate::kernel::Kernel::get().fallbacks()),
         )?;
         h.spawn_audit_reader(audit.clone())?;
         tracing::debug!("6. run registered in the hooks");

@@ -62,10 +62,18 @@
 //! verdict is final, and the earlier parts decide on other calls or
 //! arguments (the supervisor asks [`refused_call`] before it performs an
 //! `ioctl`), so what they refuse stays refused.
+//!
+//! On a kernel that lacks a mechanism lockrun relies on ([`Fallbacks`],
+//! [`crate::kernel::Kernel::fallbacks`]), a part more, [`fallback_filter`],
+//! hands the supervisor the calls that mechanism would have judged: without
+//! Landlock's scoping (ABI < 6), the signals a caller aims at a process it
+//! names, the owners of a file's `SIGIO`, and the binds of unix addresses
+//! ([`scope`]).
 
 use std::collections::BTreeMap;
 
 mod compact;
+pub mod scope;
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -875,17 +883,25 @@ impl Fallbacks {
 
 /// The part of [`combined`] that hands the supervisor the calls a kernel's
 /// missing mechanism would have judged ([`Fallbacks`]), and the calls it
-/// decides on; allows every other. One section per mechanism: each loads
-/// the syscall number first, hands over its calls, and goes on to the next
-/// with every other (the accumulator then holds anything).
+/// decides on; allows every other. One section per mechanism, each handing
+/// over its calls and going on to the next with every other: the scoping
+/// and unix sections ([`scope::filter`]) take the number in the
+/// accumulator and leave it there; the truncate section loads it again
+/// itself, and leaves the accumulator holding anything.
 fn fallback_filter(fallbacks: Fallbacks) -> (BpfProgram, Vec<i64>) {
-    let mut p = Vec::new();
-    let mut decided = Vec::new();
+    let mut p = vec![
+        insn(LD_W_ABS, 0, 0, 4), // arch
+        insn(JEQ_K, 1, 0, AUDIT_ARCH),
+        insn(RET_K, 0, 0, RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, 0), // nr
+    ];
+    let mut calls = Vec::new();
+    scope::filter(fallbacks, &mut p, &mut calls);
     if fallbacks.truncate {
-        truncate_section(&mut p, &mut decided);
+        truncate_section(&mut p, &mut calls);
     }
     p.push(insn(RET_K, 0, 0, RET_ALLOW));
-    (p, decided)
+    (p, calls)
 }
 
 /// The opens that can truncate without asking Landlock for a write right,
@@ -1123,11 +1139,21 @@ pub const SYS_OPEN_TREE_ATTR: i64 = 467;
 pub const SYS_SETXATTRAT: i64 = 463;
 pub const SYS_REMOVEXATTRAT: i64 = 466;
 
-/// What the filters do, for people (`lockrun policy show`): each line a
-/// verdict and the calls it applies to. Built from the same tables as the
+/// What the filters do, for people (`lockrun policy show`), on a kernel
+/// that leaves `fallbacks` to the supervisor: each line a verdict and the
+/// calls it applies to. Built from the same tables as the
 /// filters where the calls are listed one by one.
 #[must_use]
-pub fn describe() -> Vec<(&'static str, String)> {
+pub fn describe(fallbacks: Fallbacks) -> Vec<(&'static str, String)> {
+    let mut lines = describe_always();
+    // What this kernel's missing mechanisms hand over besides.
+    lines.extend(scope::describe(fallbacks));
+    lines.extend(describe_fallbacks(fallbacks));
+    lines
+}
+
+/// [`describe`] of the parts every kernel has.
+fn describe_always() -> Vec<(&'static str, String)> {
     let names: Vec<&str> = DENY_ALWAYS.iter().map(|(_, n, _)| *n).collect();
     vec![
         ("EPERM, each refusal shown", names.join(", ")),
@@ -1537,7 +1563,7 @@ mod tests {
 
     /// Run a classic-BPF filter on a `seccomp_data` (the opcodes lockrun's
     /// and seccompiler's filters use; any other fails the test).
-    fn run(p: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
+    pub(in crate::seccomp) fn run(p: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
         let mut data = Vec::new();
         data.extend_from_slice(&u32::try_from(nr).unwrap_or(u32::MAX).to_le_bytes());
         data.extend_from_slice(&super::AUDIT_ARCH.to_le_bytes());

@@ -22,6 +22,10 @@
 //! - **truncation outside** ([`truncate`]), only on a kernel without
 //!   Landlock's truncate right (ABI < 3, Linux < 6.2): `truncate(2)` and
 //!   the opens with `O_TRUNC` that ask for no write right.
+//! - **signals to processes outside the run** ([`scope`]) and **abstract
+//!   unix sockets bound outside it** ([`abstract_unix`]), on a kernel
+//!   without Landlock's scoping (ABI < 6, Linux < 6.12): judged by the
+//!   target's cgroup, and by the abstract names the run bound.
 //!
 //! It also answers the calls of the seccomp deny list with `EPERM`
 //! ([`crate::seccomp::refused_call`]): the filter hands them over only so
@@ -37,6 +41,10 @@
 //! is not a pathname — is backed by the kernel: in supervised mode the unix
 //! hooks refuse every pathname a task of the run names itself
 //! ([`crate::bpf::unix`]), so swapping one in after the read gains nothing.
+//! Where Landlock does not scope abstract names, there is no such continue:
+//! the supervisor performs the connects to the run's own names
+//! ([`abstract_unix`]), and the kernel refuses every abstract name a task
+//! of the run names itself.
 //!
 //! # Acting with the command's privileges
 //! The operation runs on a supervisor thread whose **effective capabilities
@@ -81,9 +89,10 @@
 //!   or 14/26 without) is not notified — the length is all the filter can
 //!   see, and it keeps inet connects un-notified — so the unix hooks refuse it.
 //! - `sendmsg`/`sendmmsg` with a pathname `msg_name` are refused by the
-//!   hooks: the address is user memory behind a pointer in a struct, and
+//!   hooks (or, before Linux 6.7, lockrun's unix guard, [`crate::bpf::guard`]): the address is user memory behind a pointer in a struct, and
 //!   performing the call (iovecs, `SCM_RIGHTS`) would be a second kernel.
-//!   Connected sockets and `sendto` work.
+//!   Connected sockets and `sendto` work. Without Landlock's scoping, so is
+//!   an abstract `msg_name`.
 //! - Paths through `/proc` magic links (`/proc/self/cwd/…`) get `ELOOP`;
 //!   `/proc/self/fd/N` itself is understood.
 //! - A symlink with an absolute target met *inside* a path (not as its last
@@ -99,10 +108,12 @@
 // casts between them are the ABI, checked where a range matters.
 #![allow(clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
+pub mod abstract_unix;
 pub mod meta;
 pub mod resolve;
 pub mod reuse;
 pub mod sched;
+pub mod scope;
 pub mod truncate;
 pub mod unix;
 pub mod watch;
@@ -134,6 +145,10 @@ pub struct Config {
     /// the command may set ([`sched`]). `None`: no other task's.
     pub cgroup_path: Option<String>,
     pub audit: Arc<AuditLog>,
+    /// What this kernel's missing mechanisms leave to the supervisor
+    /// ([`crate::kernel::Kernel::fallbacks`]): signals ([`scope`]) and
+    /// abstract names ([`abstract_unix`]) where Landlock does not scope them.
+    pub fallbacks: crate::seccomp::Fallbacks,
 }
 
 /// State shared by the receiving thread and the socket threads.
@@ -148,6 +163,9 @@ pub struct Shared {
     cgroup_id: u64,
     cgroup_path: Option<String>,
     audit: Arc<AuditLog>,
+    fallbacks: crate::seccomp::Fallbacks,
+    /// The abstract names the run bound ([`abstract_unix`]).
+    abstract_names: abstract_unix::Names,
     /// The last task's pidfd, kept for its next call (a tar extracting
     /// files makes three per file). A pidfd holds its task's `struct pid`,
     /// and a tid is handed out again only once that is detached: a kept
@@ -397,6 +415,8 @@ impl Supervisor {
             cgroup_id: config.cgroup_id,
             cgroup_path: config.cgroup_path,
             audit: config.audit,
+            fallbacks: config.fallbacks,
+            abstract_names: abstract_unix::Names::default(),
             last_pidfd: std::sync::Mutex::new(None),
         });
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -480,6 +500,8 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         watch::handle(&task, s)
     } else if crate::seccomp::NOTIFY_SCHED.iter().any(|c| c.nr == nr) {
         sched::handle(&task, s)
+    } else if let Some(reply) = fallback(&task, s, nr) {
+        reply
     } else if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
         refuse_call(&task, call, why)
     } else if nr == libc::SYS_ioctl {
@@ -490,6 +512,15 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         Reply::Errno(libc::ENOSYS)
     };
     s.respond(n.id, &reply);
+}
+
+/// A call handed over for want of a kernel mechanism
+/// ([`crate::seccomp::Fallbacks`]); `None` for any other.
+fn fallback(task: &Task<'_>, s: &Shared, nr: i64) -> Option<Reply> {
+    if nr == libc::SYS_bind {
+        return Some(abstract_unix::bind(task, s));
+    }
+    scope::handle(task, s)
 }
 
 /// A call of the seccomp deny list, which the filter hands over only to be

@@ -8,7 +8,10 @@
 //!    unnamed, another family) → **continue**: abstract names are scoped by
 //!    Landlock to the run's domain, and should the task swap a pathname in
 //!    before the kernel re-reads it, the unix hooks refuse it (supervised
-//!    mode refuses every pathname a task of the run names itself).
+//!    mode refuses every pathname a task of the run names itself). Without
+//!    Landlock's scoping (ABI < 6), [`super::abstract_unix`] judges it
+//!    instead, and the supervisor performs a connect or send to an
+//!    abstract name the run bound, as below for pathnames.
 //! 3. A pathname is resolved as the kernel would for the task (cwd, `..`,
 //!    symlinks) to an `O_PATH` fd, judged against the worktree and the run's
 //!    temp dir (not `fs.writable`, like the hooks), and — when inside — the
@@ -63,10 +66,17 @@ enum Decision {
         sock: OwnedFd,
         obj: Object,
     },
+    /// An abstract name the run bound (or `AF_UNSPEC`), where the
+    /// supervisor judges them: perform on `sock` to `addr`
+    /// ([`super::abstract_unix`]).
+    Abstract {
+        sock: OwnedFd,
+        addr: Vec<u8>,
+    },
 }
 
 /// Step 1: the task's socket `fd`, if it is a unix one.
-fn unix_socket(task: &Task<'_>, fd: u64) -> Result<OwnedFd, Reply> {
+pub(super) fn unix_socket(task: &Task<'_>, fd: u64) -> Result<OwnedFd, Reply> {
     let sock = task.getfd(fd as i32).map_err(Reply::Errno)?;
     match notify::sockopt_int(sock.as_fd(), libc::SO_DOMAIN) {
         Ok(libc::AF_UNIX) => Ok(sock),
@@ -93,7 +103,19 @@ fn judge(
         Err(e) => return Decision::Reply(Reply::Errno(e)),
     };
     let Some(path) = pathname(&bytes) else {
-        return Decision::Reply(Reply::Continue);
+        if !super::abstract_unix::supervised(s) {
+            return Decision::Reply(Reply::Continue);
+        }
+        let call = if hook.contains("connect") {
+            "connect"
+        } else {
+            "sendto"
+        };
+        return match super::abstract_unix::judge(task, s, &bytes, call) {
+            Ok(_) if !task.valid() => Decision::Reply(Reply::Gone),
+            Ok(addr) => Decision::Abstract { sock, addr },
+            Err(r) => Decision::Reply(r),
+        };
     };
     let cwd = if path[0] == b'/' {
         None
@@ -209,6 +231,9 @@ pub fn connect(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
                 .map(|()| 0)
                 .map_err(|e| os(&e))
         }),
+        Decision::Abstract { sock, addr } => perform_on_thread(s, task.n.id, move || {
+            super::abstract_unix::perform(&sock, &addr, None)
+        }),
     }
 }
 
@@ -238,6 +263,9 @@ pub fn sendto(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
             notify::sendto_unix(sock.as_fd(), &data, flags, &path)
                 .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
                 .map_err(|e| os(&e))
+        }),
+        Decision::Abstract { sock, addr } => perform_on_thread(s, task.n.id, move || {
+            super::abstract_unix::perform(&sock, &addr, Some((&data, flags)))
         }),
     }
 }

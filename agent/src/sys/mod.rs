@@ -64,6 +64,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd};
 
 pub mod notify;
+pub mod scope;
 pub mod spawn;
 pub mod watchdog;
 

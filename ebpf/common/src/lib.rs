@@ -6,7 +6,8 @@
 //!
 //! The nine programs (the object's `connect4/6`, `sendmsg4/6`, `sock_create`,
 //! `ingress`, `egress` and the loader's hand-assembled `connect_unix`,
-//! `sendmsg_unix`) are
+//! `sendmsg_unix`; on a kernel without the last two, its unix guard's
+//! `guard_connect_unix`, `guard_send_unix` instead) are
 //! verified **once** per lockrun build, pinned under
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` with the shared maps, and
 //! attached once to the build's parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`,
@@ -127,7 +128,8 @@ impl RunPort {
 pub struct RunConfig {
     /// The run's slot in [`MAP_RINGS`].
     pub slot: u32,
-    /// [`UNIX_MODE_PREFIXES`] or [`UNIX_MODE_SUPERVISED`].
+    /// [`UNIX_MODE_PREFIXES`], or [`UNIX_MODE_SUPERVISED`] with or without
+    /// [`UNIX_MODE_ABSTRACT`].
     pub unix_mode: u32,
 }
 
@@ -135,8 +137,12 @@ pub struct RunConfig {
 /// run's prefixes.
 pub const UNIX_MODE_PREFIXES: u32 = 0;
 /// Unix hooks refuse every pathname a task of the run names itself (the
-/// seccomp supervisor connects for it).
+/// seccomp supervisor connects for it). A bit: the modes are bits.
 pub const UNIX_MODE_SUPERVISED: u32 = 1;
+/// With [`UNIX_MODE_SUPERVISED`]: every abstract name a task of the run
+/// names itself is refused too (no Landlock scoping: the supervisor
+/// connects to the names the run bound).
+pub const UNIX_MODE_ABSTRACT: u32 = 2;
 
 /// Value of [`MAP_COUNTERS`]: refusals per [`Hook`] slot, [`COUNTER_LOST`]
 /// and [`COUNTER_INBOUND_UNITEMIZED`].
@@ -230,11 +236,19 @@ pub enum Hook {
     /// connection accepted from outside).
     Egress = 9,
     // 10 is [`COUNTER_INBOUND_UNITEMIZED`].
+    /// lockrun's unix guard (a kernel without the unix hooks, before Linux
+    /// 6.7): a stream or seqpacket connect to a named socket that a task of
+    /// the run made itself (`security_unix_stream_connect`).
+    GuardConnectUnix = 11,
+    /// The unix guard: a datagram connect, or a send to a socket other than
+    /// the connected peer, that a task of the run made itself
+    /// (`security_unix_may_send`).
+    GuardSendUnix = 12,
 }
 
 impl Hook {
     /// Every hook, in slot order.
-    pub const ALL: [Hook; 9] = [
+    pub const ALL: [Hook; 11] = [
         Hook::Connect4,
         Hook::Connect6,
         Hook::Sendmsg4,
@@ -244,6 +258,8 @@ impl Hook {
         Hook::SockCreate,
         Hook::Ingress,
         Hook::Egress,
+        Hook::GuardConnectUnix,
+        Hook::GuardSendUnix,
     ];
 
     /// The hook's name as the audit log prints it.
@@ -259,6 +275,8 @@ impl Hook {
             Hook::SockCreate => "sock_create",
             Hook::Ingress => "ingress",
             Hook::Egress => "egress",
+            Hook::GuardConnectUnix => "unix_guard_connect",
+            Hook::GuardSendUnix => "unix_guard_send",
         }
     }
 
@@ -274,6 +292,8 @@ impl Hook {
             6 => Some(Hook::SockCreate),
             8 => Some(Hook::Ingress),
             9 => Some(Hook::Egress),
+            11 => Some(Hook::GuardConnectUnix),
+            12 => Some(Hook::GuardSendUnix),
             _ => None,
         }
     }

@@ -1,0 +1,233 @@
+//! Pathname unix sockets only inside the worktree and the run's temp dir,
+//! on a kernel without the cgroup `connect_unix`/`sendmsg_unix` hooks
+//! (before Linux 6.7; Debian 12's 6.1): lockrun's unix guard
+//! (`fmod_ret` on the kernel's `security_unix_stream_connect` and
+//! `security_unix_may_send`) refuses what the supervisor does not see: an
+//! address as long as an inet one, a `sendmsg` with a `msg_name`.
+//!
+//! On this machine's kernel the test build pretends the hooks are missing
+//! (`LOCKRUN_TEST_NO_UNIX_HOOKS=1`). Where the guard cannot load either
+//! (this VM kind's kernel refuses every BPF trampoline), the promise is a
+//! gap, and what is asserted is that the run is refused, naming it; under
+//! a kernel that loads it (Debian's 6.1, 6.12), the escapes themselves,
+//! each judged from outside (the outside listener accepted nothing, the
+//! outside datagram socket received nothing), with the errno inside, the
+//! refusal in the audit log, and a control beside it: sockets in the
+//! worktree work, a connected datagram socket's sends to its peer among
+//! them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/python.rs"]
+mod python;
+#[path = "support/skip.rs"]
+mod skip;
+#[path = "support/fs.rs"]
+mod support;
+
+use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::path::Path;
+use std::process::Command;
+
+use lockrun::audit::{Destination, Event, Record};
+use support::{s, World};
+
+const PROBE: &str = include_str!("support/scope_probe.py");
+
+/// What a kernel without the unix hooks may lack besides, which this test
+/// does not judge (Debian 12's 6.1 has Landlock ABI 2): accepted, so that
+/// the runs go on. Never the unix ones.
+const OTHER_GAPS: [&str; 3] = ["truncate", "device_ioctl", "filesystem_refusals_unseen"];
+
+fn lockrun(w: &World, log: &Path, ops: &[&[&str]]) -> Command {
+    let mut extra = vec!["--audit-log", s(log)];
+    for g in OTHER_GAPS {
+        extra.extend(["--accept-gap", g]);
+    }
+    let mut argv = vec![
+        python::python3().to_owned(),
+        "-c".to_owned(),
+        PROBE.to_owned(),
+    ];
+    for (i, op) in ops.iter().enumerate() {
+        if i > 0 {
+            argv.push(";".to_owned());
+        }
+        argv.extend(op.iter().map(|s| (*s).to_owned()));
+    }
+    let mut c = w.cmd(&extra, &argv);
+    c.env("LOCKRUN_TEST_NO_UNIX_HOOKS", "1");
+    c
+}
+
+/// The unix refusals of the kernel's guard in the audit log: hook and path.
+fn guard_refusals(log: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        // A line of its own between runs appended to one log.
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| match serde_json::from_str(l).unwrap() {
+            Record {
+                event: Event::KernelNetwork(k),
+                ..
+            } => match k.destination {
+                Destination::Unix(p) => Some((k.hook, p)),
+                Destination::Inet(_) => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where the guard does not load, assert that the run is refused, naming
+/// the promise, and say so; `true` where it loads.
+fn guard_loads(w: &World, log: &Path, test: &str) -> bool {
+    if lockrun::bpf::unix_guard_loads() {
+        return true;
+    }
+    let own = w.wt.join("own.sock");
+    let out = lockrun(w, log, &[&["unix_own", s(&own)]]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("unix_addresses: ") && err.contains("BPF trampolines"),
+        "{err}"
+    );
+    assert!(!own.exists(), "the refused run ran");
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!(
+            "note: {test}: the unix guard does not load on this kernel: asserted the run's \
+             refusal (the escapes run under a kernel that loads it)\n"
+        )
+        .as_bytes(),
+    );
+    false
+}
+
+/// A listener outside the worktree whose path is 13 bytes long (its address
+/// as long as a `sockaddr_in`: the filter does not hand it over), removed at
+/// the end.
+fn short_listener() -> (String, UnixListener, support::RemovedAtEnd) {
+    let short = format!("/tmp/lrg-{:04}", std::process::id() % 10_000);
+    assert_eq!(short.len(), 13);
+    let _ = std::fs::remove_file(&short);
+    let gone = support::RemovedAtEnd(vec![short.clone().into()]);
+    let listener = UnixListener::bind(&short).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    (short, listener, gone)
+}
+
+fn nothing(r: std::io::Result<()>) -> bool {
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+#[test]
+fn without_the_unix_hooks_no_unix_socket_outside_is_reached() {
+    let w = World::new("unix-guard");
+    let log = w.root.join("audit.jsonl");
+    if !guard_loads(
+        &w,
+        &log,
+        "without_the_unix_hooks_no_unix_socket_outside_is_reached",
+    ) {
+        return;
+    }
+    let (short, listener, _gone) = short_listener();
+    let outside = w.root.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let dgram_path = outside.join("dgram.sock");
+    let dgram = UnixDatagram::bind(&dgram_path).unwrap();
+    dgram.set_nonblocking(true).unwrap();
+    let (own, own_dgram) = (w.wt.join("own.sock"), w.wt.join("own-dgram.sock"));
+    let ops: [&[&str]; 5] = [
+        &["unix_connect", &short],
+        &["unix_sendmsg", s(&dgram_path)],
+        &["unix_sendto", s(&dgram_path)],
+        &["unix_own", s(&own)],
+        &["unix_dgram_own", s(&own_dgram)],
+    ];
+    let out = lockrun(&w, &log, &ops).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["errno=EPERM", "errno=EPERM", "errno=EPERM", "ok", "ok"]
+    );
+    assert!(
+        nothing(listener.accept().map(drop)),
+        "accepted a connection"
+    );
+    assert!(
+        nothing(dgram.recv(&mut [0; 16]).map(drop)),
+        "received a datagram"
+    );
+    // The guard's refusals (the sendto is the supervisor's, as on every kernel).
+    let refused = guard_refusals(&log);
+    let d = dgram_path.display().to_string();
+    for want in [
+        ("unix_guard_connect".to_owned(), short.clone()),
+        ("unix_guard_send".to_owned(), d.clone()),
+        ("seccomp_sendto_unix".to_owned(), d),
+    ] {
+        assert!(refused.contains(&want), "{want:?} not in {refused:?}");
+    }
+    // Control: outside, the same probe reaches both.
+    let out = Command::new(python::python3())
+        .args([
+            "-c",
+            PROBE,
+            "unix_connect",
+            &short,
+            ";",
+            "unix_sendmsg",
+            s(&dgram_path),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\nok\n");
+    listener.set_nonblocking(false).unwrap();
+    assert!(listener.accept().is_ok());
+    assert!(dgram.recv(&mut [0; 16]).is_ok());
+}
+
+/// The supervisor lets a connect on an inet socket go on; a thread that
+/// puts a unix socket under its number and a pathname in its address
+/// before the kernel looks again is refused by the guard. Judged from
+/// outside, and by the guard's refusals of that path (the swap was made).
+/// Control: the listener is reached from outside (above), and the run's
+/// own sockets work (above).
+#[test]
+fn a_unix_socket_swapped_under_a_continued_connect_is_refused() {
+    let w = World::new("unix-guard-swap");
+    let log = w.root.join("audit.jsonl");
+    if !guard_loads(
+        &w,
+        &log,
+        "a_unix_socket_swapped_under_a_continued_connect_is_refused",
+    ) {
+        return;
+    }
+    let (short, listener, _gone) = short_listener();
+    let out = lockrun(&w, &log, &[&["swap_race", &short, "3"]])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("tries=") && stdout.trim_end().ends_with(" connected=0"),
+        "{stdout}"
+    );
+    assert!(
+        nothing(listener.accept().map(drop)),
+        "the swap reached the listener"
+    );
+    let swapped = guard_refusals(&log)
+        .iter()
+        .filter(|(hook, path)| hook == "unix_guard_connect" && *path == short)
+        .count();
+    assert!(swapped > 0, "no swap reached the kernel: {stdout}");
+}
