@@ -790,6 +790,49 @@ impl ChildPlan {
         }
     }
 
+    /// Step 1 of [`apply`](Self::apply), before the mounts: inherited
+    /// descriptors marked close-on-exec, core dumps off where planned, the
+    /// OOM score, and the run's login uid where planned. Post-fork: no
+    /// allocation.
+    fn prepare_process(&self) -> io::Result<()> {
+        // close_range(3, ~0, CLOSE_RANGE_CLOEXEC)
+        // SAFETY: plain syscall with integer arguments.
+        if unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        } != 0
+        {
+            return Err(self.fail(Step::CloseRange));
+        }
+        // no core dumps: 1 byte, the one limit a piped core_pattern
+        //     heeds (raising the hard limit needs CAP_SYS_RESOURCE)
+        if self.no_core_dumps {
+            let one = libc::rlimit {
+                rlim_cur: 1,
+                rlim_max: 1,
+            };
+            // SAFETY: setrlimit with a live, initialized stack value.
+            if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &raw const one) } != 0 {
+                return Err(self.fail(Step::CoreLimit));
+            }
+        }
+        // the run the OOM killer's first pick (see `OOM_SCORE_ADJ`)
+        if !write_whole(c"/proc/self/oom_score_adj", OOM_SCORE_ADJ) {
+            return Err(self.fail(Step::OomScore));
+        }
+        // the run's login uid (needs CAP_AUDIT_CONTROL if one is set)
+        if let Some(uid) = &self.login_uid {
+            if !write_whole(c"/proc/self/loginuid", uid.as_bytes()) {
+                return Err(self.fail(Step::LoginUid));
+            }
+        }
+        Ok(())
+    }
+
     /// Apply the confinement to the calling (child) process. Post-fork,
     /// pre-exec: no allocation, no locks.
     pub fn apply(&self) -> io::Result<()> {
@@ -804,41 +847,8 @@ impl ChildPlan {
                 return Err(self.fail(*step));
             }
         }
-        // 1. close_range(3, ~0, CLOSE_RANGE_CLOEXEC)
-        // SAFETY: plain syscall with integer arguments.
-        if unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            )
-        } != 0
-        {
-            return Err(self.fail(Step::CloseRange));
-        }
-        // 1c. no core dumps: 1 byte, the one limit a piped core_pattern
-        //     heeds (raising the hard limit needs CAP_SYS_RESOURCE)
-        if self.no_core_dumps {
-            let one = libc::rlimit {
-                rlim_cur: 1,
-                rlim_max: 1,
-            };
-            // SAFETY: setrlimit with a live, initialized stack value.
-            if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &raw const one) } != 0 {
-                return Err(self.fail(Step::CoreLimit));
-            }
-        }
-        // 1d. the run the OOM killer's first pick (see `OOM_SCORE_ADJ`)
-        if !write_whole(c"/proc/self/oom_score_adj", OOM_SCORE_ADJ) {
-            return Err(self.fail(Step::OomScore));
-        }
-        // 1e. the run's login uid (needs CAP_AUDIT_CONTROL if one is set)
-        if let Some(uid) = &self.login_uid {
-            if !write_whole(c"/proc/self/loginuid", uid.as_bytes()) {
-                return Err(self.fail(Step::LoginUid));
-            }
-        }
+        // 1. descriptors, limits, the OOM score, the login uid
+        self.prepare_process()?;
         // 1, then: the run's own filesystems (needs CAP_SYS_ADMIN), and
         // with them mounted, the device files kept to /dev; every mount
         // made private first, also with none to mount: a mount the machine
