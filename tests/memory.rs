@@ -460,12 +460,18 @@ print('still here', flush=True)
 /// process outside share it: it kills the run's process, not the one
 /// outside. 256 MiB of the test's own ([`SharedMemory`]) stands for a
 /// machine out of memory: a process outside the run holds 160 MiB of it,
-/// then lockrun runs a command, charged there too (the policy sets no
-/// limit of the run's own), that allocates towards 512 MiB. The kernel
-/// counts one OOM kill there; the command is the one killed (lockrun
-/// exits 137, the allocation got no further than what was left, ~90 MiB),
-/// and the process outside still answers. Without the run's
-/// `oom_score_adj`, the kernel took the larger, outside.
+/// then lockrun runs a command, charged there too, that allocates towards
+/// 512 MiB. The kernel counts one OOM kill there; the command is the one
+/// killed (lockrun exits 137, the allocation got no further than what was
+/// left, ~90 MiB), and the process outside still answers. Without the
+/// run's `oom_score_adj`, the kernel took the larger, outside. In v1 the
+/// policy sets no limit of the run's own (v1 counts a kill in the cgroup
+/// of the process killed, which is then the test's; the run's own limit
+/// there is shown run out above it by
+/// [`the_memory_limit_on_lockruns_caller_holds_its_runs_too`]); in v2, a
+/// far one, 1 GiB, which the kernel counts upwards: lockrun says the
+/// memory ran out above the run, from the run's `memory.events` (a kill,
+/// never at its own limit).
 #[test]
 fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
     let test = "out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside";
@@ -487,12 +493,17 @@ fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
     let mut hog_out = BufReader::new(hog.stdout.take().unwrap()).lines();
     assert_eq!(hog_out.next().unwrap().unwrap(), "holding");
     let log = w.root.join("audit.jsonl");
+    let own_limit = if shared.build.is_some() {
+        "1GiB"
+    } else {
+        "unlimited"
+    };
     let out = shared
         .lockrun(
             &w,
             &[
                 "--policy",
-                s(&policy(&w, "unlimited")),
+                s(&policy(&w, own_limit)),
                 "--audit-log",
                 s(&log),
             ],
@@ -515,6 +526,14 @@ fn out_of_memory_the_kernel_kills_the_run_not_a_larger_process_outside() {
     let (reached, done) = reached(&stdout);
     assert!(!done && reached < 96, "reached {reached} MiB\n{stdout}");
     assert_eq!(kills, 1, "the kernel's count of OOM kills in the cgroup");
+    if own_limit != "unlimited" {
+        assert!(
+            stderr.contains(
+                "lockrun: the kernel killed 1 process of the run (SIGKILL, out of memory): memory ran out above the run (the machine's, or a cgroup's lockrun is in), which had not reached its own limit of 1 GiB"
+            ),
+            "{stderr}"
+        );
+    }
     limits::assert_gone(&run_id(&log).unwrap());
     drop(shared);
 }
