@@ -2161,7 +2161,7 @@ fn stale_runs(w: &World) -> [std::path::PathBuf; 3] {
     [dead, young, alive]
 }
 
-/// Whether this process has CAP_SYS_ADMIN in its effective set.
+/// Whether this process has `CAP_SYS_ADMIN` in its effective set.
 fn has_cap_sys_admin() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let eff = status

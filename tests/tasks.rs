@@ -249,44 +249,9 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
 #[test]
 fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
     use lockrun::cgroup::v1::{self, Hierarchy};
-    use lockrun::cgroup::RunCgroup;
-    use lockrun::policy::{MemoryLimit, TaskLimit};
     let w = World::new("tasks-gc");
     let pid = std::process::id();
-    // Runs made as lockrun makes them, each with both limits, aged past
-    // gc's grace: one whose lockrun is gone (a pid and start time that
-    // never match, in this pid namespace), one whose lockrun (this test)
-    // is alive.
-    let limited = |id: &str| {
-        let mut run = RunCgroup::create(id).unwrap();
-        run.limit_tasks(id, TaskLimit::At(16)).unwrap();
-        run.limit_memory(id, MemoryLimit::Bytes(64 << 20)).unwrap();
-        let ok = std::process::Command::new("touch")
-            .args(["-d", "2000-01-01", s(run.path())])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        run
-    };
-    let dead_run = format!("tasks-gc-dead-run-{pid}");
-    let dead = limited(&dead_run);
-    let ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
-    lockrun::sys::fsetxattr(
-        std::fs::File::open(dead.path()).unwrap().as_fd(),
-        c"trusted.lockrun.owner",
-        format!("1 1 {ns}\n").as_bytes(),
-    )
-    .unwrap();
-    let dead_limits = limits_of(&dead_run, dead.path());
-    dead.leave();
-    let live_run = format!("tasks-gc-live-run-{pid}");
-    let kept = limited(&live_run);
-    let live_limits = limits_of(&live_run, kept.path());
-    assert_eq!(
-        (dead_limits.len(), live_limits.len()),
-        (2, 2),
-        "{dead_limits:?} {live_limits:?}"
-    );
+    let runs = AgedRuns::new(pid);
 
     let orphan = format!("tasks-gc-orphan-{pid}");
     let nested_orphan = format!("tasks-gc-nested-orphan-{pid}");
@@ -328,9 +293,6 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
             ]
         })
         .collect();
-    let dead_left: Vec<_> = dead_limits.iter().filter(|p| p.exists()).collect();
-    let live_left: Vec<_> = live_limits.iter().filter(|p| p.exists()).collect();
-    let dead_cgroup_left = lockrun::cgroup::find_run(&dead_run).unwrap();
     for (_, top, callers) in &tops {
         let _ = std::fs::remove_dir(top.join(&orphan));
         let _ = std::fs::remove_dir(top.join(&live));
@@ -339,22 +301,8 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
         let _ = std::fs::remove_dir(callers);
     }
     let _ = std::fs::remove_dir(&live_cg);
-    drop(kept);
-    limits::assert_gone(&live_run);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-
-    // The dead lockrun's run: its cgroup and its limits, gone; the live
-    // one's, kept.
-    assert!(
-        stdout.contains(&format!(
-            "reaped the cgroup of run {dead_run}: its lockrun is gone"
-        )),
-        "{stdout}"
-    );
-    assert_eq!(dead_cgroup_left, None, "{stdout}");
-    assert!(dead_left.is_empty(), "{dead_left:?} left: {stdout}");
-    limits::assert_gone(&dead_run);
-    assert_eq!(live_left.len(), 2, "{live_limits:?}: {stdout}");
+    runs.judge(&stdout);
 
     for ((h, top, callers), [orphan_left, nested_left, nested_parent_left, live_left]) in
         tops.iter().zip(left)
@@ -381,6 +329,80 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
     if tops.is_empty() {
         // Pure v2: no limit has a cgroup of its own to be orphaned.
         assert!(!stdout.contains("-limit cgroup of run"), "{stdout}");
+    }
+}
+
+/// Two runs made as lockrun makes them, each with both limits, aged past
+/// gc's grace: one whose lockrun is gone (a pid and start time that never
+/// match, in this pid namespace), left as a killed lockrun leaves it; one
+/// whose lockrun (this test) is alive.
+struct AgedRuns {
+    dead: String,
+    dead_limits: Vec<PathBuf>,
+    live: String,
+    live_limits: Vec<PathBuf>,
+    kept: lockrun::cgroup::RunCgroup,
+}
+
+impl AgedRuns {
+    fn new(pid: u32) -> Self {
+        let limited = |id: &str| {
+            use lockrun::policy::{MemoryLimit, TaskLimit};
+            let mut run = lockrun::cgroup::RunCgroup::create(id).unwrap();
+            run.limit_tasks(id, TaskLimit::At(16)).unwrap();
+            run.limit_memory(id, MemoryLimit::Bytes(64 << 20)).unwrap();
+            let ok = std::process::Command::new("touch")
+                .args(["-d", "2000-01-01", s(run.path())])
+                .status()
+                .unwrap();
+            assert!(ok.success());
+            run
+        };
+        let dead = format!("tasks-gc-dead-run-{pid}");
+        let run = limited(&dead);
+        let ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+        lockrun::sys::fsetxattr(
+            std::fs::File::open(run.path()).unwrap().as_fd(),
+            c"trusted.lockrun.owner",
+            format!("1 1 {ns}\n").as_bytes(),
+        )
+        .unwrap();
+        let dead_limits = limits_of(&dead, run.path());
+        run.leave();
+        let live = format!("tasks-gc-live-run-{pid}");
+        let kept = limited(&live);
+        let live_limits = limits_of(&live, kept.path());
+        assert_eq!(
+            (dead_limits.len(), live_limits.len()),
+            (2, 2),
+            "{dead_limits:?} {live_limits:?}"
+        );
+        Self {
+            dead,
+            dead_limits,
+            live,
+            live_limits,
+            kept,
+        }
+    }
+
+    /// After gc, which said `stdout`: the dead lockrun's run, its cgroup
+    /// and its limits, gone; the live one's kept (then removed).
+    fn judge(self, stdout: &str) {
+        let dead_left: Vec<_> = self.dead_limits.iter().filter(|p| p.exists()).collect();
+        let live_left = self.live_limits.iter().filter(|p| p.exists()).count();
+        let dead_cgroup_left = lockrun::cgroup::find_run(&self.dead).unwrap();
+        drop(self.kept);
+        limits::assert_gone(&self.live);
+        let reaped = format!(
+            "reaped the cgroup of run {}: its lockrun is gone",
+            self.dead
+        );
+        assert!(stdout.contains(&reaped), "{stdout}");
+        assert_eq!(dead_cgroup_left, None, "{stdout}");
+        assert!(dead_left.is_empty(), "{dead_left:?} left: {stdout}");
+        limits::assert_gone(&self.dead);
+        assert_eq!(live_left, 2, "{:?}: {stdout}", self.live_limits);
     }
 }
 

@@ -111,16 +111,15 @@ impl TestCgroup {
     pub fn limited(h: lockrun::cgroup::v1::Hierarchy, name: &str, limit: u64) -> Option<Self> {
         use lockrun::cgroup::v1::{self, Hierarchy};
         let dir_name = format!("{name}-{}", std::process::id());
-        let (path, unified) = match v1::mount(h) {
-            Some(mount) => (mount.join(dir_name), false),
-            None => {
-                let root = lockrun::cgroup::cgroup2_mount().ok()?;
-                let handed = std::fs::read_to_string(root.join("cgroup.subtree_control")).ok()?;
-                if !handed.split_whitespace().any(|c| c == h.controller()) {
-                    return None;
-                }
-                (root.join(dir_name), true)
+        let (path, unified) = if let Some(mount) = v1::mount(h) {
+            (mount.join(dir_name), false)
+        } else {
+            let root = lockrun::cgroup::cgroup2_mount().ok()?;
+            let handed = std::fs::read_to_string(root.join("cgroup.subtree_control")).ok()?;
+            if !handed.split_whitespace().any(|c| c == h.controller()) {
+                return None;
             }
+            (root.join(dir_name), true)
         };
         let file = match (h, unified) {
             (Hierarchy::Pids, _) => "pids.max",
