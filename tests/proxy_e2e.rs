@@ -28,6 +28,8 @@ mod build;
 mod python;
 #[path = "support/skip.rs"]
 mod skip;
+#[path = "support/slow.rs"]
+mod slow;
 #[path = "support/proxy.rs"]
 mod support;
 
@@ -645,7 +647,7 @@ with open(wt + "/ports.tmp", "w") as f:
     f.write("%d %d\n" % (t.getsockname()[1], u.getsockname()[1]))
 os.rename(wt + "/ports.tmp", wt + "/ports")
 log = open(wt + "/heard.log", "a", buffering=1)
-deadline = time.time() + 60
+deadline = time.time() + 60 * int(os.environ.get("LOCKRUN_TEST_SLOWDOWN", "1"))
 while not os.path.exists(wt + "/stop") and time.time() < deadline:
     for s in select.select([t, u], [], [], 0.05)[0]:
         if s is t:
@@ -684,7 +686,7 @@ fn listening(
     ports: &str,
 ) -> (Running, Vec<u16>) {
     std::fs::write(sb.wt().join(name), script).unwrap();
-    let run = Running(Some(
+    let mut run = Running(Some(
         sb.cmd(&format!(r#"exec python3 "$WT/{name}""#))
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -692,14 +694,26 @@ fn listening(
             .spawn()
             .unwrap(),
     ));
-    (run, ports_written(sb, ports))
+    let ports = ports_written(sb, ports, &mut run);
+    (run, ports)
 }
 
-/// The ports a listener inside wrote to `$WT/<name>` once bound, waited for.
-fn ports_written(sb: &Sandbox, name: &str) -> Vec<u16> {
+/// The ports a listener inside wrote to `$WT/<name>` once bound, waited
+/// for while its run goes on (a run that ended without them fails the test
+/// at once, with its output).
+fn ports_written(sb: &Sandbox, name: &str, run: &mut Running) -> Vec<u16> {
     let file = sb.wt().join(name);
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + slow::patience(Duration::from_secs(20));
     while !file.exists() {
+        let child = run.0.as_mut().unwrap();
+        if child.try_wait().unwrap().is_some() {
+            let out = run.0.take().unwrap().wait_with_output().unwrap();
+            panic!(
+                "the listener's run ended before it bound its ports ({}): {}",
+                out.status,
+                text(&out.stderr)
+            );
+        }
         assert!(
             Instant::now() < deadline,
             "the listener inside never started"
@@ -723,7 +737,7 @@ fn heard_from_loopback_then_stopped(sb: &Sandbox, udp: u16, mut run: Running) ->
         .send_to(b"from-loopback", ("127.0.0.1", udp))
         .unwrap();
     let heard_file = sb.wt().join("heard.log");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + slow::patience(Duration::from_secs(10));
     while !std::fs::read_to_string(&heard_file)
         .unwrap_or_default()
         .contains("from-loopback")
@@ -1013,7 +1027,7 @@ with open(wt + "/ports.tmp", "w") as f:
 os.rename(wt + "/ports.tmp", wt + "/ports")
 log = open(wt + "/heard.log", "a", buffering=1)
 own = None
-deadline = time.time() + 60
+deadline = time.time() + 60 * int(os.environ.get("LOCKRUN_TEST_SLOWDOWN", "1"))
 while not os.path.exists(wt + "/stop") and time.time() < deadline:
     if own is None and os.path.exists(wt + "/knock"):
         own = subprocess.Popen([sys.executable, wt + "/own.py", str(t.getsockname()[1]), str(u.getsockname()[1])])
@@ -1153,7 +1167,7 @@ fn nothing_outside_the_run_connects_in_over_loopback_unless_exposed() {
     }
     // Control: the run's own process reaches its listener and its ways out.
     std::fs::write(sb.wt().join("knock"), "").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + slow::patience(Duration::from_secs(30));
     while !sb.wt().join("own").exists() {
         assert!(
             Instant::now() < deadline,
@@ -1240,7 +1254,7 @@ with open(wt + "/port.tmp", "w") as f:
 os.rename(wt + "/port.tmp", wt + "/port")
 u.settimeout(0.05)
 log = open(wt + "/heard.log", "a", buffering=1)
-deadline = time.time() + 60
+deadline = time.time() + 60 * int(os.environ.get("LOCKRUN_TEST_SLOWDOWN", "1"))
 while not os.path.exists(wt + "/stop") and time.time() < deadline:
     try:
         d, a = u.recvfrom(100)
@@ -1492,7 +1506,7 @@ fn only_the_run_may_use_its_proxy() {
         .cmd(
             r#"
             echo "${HTTPS_PROXY##*@}" > "$WT/addr.part" && mv "$WT/addr.part" "$WT/addr"
-            i=0; while [ ! -e "$WT/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+            i=0; while [ ! -e "$WT/go" ] && [ $i -lt $((600 * ${LOCKRUN_TEST_SLOWDOWN:-1})) ]; do sleep 0.05; i=$((i+1)); done
             echo "curl=$(curl -s -o /dev/null -w '%{http_code}' http://web.test/hello.txt)"
             echo "tunnel=$(curl -s -p -o /dev/null -w '%{http_connect}' http://web.test/hello.txt)"
             echo "python=$(python3 -c 'import urllib.request;print(urllib.request.urlopen("http://web.test/hello.txt").status)')"
@@ -1503,7 +1517,7 @@ fn only_the_run_may_use_its_proxy() {
         .spawn()
         .unwrap();
     let addr_file = sb.wt().join("addr");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + slow::patience(Duration::from_secs(20));
     while !addr_file.exists() {
         if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
             let _ = child.kill();

@@ -24,8 +24,8 @@ pub fn run_id(log: &Path) -> Option<String> {
     })
 }
 
-/// The run's id, waiting up to 10 s for its start to be logged (a run
-/// spawned in the background).
+/// The run's id, waiting for its start to be logged (a run spawned in
+/// the background).
 pub fn started(log: &Path) -> String {
     let start = std::time::Instant::now();
     loop {
@@ -33,7 +33,7 @@ pub fn started(log: &Path) -> String {
             return id;
         }
         assert!(
-            start.elapsed() < std::time::Duration::from_secs(10),
+            start.elapsed() < crate::slow::patience(Duration::from_secs(10)),
             "the run never started"
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -75,6 +75,15 @@ pub fn assert_gone(run_id: &str) {
     assert_eq!(lockrun::cgroup::find_run(run_id).unwrap(), None);
 }
 
+/// The count after `key` in the flat-keyed file `file` of the cgroup
+/// `dir` (`memory.events`, `pids.events`, `memory.oom_control`).
+pub fn counter(dir: &Path, file: &str, key: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {}/{file}: {text:?}", dir.display()))
+}
+
 /// A process's stdout and stderr, as text.
 pub fn text(out: &Output) -> (String, String) {
     (
@@ -83,25 +92,58 @@ pub fn text(out: &Output) -> (String, String) {
     )
 }
 
-/// A cgroup of the test's own in a v1 hierarchy, made with each
-/// `(file, value)` of its settings written; whatever is still in it is
-/// killed and it is removed when dropped.
-pub struct TestCgroup(pub PathBuf);
+/// A cgroup of the test's own, limited, for lockrun's caller to run in
+/// (`wrapper`): in the v1 hierarchy of the controller where the host has
+/// one (a hybrid host, as this VM), else in the unified hierarchy, where
+/// its root hands the controller to its children (a pure v2 host, as
+/// systemd makes it). Whatever is still in it is killed and it is removed
+/// when dropped.
+pub struct TestCgroup {
+    pub path: PathBuf,
+    /// In the unified hierarchy (its files are v2's: `memory.max`,
+    /// `memory.peak`, `memory.events`).
+    pub unified: bool,
+}
 
 impl TestCgroup {
-    /// `<h>/<name>-<pid>`; `None` where `h` has no v1 hierarchy here.
-    pub fn new(
-        h: lockrun::cgroup::v1::Hierarchy,
-        name: &str,
-        settings: &[(&str, String)],
-    ) -> Option<Self> {
-        let dir = lockrun::cgroup::v1::mount(h)?.join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap();
-        let cg = Self(dir);
-        for (file, value) in settings {
-            std::fs::write(cg.0.join(file), value).unwrap();
-        }
+    /// `<hierarchy>/<name>-<pid>`, with `h`'s limit at `limit` (tasks, or
+    /// bytes); `None` where neither hierarchy has `h`'s controller here.
+    pub fn limited(h: lockrun::cgroup::v1::Hierarchy, name: &str, limit: u64) -> Option<Self> {
+        use lockrun::cgroup::v1::{self, Hierarchy};
+        let dir_name = format!("{name}-{}", std::process::id());
+        let (path, unified) = if let Some(mount) = v1::mount(h) {
+            (mount.join(dir_name), false)
+        } else {
+            let root = lockrun::cgroup::cgroup2_mount().ok()?;
+            let handed = std::fs::read_to_string(root.join("cgroup.subtree_control")).ok()?;
+            if !handed.split_whitespace().any(|c| c == h.controller()) {
+                return None;
+            }
+            (root.join(dir_name), true)
+        };
+        let file = match (h, unified) {
+            (Hierarchy::Pids, _) => "pids.max",
+            (Hierarchy::Memory, false) => "memory.limit_in_bytes",
+            (Hierarchy::Memory, true) => "memory.max",
+        };
+        std::fs::create_dir(&path).unwrap();
+        let cg = Self { path, unified };
+        std::fs::write(cg.path.join(file), limit.to_string()).unwrap();
         Some(cg)
+    }
+
+    /// The number in one of its files (`pids.peak`, `memory.peak`).
+    pub fn read(&self, file: &str) -> u64 {
+        let text = std::fs::read_to_string(self.path.join(file)).unwrap();
+        text.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{file}: {text:?}: {e}"))
+    }
+
+    /// The count after `key` in one of its flat-keyed files
+    /// (`memory.events`, `pids.events`, `memory.oom_control`).
+    pub fn counter(&self, file: &str, key: &str) -> u64 {
+        counter(&self.path, file, key)
     }
 
     /// A shell line that moves the shell into this cgroup, then execs its
@@ -110,7 +152,10 @@ impl TestCgroup {
         [
             "sh".to_owned(),
             "-c".to_owned(),
-            format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.0.display()),
+            format!(
+                "echo $$ > {}/cgroup.procs && exec \"$@\"",
+                self.path.display()
+            ),
             "sh".to_owned(),
         ]
     }
@@ -118,7 +163,7 @@ impl TestCgroup {
 
 impl Drop for TestCgroup {
     fn drop(&mut self) {
-        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        let procs = std::fs::read_to_string(self.path.join("cgroup.procs")).unwrap_or_default();
         for pid in procs
             .split_whitespace()
             .filter_map(|p| p.parse::<i32>().ok())
@@ -129,9 +174,10 @@ impl Drop for TestCgroup {
             );
         }
         let start = Instant::now();
-        while std::fs::remove_dir(&self.0).is_err() && start.elapsed() < Duration::from_secs(10) {
+        while std::fs::remove_dir(&self.path).is_err() && start.elapsed() < Duration::from_secs(10)
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(!self.0.exists(), "{} left behind", self.0.display());
+        assert!(!self.path.exists(), "{} left behind", self.path.display());
     }
 }

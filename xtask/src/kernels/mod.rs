@@ -41,6 +41,15 @@ const MEMORY: &str = "4G";
 /// Guest CPUs: this machine's two, which other work shares.
 const CPUS: u32 = 2;
 
+/// The variable that stretches the tests' waits for what is bound to
+/// happen (tests/support/slow.rs).
+const SLOWDOWN: &str = "LOCKRUN_TEST_SLOWDOWN";
+
+/// Its factor in a guest: software emulation (TCG) runs the suite many
+/// times slower than natively, the more so on a busy machine
+/// (docs/kernels.md); above the slowest seen.
+const TCG_SLOWDOWN: &str = "30";
+
 /// Where kernel packages are downloaded and prepared.
 pub struct Cache {
     pub dir: PathBuf,
@@ -195,10 +204,14 @@ pub fn test(
     let binaries = suite::collect(cargo, args, &records);
     let _ = std::fs::remove_file(&records);
     let mut binaries = suite::select(binaries?, &choice.only, &choice.except)?;
-    // As in CI: a kernel test may not skip (tests/support/skip.rs).
+    // As in CI: a kernel test may not skip (tests/support/skip.rs). And
+    // under emulation the tests' waits for what is bound to happen stretch
+    // (tests/support/slow.rs), unless the caller set the factor.
+    let slowdown = std::env::var(SLOWDOWN).unwrap_or_else(|_| TCG_SLOWDOWN.to_owned());
     for b in &mut binaries {
-        b.env.retain(|(k, _)| k != "CI");
+        b.env.retain(|(k, _)| k != "CI" && k != SLOWDOWN);
         b.env.push(("CI".into(), "true".into()));
+        b.env.push((SLOWDOWN.into(), slowdown.clone().into()));
     }
     let mut ok = true;
     for (kernel, source) in &prepared {
