@@ -115,6 +115,11 @@ enum Cmd {
         /// With --kernel: the limit for each kernel's whole run, in minutes.
         #[arg(long, default_value_t = 120, requires = "kernel")]
         timeout: u64,
+        /// With --kernel: boot with these LSMs (`lsm=`) instead of
+        /// landlock,lockdown,yama,bpf; e.g. without landlock, to see lockrun
+        /// refuse a kernel without it. Results and logs are kept apart.
+        #[arg(long, requires = "kernel")]
+        lsm: Option<String>,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
@@ -209,6 +214,7 @@ fn real_main() -> Result<ExitCode> {
             only,
             except,
             timeout,
+            lsm,
             args,
         } => {
             let obj = build(&root, release)?;
@@ -217,6 +223,7 @@ fn real_main() -> Result<ExitCode> {
                 let limits = kernels::RunLimits {
                     total: Duration::from_secs(timeout * 60),
                     each: Duration::from_secs(timeout * 60).min(PER_BINARY_LIMIT),
+                    lsm,
                 };
                 let choice = kernels::Choice { only, except };
                 return kernels::test(&root, c, &kernel, &choice, &args, &limits);

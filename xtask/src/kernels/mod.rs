@@ -177,6 +177,18 @@ pub struct RunLimits {
     pub total: Duration,
     /// Each test binary (command) inside.
     pub each: Duration,
+    /// The LSMs to boot (`lsm=`), if not [`vm::LSM`]: a kernel without
+    /// Landlock is one booted without it.
+    pub lsm: Option<String>,
+}
+
+/// How a kernel's run is named in its results and logs: its release, and
+/// the LSMs it booted if not the usual ones (`6.12.117+deb13-amd64-lsm-yama`).
+fn run_name(release: &str, limits: &RunLimits) -> String {
+    match &limits.lsm {
+        Some(lsm) => format!("{release}-lsm-{}", lsm.replace(',', "+")),
+        None => release.to_owned(),
+    }
 }
 
 /// `cargo xtask test --kernel …`: `cargo` is the native run's `cargo test`
@@ -234,10 +246,12 @@ fn run_suite(
     args: &[String],
     limits: &RunLimits,
 ) -> Result<bool> {
-    let release = &kernel.release;
+    let release = &run_name(&kernel.release, limits);
     eprintln!(
-        "xtask: booting {release} ({} test binaries, qemu TCG, {CPUS} CPUs, {MEMORY})",
-        binaries.len()
+        "xtask: booting {} ({} test binaries, qemu TCG, {CPUS} CPUs, {MEMORY}, lsm={})",
+        kernel.release,
+        binaries.len(),
+        limits.lsm.as_deref().unwrap_or(vm::LSM)
     );
     let run = RunDir::new(out)?;
     let mut results = Results::new(binaries);
@@ -263,7 +277,8 @@ fn run_suite(
     );
     let failed = results.failed();
     let vm_failed = !status.lines().any(|l| l == "done");
-    let mut json = results.to_json(release, source, boot_s, args);
+    let mut json = results.to_json(&kernel.release, source, boot_s, args);
+    json["lsm"] = limits.lsm.as_deref().unwrap_or(vm::LSM).into();
     json["complete"] = (!vm_failed).into();
     json["timed_out"] = outcome.timed_out.into();
     let file = out.join(format!("results-{release}.json"));
@@ -319,6 +334,7 @@ fn boot(
         memory: MEMORY.to_owned(),
         cpus: CPUS,
         timeout: limits.total,
+        lsm: limits.lsm.clone().unwrap_or_else(|| vm::LSM.to_owned()),
     };
     vm::boot(kernel, run, &vm_limits, on_line)
 }
@@ -341,6 +357,7 @@ pub fn run_cmd(root: &Path, spec: &str, command: &[String], limit: Duration) -> 
     let limits = RunLimits {
         total: limit,
         each: limit,
+        lsm: None,
     };
     // Stage 2's lines about the command go to stderr, its output to stdout.
     let outcome = boot(&kernel, &run.0, &binaries, &limits, |l| {

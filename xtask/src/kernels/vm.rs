@@ -25,17 +25,21 @@ use super::image::Kernel;
 
 const QEMU: &str = "qemu-system-x86_64";
 
-/// Kernel command line: the serial console, power off on panic (qemu's
-/// `-no-reboot` turns the reboot into an exit), the LSMs lockrun relies on
-/// (Landlock, BPF), and kernel audit on from boot, as a test expects.
-const CMDLINE: &str =
-    "console=ttyS0 panic=-1 loglevel=4 8250.nr_uarts=1 lsm=landlock,lockdown,yama,bpf audit=1";
+/// Kernel command line, but for `lsm=`: the serial console, power off on
+/// panic (qemu's `-no-reboot` turns the reboot into an exit), and kernel
+/// audit on from boot, as a test expects.
+const CMDLINE: &str = "console=ttyS0 panic=-1 loglevel=4 8250.nr_uarts=1 audit=1";
 
-/// How a VM is sized and bounded.
+/// The LSMs booted unless told otherwise: those lockrun relies on
+/// (Landlock, BPF) and Debian's others.
+pub const LSM: &str = "landlock,lockdown,yama,bpf";
+
+/// How a VM is sized and bounded, and which LSMs it boots.
 pub struct Limits {
     pub memory: String,
     pub cpus: u32,
     pub timeout: Duration,
+    pub lsm: String,
 }
 
 /// How a boot ended.
@@ -90,7 +94,8 @@ pub fn boot(
         .arg(&kernel.boot)
         .arg("-initrd")
         .arg(&kernel.initramfs)
-        .args(["-append", CMDLINE])
+        .arg("-append")
+        .arg(format!("{CMDLINE} lsm={}", limits.lsm))
         .arg("-virtfs")
         .arg("local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
         .arg("-virtfs")
