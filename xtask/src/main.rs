@@ -196,6 +196,41 @@ fn main() -> ExitCode {
     }
 }
 
+/// `cargo xtask bench`: the report into `target/bench/`.
+fn bench_cmd(root: &Path, reps: usize, proxy_only: bool) -> Result<ExitCode> {
+    build(root, true)?;
+    ensure_bpffs()?;
+    // Measured as installed, as the peers are: a copy of the
+    // binary (what `install` and `cargo install` make). Run from the
+    // linker's own output file, each start took ~0.2 ms longer here
+    // than from a copy of it in the same dir (`--version`, 300
+    // shuffled rounds).
+    let lockrun = installed_copy(
+        &agent_bin_dir(root, true).join("lockrun"),
+        &root.join("target/bench/bin"),
+    )?;
+    let _srt = bench::SrtLeftovers::snapshot();
+    if proxy_only {
+        let proxy = bench_proxy::run(&lockrun, root)?;
+        println!("{proxy}");
+        std::fs::create_dir_all(root.join("target/bench"))?;
+        std::fs::write(root.join("target/bench/proxy.md"), &proxy)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let opts = bench::Options {
+        lockrun: lockrun.clone(),
+        workspace: root.to_path_buf(),
+        reps,
+    };
+    let mut report = bench::run(&opts)?;
+    let proxy = bench_proxy::run(&lockrun, root)?;
+    println!("{proxy}");
+    report.push('\n');
+    report.push_str(&proxy);
+    std::fs::write(root.join("target/bench/report.md"), &report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn real_main() -> Result<ExitCode> {
     let cli = Cli::parse();
     if let Cmd::KernelRecord { file, argv } = &cli.cmd {
@@ -248,39 +283,7 @@ fn real_main() -> Result<ExitCode> {
             fuzz(&root, seconds)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { reps, proxy_only } => {
-            build(&root, true)?;
-            ensure_bpffs()?;
-            // Measured as installed, as the peers are: a copy of the
-            // binary (what `install` and `cargo install` make). Run from the
-            // linker's own output file, each start took ~0.2 ms longer here
-            // than from a copy of it in the same dir (`--version`, 300
-            // shuffled rounds).
-            let lockrun = installed_copy(
-                &agent_bin_dir(&root, true).join("lockrun"),
-                &root.join("target/bench/bin"),
-            )?;
-            let _srt = bench::SrtLeftovers::snapshot();
-            if proxy_only {
-                let proxy = bench_proxy::run(&lockrun, &root)?;
-                println!("{proxy}");
-                std::fs::create_dir_all(root.join("target/bench"))?;
-                std::fs::write(root.join("target/bench/proxy.md"), &proxy)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let opts = bench::Options {
-                lockrun: lockrun.clone(),
-                workspace: root.clone(),
-                reps,
-            };
-            let mut report = bench::run(&opts)?;
-            let proxy = bench_proxy::run(&lockrun, &root)?;
-            println!("{proxy}");
-            report.push('\n');
-            report.push_str(&proxy);
-            std::fs::write(root.join("target/bench/report.md"), &report)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Bench { reps, proxy_only } => bench_cmd(&root, reps, proxy_only),
         Cmd::Kernels {
             cmd: KernelsCmd::Fetch { series },
         } => {
