@@ -107,9 +107,13 @@ fn guard_loads(w: &World, log: &Path, test: &str) -> bool {
 
 /// A listener outside the worktree whose path is 13 bytes long (its address
 /// as long as a `sockaddr_in`: the filter does not hand it over), removed at
-/// the end.
+/// the end; a name of its own for each test of this process, which run at
+/// once.
 fn short_listener() -> (String, UnixListener, support::RemovedAtEnd) {
-    let short = format!("/tmp/lrg-{:04}", std::process::id() % 10_000);
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    assert!(n < 10, "one digit of the name per test");
+    let short = format!("/tmp/lr{n}-{:04}", std::process::id() % 10_000);
     assert_eq!(short.len(), 13);
     let _ = std::fs::remove_file(&short);
     let gone = support::RemovedAtEnd(vec![short.clone().into()]);
