@@ -1500,8 +1500,21 @@ fn refused_calls_seen(
     audit: &crate::audit::AuditLog,
 ) -> Result<Option<crate::audit::syscalls::RunRules>, RunError> {
     use crate::audit::{syscalls, Event, Layer};
-    let Some(probe) = crate::kernel::Kernel::get().refusals_by_syscall_audit() else {
-        return Ok(None);
+    let kernel = crate::kernel::Kernel::get();
+    let Some(probe) = kernel.refusals_by_syscall_audit() else {
+        // Landlock logs them itself; or they cannot be shown, which the
+        // policy accepts or (a caller that may not ask) is refused here.
+        return match kernel.syscall_audit {
+            Some(Err(why))
+                if !policy
+                    .run
+                    .accept_gaps
+                    .contains(&crate::kernel::Gap::FilesystemRefusalsUnseen) =>
+            {
+                Err(RunError::RefusalsUnseen(why.to_string()))
+            }
+            _ => Ok(None),
+        };
     };
     let notice = |message: String| {
         audit.record(Event::Notice {
@@ -1560,10 +1573,20 @@ fn refused_calls_seen(
 
 /// The promises this kernel cannot hold ([`crate::kernel::Gap`]), each of
 /// which the policy accepts; or the refusal naming those it does not.
+///
+/// A caller that may not ask kernel audit is refused later, where the run
+/// needs the privileges it lacks (its cgroup), not as a kernel's gap
+/// ([`refused_calls_seen`] refuses one that gets that far).
 fn gaps_accepted(policy: &Policy) -> Result<Vec<crate::kernel::Gap>, RunError> {
-    let (accepted, refused): (Vec<_>, Vec<_>) = crate::kernel::Kernel::get()
+    let kernel = crate::kernel::Kernel::get();
+    let (accepted, refused): (Vec<_>, Vec<_>) = kernel
         .gaps()
         .into_iter()
+        .filter(|g| {
+            policy.run.accept_gaps.contains(g)
+                || !(*g == crate::kernel::Gap::FilesystemRefusalsUnseen
+                    && kernel.syscall_audit_not_permitted())
+        })
         .partition(|g| policy.run.accept_gaps.contains(g));
     if refused.is_empty() {
         Ok(accepted)
