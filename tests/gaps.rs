@@ -125,3 +125,68 @@ fn a_gap_refuses_the_run_unless_the_policy_accepts_it_and_then_every_run_says_so
         "{err}"
     );
 }
+
+/// Without Landlock nothing confines the run's writes: every run is
+/// refused (exit 125, one line naming Landlock and why it is missing),
+/// whatever gaps the policy accepts, and `doctor` says no run starts. On a
+/// kernel booted without it (`cargo xtask test --kernel 6.12 --lsm
+/// lockdown,yama,bpf`) that kernel's own answer; on one that has it, the
+/// test build's stand-in (`LOCKRUN_TEST_LANDLOCK_ABI=0`: Landlock "not
+/// enabled at boot", as such a kernel answers). Judged from outside: the
+/// command's file is not there. Control: the same run where Landlock is.
+#[test]
+fn without_landlock_every_run_is_refused_naming_it() {
+    let w = World::new("nolandlock");
+    let real = skip::landlock_abi() == 0;
+    let ran = w.wt.join("ran");
+    let cmd = |extra: &[&str], absent: bool| {
+        let mut c = w.cmd(extra, &["sh", "-c", "echo ran > ran"]);
+        if absent && !real {
+            c.env("LOCKRUN_TEST_LANDLOCK_ABI", "0");
+        }
+        c
+    };
+    let every_gap: Vec<&str> = [
+        "truncate",
+        "device_ioctl",
+        "signal_scope",
+        "abstract_unix_scope",
+        "unix_addresses",
+        "filesystem_refusals_unseen",
+    ]
+    .iter()
+    .flat_map(|g| ["--accept-gap", g])
+    .collect();
+    for extra in [&[][..], &every_gap] {
+        let out = cmd(extra, true).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("lockrun: filesystem sandbox: Landlock, which confines the run's writes, is not available in this kernel: compiled in but not enabled at boot (boot with lsm=…,landlock); lockrun will not run the command unconfined"),
+            "{err}"
+        );
+        assert_absent(&ran);
+        w.assert_no_run_dirs();
+    }
+    let mut doctor = std::process::Command::new(support::BIN);
+    doctor.args(["doctor", "--no-canary"]);
+    if !real {
+        doctor.env("LOCKRUN_TEST_LANDLOCK_ABI", "0");
+    }
+    let out = doctor.output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("[MISS]"), "{said}");
+    assert!(
+        said.contains("nothing: no Landlock (no run starts)"),
+        "{said}"
+    );
+    if real {
+        return;
+    }
+    // Control: where Landlock is, the run runs.
+    let out = cmd(&[], false).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n");
+}

@@ -104,11 +104,15 @@ impl Kernel {
             Err(_) => Err(NoLandlock::NotBuilt),
         };
         #[cfg(feature = "weaken-for-tests")]
-        let landlock = landlock.map(|v| {
-            std::env::var("LOCKRUN_TEST_LANDLOCK_ABI")
+        let landlock = landlock.and_then(|v| {
+            match std::env::var("LOCKRUN_TEST_LANDLOCK_ABI")
                 .ok()
                 .and_then(|s| s.parse::<u8>().ok())
-                .map_or(v, |lower| lower.min(v))
+            {
+                // As a kernel booted without it (`lsm=` not naming it).
+                Some(0) => Err(NoLandlock::NotEnabled),
+                lower => Ok(lower.map_or(v, |lower| lower.min(v))),
+            }
         });
         let syscall_audit = landlock.is_ok_and(|v| v < 7).then(|| {
             #[cfg(feature = "weaken-for-tests")]
