@@ -117,9 +117,13 @@ fn run(w: &World, log: &std::path::Path) -> Output {
 
 #[test]
 fn refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records() {
-    let Some(_one) = one_at_a_time_as_root(
-        "refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records",
-    ) else {
+    const T: &str = "refusals_are_kept_when_the_hosts_audit_rules_give_no_syscall_records";
+    // Landlock's own records, which come without a syscall record here;
+    // below ABI 7 the next test judges the same host rule.
+    if skip::below_landlock_abi(T, 7, "denial records of Landlock's own") {
+        return;
+    }
+    let Some(_one) = one_at_a_time_as_root(T) else {
         return;
     };
     let w = World::new("auditrules");
