@@ -199,11 +199,15 @@ impl Outside {
         let t = Instant::now();
         loop {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-            if status.starts_with("Name:\tsleep\n") && status.contains("CapPrm:\t0000000000000000\n")
+            if status.starts_with("Name:\tsleep\n")
+                && status.contains("CapPrm:\t0000000000000000\n")
             {
                 break;
             }
-            assert!(t.elapsed() < Duration::from_secs(10), "setpriv did not exec sleep");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "setpriv did not exec sleep"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         Self(child)
@@ -319,9 +323,8 @@ fn abstract_sockets_bound_outside_are_seen_at_abi_6_as_at_abi_7() {
     }
     let w = World::new("scope-seen-abstract");
     let tag = std::process::id();
-    let addr = |name: &str| {
-        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap()
-    };
+    let addr =
+        |name: &str| std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let stream = format!("lrss-stream-{tag:010}");
     // 13 bytes: an address 16 long, as a sockaddr_in.
     let short = format!("ls{tag:011}");
@@ -344,9 +347,15 @@ fn abstract_sockets_bound_outside_are_seen_at_abi_6_as_at_abi_7() {
     assert_eq!(checked(out6), ["errno=EPERM"; 4]);
     let nothing =
         |r: std::io::Result<()>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
-    assert!(nothing(l_stream.accept().map(drop)), "accepted a connection");
+    assert!(
+        nothing(l_stream.accept().map(drop)),
+        "accepted a connection"
+    );
     assert!(nothing(l_short.accept().map(drop)), "accepted a connection");
-    assert!(nothing(d.recv(&mut [0; 16]).map(drop)), "received a datagram");
+    assert!(
+        nothing(d.recv(&mut [0; 16]).map(drop)),
+        "received a datagram"
+    );
     let socket = |name: &str, n| {
         (
             ScopeTarget::AbstractUnixSocket { name: name.into() },
@@ -369,8 +378,14 @@ fn abstract_sockets_bound_outside_are_seen_at_abi_6_as_at_abi_7() {
         assert_eq!(seen7, seen6);
         assert_eq!(scope_line(out7), scope_line(out6));
     }
-    assert!(nothing(l_stream.accept().map(drop)), "accepted a connection");
-    assert!(nothing(d.recv(&mut [0; 16]).map(drop)), "received a datagram");
+    assert!(
+        nothing(l_stream.accept().map(drop)),
+        "accepted a connection"
+    );
+    assert!(
+        nothing(d.recv(&mut [0; 16]).map(drop)),
+        "received a datagram"
+    );
 }
 
 /// An outside process's `/proc/<pid>/environ`, copied into the worktree:

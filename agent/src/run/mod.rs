@@ -1513,7 +1513,7 @@ fn refused_calls_seen(
         .ok_or_else(|| "the kernel audit reader did not start".to_owned())
         .and_then(|reader| {
             let (rules, turned_on) = syscalls::login_uid_of(cgroup_id)
-                .and_then(|uid| syscalls::RunRules::add(uid, probe))
+                .and_then(|uid| syscalls::RunRules::add(uid, probe, &[syscalls::Refused::Files]))
                 .map_err(|e| e.to_string())?;
             reader.watch_calls(syscalls::Watch {
                 login_uid: rules.login_uid(),

@@ -80,7 +80,7 @@ use std::path::PathBuf;
 pub mod records;
 pub mod rules;
 
-pub use rules::{reap_stale, remove_beside, RunRules};
+pub use rules::{reap_stale, remove_beside, Refused, RunRules};
 
 use super::kernel::KernelAuditError;
 
