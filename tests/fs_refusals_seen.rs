@@ -255,30 +255,36 @@ fn a_killed_lockruns_audit_rule_is_removed_by_gc() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(uid >= 0x8000_0000, "{uid}");
-    // One rule, for its filesystem refusals.
-    let one = [(uid, libc::EACCES)];
+    // At ABI 6, one rule for its filesystem refusals, one for its reaches
+    // outside the run (signals, abstract sockets).
+    let both = [(uid, libc::EPERM), (uid, libc::EACCES)];
     let ours = |rules: Vec<(u32, i32)>| {
         let mut r: Vec<_> = rules.into_iter().filter(|r| r.0 == uid).collect();
         r.sort_unstable();
         r
     };
-    assert_eq!(ours(rules()), one, "the run's rules are not loaded");
+    assert_eq!(ours(rules()), both, "the run's rules are not loaded");
     // SIGKILL: no teardown runs, and the rules stay.
     lockrun.0.kill().unwrap();
     lockrun.0.wait().unwrap();
-    assert_eq!(ours(rules()), one, "the rules are gone without gc");
+    assert_eq!(ours(rules()), both, "the rules are gone without gc");
     let gc = Command::new(BIN)
         .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "0"])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&gc.stdout);
     assert!(gc.status.success(), "{gc:?}");
-    assert!(
-        said.contains(&format!(
-            "removed the kernel audit rule of login uid {uid} (its calls refused with EACCES): \
-             its run's cgroup is gone"
-        )),
-        "{said}"
-    );
+    for refused in [
+        "its calls refused with EACCES",
+        "its signal and socket calls refused with EPERM",
+    ] {
+        assert!(
+            said.contains(&format!(
+                "removed the kernel audit rule of login uid {uid} ({refused}): its run's cgroup \
+                 is gone"
+            )),
+            "{said}"
+        );
+    }
     assert_eq!(ours(rules()), [], "gc left the rules");
 }

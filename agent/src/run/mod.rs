@@ -1188,7 +1188,7 @@ async fn run(
     //    (removed when this drops, on every path).
     let refused_calls = refused_calls_seen(
         policy,
-        cgroup.id(),
+        &cgroup,
         kernel_audit.as_ref(),
         &supervise.writable,
         audit,
@@ -1494,15 +1494,17 @@ async fn run(
 /// that gap; a refusal of the run where it does not.
 fn refused_calls_seen(
     policy: &Policy,
-    cgroup_id: u64,
+    cgroup: &crate::cgroup::RunCgroup,
     reader: Option<&crate::audit::kernel::KernelAudit>,
     writable: &[PathBuf],
     audit: &crate::audit::AuditLog,
 ) -> Result<Option<crate::audit::syscalls::RunRules>, RunError> {
     use crate::audit::{syscalls, Event, Layer};
-    let Some(probe) = crate::kernel::Kernel::get().refusals_by_syscall_audit() else {
+    let kernel = crate::kernel::Kernel::get();
+    let Some(probe) = kernel.refusals_by_syscall_audit() else {
         return Ok(None);
     };
+    let reach = syscalls::Reach::below_abi_7(kernel.landlock_abi(), kernel.fallbacks());
     let notice = |message: String| {
         audit.record(Event::Notice {
             layer: Layer::Filesystem,
@@ -1512,12 +1514,14 @@ fn refused_calls_seen(
     let set_up = reader
         .ok_or_else(|| "the kernel audit reader did not start".to_owned())
         .and_then(|reader| {
-            let (rules, turned_on) = syscalls::login_uid_of(cgroup_id)
-                .and_then(|uid| syscalls::RunRules::add(uid, probe, &[syscalls::Refused::Files]))
+            let (rules, turned_on) = syscalls::login_uid_of(cgroup.id())
+                .and_then(|uid| syscalls::RunRules::add(uid, probe, &reach.rules()))
                 .map_err(|e| e.to_string())?;
             reader.watch_calls(syscalls::Watch {
                 login_uid: rules.login_uid(),
                 writable: writable.to_vec(),
+                cgroup: cgroup.seen_in_proc(),
+                reach,
             });
             Ok((rules, turned_on))
         });
@@ -1530,13 +1534,19 @@ fn refused_calls_seen(
                         .into(),
                 );
             }
+            let reaches = if reach.rules().contains(&syscalls::Refused::Reach) {
+                "; signals to processes outside the run and connects and sends to abstract \
+                 sockets bound outside it, from its signal and socket calls refused with EPERM"
+            } else {
+                ""
+            };
             notice(format!(
                 "Landlock logs no refusal below ABI 7 (this kernel's is {}): filesystem refusals \
                  are taken from kernel audit's records of the calls of the run's login uid {} \
                  refused with EACCES, their access derived from the call; refusals by permission \
-                 bits are among them",
-                crate::kernel::Kernel::get().landlock_abi(),
-                rules.login_uid()
+                 bits are among them{reaches}",
+                kernel.landlock_abi(),
+                rules.login_uid(),
             ));
             Ok(Some(rules))
         }
