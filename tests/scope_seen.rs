@@ -11,11 +11,13 @@
 //! the kernel's own ABI is 7, a run at it, beside, is the reference: the
 //! same refusals, the same scope events, the same summary line.
 //!
-//! Where this kernel cannot show the `/proc` refusals below ABI 7 (no BPF
-//! trampolines for lockrun's ptrace watch), `lockrun doctor` names the gap
-//! `scope_refusals_unseen`: a run is refused unless its policy accepts it,
-//! and with it accepted the signals and sockets are still seen, and the run
-//! says the gap.
+//! One refusal is not seen below ABI 7, and the run says so: a process
+//! outside hidden from the run's own `/proc` (Landlock's ptrace scoping,
+//! `hidepid=ptraceable`) is met as `ENOENT`, the errno of any missing
+//! path, and left out of a listing, and no record names it; only
+//! Landlock's own logging does. Its entry in the machine's procfs, which a
+//! run sees where a writable path beneath `/proc` keeps its own from being
+//! mounted, is refused with `EACCES`, and that is seen.
 //!
 //! Each escape is judged from outside (the process is alive, the sockets
 //! accepted and received nothing, nothing was copied out); the controls, a
@@ -38,15 +40,12 @@ use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use lockrun::audit::{Event, Record, ScopeTarget};
-use support::{assert_absent, s, skip, World, BIN};
+use support::{assert_absent, notices, s, skip, World};
 
 const PROBE: &str = include_str!("support/scope_probe.py");
 
 /// Landlock ABI 6: scoping, no denial logging.
 const ABI6: &str = "6";
-
-/// The gap a kernel that cannot show every scope refusal below ABI 7 names.
-const GAP: &str = "scope_refusals_unseen";
 
 fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
     let mut v = vec![
@@ -95,26 +94,12 @@ fn kernel_abi() -> i64 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-/// Whether `lockrun doctor` names the gap [`GAP`] at ABI 6 on this kernel.
-fn gap_at_abi_6() -> bool {
-    let out = Command::new(BIN)
-        .args(["doctor", "--no-canary"])
-        .env("LOCKRUN_TEST_LANDLOCK_ABI", ABI6)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .any(|l| l.contains("[GAP ]") && l.contains(&format!("accepts {GAP} ")))
-}
-
 /// The run of `argv` with its audit log at `log`, at Landlock ABI `abi`
-/// (`None`: the kernel's own), accepting `accept` gaps.
-fn run(w: &World, log: &Path, abi: Option<&str>, accept: &[&str], argv: &[String]) -> Output {
-    let mut extra = vec!["--audit-log", s(log)];
-    for g in accept {
-        extra.extend(["--accept-gap", g]);
-    }
-    let mut c = w.cmd(&extra, argv);
+/// (`None`: the kernel's own), with lockrun's arguments `extra`.
+fn run(w: &World, log: &Path, abi: Option<&str>, extra: &[&str], argv: &[String]) -> Output {
+    let mut flags = vec!["--audit-log", s(log)];
+    flags.extend(extra);
+    let mut c = w.cmd(&flags, argv);
     if let Some(abi) = abi {
         c.env("LOCKRUN_TEST_LANDLOCK_ABI", abi);
     }
@@ -241,27 +226,18 @@ struct Compared {
     abi7: Option<(Output, Seen)>,
 }
 
-fn compared(w: &World, name: &str, accept: &[&str], argv: &[String]) -> Compared {
+/// Each run with lockrun's arguments `extra`, its logs named for `name`.
+fn compared(w: &World, name: &str, extra: &[&str], argv: &[String]) -> Compared {
     let log6 = w.root.join(format!("{name}-abi6.jsonl"));
-    let out6 = run(w, &log6, Some(ABI6), accept, argv);
+    let out6 = run(w, &log6, Some(ABI6), extra, argv);
     let abi7 = (kernel_abi() >= 7).then(|| {
         let log7 = w.root.join(format!("{name}-abi7.jsonl"));
-        let out7 = run(w, &log7, None, &[], argv);
-        let seen7 = seen(&log7);
-        (out7, seen7)
+        let out7 = run(w, &log7, None, extra, argv);
+        (out7, seen(&log7))
     });
     Compared {
         abi6: (out6, seen(&log6)),
         abi7,
-    }
-}
-
-/// The gaps a run at ABI 6 accepts here: [`GAP`] where the kernel names it.
-fn accepted() -> Vec<&'static str> {
-    if gap_at_abi_6() {
-        vec![GAP]
-    } else {
-        Vec::new()
     }
 }
 
@@ -283,7 +259,7 @@ fn signals_to_a_process_outside_are_seen_at_abi_6_as_at_abi_7() {
         .collect();
     ops.push(vec!["signal", "kill", &pid, "0"]);
     let ops: Vec<&[&str]> = ops.iter().map(Vec::as_slice).collect();
-    let c = compared(&w, "signal", &accepted(), &probe_argv(&ops));
+    let c = compared(&w, "signal", &[], &probe_argv(&ops));
     let (out6, seen6) = &c.abi6;
     assert_eq!(checked(out6), ["errno=EPERM"; 7]);
     outside.assert_alive();
@@ -342,7 +318,7 @@ fn abstract_sockets_bound_outside_are_seen_at_abi_6_as_at_abi_7() {
         &["abstract_sendto", &dgram],
         &["abstract_sendmsg", &dgram],
     ];
-    let c = compared(&w, "abstract", &accepted(), &probe_argv(&ops));
+    let c = compared(&w, "abstract", &[], &probe_argv(&ops));
     let (out6, seen6) = &c.abi6;
     assert_eq!(checked(out6), ["errno=EPERM"; 4]);
     let nothing =
@@ -388,66 +364,121 @@ fn abstract_sockets_bound_outside_are_seen_at_abi_6_as_at_abi_7() {
     );
 }
 
-/// An outside process's `/proc/<pid>/environ`, copied into the worktree:
-/// `ENOENT` (the run's `/proc` shows only its own processes), nothing
-/// copied, and the refusal a scope refusal naming the process (ptrace-mode
-/// access), not a filesystem one, at ABI 6 as at ABI 7. Where the kernel
-/// cannot show it below ABI 7, the gap is named: refused without it, and
-/// with it accepted the run says so.
+/// A writable path beneath `/proc`, which keeps lockrun from mounting the
+/// run's own procfs there: the run sees the machine's. `/proc/fs` holds
+/// nothing whose mode lets a write through.
+const UNDER_PROC: &str = "/proc/fs";
+
+/// An outside process's `/proc/<pid>/environ` and `cwd` in the machine's
+/// procfs (the run's own is not mounted: [`UNDER_PROC`] is writable),
+/// copied into the worktree and read: `EACCES` (Landlock's ptrace-mode
+/// check), nothing copied, and each refusal a scope refusal naming the
+/// process, not a filesystem one, at ABI 6 as at ABI 7.
 #[test]
-fn an_outside_process_s_proc_entry_is_seen_at_abi_6_as_at_abi_7() {
-    if !root("an_outside_process_s_proc_entry_is_seen_at_abi_6_as_at_abi_7") {
+fn an_outside_process_s_entry_in_the_machines_proc_is_seen_at_abi_6_as_at_abi_7() {
+    if !root("an_outside_process_s_entry_in_the_machines_proc_is_seen_at_abi_6_as_at_abi_7") {
+        return;
+    }
+    let w = World::new("scope-seen-machine-proc");
+    let mut outside = Outside::without_caps();
+    let pid = outside.pid().to_string();
+    let (environ, cwd) = (format!("/proc/{pid}/environ"), format!("/proc/{pid}/cwd"));
+    let leak = w.wt.join("leak");
+    // Listed: it is the machine's procfs, which hides no process.
+    let argv = probe_argv(&[
+        &["copy", &environ, s(&leak)],
+        &["readlink", &cwd],
+        &["lists", "/proc", &pid],
+    ]);
+    let c = compared(&w, "machine-proc", &["--allow-write", UNDER_PROC], &argv);
+    let (out6, seen6) = &c.abi6;
+    assert_eq!(checked(out6), ["errno=EACCES", "errno=EACCES", "ok"]);
+    assert_absent(&leak);
+    outside.assert_alive();
+    let target = ScopeTarget::Ptrace {
+        to_pid: outside.pid(),
+        to_comm: "sleep".into(),
+    };
+    let err6 = String::from_utf8_lossy(&out6.stderr);
+    assert_eq!(
+        seen6.scope,
+        BTreeMap::from([(target, (2, vec!["python3".to_owned()]))]),
+        "stderr: {err6}"
+    );
+    assert!(seen6.filesystem.is_empty(), "{seen6:?}");
+    assert!(
+        scope_line(out6).contains(&format!("ptrace or /proc access to pid {pid} (sleep) ×2")),
+        "stderr: {err6}"
+    );
+    if let Some((out7, seen7)) = &c.abi7 {
+        assert_eq!(checked(out7), checked(out6));
+        assert_eq!(seen7, seen6);
+        assert_eq!(scope_line(out7), scope_line(out6));
+    }
+    assert_absent(&leak);
+}
+
+/// An outside process in the run's own `/proc` (`hidepid=ptraceable`):
+/// its `environ` copied, its `cwd` read, its entry listed, all `ENOENT`
+/// (hidden by Landlock's ptrace scoping), nothing copied. At ABI 7 each is
+/// a scope refusal naming the process. Below it nothing is recorded — no
+/// filesystem refusal either — and the run's log says that these are not:
+/// the lookups fail as any missing path does, the listing leaves the
+/// process out, and no record of kernel audit names it, so no mechanism
+/// below Landlock's own logging (ABI 7, Linux 6.15) can show them.
+#[test]
+fn an_outside_process_hidden_from_the_runs_proc_is_said_unrecorded_below_abi_7() {
+    if !root("an_outside_process_hidden_from_the_runs_proc_is_said_unrecorded_below_abi_7") {
         return;
     }
     let w = World::new("scope-seen-proc");
     let mut outside = Outside::without_caps();
     let pid = outside.pid().to_string();
-    let environ = format!("/proc/{pid}/environ");
+    let (environ, cwd) = (format!("/proc/{pid}/environ"), format!("/proc/{pid}/cwd"));
     let leak = w.wt.join("leak");
-    let argv = probe_argv(&[&["copy", &environ, s(&leak)]]);
-    let gap = gap_at_abi_6();
-    if gap {
-        // Refused without the gap accepted, naming it.
-        let out = run(&w, &w.root.join("refused.jsonl"), Some(ABI6), &[], &argv);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "stderr: {err}");
-        assert!(err.contains(GAP), "stderr: {err}");
-        assert_absent(&leak);
-    }
-    let c = compared(&w, "proc", &accepted(), &argv);
+    let argv = probe_argv(&[
+        &["copy", &environ, s(&leak)],
+        &["readlink", &cwd],
+        &["lists", "/proc", &pid],
+    ]);
+    let c = compared(&w, "proc", &[], &argv);
     let (out6, seen6) = &c.abi6;
-    assert_eq!(checked(out6), ["errno=ENOENT"]);
+    assert_eq!(checked(out6), ["errno=ENOENT"; 3]);
     assert_absent(&leak);
     outside.assert_alive();
-    assert!(
-        !seen6.filesystem.iter().any(|p| p.starts_with("/proc/")),
-        "{seen6:?}"
-    );
     let err6 = String::from_utf8_lossy(&out6.stderr);
-    let target = ScopeTarget::Ptrace {
-        to_pid: outside.pid(),
-        to_comm: "sleep".into(),
-    };
-    if gap {
-        // Not seen here: the run says so.
-        assert!(seen6.scope.is_empty(), "{seen6:?}");
-        assert!(err6.contains(GAP), "stderr: {err6}");
-    } else {
-        let (n, comms) = seen6.scope.get(&target).cloned().unwrap_or_default();
-        assert!(n >= 1 && comms == ["python3"], "{seen6:?}\nstderr: {err6}");
-        assert_eq!(seen6.scope.len(), 1, "{seen6:?}");
-        assert!(
-            scope_line(out6).contains(&format!("ptrace or /proc access to pid {pid} (sleep)")),
-            "stderr: {err6}"
-        );
-    }
+    assert_eq!(seen6, &Seen::default(), "stderr: {err6}");
+    assert!(scope_line(out6).is_empty(), "stderr: {err6}");
+    let said = notices(&w.root.join("proc-abi6.jsonl"));
+    assert!(
+        said.iter().any(|n| n.contains(
+            "Processes outside the run hidden from its /proc (Landlock's ptrace scoping) are not \
+             recorded"
+        )),
+        "{said:?}"
+    );
     if let Some((out7, seen7)) = &c.abi7 {
-        assert_eq!(checked(out7), ["errno=ENOENT"]);
-        assert!(seen7.scope.contains_key(&target), "{seen7:?}");
-        if !gap {
-            assert_eq!(seen7, seen6);
-            assert_eq!(scope_line(out7), scope_line(out6));
-        }
+        assert_eq!(checked(out7), checked(out6));
+        let target = ScopeTarget::Ptrace {
+            to_pid: outside.pid(),
+            to_comm: "sleep".into(),
+        };
+        // Each op at least once; the listing names every process it hid
+        // (those of other tests too).
+        let n = seen7.scope.get(&target).map_or(0, |e| e.0);
+        assert!(n >= 3, "{seen7:?}");
+        assert!(
+            (seen7.scope.keys()).all(|t| matches!(t, ScopeTarget::Ptrace { .. })),
+            "{seen7:?}"
+        );
+        assert!(seen7.filesystem.is_empty(), "{seen7:?}");
+        assert!(
+            scope_line(out7).contains(&format!("ptrace or /proc access to pid {pid} (sleep) ×")),
+            "{}",
+            scope_line(out7)
+        );
+        let said = notices(&w.root.join("proc-abi7.jsonl"));
+        assert!(!said.iter().any(|n| n.contains("/proc")), "{said:?}");
     }
     assert_absent(&leak);
 }
@@ -466,7 +497,7 @@ fn the_runs_own_child_and_sockets_are_reached_and_nothing_is_recorded() {
     let script = format!(
         "sleep 300 & PROBE signal tgkill $! 0 \\; signal kill $! 15 \\; abstract_own {own}; wait $!; echo status=$?"
     );
-    let out = run(&w, &log, Some(ABI6), &accepted(), &sh(&script));
+    let out = run(&w, &log, Some(ABI6), &[], &sh(&script));
     assert_eq!(checked(&out), ["ok", "ok", "ok", "status=143"]);
     let seen = seen(&log);
     assert!(seen.scope.is_empty(), "{seen:?}");
@@ -487,7 +518,7 @@ fn an_inet_refusal_is_recorded_once_at_abi_6() {
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port().to_string();
     let argv = probe_argv(&[&["inet_sendto", "127.0.0.1", &port]]);
-    let out = run(&w, &log, Some(ABI6), &accepted(), &argv);
+    let out = run(&w, &log, Some(ABI6), &[], &argv);
     assert_eq!(checked(&out), ["errno=EPERM"]);
     assert!(
         listener.recv(&mut [0; 16]).is_err(),

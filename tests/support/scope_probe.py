@@ -1,6 +1,6 @@
 # The probe of tests/scope.rs and tests/scope_seen.rs, run inside (and, for
 # controls, outside) the sandbox: signals, abstract and pathname unix sockets,
-# a file copied, a datagram sent.
+# a file copied, a link read, a directory listed, a datagram sent.
 # usage: python3 -c "$PROBE" OP ARGS... [; OP ARGS...]
 # Prints one line per op: "ok" or "errno=<NAME>".
 import ctypes, errno, os, platform, signal, socket, struct, sys
@@ -153,6 +153,12 @@ def op(name, a):
             data = f.read()
         with open(a[1], "wb") as f:
             f.write(data)
+    elif name == "readlink":
+        os.readlink(a[0])
+    elif name == "lists":
+        # lists DIR NAME: whether DIR lists NAME (ENOENT if not).
+        if a[1] not in os.listdir(a[0]):
+            raise OSError(errno.ENOENT, a[1])
     elif name == "inet_sendto":
         # inet_sendto ADDR PORT: one UDP datagram.
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

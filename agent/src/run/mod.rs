@@ -1486,6 +1486,13 @@ async fn run(
     Ok(code)
 }
 
+/// What no mechanism records below Landlock ABI 7, said in the notice of
+/// every run whose refusals kernel audit shows there
+/// ([`crate::audit::syscalls::reach`]).
+const PROC_UNSEEN: &str = "Processes outside the run hidden from its /proc (Landlock's ptrace \
+     scoping) are not recorded: a lookup of one fails as any missing path does (ENOENT), and a \
+     listing leaves it out, with no record naming it";
+
 /// Below Landlock ABI 7, kernel audit's records of the run's refused calls
 /// show its filesystem refusals ([`crate::audit::syscalls`]): the run's
 /// login uid from its cgroup, its rule loaded (removed when the guard
@@ -1544,7 +1551,7 @@ fn refused_calls_seen(
                 "Landlock logs no refusal below ABI 7 (this kernel's is {}): filesystem refusals \
                  are taken from kernel audit's records of the calls of the run's login uid {} \
                  refused with EACCES, their access derived from the call; refusals by permission \
-                 bits are among them{reaches}",
+                 bits are among them{reaches}. {PROC_UNSEEN}",
                 kernel.landlock_abi(),
                 rules.login_uid(),
             ));

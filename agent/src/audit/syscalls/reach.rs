@@ -19,7 +19,8 @@
 //! - **A process group** (`kill(0)`, `kill(-pgrp)`) refused whole names
 //!   its first member, as kernel audit notes it.
 //!
-//! What no record shows below ABI 7, and so is not recorded there:
+//! What no record shows below ABI 7, and so is not recorded there (the
+//! run's notice says so, [`crate::kernel::Kernel::promises`] too):
 //! - **A process hidden from the run's own `/proc`** (`hidepid=ptraceable`,
 //!   [`crate::fs::OwnFs::Processes`]): Landlock's ptrace-mode check hides
 //!   every process outside the run, and the run meets that as `ENOENT` on
