@@ -31,9 +31,9 @@ use support::{assert_absent, s, skip, World, BIN};
 /// Landlock ABI 6: no denial logging.
 const ABI: &str = "6";
 
-/// The login uids of the kernel's audit rules of lockrun's shape
+/// The login uids of the kernel's audit rules of lockrun's shapes
 /// (`AUDIT_LIST_RULES`: exit filter, always, the fields arch, auid and
-/// exit, exit `-EACCES`), one line each.
+/// exit, exit `-EACCES` or `-EPERM`), one line each, with the exit.
 const RULES: &str = r#"
 import socket, struct
 s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)
@@ -54,13 +54,15 @@ while not done:
             flags, action, count = struct.unpack_from("=3I", p)
             fields = struct.unpack_from("=64I", p, 12 + 256)[:count]
             values = struct.unpack_from("=64I", p, 12 + 512)[:count]
-            if flags & 7 == 4 and action == 2 and fields == (11, 9, 103) and values[2] == 0xfffffff3:
-                print(values[1])
+            if flags & 7 == 4 and action == 2 and fields == (11, 9, 103) and values[2] in (0xfffffff3, 0xffffffff):
+                print(values[1], 0x100000000 - values[2])
         off += (n + 3) & ~3
 "#;
 
-/// The login uids of lockrun's rules loaded now.
-fn rules() -> Vec<u32> {
+/// The login uids of lockrun's rules loaded now, each with its rule's
+/// errno (`EACCES`: filesystem refusals; `EPERM`: reaches outside the run,
+/// at ABI 6).
+fn rules() -> Vec<(u32, i32)> {
     let out = Command::new(python::python3())
         .args(["-c", RULES])
         .output()
@@ -68,7 +70,10 @@ fn rules() -> Vec<u32> {
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| l.parse().unwrap())
+        .map(|l| {
+            let (uid, errno) = l.split_once(' ').unwrap();
+            (uid.parse().unwrap(), errno.parse().unwrap())
+        })
         .collect()
 }
 
@@ -195,7 +200,10 @@ fn below_abi_7_each_filesystem_refusal_is_seen_with_its_path_and_access() {
     // The run's rule went with it.
     let uid = uid.expect("the records name the run's login uid");
     assert!(uid >= 0x8000_0000, "{uid}");
-    assert!(!rules().contains(&uid), "the run's audit rule was left");
+    assert!(
+        !rules().iter().any(|r| r.0 == uid),
+        "the run's audit rule was left"
+    );
 }
 
 /// Kills its lockrun (and the command, through the watchdog) if the test
@@ -247,22 +255,36 @@ fn a_killed_lockruns_audit_rule_is_removed_by_gc() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(uid >= 0x8000_0000, "{uid}");
-    assert!(rules().contains(&uid), "the run's rule is not loaded");
-    // SIGKILL: no teardown runs, and the rule stays.
+    // At ABI 6, one rule for its filesystem refusals, one for its reaches
+    // outside the run (signals, abstract sockets).
+    let both = [(uid, libc::EPERM), (uid, libc::EACCES)];
+    let ours = |rules: Vec<(u32, i32)>| {
+        let mut r: Vec<_> = rules.into_iter().filter(|r| r.0 == uid).collect();
+        r.sort_unstable();
+        r
+    };
+    assert_eq!(ours(rules()), both, "the run's rules are not loaded");
+    // SIGKILL: no teardown runs, and the rules stay.
     lockrun.0.kill().unwrap();
     lockrun.0.wait().unwrap();
-    assert!(rules().contains(&uid), "the rule is gone without gc");
+    assert_eq!(ours(rules()), both, "the rules are gone without gc");
     let gc = Command::new(BIN)
         .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "0"])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&gc.stdout);
     assert!(gc.status.success(), "{gc:?}");
-    assert!(
-        said.contains(&format!(
-            "removed the kernel audit rule of login uid {uid}: its run's cgroup is gone"
-        )),
-        "{said}"
-    );
-    assert!(!rules().contains(&uid), "gc left the rule");
+    for refused in [
+        "its calls refused with EACCES",
+        "its signal and socket calls refused with EPERM",
+    ] {
+        assert!(
+            said.contains(&format!(
+                "removed the kernel audit rule of login uid {uid} ({refused}): its run's cgroup \
+                 is gone"
+            )),
+            "{said}"
+        );
+    }
+    assert_eq!(ours(rules()), [], "gc left the rules");
 }

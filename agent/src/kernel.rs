@@ -11,7 +11,7 @@
 //! | ABI 3 (`TRUNCATE`) | 6.2 | the seccomp supervisor truncates only beneath the writable roots ([`crate::supervise::truncate`]) |
 //! | ABI 5 (`IOCTL_DEV`) | 6.10 | device files opened only under `/dev`, where Landlock's rules name the few a run may open: every other mount `nodev` in the run's mount namespace ([`Kernel::devices_only_in_dev`]) |
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | the seccomp supervisor: signals ([`crate::supervise::scope`]); abstract names the run bound ([`crate::supervise::abstract_unix`]), where the kernel refuses the run's own unix connects (the unix hooks, or the unix guard) |
-//! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`] |
+//! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid: its filesystem refusals, and at ABI 6 its signals and abstract unix connects refused outside it ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`]. The processes Landlock hides from the run's `/proc` are recorded by nothing ([`crate::audit::syscalls::reach`]) |
 //! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`crate::bpf::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
@@ -251,7 +251,40 @@ impl Kernel {
                 )
                 .map_err(Into::into),
             },
+            Holding {
+                promise: "every refused reach outside the run recorded",
+                by: held(Gap::FilesystemRefusalsUnseen, self.reaches_recorded_by())
+                    .map_err(Into::into),
+            },
         ]
+    }
+
+    /// What records the run's refused reaches outside it (signals,
+    /// abstract unix sockets, ptrace and `/proc` access): Landlock's
+    /// denial logging; below it, what refuses them (the supervisor, below
+    /// ABI 6) or kernel audit's syscall records (ABI 6), none of which
+    /// sees the processes Landlock hides from the run's `/proc`
+    /// ([`crate::audit::syscalls::reach`]). `None` at ABI 6 where kernel
+    /// audit cannot be used so: the gap of the filesystem refusals, whose
+    /// records are the same.
+    fn reaches_recorded_by(&self) -> Option<String> {
+        let abi = self.landlock_abi();
+        if abi >= 7 {
+            return Some(format!(
+                "Landlock denial logging to kernel audit (ABI {abi})"
+            ));
+        }
+        let by = if abi == 6 {
+            self.refusals_by_syscall_audit()?;
+            "kernel audit's syscall records of the run's login uid (no Landlock denial logging: \
+             ABI < 7)"
+                .to_owned()
+        } else {
+            format!("the seccomp supervisor ({NO_SCOPING})")
+        };
+        Some(format!(
+            "{by}; not the processes outside the run hidden from its /proc: no record names them"
+        ))
     }
 
     /// What refuses the unix connects and sends to a named socket that a
@@ -647,6 +680,50 @@ mod tests {
              may be added until the next boot"
         );
         assert_eq!(k.lacks(Gap::Truncate), Gap::Truncate.lacks());
+    }
+
+    /// The refused reaches outside the run: Landlock's logging records
+    /// them; below it, what stands in says what it leaves unrecorded; at
+    /// ABI 6 without kernel audit, the gap of the filesystem refusals.
+    #[test]
+    fn below_abi_7_what_records_the_refused_reaches_says_what_it_leaves_out() {
+        let by = |abi, syscall_audit| {
+            Kernel {
+                landlock: Ok(abi),
+                unix_hooks: true,
+                unix_guard: false,
+                syscall_audit,
+            }
+            .promises()
+            .into_iter()
+            .find(|h| h.promise == "every refused reach outside the run recorded")
+            .map(|h| h.by)
+            .unwrap()
+        };
+        let on = Some(Ok(SyscallAudit { audit_on: true }));
+        let off = Some(Err(Unusable::NoAudit));
+        let unseen = "; not the processes outside the run hidden from its /proc: no record \
+                      names them";
+        assert_eq!(
+            by(7, None),
+            Ok("Landlock denial logging to kernel audit (ABI 7)".to_owned())
+        );
+        assert_eq!(
+            by(6, on),
+            Ok(format!(
+                "kernel audit's syscall records of the run's login uid (no Landlock denial \
+                 logging: ABI < 7){unseen}"
+            ))
+        );
+        assert_eq!(by(6, off), Err(Unheld::Gap(Gap::FilesystemRefusalsUnseen)));
+        for audit in [on, off] {
+            assert_eq!(
+                by(2, audit),
+                Ok(format!(
+                    "the seccomp supervisor (no Landlock scoping: ABI < 6){unseen}"
+                ))
+            );
+        }
     }
 
     #[test]

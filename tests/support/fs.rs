@@ -226,3 +226,38 @@ impl Drop for RemovedAtEnd {
         }
     }
 }
+
+/// The Landlock ABI a run here uses: the kernel's own
+/// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`),
+/// lowered by `LOCKRUN_TEST_LANDLOCK_ABI` as the test build of lockrun
+/// lowers it.
+pub fn landlock_abi() -> u8 {
+    let out = Command::new(python3())
+        .args([
+            "-c",
+            "import ctypes; print(ctypes.CDLL(None).syscall(444, None, 0, 1))",
+        ])
+        .output()
+        .unwrap();
+    let kernel: u8 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    std::env::var("LOCKRUN_TEST_LANDLOCK_ABI")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .map_or(kernel, |lower: u8| lower.min(kernel))
+}
+
+/// The notices of the audit log `log`: what lockrun says of the run's
+/// mechanisms, as it says it.
+pub fn notices(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| match serde_json::from_str(l).unwrap() {
+            lockrun::audit::Record {
+                event: lockrun::audit::Event::Notice { message, .. },
+                ..
+            } => Some(message),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,5 +1,6 @@
-# The probe of tests/scope.rs, run inside (and, for controls, outside) the
-# sandbox: signals and abstract and pathname unix sockets.
+# The probe of tests/scope.rs and tests/scope_seen.rs, run inside (and, for
+# controls, outside) the sandbox: signals, abstract and pathname unix sockets,
+# a file copied, a link read, a directory listed, a datagram sent.
 # usage: python3 -c "$PROBE" OP ARGS... [; OP ARGS...]
 # Prints one line per op: "ok" or "errno=<NAME>".
 import ctypes, errno, os, platform, signal, socket, struct, sys
@@ -146,6 +147,22 @@ def op(name, a):
         s.connect(a[0]); s.send(b"own"); s.sendmsg([b"msg"])
         assert d.recv(3) == b"own" and d.recv(3) == b"msg"
         HELD.extend([d, s])
+    elif name == "copy":
+        # copy SRC DST: read SRC whole and write it to DST.
+        with open(a[0], "rb") as f:
+            data = f.read()
+        with open(a[1], "wb") as f:
+            f.write(data)
+    elif name == "readlink":
+        os.readlink(a[0])
+    elif name == "lists":
+        # lists DIR NAME: whether DIR lists NAME (ENOENT if not).
+        if a[1] not in os.listdir(a[0]):
+            raise OSError(errno.ENOENT, a[1])
+    elif name == "inet_sendto":
+        # inet_sendto ADDR PORT: one UDP datagram.
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.sendto(b"pwned", (a[0], int(a[1])))
     elif name == "swap_race":
         # swap_race PATH SECONDS: a thread connects descriptor N, an inet UDP
         # socket, with a 110-byte buffer holding an inet address (the

@@ -48,7 +48,9 @@ const AUDIT_SET: u16 = 1001;
 const AUDIT_USER: u16 = 1005;
 const AUDIT_SYSCALL: u16 = 1300;
 const AUDIT_PATH: u16 = 1302;
+const AUDIT_SOCKADDR: u16 = 1306;
 const AUDIT_CWD: u16 = 1307;
+const AUDIT_OBJ_PID: u16 = 1318;
 const AUDIT_EOE: u16 = 1320;
 const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
 const AUDIT_LANDLOCK_DOMAIN: u16 = 1424;
@@ -348,9 +350,13 @@ impl Correlator {
                 .or_insert_with(|| (now, Vec::new()))
                 .1
                 .push(rec);
-        } else if matches!(rec.ty, AUDIT_CWD | AUDIT_PATH) {
-            // A refused call's names, after its SYSCALL record (the kernel
-            // writes that first): kept for a call of the watched run only.
+        } else if matches!(
+            rec.ty,
+            AUDIT_CWD | AUDIT_PATH | AUDIT_SOCKADDR | AUDIT_OBJ_PID
+        ) {
+            // A refused call's names, address or signal target, after its
+            // SYSCALL record (the kernel writes that first): kept for a call
+            // of the watched run only.
             let Some(w) = &self.watch else {
                 return;
             };
@@ -409,10 +415,7 @@ impl Correlator {
         let syscall = group.iter().find(|r| r.ty == AUDIT_SYSCALL);
         if let Some(w) = &self.watch {
             if !group.iter().any(|r| r.ty == AUDIT_LANDLOCK_ACCESS) {
-                out.extend(
-                    syscalls::records::refusal(group, w, &syscalls::records::Proc)
-                        .map(Event::Filesystem),
-                );
+                out.extend(syscalls::event(group, w, &syscalls::records::Proc));
                 return;
             }
         }
@@ -1118,6 +1121,8 @@ mod tests {
             watch: Some(Arc::new(Watch {
                 login_uid: 2_147_483_700,
                 writable: Vec::new(),
+                cgroup: None,
+                reach: syscalls::Reach::default(),
             })),
             ..Correlator::default()
         };
@@ -1143,6 +1148,76 @@ mod tests {
         assert_eq!(f.path.as_deref(), Some("/usr"));
         assert_eq!(f.access, vec!["fs.make_dir".to_owned()]);
         assert_eq!(f.raw.lines().count(), 3);
+        assert!(c.pending.is_empty());
+    }
+
+    /// `kill` of a process outside the run and `connect` to an abstract
+    /// name bound outside it, refused by Landlock ABI 6 (`EPERM`), as this
+    /// kernel wrote them: their `OBJ_PID` and `SOCKADDR` records are kept
+    /// with the call's, and each becomes a scope refusal.
+    #[test]
+    fn below_abi_7_a_refused_reach_of_the_watched_run_becomes_a_scope_event() {
+        let records: [(u16, &str); 6] = [
+            (
+                AUDIT_SYSCALL,
+                r#"audit(1796542359.022:471023): arch=c000003e syscall=62 success=no exit=-1 a0=124b a1=f a2=7fe919bb17a8 a3=7fe919634580 items=0 ppid=4728 pid=4735 auid=2147681900 uid=0 gid=0 euid=0 suid=0 fsuid=0 egid=0 sgid=0 fsgid=0 tty=(none) ses=217 comm="python3" exe="/root/.pyenv/versions/3.11.7/bin/python3.11" key=(null)"#,
+            ),
+            (
+                AUDIT_OBJ_PID,
+                r#"audit(1796542359.022:471023): opid=4683 oauid=-1 ouid=0 oses=-1 ocomm="sleep""#,
+            ),
+            (AUDIT_EOE, "audit(1796542359.022:471023): "),
+            (
+                AUDIT_SYSCALL,
+                r#"audit(1796542359.022:471025): arch=c000003e syscall=42 success=no exit=-1 a0=4 a1=7fff26ac5840 a2=9 a3=0 items=0 ppid=4728 pid=4735 auid=2147681900 uid=0 gid=0 euid=0 suid=0 fsuid=0 egid=0 sgid=0 fsgid=0 tty=(none) ses=217 comm="python3" exe="/root/.pyenv/versions/3.11.7/bin/python3.11" key=(null)"#,
+            ),
+            (
+                AUDIT_SOCKADDR,
+                "audit(1796542359.022:471025): saddr=010000733135616273",
+            ),
+            (AUDIT_EOE, "audit(1796542359.022:471025): "),
+        ];
+        let mut c = Correlator {
+            watch: Some(Arc::new(Watch {
+                login_uid: 2_147_681_900,
+                writable: Vec::new(),
+                cgroup: None,
+                reach: syscalls::Reach {
+                    signals: true,
+                    abstract_sockets: true,
+                },
+            })),
+            ..Correlator::default()
+        };
+        let mut out = Vec::new();
+        for (ty, text) in records {
+            c.push(
+                parse_record(ty, text.as_bytes()).unwrap(),
+                0,
+                Instant::now(),
+                &mut out,
+            );
+        }
+        let [Event::Scope(signal), Event::Scope(socket)] = out.as_slice() else {
+            panic!("not two scope events: {out:?}");
+        };
+        assert_eq!(
+            (signal.pid, signal.comm.as_str(), &signal.target),
+            (
+                4735,
+                "python3",
+                &ScopeTarget::Signal {
+                    to_pid: 4683,
+                    to_comm: "sleep".into()
+                }
+            )
+        );
+        assert_eq!(
+            socket.target,
+            ScopeTarget::AbstractUnixSocket {
+                name: "s15abs".into()
+            }
+        );
         assert!(c.pending.is_empty());
     }
 

@@ -113,10 +113,11 @@ fn reap_orphan_cgroups(grace: Duration) {
 /// removed.
 fn reap_stale_audit_rules() {
     match crate::audit::syscalls::reap_stale(crate::cgroup::live_run_cgroup_ids) {
-        Ok(uids) => {
-            for uid in uids {
+        Ok(rules) => {
+            for (uid, refused) in rules {
                 println!(
-                    "removed the kernel audit rule of login uid {uid}: its run's cgroup is gone"
+                    "removed the kernel audit rule of login uid {uid} ({refused}): its run's \
+                     cgroup is gone"
                 );
             }
         }

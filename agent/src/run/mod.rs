@@ -1188,7 +1188,7 @@ async fn run(
     //    (removed when this drops, on every path).
     let refused_calls = refused_calls_seen(
         policy,
-        cgroup.id(),
+        &cgroup,
         kernel_audit.as_ref(),
         &supervise.writable,
         audit,
@@ -1486,6 +1486,13 @@ async fn run(
     Ok(code)
 }
 
+/// What no mechanism records below Landlock ABI 7, said in the notice of
+/// every run whose refusals kernel audit shows there
+/// ([`crate::audit::syscalls::reach`]).
+const PROC_UNSEEN: &str = "Processes outside the run hidden from its /proc (Landlock's ptrace \
+     scoping) are not recorded: a lookup of one fails as any missing path does (ENOENT), and a \
+     listing leaves it out, with no record naming it";
+
 /// Below Landlock ABI 7, kernel audit's records of the run's refused calls
 /// show its filesystem refusals ([`crate::audit::syscalls`]): the run's
 /// login uid from its cgroup, its rule loaded (removed when the guard
@@ -1494,7 +1501,7 @@ async fn run(
 /// that gap; a refusal of the run where it does not.
 fn refused_calls_seen(
     policy: &Policy,
-    cgroup_id: u64,
+    cgroup: &crate::cgroup::RunCgroup,
     reader: Option<&crate::audit::kernel::KernelAudit>,
     writable: &[PathBuf],
     audit: &crate::audit::AuditLog,
@@ -1516,6 +1523,7 @@ fn refused_calls_seen(
             _ => Ok(None),
         };
     };
+    let reach = syscalls::Reach::below_abi_7(kernel.landlock_abi(), kernel.fallbacks());
     let notice = |message: String| {
         audit.record(Event::Notice {
             layer: Layer::Filesystem,
@@ -1525,12 +1533,14 @@ fn refused_calls_seen(
     let set_up = reader
         .ok_or_else(|| "the kernel audit reader did not start".to_owned())
         .and_then(|reader| {
-            let (rules, turned_on) = syscalls::login_uid_of(cgroup_id)
-                .and_then(|uid| syscalls::RunRules::add(uid, probe))
+            let (rules, turned_on) = syscalls::login_uid_of(cgroup.id())
+                .and_then(|uid| syscalls::RunRules::add(uid, probe, &reach.rules()))
                 .map_err(|e| e.to_string())?;
             reader.watch_calls(syscalls::Watch {
                 login_uid: rules.login_uid(),
                 writable: writable.to_vec(),
+                cgroup: cgroup.seen_in_proc(),
+                reach,
             });
             Ok((rules, turned_on))
         });
@@ -1543,13 +1553,19 @@ fn refused_calls_seen(
                         .into(),
                 );
             }
+            let reaches = if reach.rules().contains(&syscalls::Refused::Reach) {
+                "; signals to processes outside the run and connects and sends to abstract \
+                 sockets bound outside it, from its signal and socket calls refused with EPERM"
+            } else {
+                ""
+            };
             notice(format!(
                 "Landlock logs no refusal below ABI 7 (this kernel's is {}): filesystem refusals \
                  are taken from kernel audit's records of the calls of the run's login uid {} \
                  refused with EACCES, their access derived from the call; refusals by permission \
-                 bits are among them",
-                crate::kernel::Kernel::get().landlock_abi(),
-                rules.login_uid()
+                 bits are among them{reaches}. {PROC_UNSEEN}",
+                kernel.landlock_abi(),
+                rules.login_uid(),
             ));
             Ok(Some(rules))
         }

@@ -1,4 +1,5 @@
-//! Filesystem refusals where Landlock does not log them: below ABI 7
+//! Filesystem refusals, and reaches outside the run, where Landlock does
+//! not log them: below ABI 7
 //! (Linux 6.15: Debian 12's 6.1, Debian 13's and RHEL 10's 6.12, Ubuntu's
 //! 6.8–6.14) Landlock refuses as it does on a newer kernel, but writes no
 //! audit record, so without this the audit log and the summary would not
@@ -25,12 +26,25 @@
 //!   process at its first call of another architecture
 //!   ([`crate::seccomp`]), so no such call of the run can be refused with
 //!   `EACCES`.
+//! - **A second rule at Landlock ABI 6** (Linux 6.12–6.14), whose scoping
+//!   refuses signals to processes outside the run and connects to abstract
+//!   sockets bound outside it with `EPERM`, unlogged: the same fields with
+//!   `exit=-EPERM`, for the calls that signal a process or name a socket
+//!   address only (`-S kill -S tkill -S tgkill -S rt_sigqueueinfo -S
+//!   rt_tgsigqueueinfo -S pidfd_send_signal -S connect -S sendto -S
+//!   sendmsg -S sendmmsg`, [`rules::REACH_CALLS`]). Kernel audit's rule
+//!   fields are all and-ed, one syscall mask and one `exit` each: no one
+//!   rule holds both without also taking every call's `EPERM` or more
+//!   errnos (a bit test that matches `-EACCES` and `-EPERM` matches `EIO`
+//!   and `EBADF` too). Below ABI 6 there is none: the supervisor judges
+//!   and records those reaches itself ([`Reach`]).
 //! - **The same reader** ([`super::kernel`]): a refused call's records
-//!   (`SYSCALL`, `CWD`, one `PATH` per name it looked up, `EOE`, one
-//!   serial) come through the same read-only multicast group, the same end
-//!   marker and loss accounting; the reader takes those whose `SYSCALL`
-//!   names the run's login uid, exactly, and turns each into a
-//!   [`super::FsEvent`] ([`records`]).
+//!   (`SYSCALL`, `CWD`, one `PATH` per name it looked up, `SOCKADDR`,
+//!   `OBJ_PID`, `EOE`, one serial) come through the same read-only
+//!   multicast group, the same end marker and loss accounting; the reader
+//!   takes those whose `SYSCALL` names the run's login uid, exactly, and
+//!   turns each into a [`super::FsEvent`] ([`records`]) or a
+//!   [`super::ScopeEvent`] ([`reach`]).
 //!
 //! What differs from Landlock's own records (ABI 7):
 //! - **The blocker is derived from the call, not said by Landlock**: the
@@ -61,6 +75,11 @@
 //!   rename names two directories and does not say which refused: the one
 //!   outside the run's writable paths is named (with what the rename
 //!   removes there, or makes), the source when both are.
+//! - **Reaches outside the run** ([`reach`]): a signal or an abstract
+//!   connect refused at ABI 6, and a refused access to the `/proc` entry
+//!   of a process outside the run, are scope refusals, as Landlock logs
+//!   them. A process Landlock hides from the run's own `/proc` is recorded
+//!   by nothing below ABI 7: no call fails with a record that names it.
 //! - **The cost is the machine's**: while any audit rule is loaded, the
 //!   kernel keeps an account of the names every audited syscall of every
 //!   process looks up (not only the run's), and checks each syscall's
@@ -77,10 +96,11 @@
 
 use std::path::PathBuf;
 
+pub mod reach;
 pub mod records;
 pub mod rules;
 
-pub use rules::{reap_stale, remove_beside, RunRules};
+pub use rules::{reap_stale, remove_beside, Refused, RunRules};
 
 use super::kernel::KernelAuditError;
 
@@ -201,12 +221,74 @@ pub struct Probe {
     pub audit_on: bool,
 }
 
-/// What the reader needs to take a run's records: its login uid, and its
-/// writable paths (to name the directory that refused a rename).
+/// What the reader needs to take a run's records: its login uid, its
+/// writable paths (to name the directory that refused a rename), its
+/// cgroup (to tell a process outside it), and which of its reaches outside
+/// the records stand for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     pub login_uid: u32,
     pub writable: Vec<PathBuf>,
+    /// The run's cgroup, as `/proc/<pid>/cgroup` shows it.
+    pub cgroup: Option<String>,
+    pub reach: Reach,
+}
+
+/// The refusals of a reach outside the run that kernel audit's records
+/// stand for at Landlock ABI 6, where nothing else records them
+/// ([`reach`]). Below ABI 6 the supervisor judges and records both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Signals to processes outside the run: Landlock ABI 6 scopes them
+    /// and logs nothing.
+    pub signals: bool,
+    /// Connects and sends to abstract unix sockets bound outside the run:
+    /// Landlock ABI 6 scopes them, where the supervisor does not judge the
+    /// names (where it does, it refuses and records them itself).
+    pub abstract_sockets: bool,
+}
+
+impl Reach {
+    /// What kernel audit stands in for on a kernel of Landlock ABI `abi`
+    /// (below 7), with the seccomp supervisor's `fallbacks`.
+    #[must_use]
+    pub fn below_abi_7(abi: u8, fallbacks: crate::seccomp::Fallbacks) -> Self {
+        Self {
+            signals: abi == 6,
+            abstract_sockets: abi == 6
+                && !crate::seccomp::scope::abstract_names_supervised(fallbacks),
+        }
+    }
+
+    /// The rules that record these: [`Refused::Files`] always, and
+    /// [`Refused::Reach`] for signals or abstract sockets.
+    #[must_use]
+    pub fn rules(self) -> Vec<Refused> {
+        let mut r = vec![Refused::Files];
+        if self.signals || self.abstract_sockets {
+            r.push(Refused::Reach);
+        }
+        r
+    }
+}
+
+/// The event one refused call's records (one serial) tell of the watched
+/// run: a reach outside the run ([`reach`]), a filesystem refusal
+/// ([`records`]) unless it is one of the `/proc` entry of a process outside
+/// the run, which is that reach ([`reach::proc_entry`]), or nothing.
+pub(in crate::audit) fn event(
+    group: &[super::kernel::AuditRecord],
+    watch: &Watch,
+    look: &dyn records::Look,
+) -> Option<super::Event> {
+    if let Some(sc) = reach::refusal(group, watch, look) {
+        return Some(super::Event::Scope(sc));
+    }
+    let fs = records::refusal(group, watch, look)?;
+    Some(match reach::proc_entry(&fs, watch, look) {
+        Some(ptrace) => super::Event::Scope(ptrace),
+        None => super::Event::Filesystem(fs),
+    })
 }
 
 /// The login uid of the run whose cgroup's id is `cgroup_id`:

@@ -59,16 +59,29 @@ pub enum At<'a> {
     Fd(i32, &'a str),
 }
 
-/// What the reader asks of a refusal's process, which may still run.
+/// What the reader asks of a refusal's process, which may still run, and
+/// of the process it aimed at.
 pub trait Look {
     /// Where descriptor `fd` of process `pid` leads, as it names it.
     fn fd_path(&self, pid: u32, fd: i32) -> Option<String>;
     /// The device and inode at `at`, as process `pid` sees it.
     fn dev_ino(&self, pid: u32, at: &At<'_>) -> Option<DevIno>;
+    /// The name (`comm`) of process `pid`.
+    fn comm(&self, _pid: u32) -> Option<String> {
+        None
+    }
+    /// The process the pidfd `fd` of process `pid` refers to.
+    fn pidfd_pid(&self, _pid: u32, _fd: i32) -> Option<u32> {
+        None
+    }
+    /// The cgroups of process `pid` (`/proc/<pid>/cgroup`).
+    fn cgroups(&self, _pid: u32) -> Option<String> {
+        None
+    }
 }
 
 /// [`Look`] through `/proc/<pid>`: `fd/<n>` and `root/`, which follow the
-/// process's own descriptors and mounts.
+/// process's own descriptors and mounts; `comm`, `fdinfo/<n>`, `cgroup`.
 pub struct Proc;
 
 impl Look for Proc {
@@ -92,6 +105,23 @@ impl Look for Proc {
             nix::sys::stat::minor(dev) as u32,
             m.ino(),
         ))
+    }
+
+    fn comm(&self, pid: u32) -> Option<String> {
+        let c = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        Some(c.trim_end_matches('\n').to_owned())
+    }
+
+    fn pidfd_pid(&self, pid: u32, fd: i32) -> Option<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("Pid:"))
+            .and_then(|p| p.trim().parse().ok())
+    }
+
+    fn cgroups(&self, pid: u32) -> Option<String> {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
     }
 }
 

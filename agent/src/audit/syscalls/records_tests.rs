@@ -80,6 +80,8 @@ fn watch() -> Watch {
     Watch {
         login_uid: UID,
         writable: vec![PathBuf::from("/w/wt"), PathBuf::from("/tmp/run")],
+        cgroup: None,
+        reach: super::super::Reach::default(),
     }
 }
 

@@ -1,12 +1,14 @@
-//! The run's kernel audit rule, and the host's rules read through the
+//! The run's kernel audit rules, and the host's rules read through the
 //! audit netlink socket (`AUDIT_ADD_RULE`, `AUDIT_DEL_RULE`,
 //! `AUDIT_LIST_RULES`: a `struct audit_rule_data` each, needing
 //! `CAP_AUDIT_CONTROL`).
 //!
-//! A rule of lockrun's is one exact shape ([`lockruns`]): the exit filter,
-//! `always`, every syscall, and the fields `arch` of this build, `auid` of
-//! lockrun's range and `exit` `-EACCES`, each `=`. Nothing else is ever
-//! changed or deleted.
+//! A rule of lockrun's is one of two exact shapes ([`HostRule::lockruns`]):
+//! the exit filter, `always`, and the fields `arch` of this build, `auid` of
+//! lockrun's range and `exit`, each `=`; either `-EACCES` of every syscall
+//! ([`Refused::Files`]), or `-EPERM` of the calls that signal a process or
+//! name a socket's address ([`Refused::Reach`], [`REACH_CALLS`]). Nothing
+//! else is ever changed or deleted.
 
 use std::os::fd::{AsRawFd as _, OwnedFd};
 
@@ -34,8 +36,9 @@ const AUDIT_FILTER_PREPEND: u32 = 0x10;
 /// `action`.
 const AUDIT_NEVER: u32 = 0;
 const AUDIT_ALWAYS: u32 = 2;
-/// `exit=-EACCES`, as the kernel compares it (32 bits).
+/// `exit=-EACCES`, `exit=-EPERM`, as the kernel compares them (32 bits).
 const EXIT_EACCES: u32 = (-libc::EACCES).cast_unsigned();
+const EXIT_EPERM: u32 = (-libc::EPERM).cast_unsigned();
 /// Fields.
 const AUDIT_LOGINUID: u32 = 9;
 const AUDIT_ARCH: u32 = 11;
@@ -68,8 +71,48 @@ pub const ARCH: u32 = 0xc000_003e;
 pub const ARCH: u32 = 0xc000_00b7;
 
 /// The record types a refused call's account needs: `SYSCALL`, `PATH`,
-/// `CWD`, `EOE`.
-const NEEDED: [u32; 4] = [1300, 1302, 1307, 1320];
+/// `SOCKADDR` (the abstract name a connect gave), `CWD`, `EOE`. (`OBJ_PID`,
+/// a signal's target, is not: the call's arguments name it too.)
+const NEEDED: [u32; 5] = [1300, 1302, 1306, 1307, 1320];
+
+/// The refused calls a rule of lockrun's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every call refused with `EACCES`: the run's filesystem refusals
+    /// (Landlock ABI < 7).
+    Files,
+    /// The calls of [`REACH_CALLS`] refused with `EPERM`: the run's signals
+    /// to processes outside it and its connects and sends to abstract
+    /// sockets bound outside it, which Landlock ABI 6 scopes and does not
+    /// log.
+    Reach,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Files => "its calls refused with EACCES",
+            Self::Reach => "its signal and socket calls refused with EPERM",
+        })
+    }
+}
+
+/// The calls a [`Refused::Reach`] rule records: those that signal one
+/// process (or a group) and those that name a socket address, whose
+/// `SOCKADDR` record tells an abstract unix name from the inet and pathname
+/// refusals the cgroup hooks record themselves.
+pub const REACH_CALLS: [i64; 10] = [
+    libc::SYS_kill,
+    libc::SYS_tkill,
+    libc::SYS_tgkill,
+    libc::SYS_rt_sigqueueinfo,
+    libc::SYS_rt_tgsigqueueinfo,
+    libc::SYS_pidfd_send_signal,
+    libc::SYS_connect,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_sendmmsg,
+];
 
 /// A rule of the kernel's, as listed, or as lockrun sends one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,34 +128,54 @@ pub(super) struct HostRule {
 }
 
 impl HostRule {
-    /// lockrun's rule for the run of `login_uid`: `-A exit,always -F
-    /// arch=<this build's> -F auid=<login_uid> -F exit=-EACCES -S all`.
-    fn lockruns(login_uid: u32) -> Self {
+    /// lockrun's rule of `refused` for the run of `login_uid`: `-A
+    /// exit,always -F arch=<this build's> -F auid=<login_uid>`, and `-F
+    /// exit=-EACCES -S all`, or `-F exit=-EPERM -S kill -S tkill …`
+    /// ([`REACH_CALLS`]).
+    fn lockruns(login_uid: u32, refused: Refused) -> Self {
+        let (mask, exit) = match refused {
+            Refused::Files => ([u32::MAX; WORDS], EXIT_EACCES),
+            Refused::Reach => {
+                let mut mask = [0; WORDS];
+                for nr in REACH_CALLS
+                    .iter()
+                    .filter_map(|nr| usize::try_from(*nr).ok())
+                {
+                    mask[nr / 32] |= 1 << (nr % 32);
+                }
+                (mask, EXIT_EPERM)
+            }
+        };
         Self {
             flags: AUDIT_FILTER_EXIT,
             action: AUDIT_ALWAYS,
-            mask: [u32::MAX; WORDS],
+            mask,
             fields: vec![
                 (AUDIT_ARCH, AUDIT_EQUAL, ARCH),
                 (AUDIT_LOGINUID, AUDIT_EQUAL, login_uid),
-                (AUDIT_EXIT, AUDIT_EQUAL, EXIT_EACCES),
+                (AUDIT_EXIT, AUDIT_EQUAL, exit),
             ],
             strings: Vec::new(),
         }
     }
 
-    /// The login uid of a rule of lockrun's shape; `None` for any other.
-    /// The syscall mask is not compared: the kernel keeps it without the
-    /// bits that name syscall classes.
-    fn login_uid(&self) -> Option<u32> {
+    /// The login uid and kind of a rule of one of lockrun's shapes; `None`
+    /// for any other. The syscall mask is not compared: the kernel keeps
+    /// it without the bits that name syscall classes.
+    fn ours(&self) -> Option<(u32, Refused)> {
         let [arch, auid, exit] = self.fields.as_slice() else {
             return None;
         };
         let uid = auid.2;
+        let refused = match exit.2 {
+            EXIT_EACCES => Refused::Files,
+            EXIT_EPERM => Refused::Reach,
+            _ => return None,
+        };
         let shape = [
             (AUDIT_ARCH, AUDIT_EQUAL, ARCH),
             (AUDIT_LOGINUID, AUDIT_EQUAL, uid),
-            (AUDIT_EXIT, AUDIT_EQUAL, EXIT_EACCES),
+            (AUDIT_EXIT, AUDIT_EQUAL, exit.2),
         ];
         if [*arch, *auid, *exit] != shape {
             return None;
@@ -121,7 +184,7 @@ impl HostRule {
             && self.action == AUDIT_ALWAYS
             && self.strings.is_empty()
             && is_lockruns(uid))
-        .then_some(uid)
+        .then_some((uid, refused))
     }
 
     fn to_bytes(&self) -> Vec<u8> {
@@ -269,26 +332,58 @@ fn errno_of(p: &[u8]) -> i32 {
 /// Send one rule change and wait for its acknowledgement, which the
 /// kernel sends in the sending call.
 fn change(ty: u16, rule: &HostRule) -> Result<(), SyscallAuditError> {
+    changes(ty, std::slice::from_ref(rule))?
+        .into_iter()
+        .next()
+        .unwrap_or(Ok(()))
+}
+
+/// Send the changes of `rules` in one datagram, which the kernel takes in
+/// one call, each in turn (a deletion waits out an RCU grace period: two
+/// in one call wait less than in two), and wait for their
+/// acknowledgements: each change's outcome, in order; `Err` where the
+/// socket failed.
+fn changes(
+    ty: u16,
+    rules: &[HostRule],
+) -> Result<Vec<Result<(), SyscallAuditError>>, SyscallAuditError> {
     let what = if ty == AUDIT_ADD_RULE {
         "AUDIT_ADD_RULE"
     } else {
         "AUDIT_DEL_RULE"
     };
     let fd = socket()?;
-    ask(&fd, ty, 1, &rule.to_bytes())?;
+    let mut datagram = Vec::new();
+    for (seq, rule) in (1..).zip(rules) {
+        datagram.extend(nl_message(
+            ty,
+            NLM_F_REQUEST | NLM_F_ACK,
+            seq,
+            &rule.to_bytes(),
+        ));
+    }
+    send(fd.as_raw_fd(), &datagram, MsgFlags::empty()).map_err(sys("send"))?;
+    let mut out: Vec<Option<Result<(), SyscallAuditError>>> = rules.iter().map(|_| None).collect();
     let mut buf = vec![0u8; 8192];
-    for _ in 0..4 {
+    for _ in 0..4 * rules.len() {
+        if out.iter().all(Option::is_some) {
+            break;
+        }
         let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(sys("recv"))?;
-        for (t, _, p) in split(&buf[..n]) {
-            if t == NLMSG_ERROR {
-                return match errno_of(p) {
+        for (t, seq, p) in split(&buf[..n]) {
+            let slot = (seq as usize).checked_sub(1).and_then(|i| out.get_mut(i));
+            if let (NLMSG_ERROR, Some(slot)) = (t, slot) {
+                *slot = Some(match errno_of(p) {
                     0 => Ok(()),
                     errno => Err(SyscallAuditError::Refused { what, errno }),
-                };
+                });
             }
         }
     }
-    Err(SyscallAuditError::NoAnswer { what })
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or(Err(SyscallAuditError::NoAnswer { what })))
+        .collect())
 }
 
 /// What [`ask_host`] learnt.
@@ -399,32 +494,60 @@ fn list() -> Result<Vec<HostRule>, SyscallAuditError> {
     }
 }
 
-/// The login uids of lockrun's rules loaded now, one per rule.
-pub fn loaded() -> Result<Vec<u32>, SyscallAuditError> {
-    Ok(list()?.iter().filter_map(HostRule::login_uid).collect())
+/// The login uids of lockrun's rules loaded now, one per rule, with
+/// what each records.
+pub fn loaded() -> Result<Vec<(u32, Refused)>, SyscallAuditError> {
+    Ok(list()?.iter().filter_map(HostRule::ours).collect())
 }
 
-/// The run's rule, loaded while this lives: removed when it drops, on
+/// The run's rules, loaded while this lives: removed when it drops, on
 /// every path out of a run.
 #[derive(Debug)]
 pub struct RunRules {
     login_uid: u32,
+    /// Its rules, in the order they were added.
+    rules: Vec<Refused>,
 }
 
 impl RunRules {
     /// Turn audit on if [`probe`](super::probe) found it off (a task gets
     /// the kernel's account of its syscalls only if audit was on when it
-    /// was forked), then add the rule of the run of `login_uid`, first in
-    /// the exit filter. Before the command starts. Whether audit was
-    /// turned on, beside the guard.
-    pub fn add(login_uid: u32, probe: Probe) -> Result<(Self, bool), SyscallAuditError> {
+    /// was forked), then add the rule of each of `refused` for the run of
+    /// `login_uid`, first in the exit filter. Before the command starts.
+    /// Whether audit was turned on, beside the guard; a rule added before
+    /// one that fails is removed again.
+    pub fn add(
+        login_uid: u32,
+        probe: Probe,
+        refused: &[Refused],
+    ) -> Result<(Self, bool), SyscallAuditError> {
         if !probe.audit_on {
             super::super::kernel::enable()?;
         }
-        let mut rule = HostRule::lockruns(login_uid);
-        rule.flags |= AUDIT_FILTER_PREPEND;
-        change(AUDIT_ADD_RULE, &rule)?;
-        Ok((Self { login_uid }, !probe.audit_on))
+        let mut added = Self {
+            login_uid,
+            rules: Vec::new(),
+        };
+        let rules: Vec<HostRule> = refused
+            .iter()
+            .map(|r| {
+                let mut rule = HostRule::lockruns(login_uid, *r);
+                rule.flags |= AUDIT_FILTER_PREPEND;
+                rule
+            })
+            .collect();
+        let mut failed = None;
+        for (r, outcome) in refused.iter().zip(changes(AUDIT_ADD_RULE, &rules)?) {
+            match outcome {
+                Ok(()) => added.rules.push(*r),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
+            // The rules that did go in are removed as `added` drops.
+            Some(e) => Err(e),
+            None => Ok((added, !probe.audit_on)),
+        }
     }
 
     #[must_use]
@@ -441,17 +564,36 @@ impl RunRules {
 
 impl Drop for RunRules {
     fn drop(&mut self) {
-        if let Err(e) = change(AUDIT_DEL_RULE, &HostRule::lockruns(self.login_uid)) {
-            crate::shown::say!(
-                "lockrun: warning: removing the run's kernel audit rule (login uid {}): {e} \
-                 (`lockrun gc` will retry)",
-                self.login_uid
-            );
+        if self.rules.is_empty() {
+            return;
+        }
+        let rules: Vec<HostRule> = (self.rules.iter())
+            .map(|r| HostRule::lockruns(self.login_uid, *r))
+            .collect();
+        let outcomes = match changes(AUDIT_DEL_RULE, &rules) {
+            Ok(o) => o,
+            Err(e) => {
+                crate::shown::say!(
+                    "lockrun: warning: removing the run's kernel audit rules (login uid {}): {e} \
+                     (`lockrun gc` will retry)",
+                    self.login_uid
+                );
+                return;
+            }
+        };
+        for (refused, outcome) in self.rules.iter().zip(outcomes) {
+            if let Err(e) = outcome {
+                crate::shown::say!(
+                    "lockrun: warning: removing the run's kernel audit rule (login uid {}, \
+                     {refused}): {e} (`lockrun gc` will retry)",
+                    self.login_uid
+                );
+            }
         }
     }
 }
 
-/// Remove the run's rule on a thread of its own, to be joined: the kernel
+/// Remove the run's rules on a thread of its own, to be joined: the kernel
 /// waits out an RCU grace period before it answers. In place, and `None`,
 /// where no thread is to be had.
 #[must_use]
@@ -465,12 +607,12 @@ pub fn remove_beside(rules: RunRules) -> Option<std::thread::JoinHandle<()>> {
 
 /// `lockrun gc`: delete every rule of lockrun's whose run is gone, that
 /// is, whose login uid's inode number is no live run cgroup's (`live`,
-/// their ids, asked after the rules are listed: a run adds its rule only
+/// their ids, asked after the rules are listed: a run adds its rules only
 /// once its cgroup is there). Nothing where the kernel has no audit. The
-/// login uids whose rules were deleted.
+/// login uid of each rule deleted, with what it recorded.
 pub fn reap_stale(
     live: impl FnOnce() -> Result<Vec<u64>, crate::cgroup::CgroupError>,
-) -> Result<Vec<u32>, SyscallAuditError> {
+) -> Result<Vec<(u32, Refused)>, SyscallAuditError> {
     let rules = match list() {
         Ok(r) => r,
         Err(SyscallAuditError::Kernel(super::super::kernel::KernelAuditError::Syscall {
@@ -479,7 +621,7 @@ pub fn reap_stale(
         })) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let ours: Vec<u32> = rules.iter().filter_map(HostRule::login_uid).collect();
+    let ours: Vec<(u32, Refused)> = rules.iter().filter_map(HostRule::ours).collect();
     if ours.is_empty() {
         return Ok(Vec::new());
     }
@@ -489,12 +631,12 @@ pub fn reap_stale(
         .map(|id| id as u32)
         .collect();
     let mut reaped = Vec::new();
-    for uid in ours {
+    for (uid, refused) in ours {
         if live.contains(&(uid & !super::LOGIN_UID_RANGE)) {
             continue;
         }
-        change(AUDIT_DEL_RULE, &HostRule::lockruns(uid))?;
-        reaped.push(uid);
+        change(AUDIT_DEL_RULE, &HostRule::lockruns(uid, refused))?;
+        reaped.push((uid, refused));
     }
     Ok(reaped)
 }
@@ -506,7 +648,7 @@ mod tests {
 
     #[test]
     fn the_runs_rule_is_the_kernels_struct_audit_rule_data() {
-        let b = HostRule::lockruns(0x8000_0035).to_bytes();
+        let b = HostRule::lockruns(0x8000_0035, Refused::Files).to_bytes();
         assert_eq!(b.len(), 1040);
         let w = |i: usize| word(&b, i);
         assert_eq!((w(0), w(1), w(2)), (0x04, 2, 3));
@@ -517,46 +659,67 @@ mod tests {
         assert_eq!(w(259), 0);
         // Read back as the kernel lists it.
         let back = HostRule::parse(&b).unwrap();
-        assert_eq!(back, HostRule::lockruns(0x8000_0035));
-        assert_eq!(back.login_uid(), Some(0x8000_0035));
+        assert_eq!(back, HostRule::lockruns(0x8000_0035, Refused::Files));
+        assert_eq!(back.ours(), Some((0x8000_0035, Refused::Files)));
+    }
+
+    #[test]
+    fn the_reach_rule_records_eperm_of_the_signal_and_socket_calls_only() {
+        let b = HostRule::lockruns(0x8000_0035, Refused::Reach).to_bytes();
+        let w = |i: usize| word(&b, i);
+        assert_eq!((w(0), w(1), w(2)), (0x04, 2, 3));
+        let mut calls = Vec::new();
+        for nr in 0..(WORDS * 32) {
+            if w(3 + nr / 32) & (1 << (nr % 32)) != 0 {
+                calls.push(i64::try_from(nr).unwrap());
+            }
+        }
+        let mut want = REACH_CALLS.to_vec();
+        want.sort_unstable();
+        assert_eq!(calls, want);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(calls, [42, 44, 46, 62, 129, 200, 234, 297, 307, 424]);
+        assert_eq!((w(131), w(132), w(133)), (ARCH, 0x8000_0035, 0xffff_ffff));
+        let back = HostRule::parse(&b).unwrap();
+        assert_eq!(back.ours(), Some((0x8000_0035, Refused::Reach)));
     }
 
     #[test]
     fn only_rules_of_lockruns_exact_shape_are_lockruns() {
-        let mut r = HostRule::lockruns(0x8000_0035);
+        let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
         r.flags |= AUDIT_FILTER_PREPEND;
-        assert_eq!(r.login_uid(), Some(0x8000_0035));
+        assert_eq!(r.ours(), Some((0x8000_0035, Refused::Files)));
         // A user's login uid, "unset", another exit, another field, a key.
         for changed in [
-            HostRule::lockruns(1000),
-            HostRule::lockruns(u32::MAX),
+            HostRule::lockruns(1000, Refused::Files),
+            HostRule::lockruns(u32::MAX, Refused::Reach),
             {
-                let mut r = HostRule::lockruns(0x8000_0035);
-                r.fields[2].2 = (-libc::EPERM).cast_unsigned();
+                let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
+                r.fields[2].2 = (-libc::ENOENT).cast_unsigned();
                 r
             },
             {
-                let mut r = HostRule::lockruns(0x8000_0035);
+                let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
                 r.fields.push((AUDIT_MSGTYPE, AUDIT_EQUAL, 1300));
                 r
             },
             {
-                let mut r = HostRule::lockruns(0x8000_0035);
+                let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
                 r.strings = b"key".to_vec();
                 r
             },
             {
-                let mut r = HostRule::lockruns(0x8000_0035);
+                let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
                 r.action = AUDIT_NEVER;
                 r
             },
             {
-                let mut r = HostRule::lockruns(0x8000_0035);
+                let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
                 r.flags = AUDIT_FILTER_TASK;
                 r
             },
         ] {
-            assert_eq!(changed.login_uid(), None, "{changed:?}");
+            assert_eq!(changed.ours(), None, "{changed:?}");
         }
     }
 
