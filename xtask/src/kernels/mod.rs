@@ -8,6 +8,8 @@
 //!   root with `CI=true` ([`suite`], [`vm`]); closes with the native run's
 //!   line, the kernel named.
 //! - `cargo xtask kernels run K -- COMMAND…`: one command inside K.
+//! - `cargo xtask kernels table [--check]`: README's table of kernels ×
+//!   promises from the results ([`table`]).
 //!
 //! Downloads and what is made of them live in the cache: `target/kernels/`
 //! (or `$LOCKRUN_KERNELS_DIR`, for worktrees that share one). Everything a
@@ -20,6 +22,7 @@ pub mod cpio;
 pub mod fetch;
 pub mod image;
 pub mod suite;
+pub mod table;
 pub mod vm;
 
 use std::fs::File;
