@@ -273,7 +273,8 @@ fn real_main() -> Result<ExitCode> {
                     lsm,
                 };
                 let choice = kernels::Choice { only, except };
-                return kernels::test(&root, c, &kernel, &choice, &args, &limits);
+                let lockrun = agent_bin_dir(&root, release).join("lockrun");
+                return kernels::test(&root, c, &kernel, &choice, &args, &limits, &lockrun);
             }
             ensure_bpffs()?;
             if !args.is_empty() {
