@@ -142,6 +142,11 @@ pub struct DoctorArgs {
     /// Only report host support; skip the live canary.
     #[arg(long)]
     pub no_canary: bool,
+    /// Print one JSON object instead of text: the kernel release, the
+    /// Landlock ABI (0 without Landlock), the host checks, each promise with
+    /// the mechanism holding it or its gap, and the canary's attempts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

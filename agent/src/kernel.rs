@@ -58,7 +58,49 @@ use crate::audit::syscalls::{Probe as SyscallAudit, Unusable};
 pub struct Holding {
     pub promise: &'static str,
     /// The mechanism, or why none holds it here.
-    pub by: Result<String, Unheld>,
+    pub by: Result<Held, Unheld>,
+}
+
+/// What holds a promise here: the kind of mechanism, and how `doctor`
+/// says it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Held {
+    pub mechanism: Mechanism,
+    /// In a sentence: which right, hook or record, and for want of what.
+    pub how: String,
+}
+
+impl Held {
+    fn new(mechanism: Mechanism, how: impl Into<String>) -> Self {
+        Self {
+            mechanism,
+            how: how.into(),
+        }
+    }
+}
+
+/// The kind of mechanism that holds a promise, named as `doctor --json`
+/// names it (`"supervisor"`), for what renders a table of kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// A right or scoping of the Landlock ABI in use.
+    Landlock,
+    /// The seccomp supervisor.
+    Supervisor,
+    /// The seccomp supervisor, and the cgroup `connect_unix` and
+    /// `sendmsg_unix` hooks refusing the unix connects and sends a task of
+    /// the run makes itself.
+    SupervisorAndUnixHooks,
+    /// The seccomp supervisor, and lockrun's unix guard ([`crate::bpf::guard`])
+    /// refusing them.
+    SupervisorAndUnixGuard,
+    /// Device files opened only under `/dev`: every other mount `nodev`
+    /// ([`Kernel::devices_only_in_dev`]).
+    NodevMounts,
+    /// Kernel audit's syscall records of the run's login uid
+    /// ([`crate::audit::syscalls`]).
+    SyscallAudit,
 }
 
 /// Why no mechanism holds a promise here.
@@ -166,15 +208,28 @@ impl Kernel {
     #[must_use]
     pub fn promises(&self) -> Vec<Holding> {
         let abi = self.landlock_abi();
-        let landlock =
-            |right: &str, from: u8| (abi >= from).then(|| format!("Landlock {right} (ABI {abi})"));
-        let held = |gap: Gap, by: Option<String>| by.ok_or(gap);
+        let landlock = |right: &str, from: u8| {
+            (abi >= from)
+                .then(|| Held::new(Mechanism::Landlock, format!("Landlock {right} (ABI {abi})")))
+        };
+        let supervisor = |why: &str| {
+            Held::new(
+                Mechanism::Supervisor,
+                format!("the seccomp supervisor ({why})"),
+            )
+        };
+        let held = |gap: Gap, by: Option<Held>| by.ok_or(Unheld::Gap(gap));
         vec![
             Holding {
                 promise: "writes only in the worktree, {tmp} and the writable paths; deny-read paths unreadable",
                 by: self
                     .landlock
-                    .map(|v| format!("Landlock filesystem rights (ABI {v})"))
+                    .map(|v| {
+                        Held::new(
+                            Mechanism::Landlock,
+                            format!("Landlock filesystem rights (ABI {v})"),
+                        )
+                    })
                     .map_err(|_| Unheld::NoLandlock),
             },
             Holding {
@@ -182,12 +237,11 @@ impl Kernel {
                 by: held(
                     Gap::Truncate,
                     landlock("truncate right", 3).or_else(|| {
-                        self.fallbacks().truncate.then(|| {
-                            "the seccomp supervisor (no Landlock truncate right: ABI < 3)".to_owned()
-                        })
+                        self.fallbacks()
+                            .truncate
+                            .then(|| supervisor("no Landlock truncate right: ABI < 3"))
                     }),
-                )
-                .map_err(Into::into),
+                ),
             },
             Holding {
                 promise: "no ioctl on a device outside the writable roots but a terminal's and those of null, zero, full",
@@ -195,37 +249,33 @@ impl Kernel {
                     Gap::DeviceIoctl,
                     landlock("device ioctl right", 5).or_else(|| {
                         self.devices_only_in_dev().then(|| {
-                            "device files only under /dev, by Landlock's rules there: every other mount nodev \
-                             (no Landlock device ioctl right: ABI < 5)"
-                                .to_owned()
+                            Held::new(
+                                Mechanism::NodevMounts,
+                                "device files only under /dev, by Landlock's rules there: every other mount nodev \
+                                 (no Landlock device ioctl right: ABI < 5)",
+                            )
                         })
                     }),
-                )
-                .map_err(Into::into),
+                ),
             },
             Holding {
                 promise: "no signal to a process outside the run",
                 by: held(
                     Gap::SignalScope,
-                    landlock("signal scoping", 6).or_else(|| {
-                        Gap::SignalScope
-                            .held_by(self)
-                            .then(|| format!("the seccomp supervisor ({NO_SCOPING})"))
-                    }),
-                )
-                .map_err(Into::into),
+                    landlock("signal scoping", 6)
+                        .or_else(|| Gap::SignalScope.held_by(self).then(|| supervisor(NO_SCOPING))),
+                ),
             },
             Holding {
                 promise: "no abstract unix socket bound outside the run reached",
                 by: held(
                     Gap::AbstractUnixScope,
                     landlock("abstract unix socket scoping", 6).or_else(|| {
-                        Gap::AbstractUnixScope.held_by(self).then(|| {
-                            format!("the seccomp supervisor, and {} ({NO_SCOPING})", self.unix_refusal())
-                        })
+                        Gap::AbstractUnixScope
+                            .held_by(self)
+                            .then(|| self.supervisor_and_unix_refusal(Some(NO_SCOPING)))
                     }),
-                )
-                .map_err(Into::into),
+                ),
             },
             Holding {
                 promise: "pathname unix sockets only inside the worktree and {tmp}",
@@ -233,9 +283,8 @@ impl Kernel {
                     Gap::UnixAddresses,
                     Gap::UnixAddresses
                         .held_by(self)
-                        .then(|| format!("the seccomp supervisor, and {}", self.unix_refusal())),
-                )
-                .map_err(Into::into),
+                        .then(|| self.supervisor_and_unix_refusal(None)),
+                ),
             },
             Holding {
                 promise: "every filesystem refusal recorded",
@@ -243,18 +292,18 @@ impl Kernel {
                     Gap::FilesystemRefusalsUnseen,
                     landlock("denial logging to kernel audit", 7).or_else(|| {
                         self.refusals_by_syscall_audit().map(|_| {
-                            "kernel audit's syscall records of the run's login uid (no Landlock \
-                             denial logging: ABI < 7)"
-                                .to_owned()
+                            Held::new(
+                                Mechanism::SyscallAudit,
+                                "kernel audit's syscall records of the run's login uid (no Landlock \
+                                 denial logging: ABI < 7)",
+                            )
                         })
                     }),
-                )
-                .map_err(Into::into),
+                ),
             },
             Holding {
                 promise: "every refused reach outside the run recorded",
-                by: held(Gap::FilesystemRefusalsUnseen, self.reaches_recorded_by())
-                    .map_err(Into::into),
+                by: held(Gap::FilesystemRefusalsUnseen, self.reaches_recorded_by()),
             },
         ]
     }
@@ -267,36 +316,59 @@ impl Kernel {
     /// ([`crate::audit::syscalls::reach`]). `None` at ABI 6 where kernel
     /// audit cannot be used so: the gap of the filesystem refusals, whose
     /// records are the same.
-    fn reaches_recorded_by(&self) -> Option<String> {
+    fn reaches_recorded_by(&self) -> Option<Held> {
         let abi = self.landlock_abi();
         if abi >= 7 {
-            return Some(format!(
-                "Landlock denial logging to kernel audit (ABI {abi})"
+            return Some(Held::new(
+                Mechanism::Landlock,
+                format!("Landlock denial logging to kernel audit (ABI {abi})"),
             ));
         }
-        let by = if abi == 6 {
+        let (mechanism, by) = if abi == 6 {
             self.refusals_by_syscall_audit()?;
-            "kernel audit's syscall records of the run's login uid (no Landlock denial logging: \
-             ABI < 7)"
-                .to_owned()
+            (
+                Mechanism::SyscallAudit,
+                "kernel audit's syscall records of the run's login uid (no Landlock denial \
+                 logging: ABI < 7)"
+                    .to_owned(),
+            )
         } else {
-            format!("the seccomp supervisor ({NO_SCOPING})")
+            (
+                Mechanism::Supervisor,
+                format!("the seccomp supervisor ({NO_SCOPING})"),
+            )
         };
-        Some(format!(
-            "{by}; not the processes outside the run hidden from its /proc: no record names them"
+        Some(Held::new(
+            mechanism,
+            format!(
+                "{by}; not the processes outside the run hidden from its /proc: no record names \
+                 them"
+            ),
         ))
     }
 
-    /// What refuses the unix connects and sends to a named socket that a
-    /// task of the run makes itself, for the supervisor to make the
-    /// legitimate ones.
-    fn unix_refusal(self) -> &'static str {
-        if self.unix_hooks {
-            "the cgroup connect_unix and sendmsg_unix hooks"
+    /// The supervisor, with what refuses the unix connects and sends to a
+    /// named socket that a task of the run makes itself, for the supervisor
+    /// to make the legitimate ones; `why` the supervisor stands in, if it
+    /// does.
+    fn supervisor_and_unix_refusal(self, why: Option<&str>) -> Held {
+        let (mechanism, refusal) = if self.unix_hooks {
+            (
+                Mechanism::SupervisorAndUnixHooks,
+                "the cgroup connect_unix and sendmsg_unix hooks",
+            )
         } else {
-            "lockrun's unix guard (fmod_ret on security_unix_stream_connect and \
-             security_unix_may_send; no cgroup unix hooks: Linux < 6.7)"
-        }
+            (
+                Mechanism::SupervisorAndUnixGuard,
+                "lockrun's unix guard (fmod_ret on security_unix_stream_connect and \
+                 security_unix_may_send; no cgroup unix hooks: Linux < 6.7)",
+            )
+        };
+        let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
+        Held::new(
+            mechanism,
+            format!("the seccomp supervisor, and {refusal}{why}"),
+        )
     }
 
     /// What the seccomp supervisor stands in for here, for want of the
@@ -562,19 +634,33 @@ mod tests {
         let old = k(2, true, false);
         assert_eq!(
             by(old, "no signal"),
-            Ok("the seccomp supervisor (no Landlock scoping: ABI < 6)".to_owned())
+            Ok(Held::new(
+                Mechanism::Supervisor,
+                "the seccomp supervisor (no Landlock scoping: ABI < 6)"
+            ))
         );
         assert_eq!(
             by(old, "no abstract"),
-            Ok(
+            Ok(Held::new(
+                Mechanism::SupervisorAndUnixHooks,
                 "the seccomp supervisor, and the cgroup connect_unix and sendmsg_unix hooks \
                 (no Landlock scoping: ABI < 6)"
-                    .to_owned()
-            )
+            ))
+        );
+        assert_eq!(
+            by(k(2, false, true), "no abstract").map(|h| h.mechanism),
+            Ok(Mechanism::SupervisorAndUnixGuard)
+        );
+        assert_eq!(
+            by(k(7, false, true), "pathname unix").map(|h| h.mechanism),
+            Ok(Mechanism::SupervisorAndUnixGuard)
         );
         assert_eq!(
             by(k(7, true, false), "no signal"),
-            Ok("Landlock signal scoping (ABI 7)".to_owned())
+            Ok(Held::new(
+                Mechanism::Landlock,
+                "Landlock signal scoping (ABI 7)"
+            ))
         );
         assert_eq!(
             by(k(2, false, false), "no abstract"),
@@ -611,18 +697,27 @@ mod tests {
         let ioctl = "no ioctl on a device outside the writable roots";
         assert_eq!(
             by(2, truncated),
-            Ok("the seccomp supervisor (no Landlock truncate right: ABI < 3)".to_owned())
+            Ok(Held::new(
+                Mechanism::Supervisor,
+                "the seccomp supervisor (no Landlock truncate right: ABI < 3)"
+            ))
         );
         assert_eq!(
             by(3, truncated),
-            Ok("Landlock truncate right (ABI 3)".to_owned())
+            Ok(Held::new(
+                Mechanism::Landlock,
+                "Landlock truncate right (ABI 3)"
+            ))
         );
-        assert!(by(4, ioctl)
-            .unwrap()
-            .starts_with("device files only under /dev"));
+        let nodev = by(4, ioctl).unwrap();
+        assert_eq!(nodev.mechanism, Mechanism::NodevMounts);
+        assert!(nodev.how.starts_with("device files only under /dev"));
         assert_eq!(
             by(5, ioctl),
-            Ok("Landlock device ioctl right (ABI 5)".to_owned())
+            Ok(Held::new(
+                Mechanism::Landlock,
+                "Landlock device ioctl right (ABI 5)"
+            ))
         );
         let k = |abi| Kernel {
             landlock: Ok(abi),
@@ -654,20 +749,21 @@ mod tests {
         assert_eq!(k.gaps(), vec![]);
         assert_eq!(
             fs(&k),
-            Some(Ok(
+            Some(Ok(Held::new(
+                Mechanism::SyscallAudit,
                 "kernel audit's syscall records of the run's login uid (no Landlock \
                      denial logging: ABI < 7)"
-                    .to_owned()
-            ))
+            )))
         );
         assert!(k.refusals_by_syscall_audit().is_some());
         // By Landlock from ABI 7, whatever was found of kernel audit.
         let k = kernel(7, on);
         assert_eq!(
             fs(&k),
-            Some(Ok(
-                "Landlock denial logging to kernel audit (ABI 7)".to_owned()
-            ))
+            Some(Ok(Held::new(
+                Mechanism::Landlock,
+                "Landlock denial logging to kernel audit (ABI 7)"
+            )))
         );
         assert!(k.refusals_by_syscall_audit().is_none());
         // Where kernel audit cannot be used, the gap stays and says why.
@@ -697,7 +793,7 @@ mod tests {
             .promises()
             .into_iter()
             .find(|h| h.promise == "every refused reach outside the run recorded")
-            .map(|h| h.by)
+            .map(|h| h.by.map(|held| held.how))
             .unwrap()
         };
         let on = Some(Ok(SyscallAudit { audit_on: true }));
@@ -722,6 +818,31 @@ mod tests {
                 Ok(format!(
                     "the seccomp supervisor (no Landlock scoping: ABI < 6){unseen}"
                 ))
+            );
+        }
+    }
+
+    /// `doctor --json` names the mechanisms so, and the kernel table
+    /// (`cargo xtask kernels table`) reads them by these names.
+    #[test]
+    fn a_mechanism_is_named_in_snake_case() {
+        for (m, name) in [
+            (Mechanism::Landlock, "landlock"),
+            (Mechanism::Supervisor, "supervisor"),
+            (
+                Mechanism::SupervisorAndUnixHooks,
+                "supervisor_and_unix_hooks",
+            ),
+            (
+                Mechanism::SupervisorAndUnixGuard,
+                "supervisor_and_unix_guard",
+            ),
+            (Mechanism::NodevMounts, "nodev_mounts"),
+            (Mechanism::SyscallAudit, "syscall_audit"),
+        ] {
+            assert_eq!(
+                serde_json::to_string(&m).unwrap_or_default(),
+                format!("\"{name}\"")
             );
         }
     }

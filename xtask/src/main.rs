@@ -8,8 +8,9 @@
 //! - `test`: build, mount bpffs if needed, `cargo test --workspace`.
 //!   `test --kernel K`: the same test binaries inside another kernel, booted
 //!   under qemu (`kernels/`, docs/kernels.md).
-//! - `kernels fetch | run`: download the kernels of the matrix; run one
-//!   command inside one.
+//! - `kernels fetch | run | table`: download the kernels of the matrix; run
+//!   one command inside one; README's table of kernels × promises from the
+//!   results.
 //! - `run`: build, then run `target/<host>/<profile>/lockrun` with the given args.
 //!
 //! The agent and its tests are built for the host's target named
@@ -124,7 +125,7 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Other kernels: download them, run a command inside one.
+    /// Other kernels: download them, run a command inside one, tabulate the results.
     Kernels {
         #[command(subcommand)]
         cmd: KernelsCmd,
@@ -183,6 +184,17 @@ enum KernelsCmd {
         timeout: u64,
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Write README.md's table of kernels × promises (between its
+    /// `kernels:begin` and `kernels:end` markers) from the results of
+    /// `test --kernel`: the newest whole-suite run of each series.
+    Table {
+        /// Only compare: exit 1 when README.md's table is not the results'.
+        #[arg(long)]
+        check: bool,
+        /// Where the results-*.json are [default: target/kernels].
+        #[arg(long, value_name = "DIR")]
+        results: Option<PathBuf>,
     },
 }
 
@@ -261,7 +273,8 @@ fn real_main() -> Result<ExitCode> {
                     lsm,
                 };
                 let choice = kernels::Choice { only, except };
-                return kernels::test(&root, c, &kernel, &choice, &args, &limits);
+                let lockrun = agent_bin_dir(&root, release).join("lockrun");
+                return kernels::test(&root, c, &kernel, &choice, &args, &limits, &lockrun);
             }
             ensure_bpffs()?;
             if !args.is_empty() {
@@ -298,6 +311,9 @@ fn real_main() -> Result<ExitCode> {
                     command,
                 },
         } => kernels::run_cmd(&root, &kernel, &command, Duration::from_secs(timeout * 60)),
+        Cmd::Kernels {
+            cmd: KernelsCmd::Table { check, results },
+        } => kernels::table::table_cmd(&root, results, check),
         Cmd::KernelRecord { .. } => unreachable!("dispatched above"),
         Cmd::Run { release, args } => {
             build(&root, release)?;

@@ -2,6 +2,9 @@
 //! hold here, and a live canary that proves it: a probe under a real sandbox
 //! tries to break out five ways, and each attempt is judged from outside.
 //!
+//! `--json` prints the same report as one JSON object ([`PromiseLine`] for
+//! each promise), for the kernel matrix's table (`cargo xtask kernels table`).
+//!
 //! Exit status: 0 when every promise holds and nothing got out; 3 when the
 //! host lacks something a promise needs; 4 when the canary got out (or could
 //! not be judged); 125 when it runs inside a lockrun run, where the host
@@ -15,6 +18,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::cli::DoctorArgs;
+use crate::kernel::{Gap, Kernel, Mechanism, Unheld};
+use crate::shown::say;
 
 /// Host support is missing for some promise.
 pub const HOST_LACKS: i32 = 3;
@@ -83,7 +88,7 @@ pub fn host_checks() -> Vec<Check> {
             .map(|()| "mounted at /sys/fs/bpf".to_owned())
             .map_err(|e| e.to_string()),
     ));
-    let kernel = crate::kernel::Kernel::get();
+    let kernel = Kernel::get();
     checks.push(check(
         "BPF cgroup hooks",
         if kernel.unix_hooks {
@@ -113,7 +118,7 @@ pub fn host_checks() -> Vec<Check> {
                     } else {
                         format!("audit daemon pid {}", st.daemon_pid)
                     },
-                    if crate::kernel::Kernel::get().landlock_abi() >= 7 {
+                    if Kernel::get().landlock_abi() >= 7 {
                         "Landlock denials"
                     } else {
                         "the records of the run's refused calls"
@@ -176,14 +181,174 @@ pub struct Attempt {
     pub held: bool,
 }
 
+/// One promise that depends on the kernel, as `doctor` tells it: held by
+/// a mechanism, or not (`doctor --json` prints exactly these objects).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum PromiseLine {
+    Held {
+        promise: &'static str,
+        /// How it is held, in a sentence.
+        held_by: String,
+        mechanism: Mechanism,
+    },
+    /// A gap a policy may accept by its name.
+    Gap {
+        promise: &'static str,
+        gap: Gap,
+        /// What this kernel lacks for it.
+        lacks: String,
+    },
+    /// No Landlock, and so no run: why there is none.
+    NoLandlock {
+        promise: &'static str,
+        no_landlock: String,
+    },
+}
+
+impl PromiseLine {
+    /// The promises of `kernel`, each with what holds it.
+    #[must_use]
+    pub fn of(kernel: &Kernel) -> Vec<Self> {
+        kernel
+            .promises()
+            .into_iter()
+            .map(|h| match h.by {
+                Ok(held) => Self::Held {
+                    promise: h.promise,
+                    held_by: held.how,
+                    mechanism: held.mechanism,
+                },
+                Err(Unheld::Gap(gap)) => Self::Gap {
+                    promise: h.promise,
+                    gap,
+                    lacks: kernel.lacks(gap),
+                },
+                Err(Unheld::NoLandlock) => Self::NoLandlock {
+                    promise: h.promise,
+                    no_landlock: kernel
+                        .landlock
+                        .err()
+                        .map_or_else(String::new, |why| why.to_string()),
+                },
+            })
+            .collect()
+    }
+
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        matches!(self, Self::Held { .. })
+    }
+
+    /// Its line in the text report.
+    fn text(&self) -> String {
+        let (mark, promise, by) = match self {
+            Self::Held {
+                promise, held_by, ..
+            } => (" ok ", promise, held_by.clone()),
+            Self::Gap {
+                promise,
+                gap,
+                lacks,
+            } => (
+                "GAP ",
+                promise,
+                format!(
+                    "nothing: this kernel lacks {lacks}; a run is refused unless its policy accepts {} (run.accept_gaps, --accept-gap)",
+                    gap.name()
+                ),
+            ),
+            Self::NoLandlock { promise, .. } => (
+                "MISS",
+                promise,
+                "nothing: no Landlock (no run starts)".to_owned(),
+            ),
+        };
+        format!("  [{mark}] {promise:<60} {by}")
+    }
+}
+
+/// What the canary showed, where it ran.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CanaryOutcome {
+    Attempts(Vec<Attempt>),
+    CouldNotRun(String),
+}
+
+/// `doctor --json`: everything the text report says, as one object.
+#[derive(Debug, serde::Serialize)]
+struct Report<'a> {
+    /// The kernel's release (`uname -r`).
+    release: String,
+    /// The Landlock ABI lockrun uses here; 0 without Landlock.
+    landlock_abi: u8,
+    checks: &'a [Check],
+    promises: &'a [PromiseLine],
+    /// `null` with `--no-canary`.
+    canary: Option<&'a CanaryOutcome>,
+}
+
 /// Run `doctor`; returns the exit status.
 #[must_use]
 pub fn run(args: &DoctorArgs) -> i32 {
-    println!("lockrun doctor: what this host can enforce");
+    let kernel = Kernel::get();
+    if !args.json {
+        println!("lockrun doctor: what this host can enforce");
+    }
     let checks = host_checks();
-    let mut host_ok = true;
-    for c in &checks {
-        host_ok &= c.ok;
+    let promises = PromiseLine::of(&kernel);
+    let host_ok = checks.iter().all(|c| c.ok) && promises.iter().all(PromiseLine::is_held);
+    if !args.json {
+        print_host(&checks, &promises);
+    }
+    let canary = (!args.no_canary).then(|| {
+        if !args.json {
+            println!("\nlive canary: a probe under a real sandbox tries to get out; each attempt judged from outside");
+        }
+        canary().map_or_else(
+            |e| CanaryOutcome::CouldNotRun(e.to_string()),
+            CanaryOutcome::Attempts,
+        )
+    });
+    let code = exit_status(host_ok, canary.as_ref());
+    if args.json {
+        let report = Report {
+            release: nix::sys::utsname::uname()
+                .map(|u| u.release().to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            landlock_abi: kernel.landlock_abi(),
+            checks: &checks,
+            promises: &promises,
+            canary: canary.as_ref(),
+        };
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                say!("lockrun: cannot print the doctor's report as JSON: {e}");
+                return 1;
+            }
+        }
+    } else if let Some(c) = &canary {
+        print_canary(c, host_ok);
+    }
+    code
+}
+
+/// 0 when every promise holds (and the canary, if it ran, got nothing
+/// out); [`CANARY_FAILED`] when it did, or could not be judged;
+/// [`HOST_LACKS`] when the host lacks what some promise needs.
+fn exit_status(host_ok: bool, canary: Option<&CanaryOutcome>) -> i32 {
+    match canary {
+        Some(CanaryOutcome::CouldNotRun(_)) => CANARY_FAILED,
+        Some(CanaryOutcome::Attempts(a)) if !a.iter().all(|a| a.held) => CANARY_FAILED,
+        _ if !host_ok => HOST_LACKS,
+        _ => 0,
+    }
+}
+
+fn print_host(checks: &[Check], promises: &[PromiseLine]) {
+    for c in checks {
         println!(
             "  [{}] {:<22} {}  — {}",
             if c.ok { " ok " } else { "MISS" },
@@ -193,41 +358,20 @@ pub fn run(args: &DoctorArgs) -> i32 {
         );
     }
     println!("\nthe promises that depend on the kernel, and what holds each here:");
-    for h in crate::kernel::Kernel::get().promises() {
-        let (mark, by) = match &h.by {
-            Ok(by) => (" ok ", by.clone()),
-            Err(crate::kernel::Unheld::Gap(g)) => {
-                host_ok = false;
-                (
-                    "GAP ",
-                    format!(
-                        "nothing: this kernel lacks {}; a run is refused unless its policy accepts {} (run.accept_gaps, --accept-gap)",
-                        crate::kernel::Kernel::get().lacks(*g),
-                        g.name()
-                    ),
-                )
-            }
-            Err(crate::kernel::Unheld::NoLandlock) => {
-                host_ok = false;
-                ("MISS", "nothing: no Landlock (no run starts)".to_owned())
-            }
-        };
-        println!("  [{mark}] {:<60} {by}", h.promise);
+    for p in promises {
+        println!("{}", p.text());
     }
-    if args.no_canary {
-        return if host_ok { 0 } else { HOST_LACKS };
-    }
-    println!("\nlive canary: a probe under a real sandbox tries to get out; each attempt judged from outside");
-    let attempts = match canary() {
-        Ok(a) => a,
-        Err(e) => {
+}
+
+fn print_canary(canary: &CanaryOutcome, host_ok: bool) {
+    let attempts = match canary {
+        CanaryOutcome::Attempts(a) => a,
+        CanaryOutcome::CouldNotRun(e) => {
             println!("  canary could not run: {e}");
-            return CANARY_FAILED;
+            return;
         }
     };
-    let mut all_held = true;
-    for a in &attempts {
-        all_held &= a.held;
+    for a in attempts {
         println!(
             "  [{}] {:<9} {:<44} inside: {:<18} outside: {}",
             if a.held { " ok " } else { "FAIL" },
@@ -237,16 +381,13 @@ pub fn run(args: &DoctorArgs) -> i32 {
             a.outside
         );
     }
-    if !all_held {
+    if !attempts.iter().all(|a| a.held) {
         println!("\nlockrun doctor: the canary got out or a control failed: this host does NOT confine as promised");
-        return CANARY_FAILED;
-    }
-    if !host_ok {
+    } else if !host_ok {
         println!("\nlockrun doctor: the canary held, but the host lacks what some promises need (see MISS and GAP above)");
-        return HOST_LACKS;
+    } else {
+        println!("\nlockrun doctor: every promise holds on this host");
     }
-    println!("\nlockrun doctor: every promise holds on this host");
-    0
 }
 
 struct Scratch(PathBuf);
@@ -295,7 +436,7 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
             // What this kernel cannot hold is told above; the canary
             // proves what it does.
             .args(
-                crate::kernel::Kernel::get()
+                Kernel::get()
                     .gaps()
                     .into_iter()
                     .flat_map(|g| ["--accept-gap", g.name()]),

@@ -4,10 +4,13 @@
 //! - `cargo xtask kernels fetch [SERIES…]`: downloads Debian's packages of
 //!   the matrix (6.1, 6.12, 6.16, 6.18; [`fetch`]).
 //! - `cargo xtask test --kernel K [--only BIN,…] [-- ARGS]`: builds the suite
-//!   as the native run does, boots K and runs the test binaries inside, as
-//!   root with `CI=true` ([`suite`], [`vm`]); closes with the native run's
-//!   line, the kernel named.
+//!   as the native run does, boots K, asks `lockrun doctor --json` what holds
+//!   each promise there, and runs the test binaries inside, as root with
+//!   `CI=true` ([`suite`], [`vm`]); closes with the native run's line, the
+//!   kernel named.
 //! - `cargo xtask kernels run K -- COMMAND…`: one command inside K.
+//! - `cargo xtask kernels table [--check]`: README's table of kernels ×
+//!   promises from the results ([`table`]).
 //!
 //! Downloads and what is made of them live in the cache: `target/kernels/`
 //! (or `$LOCKRUN_KERNELS_DIR`, for worktrees that share one). Everything a
@@ -20,6 +23,7 @@ pub mod cpio;
 pub mod fetch;
 pub mod image;
 pub mod suite;
+pub mod table;
 pub mod vm;
 
 use std::fs::File;
@@ -29,6 +33,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
+use serde::Deserialize as _;
+use serde_json::Value;
 
 use image::Kernel;
 use suite::{Results, TestBinary};
@@ -191,8 +197,19 @@ fn run_name(release: &str, limits: &RunLimits) -> String {
     }
 }
 
+/// What runs inside each kernel.
+struct Plan<'a> {
+    binaries: &'a [TestBinary],
+    choice: &'a Choice,
+    /// Arguments after `--`, for every test binary.
+    args: &'a [String],
+    /// The lockrun binary the suite built, whose `doctor --json` tells
+    /// what holds each promise there.
+    lockrun: &'a Path,
+}
+
 /// `cargo xtask test --kernel …`: `cargo` is the native run's `cargo test`
-/// without its `-- args`.
+/// without its `-- args`; it builds `lockrun`.
 pub fn test(
     root: &Path,
     cargo: Command,
@@ -200,6 +217,7 @@ pub fn test(
     choice: &Choice,
     args: &[String],
     limits: &RunLimits,
+    lockrun: &Path,
 ) -> Result<ExitCode> {
     fetch::ensure_host_tools()?;
     let cache = Cache::open(root)?;
@@ -225,9 +243,15 @@ pub fn test(
         b.env.push(("CI".into(), "true".into()));
         b.env.push((SLOWDOWN.into(), slowdown.clone().into()));
     }
+    let plan = Plan {
+        binaries: &binaries,
+        choice,
+        args,
+        lockrun,
+    };
     let mut ok = true;
     for (kernel, source) in &prepared {
-        ok &= run_suite(&out, kernel, source, &binaries, args, limits)?;
+        ok &= run_suite(&out, kernel, source, &plan, limits)?;
     }
     Ok(if ok {
         ExitCode::SUCCESS
@@ -236,16 +260,16 @@ pub fn test(
     })
 }
 
-/// Boot `kernel`, run `binaries` in it, print the closing line and write
-/// the results; whether every binary passed.
+/// Boot `kernel`, run the plan's binaries in it, print the closing line and
+/// write the results; whether every binary passed.
 fn run_suite(
     out: &Path,
     kernel: &Kernel,
     source: &Path,
-    binaries: &[TestBinary],
-    args: &[String],
+    plan: &Plan,
     limits: &RunLimits,
 ) -> Result<bool> {
+    let binaries = plan.binaries;
     let release = &run_name(&kernel.release, limits);
     eprintln!(
         "xtask: booting {} ({} test binaries, qemu TCG, {CPUS} CPUs, {MEMORY}, lsm={})",
@@ -255,7 +279,7 @@ fn run_suite(
     );
     let run = RunDir::new(out)?;
     let mut results = Results::new(binaries);
-    let outcome = boot(kernel, &run.0, binaries, limits, |l| {
+    let outcome = boot(kernel, &run.0, binaries, Some(plan.lockrun), limits, |l| {
         println!("{l}");
         results.line(l);
     })?;
@@ -277,7 +301,10 @@ fn run_suite(
     );
     let failed = results.failed();
     let vm_failed = !status.lines().any(|l| l == "done");
-    let mut json = results.to_json(&kernel.release, source, boot_s, args);
+    let mut json = results.to_json(&kernel.release, source, boot_s, plan.args);
+    json["only"] = plan.choice.only.clone().into();
+    json["except"] = plan.choice.except.clone().into();
+    json["promises"] = promises(&run.0.join("share/promises.json"), release);
     json["lsm"] = limits.lsm.as_deref().unwrap_or(vm::LSM).into();
     json["complete"] = (!vm_failed).into();
     json["timed_out"] = outcome.timed_out.into();
@@ -305,11 +332,31 @@ fn run_suite(
     Ok(failed.is_empty() && !vm_failed)
 }
 
-/// Boot `kernel` to run `binaries` (the plan) in the run dir `run`.
+/// What `lockrun doctor --json` wrote in the guest (`file`), if it is a
+/// doctor's report; else `null`, and said.
+fn promises(file: &Path, release: &str) -> Value {
+    let report = std::fs::read_to_string(file)
+        .map_err(|e| format!("no {} ({e})", file.display()))
+        .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()))
+        .and_then(|v| match table::Doctor::deserialize(&v) {
+            Ok(_) => Ok(v),
+            Err(e) => Err(e.to_string()),
+        });
+    report.unwrap_or_else(|e| {
+        eprintln!(
+            "xtask: {release}: no promises: lockrun doctor --json wrote no report: {e} (see the output log)"
+        );
+        Value::Null
+    })
+}
+
+/// Boot `kernel` to run `binaries` (the plan) in the run dir `run`, after
+/// `lockrun doctor --json` if given `lockrun`.
 fn boot(
     kernel: &Kernel,
     run: &Path,
     binaries: &[TestBinary],
+    lockrun: Option<&Path>,
     limits: &RunLimits,
     on_line: impl FnMut(&str),
 ) -> Result<vm::Outcome> {
@@ -323,6 +370,10 @@ fn boot(
         ("MODULES", kernel.modules.as_os_str().as_bytes()),
         ("TOTAL", binaries.len().to_string().as_bytes()),
         ("LIMIT", limits.each.as_secs().to_string().as_bytes()),
+        (
+            "LOCKRUN",
+            lockrun.map_or(&[][..], |p| p.as_os_str().as_bytes()),
+        ),
     ] {
         conf.extend_from_slice(k.as_bytes());
         conf.push(b'=');
@@ -360,7 +411,7 @@ pub fn run_cmd(root: &Path, spec: &str, command: &[String], limit: Duration) -> 
         lsm: None,
     };
     // Stage 2's lines about the command go to stderr, its output to stdout.
-    let outcome = boot(&kernel, &run.0, &binaries, &limits, |l| {
+    let outcome = boot(&kernel, &run.0, &binaries, None, &limits, |l| {
         if l.starts_with("xtask: running command") || l.starts_with("xtask: command: ") {
             eprintln!("{l}");
         } else {
@@ -448,5 +499,34 @@ fn console_tail(path: &Path) {
     let lines: Vec<&str> = text.lines().collect();
     for l in &lines[lines.len().saturating_sub(25)..] {
         eprintln!("  {l}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The doctor's report goes into the results as it was written; what is
+    /// not one (no file, not JSON, another object) is `null`.
+    #[test]
+    fn promises_are_the_doctors_report_or_null() {
+        let dir = std::env::temp_dir().join(format!("xtask-promises-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("promises.json");
+        let report = serde_json::json!({
+            "release": "6.12.117+deb13-amd64",
+            "landlock_abi": 6,
+            "checks": [],
+            "promises": [{"promise": "p", "held_by": "h", "mechanism": "supervisor"}],
+            "canary": null,
+        });
+        std::fs::write(&file, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+        assert_eq!(promises(&file, "r"), report);
+        for text in ["", "{\"release\": \"6.12\"", "{\"release\": \"6.12\"}"] {
+            std::fs::write(&file, text).unwrap();
+            assert_eq!(promises(&file, "r"), Value::Null, "{text}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(promises(&file, "r"), Value::Null);
     }
 }

@@ -2,13 +2,15 @@
 # Stage 2 of a guest of `cargo xtask test --kernel` (PID 1, bash on the
 # host's root under the overlay): make the guest a host like the project's
 # (the kernel's filesystems, cgroup2 with every controller handed to the
-# children at the root as systemd does, bpffs, this kernel's modules), run
-# the plan's commands one after another, each under a time limit, with their
-# output into /run/xtask/output, then power off.
+# children at the root as systemd does, bpffs, this kernel's modules), tell
+# what holds each promise here (`lockrun doctor --json --no-canary` into
+# /run/xtask/promises.json; not one of the plan's commands), run the plan's
+# commands one after another, each under a time limit, with their output
+# into /run/xtask/output, then power off.
 # /run/xtask/status: "boot <uptime>", "start <n> <uptime>",
 # "end <n> <exit status> <uptime>", "done".
 X=/run/xtask
-. $X/guest.conf   # RELEASE MODULES TOTAL LIMIT (seconds per command)
+. $X/guest.conf   # RELEASE MODULES TOTAL LIMIT (seconds per command) LOCKRUN (may be empty)
 exec 3>$X/output
 uptime_s() { local up _; read -r up _ < /proc/uptime; echo "$up"; }
 status() { echo "$*" >> $X/status; }
@@ -35,6 +37,13 @@ mkdir -p "/lib/modules/$RELEASE" && mount --bind "$MODULES" "/lib/modules/$RELEA
   echo "xtask-guest: the kernel's modules are not at /lib/modules/$RELEASE" >&3
 ip link set lo up
 echo xtask-guest > /proc/sys/kernel/hostname
+
+if [ -n "$LOCKRUN" ]; then
+  echo "xtask: lockrun doctor --json --no-canary" >&3
+  timeout -k 10 "$LIMIT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$LOCKRUN" doctor --json --no-canary \
+    </dev/null >$X/promises.json 2>&3
+  echo "xtask: lockrun doctor: exit $? (3: something lacks, the report says what)" >&3
+fi
 
 n=0
 # run LABEL CWD: run the command A (argv) with exactly the environment E.
