@@ -21,6 +21,8 @@
 mod python;
 #[path = "support/skip.rs"]
 mod skip;
+#[path = "support/build.rs"]
+mod build;
 #[path = "support/fs.rs"]
 mod support;
 
@@ -234,4 +236,49 @@ fn a_unix_socket_swapped_under_a_continued_connect_is_refused() {
         .filter(|(hook, path)| hook == "unix_guard_connect" && *path == short)
         .count();
     assert!(swapped > 0, "no swap reached the kernel: {stdout}");
+}
+
+/// Runs that start at once, the first of a build on this boot, all attach
+/// to the one guard: the kernel links its program to a function once, and
+/// a run that finds the link another has just made and not yet pinned
+/// waits for it (it was refused with `EBUSY`, exit 125). A build of the
+/// test's own, so that no link of it is there before. Each run makes its
+/// own socket and reaches it; the guard is live after.
+#[test]
+fn runs_that_start_at_once_share_the_guard() {
+    const T: &str = "runs_that_start_at_once_share_the_guard";
+    let w = World::new("unix-guard-once");
+    let log = w.root.join("audit.jsonl");
+    if !guard_loads(&w, &log, T) {
+        return;
+    }
+    let build = build::TestBuild::new("guardonce");
+    let runs: Vec<_> = (0..6)
+        .map(|i| {
+            let own = w.wt.join(format!("own-{i}.sock"));
+            let mut c = lockrun(
+                &w,
+                &w.root.join(format!("audit-{i}.jsonl")),
+                &[&["unix_own", s(&own)]],
+            );
+            c.env("LOCKRUN_TEST_BUILD_ID", &build.0)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{err}");
+    }
+    assert!(
+        build.pinned().iter().any(|n| n == &build.0)
+            && std::fs::read_dir(build.dir())
+                .unwrap()
+                .flatten()
+                .any(|e| e.file_name() == "link-guard_connect_unix"),
+        "the guard's link is not pinned"
+    );
 }

@@ -172,6 +172,12 @@ pub enum BpfError {
         #[source]
         source: io::Error,
     },
+    #[error("attaching lockrun's unix guard ({program}) failed")]
+    GuardAttach {
+        program: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("BPF_OBJ_PIN {path} failed")]
     Pin {
         path: PathBuf,
@@ -1046,10 +1052,35 @@ impl Shared {
             if live() {
                 continue;
             }
-            let link = raw::attach_tracing(prog.as_fd()).map_err(|source| BpfError::RawAttach {
-                program: name,
-                source,
-            })?;
+            // The kernel links a program to its function once: while
+            // another lockrun's link, made a moment ago, is not yet pinned,
+            // this one is refused (`EBUSY`). Its pin is then waited for; a
+            // lockrun that died before pinning closed its link, and the
+            // next try attaches.
+            let waited = std::time::Instant::now();
+            let link = loop {
+                match raw::attach_tracing(prog.as_fd()) {
+                    Ok(link) => break Some(link),
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY)
+                            && waited.elapsed() < GUARD_ATTACH_WAIT =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                        if live() {
+                            break None;
+                        }
+                    }
+                    Err(source) => {
+                        return Err(BpfError::GuardAttach {
+                            program: name,
+                            source,
+                        })
+                    }
+                }
+            };
+            let Some(link) = link else {
+                continue;
+            };
             match raw::obj_pin(link.as_fd(), &pin) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
@@ -1057,7 +1088,7 @@ impl Shared {
             }
             drop(link);
             if !live() {
-                return Err(BpfError::RawAttach {
+                return Err(BpfError::GuardAttach {
                     program: name,
                     source: io::Error::other("its pinned link runs another program"),
                 });
@@ -1899,6 +1930,10 @@ pub fn unix_guard_loads() -> bool {
     }
     true
 }
+
+/// How long a lockrun waits for the unix guard's link another lockrun has
+/// just made to be pinned ([`Shared::ensure_guard`]).
+const GUARD_ATTACH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Under [`SHARED_ROOT`]: the pinned probe that says the unix guard loads
 /// on this boot's kernel ([`unix_guard_loads`]); no build's, never reaped.
