@@ -385,9 +385,15 @@ pub fn sendto_unix(
 /// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: the mode of what `fd` (`O_PATH`
 /// or not) refers to, itself; no name is looked up (a path through
 /// `/proc/self/fd/N` costs a walk of procfs, twice what the change does).
+/// Before Linux 6.6, which has no `fchmodat2` (`ENOSYS`), through that path
+/// ([`chmod_through_proc`]).
 pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    static NO_FCHMODAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if NO_FCHMODAT2.load(std::sync::atomic::Ordering::Relaxed) {
+        return chmod_through_proc(fd, mode);
+    }
     // SAFETY: the path is a NUL-terminated empty string; no other pointer.
-    unit_result(unsafe {
+    match unit_result(unsafe {
         libc::syscall(
             crate::seccomp::SYS_FCHMODAT2,
             fd.as_raw_fd(),
@@ -395,7 +401,34 @@ pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
             mode,
             libc::AT_EMPTY_PATH,
         )
-    })
+    }) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            NO_FCHMODAT2.store(true, std::sync::atomic::Ordering::Relaxed);
+            chmod_through_proc(fd, mode)
+        }
+        r => r,
+    }
+}
+
+/// `chmod("/proc/self/fd/<fd>", mode)`: the magic link leads to the very
+/// inode `fd` refers to, whatever its names now. A symbolic link's mode is
+/// not changed: `EOPNOTSUPP`, as `fchmodat2` answers (`chmod` would follow
+/// the link's own path no further, and change the link).
+fn chmod_through_proc(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(io::Error::from)?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    let mut path = [0u8; 32];
+    let name = proc_fd_path(fd.as_raw_fd(), &mut path);
+    // SAFETY: `name` is NUL-terminated within `path`, which outlives the call.
+    unit_result(unsafe { libc::chmod(name.as_ptr(), mode) }.into())
+}
+
+/// `/proc/self/fd/<fd>`, NUL-terminated, in `buf`, without allocating.
+fn proc_fd_path(fd: i32, buf: &mut [u8; 32]) -> &std::ffi::CStr {
+    let _ = std::io::Write::write_fmt(&mut &mut buf[..], format_args!("/proc/self/fd/{fd}\0"));
+    std::ffi::CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"/proc/self/fd")
 }
 
 /// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH)`; `u32::MAX` leaves one
@@ -678,6 +711,45 @@ pub fn drop_thread_caps_for_good() -> io::Result<()> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+
+    /// Below Linux 6.6 (no `fchmodat2`): the mode of the file a descriptor
+    /// (`O_PATH` too) refers to, changed through its `/proc/self/fd` link;
+    /// a symbolic link's refused as `fchmodat2` refuses it.
+    #[test]
+    fn chmod_through_proc_changes_the_descriptors_file_and_no_link() {
+        use std::os::fd::AsFd as _;
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = crate::testing::Scratch::new("chmodproc");
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let open = |p: &std::path::Path, flags: i32| {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | flags)
+                .open(p)
+                .unwrap()
+        };
+        let fd = open(&file, 0);
+        super::chmod_through_proc(fd.as_fd(), 0o640).unwrap();
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777,
+            0o640
+        );
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let fd = open(&link, libc::O_NOFOLLOW);
+        assert_eq!(
+            super::chmod_through_proc(fd.as_fd(), 0o600)
+                .unwrap_err()
+                .raw_os_error(),
+            Some(libc::EOPNOTSUPP)
+        );
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777,
+            0o640
+        );
+    }
     use super::{retry_with_caps, with_caps, EffectiveCapsDropped};
 
     fn thread_cap_eff() -> u64 {
