@@ -179,6 +179,12 @@ pub struct ChildPlan {
     /// Whether the run's processes may not dump core
     /// ([`crate::run::core_dumps`]): `RLIMIT_CORE` at 1 byte, soft and hard.
     no_core_dumps: bool,
+    /// The CPUs of the thread that clones the child, which the child sets
+    /// again: Linux 6.1 gives the child of `clone3(CLONE_INTO_CGROUP)`
+    /// every CPU of the cpuset of its cgroup (seen under Debian's 6.1 on a
+    /// host whose root hands `cpuset` down, as systemd's does; 6.12 keeps
+    /// the parent's), and the caller's `taskset` would be lost.
+    cpus: Option<libc::cpu_set_t>,
     /// The run's own filesystems, mounted in the child's mount namespace.
     mounts: Vec<OwnMount>,
     /// Whether device files may be opened only under `/dev`
@@ -691,6 +697,16 @@ impl OtherCpus {
     }
 }
 
+/// The CPUs the calling thread may run on; `None` if they cannot be read.
+fn this_threads_cpus() -> Option<libc::cpu_set_t> {
+    // SAFETY: a zeroed `cpu_set_t` is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid `cpu_set_t` of the size passed.
+    let r =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set) };
+    (r == 0).then_some(set)
+}
+
 /// The parent's end of the report pipe.
 pub struct Report(OwnedFd);
 
@@ -744,6 +760,7 @@ impl ChildPlan {
                 setpcap,
                 nofile,
                 no_core_dumps,
+                cpus: this_threads_cpus(),
                 mounts,
                 devices_in_dev_only: false,
                 join_v1,
@@ -829,6 +846,19 @@ impl ChildPlan {
             if !write_whole(c"/proc/self/loginuid", uid.as_bytes()) {
                 return Err(self.fail(Step::LoginUid));
             }
+        }
+        // the CPUs it was cloned with (see `cpus`); a cpuset that leaves
+        // none of them refuses, and the child keeps the cpuset's
+        if let Some(cpus) = &self.cpus {
+            // SAFETY: `cpus` is a live, initialized `cpu_set_t` of the size
+            // passed; 0 is the calling thread.
+            let _ = unsafe {
+                libc::sched_setaffinity(
+                    0,
+                    std::mem::size_of::<libc::cpu_set_t>(),
+                    std::ptr::from_ref(cpus),
+                )
+            };
         }
         Ok(())
     }
