@@ -2844,10 +2844,11 @@ fn an_unprivileged_caller_is_refused_before_anything_runs() {
     for d in [&w.root, &w.wt, &w.state, &w.home, &w.data] {
         std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
     }
-    // As on this kernel, and as below Landlock ABI 7, where lockrun also
-    // asks kernel audit (which refuses nobody): still the privileges named,
-    // not a kernel's gap.
-    for abi in [None, Some("6")] {
+    // As on this kernel, as below Landlock ABI 7, where lockrun also asks
+    // kernel audit, and as on 6.1 (ABI 2, no unix hooks), where it loads its
+    // unix guard: each refuses nobody; still the privileges named, not a
+    // kernel's gap.
+    for (abi, no_unix_hooks) in [(None, false), (Some("6"), false), (Some("2"), true)] {
         let mut cmd = w.cmd_under(
             &[
                 "setpriv",
@@ -2860,6 +2861,9 @@ fn an_unprivileged_caller_is_refused_before_anything_runs() {
         );
         if let Some(abi) = abi {
             cmd.env("LOCKRUN_TEST_LANDLOCK_ABI", abi);
+        }
+        if no_unix_hooks {
+            cmd.env("LOCKRUN_TEST_NO_UNIX_HOOKS", "1");
         }
         let out = cmd.current_dir("/").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -2947,9 +2951,9 @@ fn a_deny_list_that_cannot_be_built_refuses_the_run() {
     std::fs::create_dir(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o711)).unwrap();
     let side = w.wt.join("side-effect");
-    // As on this kernel, and as below Landlock ABI 7 (where kernel audit
-    // refuses nobody the asking: not the refusal told).
-    for abi in [None, Some("6")] {
+    // As on this kernel, below Landlock ABI 7 and as on 6.1 (where kernel
+    // audit and the unix guard's load refuse nobody: not the refusal told).
+    for (abi, no_unix_hooks) in [(None, false), (Some("6"), false), (Some("2"), true)] {
         let mut cmd = w.cmd_under(
             &[
                 "setpriv",
@@ -2962,6 +2966,9 @@ fn a_deny_list_that_cannot_be_built_refuses_the_run() {
         );
         if let Some(abi) = abi {
             cmd.env("LOCKRUN_TEST_LANDLOCK_ABI", abi);
+        }
+        if no_unix_hooks {
+            cmd.env("LOCKRUN_TEST_NO_UNIX_HOOKS", "1");
         }
         let out = cmd.current_dir("/").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -1587,13 +1587,23 @@ fn refused_calls_seen(
     }
 }
 
+/// `CAP_SYS_ADMIN`'s number.
+const CAP_SYS_ADMIN: u32 = 21;
+
 /// The promises this kernel cannot hold ([`crate::kernel::Gap`]), each of
 /// which the policy accepts; or the refusal naming those it does not.
 ///
-/// A caller that may not ask kernel audit is refused later, where the run
-/// needs the privileges it lacks (its cgroup), not as a kernel's gap
-/// ([`refused_calls_seen`] refuses one that gets that far).
+/// A caller without `CAP_SYS_ADMIN`, which every run needs (its mount
+/// namespace, its cgroup, its eBPF hooks), is not judged here: what the
+/// kernel was asked (a BPF program loaded, kernel audit's rules) was
+/// refused for the caller's want of privileges, not for the kernel's lack,
+/// and such a run is refused at its first privileged step, naming it. (A
+/// run that got past that without kernel audit's records is refused where
+/// its audit rule is added: [`refused_calls_seen`].)
 fn gaps_accepted(policy: &Policy) -> Result<Vec<crate::kernel::Gap>, RunError> {
+    if !crate::sys::has_effective_cap(CAP_SYS_ADMIN).unwrap_or(true) {
+        return Ok(Vec::new());
+    }
     let kernel = crate::kernel::Kernel::get();
     let (accepted, refused): (Vec<_>, Vec<_>) = kernel
         .gaps()
