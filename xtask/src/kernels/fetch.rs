@@ -44,8 +44,9 @@ pub const MATRIX: [Series; 4] = [
 ];
 
 /// Host packages the kernel runs need, and a command each provides.
-const HOST_TOOLS: [(&str, &str); 5] = [
+const HOST_TOOLS: [(&str, &str); 6] = [
     ("qemu-system-x86", "qemu-system-x86_64"),
+    ("e2fsprogs", "mkfs.ext4"),
     ("busybox-static", "busybox"),
     ("kmod", "modprobe"),
     ("xz-utils", "xz"),

@@ -76,6 +76,17 @@ pub fn boot(
     let disk = run.join("scratch.img");
     // An empty disk, as hosts have one (/dev/vda).
     File::create(&disk)?.set_len(1 << 20)?;
+    // The guest's /tmp (/dev/vdb): ext4, as this machine's /tmp is (on /).
+    // A tmpfs lacks what tests judge there on older kernels (user xattrs
+    // on tmpfs: Linux 6.6). Sparse: it takes what the tests write.
+    let tmp = run.join("tmp.img");
+    File::create(&tmp)?.set_len(8 << 30)?;
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-m", "0"])
+        .arg(&tmp)
+        .status()
+        .context("mkfs.ext4 (e2fsprogs) for the guest's /tmp")?;
+    anyhow::ensure!(mkfs.success(), "mkfs.ext4 of the guest's /tmp failed");
     let _one_vm = vm_lock()?;
     let mut c = Command::new("setpriv");
     c.args(["--pdeathsig", "KILL", "--", QEMU])
@@ -105,6 +116,8 @@ pub fn boot(
         ))
         .arg("-drive")
         .arg(format!("file={},if=virtio,format=raw", qemu_escape(&disk)))
+        .arg("-drive")
+        .arg(format!("file={},if=virtio,format=raw", qemu_escape(&tmp)))
         .stdin(Stdio::null());
     let log = File::create(run.join("qemu.log"))?;
     c.stdout(log.try_clone()?).stderr(log);
