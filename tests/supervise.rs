@@ -661,8 +661,15 @@ fn unix_addresses_of_inet_length_are_refused() {
     let r = probe(&u.w, &["--audit-log", s(&audit)], ops);
     assert_eq!(r, ["errno=EPERM", "errno=EPERM", "ok"]);
     let log = std::fs::read_to_string(&audit).unwrap();
+    // The cgroup unix hooks' refusals, or before 6.7 the unix guard's.
+    let (send, connect) = if lockrun::kernel::Kernel::get().unix_hooks {
+        ("sendmsg_unix", "connect_unix")
+    } else {
+        ("unix_guard_send", "unix_guard_connect")
+    };
     assert!(
-        log.contains("\"hook\":\"sendmsg_unix\"") && log.contains("\"hook\":\"connect_unix\""),
+        log.contains(&format!("\"hook\":\"{send}\""))
+            && log.contains(&format!("\"hook\":\"{connect}\"")),
         "{log}"
     );
 }
