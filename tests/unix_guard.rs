@@ -17,12 +17,12 @@
 //! them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/build.rs"]
+mod build;
 #[path = "support/python.rs"]
 mod python;
 #[path = "support/skip.rs"]
 mod skip;
-#[path = "support/build.rs"]
-mod build;
 #[path = "support/fs.rs"]
 mod support;
 
