@@ -8,8 +8,15 @@
 //! from outside too, beside a control inside the worktree that must work
 //! and show nothing.
 //!
-//! The run's audit rule is the machine's: the tests also look that no rule
-//! of a run's is left, after the run and after a killed lockrun and
+//! A link or rename Landlock refuses with `EXDEV` (`fs.refer`: the file
+//! would gain rights where it goes) is seen too, as Landlock's own logging
+//! (ABI 7) shows it, beside a run at the kernel's own ABI where it is 7;
+//! the `EXDEV` of a link or rename across two mounts or filesystems, which
+//! the kernel gives before Landlock is asked, is not a refusal of the run
+//! and is not seen at either.
+//!
+//! The run's audit rules are the machine's: the tests also look that no
+//! rule of a run's is left, after the run and after a killed lockrun and
 //! `lockrun gc`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
@@ -33,7 +40,8 @@ const ABI: &str = "6";
 
 /// The login uids of the kernel's audit rules of lockrun's shapes
 /// (`AUDIT_LIST_RULES`: exit filter, always, the fields arch, auid and
-/// exit, exit `-EACCES` or `-EPERM`), one line each, with the exit.
+/// exit, exit `-EACCES`, `-EPERM` or `-EXDEV`), one line each, with the
+/// exit.
 const RULES: &str = r#"
 import socket, struct
 s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)
@@ -54,14 +62,14 @@ while not done:
             flags, action, count = struct.unpack_from("=3I", p)
             fields = struct.unpack_from("=64I", p, 12 + 256)[:count]
             values = struct.unpack_from("=64I", p, 12 + 512)[:count]
-            if flags & 7 == 4 and action == 2 and fields == (11, 9, 103) and values[2] in (0xfffffff3, 0xffffffff):
+            if flags & 7 == 4 and action == 2 and fields == (11, 9, 103) and values[2] in (0xfffffff3, 0xffffffff, 0xffffffee):
                 print(values[1], 0x100000000 - values[2])
         off += (n + 3) & ~3
 "#;
 
 /// The login uids of lockrun's rules loaded now, each with its rule's
-/// errno (`EACCES`: filesystem refusals; `EPERM`: reaches outside the run,
-/// at ABI 6).
+/// errno (`EACCES`: filesystem refusals; `EXDEV`: links and renames;
+/// `EPERM`: reaches outside the run, at ABI 6).
 fn rules() -> Vec<(u32, i32)> {
     let out = Command::new(python::python3())
         .args(["-c", RULES])
@@ -255,19 +263,20 @@ fn a_killed_lockruns_audit_rule_is_removed_by_gc() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(uid >= 0x8000_0000, "{uid}");
-    // At ABI 6, one rule for its filesystem refusals, one for its reaches
-    // outside the run (signals, abstract sockets).
-    let both = [(uid, libc::EPERM), (uid, libc::EACCES)];
+    // At ABI 6, one rule for its filesystem refusals, one for its links
+    // and renames refused with EXDEV, one for its reaches outside the run
+    // (signals, abstract sockets).
+    let all = [(uid, libc::EPERM), (uid, libc::EACCES), (uid, libc::EXDEV)];
     let ours = |rules: Vec<(u32, i32)>| {
         let mut r: Vec<_> = rules.into_iter().filter(|r| r.0 == uid).collect();
         r.sort_unstable();
         r
     };
-    assert_eq!(ours(rules()), both, "the run's rules are not loaded");
+    assert_eq!(ours(rules()), all, "the run's rules are not loaded");
     // SIGKILL: no teardown runs, and the rules stay.
     lockrun.0.kill().unwrap();
     lockrun.0.wait().unwrap();
-    assert_eq!(ours(rules()), both, "the rules are gone without gc");
+    assert_eq!(ours(rules()), all, "the rules are gone without gc");
     let gc = Command::new(BIN)
         .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "0"])
         .output()
@@ -276,6 +285,7 @@ fn a_killed_lockruns_audit_rule_is_removed_by_gc() {
     assert!(gc.status.success(), "{gc:?}");
     for refused in [
         "its calls refused with EACCES",
+        "its link and rename calls refused with EXDEV",
         "its signal and socket calls refused with EPERM",
     ] {
         assert!(
@@ -287,4 +297,307 @@ fn a_killed_lockruns_audit_rule_is_removed_by_gc() {
         );
     }
     assert_eq!(ours(rules()), [], "gc left the rules");
+}
+
+/// The kernel's own Landlock ABI (`landlock_create_ruleset(NULL, 0,
+/// LANDLOCK_CREATE_RULESET_VERSION)`), whatever the test build lowers.
+fn kernel_abi() -> i64 {
+    let out = Command::new(python::python3())
+        .args([
+            "-c",
+            "import ctypes; print(ctypes.CDLL(None).syscall(444, None, 0, 1))",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Landlock's filesystem rights at ABI 6 and 7, in its order (the bits'),
+/// as its records name them.
+const RIGHTS: [&str; 16] = [
+    "fs.execute",
+    "fs.write_file",
+    "fs.read_file",
+    "fs.read_dir",
+    "fs.remove_dir",
+    "fs.remove_file",
+    "fs.make_char",
+    "fs.make_dir",
+    "fs.make_reg",
+    "fs.make_sock",
+    "fs.make_fifo",
+    "fs.make_block",
+    "fs.make_sym",
+    "fs.refer",
+    "fs.truncate",
+    "fs.ioctl_dev",
+];
+
+/// What a run showed of its refusals: the probe's lines, the filesystem
+/// refusals of its audit log, the summary's line of them, and `lockrun
+/// audit`'s account of them (its `filesystem:` part).
+#[derive(Debug)]
+struct Told {
+    probe: Vec<String>,
+    seen: BTreeSet<Seen>,
+    summary: String,
+    explained: String,
+    uid: Option<u32>,
+}
+
+/// The run of `argv` in `w` with lockrun's arguments `extra`, at Landlock
+/// ABI `abi`, or (`None`) the kernel's own, its log at `log`.
+fn told(w: &World, log: &Path, abi: Option<&str>, extra: &[&str], argv: &[String]) -> Told {
+    let mut flags = vec!["--audit-log", s(log)];
+    flags.extend(extra);
+    let mut c = w.cmd(&flags, argv);
+    match abi {
+        Some(abi) => c.env("LOCKRUN_TEST_LANDLOCK_ABI", abi),
+        None => c.env_remove("LOCKRUN_TEST_LANDLOCK_ABI"),
+    };
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let (seen, uid) = refusals(log);
+    let summary = err
+        .lines()
+        .find(|l| l.contains(" refused: ") && l.contains("filesystem access"))
+        .unwrap_or_default()
+        .to_owned();
+    let audit = Command::new(BIN).args(["audit", s(log)]).output().unwrap();
+    assert!(audit.status.success(), "{audit:?}");
+    let audit = String::from_utf8_lossy(&audit.stdout).into_owned();
+    let explained = audit
+        .split_once("\n  filesystem:\n")
+        .map(|(_, rest)| rest.to_owned())
+        .unwrap_or_default();
+    Told {
+        probe: String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect(),
+        seen,
+        summary,
+        explained,
+        uid,
+    }
+}
+
+/// A bind mount of a dir at another path: the same filesystem, another
+/// mount. Unmounted when dropped.
+struct Bound(std::path::PathBuf);
+
+impl Bound {
+    fn new(from: &Path, at: &Path) -> Self {
+        std::fs::create_dir(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["--bind", s(from), s(at)])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount --bind {} {}", from.display(), at.display());
+        Self(at.to_path_buf())
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// How many names the file at `path` has, judged from outside.
+fn links(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path).unwrap().nlink()
+}
+
+/// A hard link into the worktree from a dir outside the writable paths,
+/// and one from a denied dir, are refused by Landlock with `EXDEV`
+/// (`fs.refer`), unlogged below ABI 7: each is seen with the dir it came
+/// from and the rights the file would gain, in the log, the summary and
+/// `lockrun audit`'s note, as at ABI 7. A link or rename across two mounts
+/// of one filesystem or across two filesystems gets `EXDEV` from the kernel
+/// before Landlock is asked, and is seen at neither ABI; a link and renames
+/// within the worktree work.
+#[test]
+fn below_abi_7_links_landlock_refuses_with_exdev_are_seen_as_at_abi_7_and_other_exdevs_are_not() {
+    if !root(
+        "below_abi_7_links_landlock_refuses_with_exdev_are_seen_as_at_abi_7_and_other_exdevs_are_not",
+    ) {
+        return;
+    }
+    let w = World::new("fsrefer");
+    let data = s(&w.data).to_owned();
+    let f = w.canary(&w.data.join("f"));
+    let g = w.canary(&w.data.join("g"));
+    let rw = w.root.join("rw");
+    let secret = rw.join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    let key = secret.join("key");
+    std::fs::write(&key, b"k").unwrap();
+    let sub = w.wt.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::write(sub.join("m"), b"m").unwrap();
+    std::fs::write(w.wt.join("n"), b"n").unwrap();
+    // The data dir again, as another mount of its filesystem.
+    let bound = Bound::new(&w.data, &w.root.join("bound"));
+    let (bf, bg) = (bound.0.join("f"), bound.0.join("g"));
+    let extra = ["--allow-write", s(&rw), "--deny-read", s(&secret)];
+    let run = |abi: Option<&str>, tag: &str| {
+        let into = |name: &str| format!("sub/{name}-{tag}");
+        let (data_file, denied_file) = (into("f"), into("key"));
+        let (linked_by_bind, renamed_by_bind) = (into("bf"), into("bg"));
+        let (linked_inside, moved_up) = (into("n"), format!("m-{tag}"));
+        let ops: [&[&str]; 9] = [
+            // Refused by Landlock.
+            &["link", s(&f), &data_file],
+            &["link", s(&key), &denied_file],
+            // Refused by the kernel before Landlock: two mounts, two
+            // filesystems (the run's own /dev/shm).
+            &["link", s(&bf), &linked_by_bind],
+            &["rename", s(&bg), &renamed_by_bind],
+            &["link", s(&f), "/dev/shm/f"],
+            &["rename", "sub/m", "/dev/shm/m"],
+            // Within the worktree, across its dirs.
+            &["link", "n", &linked_inside],
+            &["rename", "sub/m", &moved_up],
+            &["rename", &moved_up, "sub/m"],
+        ];
+        let log = w.root.join(format!("refer-{tag}.jsonl"));
+        told(&w, &log, abi, &extra, &support::probe_argv(&ops))
+    };
+    let abi6 = run(Some(ABI), "6");
+    let abi7 = (kernel_abi() >= 7).then(|| run(None, "7"));
+
+    let mut want_probe = vec!["errno=EXDEV"; 6];
+    want_probe.extend(["ok"; 3]);
+    assert_eq!(abi6.probe, want_probe, "{abi6:?}");
+    // Seen: the dir each link came from, with every right the file would
+    // gain in the worktree (all but the reading ones outside; all in a
+    // denied dir), as Landlock names them.
+    let gained = |has: &[&str]| -> Vec<String> {
+        RIGHTS
+            .iter()
+            .filter(|r| !has.contains(r))
+            .map(|r| (*r).to_owned())
+            .collect()
+    };
+    let reading = ["fs.execute", "fs.read_file", "fs.read_dir"];
+    let python3 = || "python3".to_owned();
+    let want: BTreeSet<Seen> = [
+        (data.clone(), gained(&reading), python3()),
+        (s(&secret).to_owned(), gained(&[]), python3()),
+    ]
+    .into();
+    assert_eq!(abi6.seen, want, "{abi6:?}");
+    assert!(
+        abi6.summary
+            .starts_with("lockrun: 2 filesystem accesses refused: ")
+            && abi6.summary.contains(&format!(
+                "link or rename across and truncate and ioctl on {data} (python3)"
+            )),
+        "{abi6:?}"
+    );
+    for dir in [data.as_str(), s(&secret)] {
+        assert!(
+            abi6.explained.contains(&format!(
+                "note: the command hard-linked or renamed a file from {dir} into a writable dir"
+            )) && abi6.explained.contains("EXDEV"),
+            "{abi6:?}"
+        );
+    }
+    if let Some(abi7) = &abi7 {
+        assert_eq!(abi7.probe, abi6.probe, "{abi7:?}");
+        assert_eq!(abi7.seen, abi6.seen, "{abi7:?}");
+        assert_eq!(abi7.summary, abi6.summary, "{abi7:?}");
+        assert_eq!(abi7.explained, abi6.explained, "{abi7:?}");
+    }
+
+    // Judged from outside: no file got another name, nothing moved; the
+    // links and renames within the worktree were made.
+    assert_eq!((links(&f), links(&key)), (1, 1));
+    assert_eq!(std::fs::read(&g).unwrap(), b"canary");
+    for tag in ["6", "7"] {
+        for name in ["f", "key", "bf", "bg"] {
+            assert_absent(&sub.join(format!("{name}-{tag}")));
+        }
+    }
+    assert_eq!(std::fs::read(sub.join("m")).unwrap(), b"m");
+    assert_eq!(links(&w.wt.join("n")), if abi7.is_some() { 3 } else { 2 });
+    assert_eq!(links(&sub.join("n-6")), links(&w.wt.join("n")));
+
+    // The run's rules went with it.
+    let uid = abi6.uid.expect("the records name the run's login uid");
+    assert!(
+        !rules().iter().any(|r| r.0 == uid),
+        "the run's audit rules were left"
+    );
+    drop(bound);
+}
+
+/// `git clone` of a local repository outside the writable paths: git's hard
+/// link of an object is refused by Landlock (`EXDEV`), git copies instead,
+/// and below ABI 7 the refusal is seen as at ABI 7: the summary names the
+/// source's object dir, and `lockrun audit` says why git copied.
+#[test]
+fn below_abi_7_a_local_git_clone_s_refused_link_is_explained_as_at_abi_7() {
+    if !root("below_abi_7_a_local_git_clone_s_refused_link_is_explained_as_at_abi_7") {
+        return;
+    }
+    let w = World::new("fsrefergit");
+    let src = w.data.join("src");
+    std::fs::create_dir(&src).unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&src, &["init", "-q"]);
+    std::fs::write(src.join("file"), "content\n").unwrap();
+    git(&src, &["add", "file"]);
+    git(&src, &["commit", "-q", "-m", "one"]);
+    let clone = |abi: Option<&str>, tag: &str| {
+        let argv: Vec<String> = ["git", "clone", "-q", s(&src), &format!("copy-{tag}")]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        let log = w.root.join(format!("git-{tag}.jsonl"));
+        told(&w, &log, abi, &[], &argv)
+    };
+    let abi6 = clone(Some(ABI), "6");
+    let abi7 = (kernel_abi() >= 7).then(|| clone(None, "7"));
+    let objects = format!("{}/", src.join(".git/objects").display());
+    assert_eq!(
+        std::fs::read_to_string(w.wt.join("copy-6/file")).unwrap(),
+        "content\n"
+    );
+    assert_eq!(abi6.seen.len(), 1, "{abi6:?}");
+    assert!(
+        abi6.seen
+            .iter()
+            .all(|(path, access, comm)| path.starts_with(&objects)
+                && access.contains(&"fs.refer".to_owned())
+                && comm == "git"),
+        "{abi6:?}"
+    );
+    assert!(
+        abi6.summary.contains(&objects) && abi6.summary.ends_with("(git)"),
+        "{abi6:?}"
+    );
+    assert!(
+        abi6.explained.contains(&format!(
+            "note: the command hard-linked or renamed a file from {objects}"
+        )) && abi6.explained.contains("EXDEV"),
+        "{abi6:?}"
+    );
+    if let Some(abi7) = &abi7 {
+        assert_eq!(abi7.seen, abi6.seen, "{abi7:?}");
+        assert_eq!(abi7.summary, abi6.summary, "{abi7:?}");
+        assert_eq!(abi7.explained, abi6.explained, "{abi7:?}");
+    }
 }
