@@ -14,7 +14,7 @@
 //!   (the low 32 bits of its id, below 2³¹, unique among the machine's
 //!   live cgroups): in a range no user's login uid is in, and one per live
 //!   run ([`login_uid_of`]).
-//! - **One audit rule per run** ([`rules`]): on the syscall exit filter,
+//! - **An audit rule of each run's** ([`rules`]): on the syscall exit filter,
 //!   for this build's architecture, that login uid and a result of
 //!   `-EACCES`, every syscall: `-A exit,always -F arch=b64 -F auid=<uid>
 //!   -F exit=-EACCES -S all`. Prepended, so no rule of the host's can
@@ -26,7 +26,15 @@
 //!   process at its first call of another architecture
 //!   ([`crate::seccomp`]), so no such call of the run can be refused with
 //!   `EACCES`.
-//! - **A second rule at Landlock ABI 6** (Linux 6.12–6.14), whose scoping
+//! - **A second rule for links and renames**: the same fields with
+//!   `exit=-EXDEV`, for the calls that link or rename a file only (`-S
+//!   link -S linkat -S rename -S renameat -S renameat2`,
+//!   [`rules::REFER_CALLS`]), added, removed and reaped with the first
+//!   (in one datagram each way). Landlock refuses a link or rename that
+//!   would give a file rights it lacks, or out of or into a directory
+//!   without `fs.refer`, with `EXDEV`; one rule cannot take both errnos
+//!   (below).
+//! - **A third rule at Landlock ABI 6** (Linux 6.12–6.14), whose scoping
 //!   refuses signals to processes outside the run and connects to abstract
 //!   sockets bound outside it with `EPERM`, unlogged: the same fields with
 //!   `exit=-EPERM`, for the calls that signal a process or name a socket
@@ -260,11 +268,12 @@ impl Reach {
         }
     }
 
-    /// The rules that record these: [`Refused::Files`] always, and
-    /// [`Refused::Reach`] for signals or abstract sockets.
+    /// The rules that record these: [`Refused::Files`] and
+    /// [`Refused::Refer`] always, and [`Refused::Reach`] for signals or
+    /// abstract sockets.
     #[must_use]
     pub fn rules(self) -> Vec<Refused> {
-        let mut r = vec![Refused::Files];
+        let mut r = vec![Refused::Files, Refused::Refer];
         if self.signals || self.abstract_sockets {
             r.push(Refused::Reach);
         }
