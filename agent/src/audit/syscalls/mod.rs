@@ -32,8 +32,8 @@
 //!   [`rules::REFER_CALLS`]), added, removed and reaped with the first
 //!   (in one datagram each way). Landlock refuses a link or rename that
 //!   would give a file rights it lacks, or out of or into a directory
-//!   without `fs.refer`, with `EXDEV`; one rule cannot take both errnos
-//!   (below).
+//!   without `fs.refer`, with `EXDEV` ([`refer`]); one rule cannot take
+//!   both errnos (below).
 //! - **A third rule at Landlock ABI 6** (Linux 6.12–6.14), whose scoping
 //!   refuses signals to processes outside the run and connects to abstract
 //!   sockets bound outside it with `EPERM`, unlogged: the same fields with
@@ -51,7 +51,7 @@
 //!   `OBJ_PID`, `EOE`, one serial) come through the same read-only
 //!   multicast group, the same end marker and loss accounting; the reader
 //!   takes those whose `SYSCALL` names the run's login uid, exactly, and
-//!   turns each into a [`super::FsEvent`] ([`records`]) or a
+//!   turns each into a [`super::FsEvent`] ([`records`], [`refer`]) or a
 //!   [`super::ScopeEvent`] ([`reach`]).
 //!
 //! What differs from Landlock's own records (ABI 7):
@@ -69,12 +69,20 @@
 //!   such. Not shown: `access(2)` and `faccessat(2)`, which ask and open
 //!   nothing, and `EACCES` from calls that name no file (a port below 1024
 //!   to `bind`): those are not filesystem refusals.
-//! - **`EXDEV` is left out**: Landlock refuses a link or rename that would
-//!   give a file rights it lacks (`fs.refer`) with `EXDEV`, which is also
-//!   what every rename across two filesystems gets, and what `mv` and
-//!   `git` then copy instead of; a rule for it would fill the log with
-//!   ordinary moves. So a refused `fs.refer` goes unnamed here (the tool
-//!   copies and goes on).
+//! - **`EXDEV` is Landlock's only where the kernel got as far as asking
+//!   it** ([`refer`]): a link or rename across two mounts (every move
+//!   across filesystems, which `mv` and `git` then copy instead of) gets
+//!   `EXDEV` before any security hook, and a filesystem's own (overlayfs
+//!   renaming a directory, btrfs across subvolumes) comes after Landlock
+//!   allowed it. A record is taken only where its two names are found on
+//!   one mount, with the device and inode the record gives, and
+//!   Landlock's decision, made again from what the run's ruleset grants at
+//!   the two directories ([`Watch::granted`]), refuses the move; it is
+//!   named as Landlock's record names it: the directory not allowed, with
+//!   every right the file would gain. Every other `EXDEV` is no refusal of
+//!   the run's, and is dropped; so is one whose names are gone or changed
+//!   by the time the reader looks (a refusal not named, rather than a move
+//!   across mounts named as one).
 //! - **Paths** are as the kernel records them: a name joined with the
 //!   process's working directory (`CWD`); a name relative to a directory
 //!   descriptor is found through that descriptor while the process still
@@ -106,6 +114,7 @@ use std::path::PathBuf;
 
 pub mod reach;
 pub mod records;
+pub mod refer;
 pub mod rules;
 
 pub use rules::{reap_stale, remove_beside, Refused, RunRules};
@@ -230,13 +239,15 @@ pub struct Probe {
 }
 
 /// What the reader needs to take a run's records: its login uid, its
-/// writable paths (to name the directory that refused a rename), its
-/// cgroup (to tell a process outside it), and which of its reaches outside
-/// the records stand for.
+/// writable paths (to name the directory that refused a rename), what its
+/// Landlock ruleset grants (to tell a link or rename Landlock refused with
+/// `EXDEV`), its cgroup (to tell a process outside it), and which of its
+/// reaches outside the records stand for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     pub login_uid: u32,
     pub writable: Vec<PathBuf>,
+    pub granted: refer::Granted,
     /// The run's cgroup, as `/proc/<pid>/cgroup` shows it.
     pub cgroup: Option<String>,
     pub reach: Reach,

@@ -80,6 +80,7 @@ fn watch() -> Watch {
     Watch {
         login_uid: UID,
         writable: vec![PathBuf::from("/w/wt"), PathBuf::from("/tmp/run")],
+        granted: super::super::refer::Granted::default(),
         cgroup: None,
         reach: super::super::Reach::default(),
     }

@@ -91,8 +91,8 @@ pub enum Refused {
     Reach,
     /// The calls of [`REFER_CALLS`] refused with `EXDEV`: the run's links
     /// and renames, among them those Landlock refuses (`fs.refer`) and
-    /// does not log (ABI < 7), beside the kernel's own refusals of a move
-    /// across mounts.
+    /// does not log (ABI < 7), which the reader tells from the kernel's
+    /// own refusal of a move across mounts ([`super::refer`]).
     Refer,
 }
 
