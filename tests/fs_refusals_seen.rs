@@ -171,7 +171,10 @@ fn below_abi_7_each_filesystem_refusal_is_seen_with_its_path_and_access() {
         one("/usr", "fs.make_reg", "sh"),
         one("/usr", "fs.make_dir", "mkdir"),
         one(&format!("{data}/secret/key"), "fs.read_file", "cat"),
-        one(&data, "fs.remove_file", "mv"),
+        // A rename out of a dir outside the writable paths, as Landlock
+        // names it: every right the file would gain; the data dir holds a
+        // denied path, so it has no rule of its own, and that is all.
+        (data.clone(), lacking(&[]), "mv".to_owned()),
         one(&format!("{data}/secret/run.sh"), "fs.execute", "sh"),
     ]
     .into();
@@ -182,7 +185,7 @@ fn below_abi_7_each_filesystem_refusal_is_seen_with_its_path_and_access() {
         "create a file in /usr (sh)".to_owned(),
         "make a dir in /usr (mkdir)".to_owned(),
         format!("read {data}/secret/key (cat)"),
-        format!("remove a file from {data} (mv)"),
+        format!("link or rename across and truncate and ioctl on {data} (mv)"),
         format!("run {data}/secret/run.sh (sh)"),
     ] {
         assert!(err.contains(&said), "{said} not in: {err}");
@@ -333,6 +336,21 @@ const RIGHTS: [&str; 16] = [
     "fs.ioctl_dev",
 ];
 
+/// The rights a dir outside the writable paths holds (the default
+/// preset's reading ones).
+const READING: [&str; 3] = ["fs.execute", "fs.read_file", "fs.read_dir"];
+
+/// Every right of [`RIGHTS`] but those in `has`: what Landlock names in a
+/// dir that holds `has` when a file would come from there into the
+/// worktree, which holds them all.
+fn lacking(has: &[&str]) -> Vec<String> {
+    RIGHTS
+        .iter()
+        .filter(|r| !has.contains(r))
+        .map(|r| (*r).to_owned())
+        .collect()
+}
+
 /// What a run showed of its refusals: the probe's lines, the filesystem
 /// refusals of its audit log, the summary's line of them, and `lockrun
 /// audit`'s account of them (its `filesystem:` part).
@@ -476,18 +494,10 @@ fn below_abi_7_links_landlock_refuses_with_exdev_are_seen_as_at_abi_7_and_other_
     // Seen: the dir each link came from, with every right the file would
     // gain in the worktree (all but the reading ones outside; all in a
     // denied dir), as Landlock names them.
-    let gained = |has: &[&str]| -> Vec<String> {
-        RIGHTS
-            .iter()
-            .filter(|r| !has.contains(r))
-            .map(|r| (*r).to_owned())
-            .collect()
-    };
-    let reading = ["fs.execute", "fs.read_file", "fs.read_dir"];
     let python3 = || "python3".to_owned();
     let want: BTreeSet<Seen> = [
-        (data.clone(), gained(&reading), python3()),
-        (s(&secret).to_owned(), gained(&[]), python3()),
+        (data.clone(), lacking(&READING), python3()),
+        (s(&secret).to_owned(), lacking(&[]), python3()),
     ]
     .into();
     assert_eq!(abi6.seen, want, "{abi6:?}");
@@ -534,6 +544,86 @@ fn below_abi_7_links_landlock_refuses_with_exdev_are_seen_as_at_abi_7_and_other_
         "the run's audit rules were left"
     );
     drop(bound);
+}
+
+/// Renames and hard links across dirs that Landlock refuses with `EACCES`
+/// (a name it may not remove or make there): each is seen, in each dir
+/// Landlock's own logging (ABI 7) names, with what it names there: out of
+/// a dir outside the writable paths into the worktree, every right the
+/// file would gain; out of one such dir into another (`/usr`), `fs.refer`
+/// in each and the name made; out of the worktree, what it would make.
+/// Within one dir no file moves: what the rename removes and makes.
+#[test]
+fn below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7() {
+    if !root("below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7") {
+        return;
+    }
+    let w = World::new("fsrefermoves");
+    let data = s(&w.data).to_owned();
+    let f = w.canary(&w.data.join("f"));
+    let g = w.canary(&w.data.join("g"));
+    let sub = w.wt.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::write(sub.join("m"), b"m").unwrap();
+    let usr = |tag: &str| format!("/usr/lockrun-test-refer-{}-{tag}", std::process::id());
+    let _gone = support::RemovedAtEnd(vec![usr("6").into(), usr("7").into()]);
+    let run = |abi: Option<&str>, tag: &str| {
+        let (into_wt, into_usr) = (format!("sub/g-{tag}"), usr(tag));
+        let (out_of_wt, within) = (format!("{data}/m-{tag}"), format!("{data}/h-{tag}"));
+        let ops: [&[&str]; 4] = [
+            &["rename", s(&g), &into_wt],
+            &["link", s(&f), &into_usr],
+            &["rename", "sub/m", &out_of_wt],
+            &["rename", s(&g), &within],
+        ];
+        let log = w.root.join(format!("moves-{tag}.jsonl"));
+        told(&w, &log, abi, &[], &support::probe_argv(&ops))
+    };
+    let abi6 = run(Some(ABI), "6");
+    let abi7 = (kernel_abi() >= 7).then(|| run(None, "7"));
+
+    assert_eq!(abi6.probe, ["errno=EACCES"; 4], "{abi6:?}");
+    let named = |path: &str, access: &[&str]| -> Seen {
+        (
+            path.to_owned(),
+            access.iter().map(|a| (*a).to_owned()).collect(),
+            "python3".to_owned(),
+        )
+    };
+    let want: BTreeSet<Seen> = [
+        (data.clone(), lacking(&READING), "python3".to_owned()),
+        named(&data, &["fs.refer"]),
+        named("/usr", &["fs.make_reg", "fs.refer"]),
+        named(&data, &["fs.make_reg", "fs.refer"]),
+        named(&data, &["fs.remove_file", "fs.make_reg"]),
+    ]
+    .into();
+    assert_eq!(abi6.seen, want, "{abi6:?}");
+    assert!(
+        abi6.summary
+            .starts_with("lockrun: 5 filesystem accesses refused: "),
+        "{abi6:?}"
+    );
+    if let Some(abi7) = &abi7 {
+        assert_eq!(abi7.probe, abi6.probe, "{abi7:?}");
+        assert_eq!(abi7.seen, abi6.seen, "{abi7:?}");
+        assert_eq!(abi7.summary, abi6.summary, "{abi7:?}");
+        assert_eq!(abi7.explained, abi6.explained, "{abi7:?}");
+    }
+    // Judged from outside: nothing moved, nothing made.
+    assert_eq!(std::fs::read(&g).unwrap(), b"canary");
+    assert_eq!(std::fs::read(sub.join("m")).unwrap(), b"m");
+    for tag in ["6", "7"] {
+        assert_absent(&sub.join(format!("g-{tag}")));
+        assert_absent(Path::new(&usr(tag)));
+        assert_absent(&w.data.join(format!("m-{tag}")));
+        assert_absent(&w.data.join(format!("h-{tag}")));
+    }
+    let uid = abi6.uid.expect("the records name the run's login uid");
+    assert!(
+        !rules().iter().any(|r| r.0 == uid),
+        "the run's audit rules were left"
+    );
 }
 
 /// `git clone` of a local repository outside the writable paths: git's hard
