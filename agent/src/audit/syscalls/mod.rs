@@ -88,9 +88,13 @@
 //!   descriptor is found through that descriptor while the process still
 //!   holds it (`/proc/<pid>/fd`), and taken only if its device and inode
 //!   are those the kernel recorded; otherwise the path is not named. A
-//!   rename names two directories and does not say which refused: the one
-//!   outside the run's writable paths is named (with what the rename
-//!   removes there, or makes), the source when both are.
+//!   link or rename across two directories is named as Landlock names it
+//!   where Landlock, as the run's ruleset decides it, refuses it
+//!   ([`refer`]): each directory it names, with what it names there.
+//!   Where it allows it (the permission bits refused), the records do
+//!   not say which directory refused: the one outside the run's writable
+//!   paths is named (with what the rename removes there, or makes), the
+//!   source when both are.
 //! - **Reaches outside the run** ([`reach`]): a signal or an abstract
 //!   connect refused at ABI 6, and a refused access to the `/proc` entry
 //!   of a process outside the run, are scope refusals, as Landlock logs
@@ -292,23 +296,26 @@ impl Reach {
     }
 }
 
-/// The event one refused call's records (one serial) tell of the watched
-/// run: a reach outside the run ([`reach`]), a filesystem refusal
-/// ([`records`]) unless it is one of the `/proc` entry of a process outside
-/// the run, which is that reach ([`reach::proc_entry`]), or nothing.
+/// The events one refused call's records (one serial) tell of the watched
+/// run: a reach outside the run ([`reach`]), filesystem refusals
+/// ([`records`]: one, or one for each directory of a link or rename
+/// Landlock names) but one of the `/proc` entry of a process outside the
+/// run, which is that reach ([`reach::proc_entry`]), or nothing.
 pub(in crate::audit) fn event(
     group: &[super::kernel::AuditRecord],
     watch: &Watch,
     look: &dyn records::Look,
-) -> Option<super::Event> {
+) -> Vec<super::Event> {
     if let Some(sc) = reach::refusal(group, watch, look) {
-        return Some(super::Event::Scope(sc));
+        return vec![super::Event::Scope(sc)];
     }
-    let fs = records::refusal(group, watch, look)?;
-    Some(match reach::proc_entry(&fs, watch, look) {
-        Some(ptrace) => super::Event::Scope(ptrace),
-        None => super::Event::Filesystem(fs),
-    })
+    records::refusal(group, watch, look)
+        .into_iter()
+        .map(|fs| match reach::proc_entry(&fs, watch, look) {
+            Some(ptrace) => super::Event::Scope(ptrace),
+            None => super::Event::Filesystem(fs),
+        })
+        .collect()
 }
 
 /// The login uid of the run whose cgroup's id is `cgroup_id`:

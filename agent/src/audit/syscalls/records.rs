@@ -12,9 +12,10 @@
 //! | `mknod(at)` | its directory | by the mode: `fs.make_reg`, `fs.make_char`, `fs.make_block`, `fs.make_fifo`, `fs.make_sock` |
 //! | `symlink(at)` | its directory | `fs.make_sym` |
 //! | `unlink`, `unlinkat`; `rmdir`, `unlinkat(AT_REMOVEDIR)` | its directory | `fs.remove_file`; `fs.remove_dir` |
-//! | `rename`, `renameat`, `renameat2` | the directory outside the writable paths (the source's, when both are) | `fs.remove_file` in the source's, `fs.make_reg` in the target's (both when it is one) |
-//! | `link`, `linkat` | the new name's directory | by the file's type: `fs.make_reg`, `fs.make_sym`, … |
-//! | `link`, `linkat`, `rename`, `renameat`, `renameat2` refused with `EXDEV` (the run's `Refer` rule), on one mount, where Landlock refuses the move ([`super::refer`]; any other is left out) | the directory Landlock names: the source's, or the target's where only it was not allowed | every right the ruleset handles that it lacks (the rights the file would gain); `fs.refer` alone where the file would gain none |
+//! | `link`, `linkat`, `rename`, `renameat`, `renameat2` across two directories that Landlock refuses, as the run's ruleset decides it ([`super::refer`]) | each directory Landlock's records name, the source's first: one event each | where the file would gain rights: every right the ruleset handles that the directory lacks; else what the call asks there that it lacks, with `fs.refer` (a rename is judged as of a file) |
+//! | the same refused with `EXDEV` (the run's `Refer` rule) | only on one mount, where Landlock refuses ([`super::refer`]); any other is left out | as above: `fs.refer` alone where the file would gain none |
+//! | `rename`, `renameat`, `renameat2` Landlock allows (the permission bits refused), or within one directory | the directory outside the writable paths (the source's, when both are) | `fs.remove_file` in the source's, `fs.make_reg` in the target's (both when it is one) |
+//! | `link`, `linkat` likewise | the new name's directory | by the file's type: `fs.make_reg`, `fs.make_sym`, … |
 //! | `execve`, `execveat` | the file | `fs.execute` |
 //! | `truncate`; `ftruncate` | the file; the descriptor's file | `fs.truncate` |
 //! | `ioctl` | the descriptor's file | `fs.ioctl_dev` |
@@ -184,7 +185,7 @@ pub(super) struct Item<'a> {
     /// named by its last component alone.
     name: Option<&'a str>,
     pub(super) kind: Kind,
-    mode: Option<u32>,
+    pub(super) mode: Option<u32>,
     pub(super) dev_ino: Option<DevIno>,
 }
 
@@ -388,12 +389,18 @@ fn field<'a>(r: &'a AuditRecord, key: &str) -> Option<&'a str> {
 /// serial), if it is a refused call of the watched run: a `SYSCALL` of
 /// its login uid, this build's architecture and `exit=-13` (`EACCES`)
 /// that named a file, or `exit=-18` (`EXDEV`) of a link or rename that
-/// Landlock refused ([`super::refer`]). None for any other.
+/// Landlock refused ([`super::refer`]); none for any other. One event,
+/// or, for a link or rename across two directories that Landlock
+/// refused, one for each it names, as its own records do.
 pub(in crate::audit) fn refusal(
     group: &[AuditRecord],
     watch: &Watch,
     look: &dyn Look,
-) -> Option<FsEvent> {
+) -> Vec<FsEvent> {
+    refusals(group, watch, look).unwrap_or_default()
+}
+
+fn refusals(group: &[AuditRecord], watch: &Watch, look: &dyn Look) -> Option<Vec<FsEvent>> {
     let sys = group.iter().find(|r| r.ty == SYSCALL)?;
     let login_uid = watch.login_uid.to_string();
     let arch = format!("{:x}", super::rules::ARCH);
@@ -438,13 +445,21 @@ pub(in crate::audit) fn refusal(
         arg: &arg,
         look,
     };
-    let (path, access) = if exdev {
-        // Landlock's only where its names were all read and are found.
+    // A link or rename across two directories that Landlock refused, as
+    // its records name it; with EXDEV, Landlock's only where its names
+    // were all read and are found ([`super::refer`]).
+    let refer = if exdev {
         if incomplete {
             return None;
         }
-        let (path, access) = super::refer::refused(call, &ctx, watch)?;
-        (Some(path), access)
+        Some(super::refer::refused(call, &ctx, watch)?)
+    } else if incomplete {
+        None
+    } else {
+        super::refer::refused_eacces(call, &ctx, watch)
+    };
+    let named: Vec<(Option<String>, Vec<String>)> = if let Some(named) = refer {
+        named.into_iter().map(|(p, a)| (Some(p), a)).collect()
     } else {
         let (path, access) = judged(call, &ctx, &watch.writable);
         let found_decides = matches!(
@@ -461,21 +476,28 @@ pub(in crate::audit) fn refusal(
         } else {
             access.into_iter().map(str::to_owned).collect()
         };
-        (path, access)
+        vec![(path, access)]
     };
     let raw: Vec<&str> = group
         .iter()
         .filter(|r| matches!(r.ty, SYSCALL | CWD | PATH))
         .map(|r| r.text.as_str())
         .collect();
-    Some(FsEvent {
-        pid,
-        comm: field(sys, "comm").unwrap_or_default().to_owned(),
-        path,
-        access,
-        raw: raw.join("\n"),
-        other_name_of: None,
-    })
+    let raw = raw.join("\n");
+    let comm = field(sys, "comm").unwrap_or_default();
+    Some(
+        named
+            .into_iter()
+            .map(|(path, access)| FsEvent {
+                pid,
+                comm: comm.to_owned(),
+                path,
+                access,
+                raw: raw.clone(),
+                other_name_of: None,
+            })
+            .collect(),
+    )
 }
 
 /// Where a call of kind `call` was refused, and what it asked there, in
@@ -652,7 +674,7 @@ fn opened_as(flags: u64, dir: Option<bool>) -> Vec<&'static str> {
 }
 
 /// What making a file of `mode` (its type bits) asks of its directory.
-fn made_as(mode: u32) -> &'static str {
+pub(super) fn made_as(mode: u32) -> &'static str {
     match mode & libc::S_IFMT {
         libc::S_IFDIR => "fs.make_dir",
         libc::S_IFCHR => "fs.make_char",

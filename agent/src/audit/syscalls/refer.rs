@@ -1,4 +1,4 @@
-//! A link or rename refused with `EXDEV`, as the refusal Landlock would
+//! A link or rename across two directories, as the refusal Landlock would
 //! have logged (`fs.refer`), where it is Landlock's: below ABI 7 the run's
 //! [`Refused::Refer`](super::rules::Refused::Refer) rule records every
 //! `link`, `linkat`, `rename`, `renameat` and `renameat2` of the run's
@@ -48,6 +48,16 @@
 //!   `fs.refer` alone where only that was missing. Where Landlock
 //!   allows, the `EXDEV` was the filesystem's: dropped.
 //!
+//! The same decision names a link or rename across two directories
+//! refused with `EACCES` ([`refused_eacces`]): where Landlock, asked,
+//! refuses it (it is asked before the permission bits are), its records
+//! name each directory it refused with what it checked there: every
+//! right the directory lacks where the file would gain some, else what
+//! the call asks there and `fs.refer`. Where it allows it, the permission
+//! bits refused, and [`super::records`] names the call as before. Such a
+//! call met no mount check (that is `EXDEV`): a name not found as the
+//! record gives it is taken as recorded.
+//!
 //! The paths are as lockrun finds them (`/proc/self/fd`: symlinks
 //! resolved), as Landlock names a directory. A rename's moved file is not
 //! in its records: it is judged as a file without a rule of its own
@@ -81,8 +91,10 @@ pub const RIGHTS: [(u64, &str); 16] = [
     (1 << 15, "fs.ioctl_dev"),
 ];
 
-/// `LANDLOCK_ACCESS_FS_REFER`.
+/// `LANDLOCK_ACCESS_FS_REFER`, `_REMOVE_FILE`, `_MAKE_REG`.
 const REFER: u64 = 1 << 13;
+const REMOVE_FILE: u64 = 1 << 5;
+const MAKE_REG: u64 = 1 << 8;
 
 /// The rights that apply to a file (Landlock's `ACCESS_FILE`): execute,
 /// write, read, truncate, ioctl on a device.
@@ -145,12 +157,77 @@ pub fn names(bits: u64) -> Vec<String> {
 }
 
 /// The refusal a link or rename refused with `EXDEV` was, if it was
-/// Landlock's (see the module's docs): the directory Landlock's record
-/// names, and the rights it names there. `None` for the kernel's own
+/// Landlock's (see the module's docs): the directories Landlock's records
+/// name, each with the rights it names there. `None` for the kernel's own
 /// refusal of a move across mounts, the filesystem's, and a call whose
 /// names cannot be found as the record gives them.
-pub(super) fn refused(call: Call, ctx: &Ctx<'_>, watch: &Watch) -> Option<(String, Vec<String>)> {
-    let moved = match call {
+pub(super) fn refused(call: Call, ctx: &Ctx<'_>, watch: &Watch) -> Option<Vec<Named>> {
+    let moved = moved(call, ctx, watch, true)?;
+    // Two mounts: the kernel's refusal, before Landlock was asked.
+    if moved.mounts.0 != moved.mounts.1 {
+        return None;
+    }
+    named(&moved, watch)
+}
+
+/// What Landlock's records name for a link or rename across two
+/// directories refused with `EACCES`, where Landlock refuses it: the
+/// directories it names, each with the rights it names there (the name
+/// made or removed, and `fs.refer`; every right the file would gain
+/// where it would gain some). `None` where Landlock allows it (the
+/// permission bits refused), or within one directory, which Landlock
+/// judges by the name made and removed alone ([`super::records`] names
+/// those).
+pub(super) fn refused_eacces(call: Call, ctx: &Ctx<'_>, watch: &Watch) -> Option<Vec<Named>> {
+    named(&moved(call, ctx, watch, false)?, watch)
+}
+
+/// A directory a record names, with the rights it names there.
+pub(super) type Named = (String, Vec<String>);
+
+/// Landlock's records of `moved`, if it refuses it: the old directory's,
+/// then the new one's. None for a move within one directory.
+fn named(moved: &Moved, watch: &Watch) -> Option<Vec<Named>> {
+    if moved.from == moved.to {
+        return None;
+    }
+    let granted = &watch.granted;
+    let (old, new) = blockers(
+        Rights {
+            from: granted.at(&moved.from),
+            child: moved.child,
+            to: granted.at(&moved.to),
+            handled: granted.handled,
+        },
+        moved.asked,
+        moved.dir,
+        moved.exchange,
+    )?;
+    let record = |dir: &Path, bits| (dir.to_string_lossy().into_owned(), names(bits));
+    let mut records = Vec::new();
+    if old != 0 {
+        records.push(record(&moved.from, old));
+    }
+    if new != 0 {
+        records.push(record(&moved.to, new));
+    }
+    Some(records)
+}
+
+/// The directories a link or rename moves a file between, from its
+/// records: each name found where lockrun sees it with the device and
+/// inode the record gives ([`Found`]); where one is not and `strict` is
+/// not asked, the name as the record gives it, on no mount known.
+fn moved(call: Call, ctx: &Ctx<'_>, watch: &Watch, strict: bool) -> Option<Moved> {
+    // The path, and the mount, of `item`: found, or as recorded.
+    let locate = |item: &Item<'_>, dirfd: Option<usize>, follow: bool| -> Option<(PathBuf, u64)> {
+        match found(ctx, item, dirfd, follow) {
+            Some(f) => Some((f.path, f.mount)),
+            None if strict => None,
+            None => Some((ctx.path(item, dirfd)?.into(), 0)),
+        }
+    };
+    match call {
         Call::Link {
             old_dirfd,
             new_dirfd,
@@ -159,18 +236,21 @@ pub(super) fn refused(call: Call, ctx: &Ctx<'_>, watch: &Watch) -> Option<(Strin
             let (_, old) = ctx.first(Kind::Normal)?;
             let (_, new) = ctx.first(Kind::Parent)?;
             let follow = flags.is_some_and(|i| (ctx.arg)(i) & AT_SYMLINK_FOLLOW != 0);
-            let file = found(ctx, old, old_dirfd, follow)?;
-            let to = found(ctx, new, new_dirfd, true)?;
-            let from = file.path.parent()?.to_path_buf();
-            Moved {
+            let (file, file_mount) = locate(old, old_dirfd, follow)?;
+            let (to, to_mount) = locate(new, new_dirfd, true)?;
+            let made = old
+                .mode
+                .map_or(MAKE_REG, |m| right(super::records::made_as(m)));
+            Some(Moved {
+                from: file.parent()?.to_path_buf(),
+                to,
                 // A rule on a file grants it a file's rights only.
-                child: watch.granted.own(&file.path) & FILE_RIGHTS,
+                child: watch.granted.own(&file) & FILE_RIGHTS,
                 dir: old.is_dir() == Some(true),
-                mounts: (file.mount, to.mount),
-                from,
-                to: to.path,
+                mounts: (file_mount, to_mount),
+                asked: (0, made),
                 exchange: false,
-            }
+            })
         }
         Call::Rename {
             old_dirfd,
@@ -190,41 +270,28 @@ pub(super) fn refused(call: Call, ctx: &Ctx<'_>, watch: &Watch) -> Option<(Strin
             } else {
                 (*a, *b)
             };
-            let from = found(ctx, old, old_dirfd, true)?;
-            let to = found(ctx, new, new_dirfd, true)?;
-            Moved {
+            let (from, from_mount) = locate(old, old_dirfd, true)?;
+            let (to, to_mount) = locate(new, new_dirfd, true)?;
+            let exchange = flags.is_some_and(|i| (ctx.arg)(i) & RENAME_EXCHANGE != 0);
+            // Judged as a file's (see the module's docs); an exchange
+            // makes and removes one in each.
+            let both = REMOVE_FILE | MAKE_REG;
+            Some(Moved {
+                from,
+                to,
                 child: 0,
                 dir: false,
-                mounts: (from.mount, to.mount),
-                from: from.path,
-                to: to.path,
-                exchange: flags.is_some_and(|i| (ctx.arg)(i) & RENAME_EXCHANGE != 0),
-            }
+                mounts: (from_mount, to_mount),
+                asked: if exchange {
+                    (both, both)
+                } else {
+                    (REMOVE_FILE, MAKE_REG)
+                },
+                exchange,
+            })
         }
-        _ => return None,
-    };
-    // Two mounts: the kernel's refusal, before Landlock was asked. One
-    // directory: no reparenting, which Landlock does not judge.
-    if moved.mounts.0 != moved.mounts.1 || moved.from == moved.to {
-        return None;
+        _ => None,
     }
-    let granted = &watch.granted;
-    let (old, new) = blockers(
-        Rights {
-            from: granted.at(&moved.from),
-            child: moved.child,
-            to: granted.at(&moved.to),
-            handled: granted.handled,
-        },
-        moved.dir,
-        moved.exchange,
-    )?;
-    let (dir, bits) = if old != 0 {
-        (moved.from, old)
-    } else {
-        (moved.to, new)
-    };
-    Some((dir.to_string_lossy().into_owned(), names(bits)))
 }
 
 /// A file moved (linked or renamed) from one directory to another, as
@@ -236,8 +303,11 @@ struct Moved {
     child: u64,
     /// Whether it is a directory.
     dir: bool,
-    /// The mounts of the old and the new name.
+    /// The mounts of the old and the new name (0: not known).
     mounts: (u64, u64),
+    /// The rights the call asks of the old and the new directory, but
+    /// `fs.refer`: a name removed, one made.
+    asked: (u64, u64),
     /// `RENAME_EXCHANGE`: each goes where the other was.
     exchange: bool,
 }
@@ -248,6 +318,14 @@ fn found(ctx: &Ctx<'_>, item: &Item<'_>, dirfd: Option<usize>, follow: bool) -> 
     let want = item.dev_ino?;
     let path = ctx.path(item, dirfd)?;
     ctx.look.found(&path, follow).filter(|f| f.dev_ino == want)
+}
+
+/// The bit of the right Landlock names `name`.
+fn right(name: &str) -> u64 {
+    RIGHTS
+        .iter()
+        .find(|(_, n)| *n == name)
+        .map_or(0, |(bit, _)| *bit)
 }
 
 /// What the ruleset grants where a file is moved: at its old directory,
@@ -263,20 +341,28 @@ pub(super) struct Rights {
 /// Landlock's decision on moving a file (a directory if `dir`; each way,
 /// if `exchange`) between two directories of one mount, for one layer
 /// (`current_check_refer_path`, `is_access_to_paths_allowed`,
-/// `no_more_access`), where the call was refused with `EXDEV`, so that
-/// every right it asks but `fs.refer` was granted: `None` where Landlock
-/// allows it; else the rights its records name at the old directory and
-/// at the new one (0: no record there).
+/// `no_more_access`), the call asking `asked` of the old and the new
+/// directory besides `fs.refer`: `None` where Landlock allows it; else the
+/// rights its records name at the old directory and at the new one (0: no
+/// record there).
 ///
 /// - Both directories hold every handled right: allowed.
 /// - Else, where the new directory grants no right the old one (with the
 ///   file's own rule) lacks, of those that matter for what is moved (a
 ///   file's rights; every right for a directory), and, for an exchange,
-///   the other way too, only what the call asks is checked: allowed where
-///   both grant `fs.refer`; else `fs.refer` named where it lacks.
+///   the other way too, only what the call asks is checked, `fs.refer`
+///   with it: each directory lacking some is named with those.
 /// - Else (the file would gain a right): refused, and each directory not
 ///   holding every handled right is named with each it lacks.
-pub(super) fn blockers(r: Rights, dir: bool, exchange: bool) -> Option<(u64, u64)> {
+///
+/// Landlock answers `EACCES` where a right asked but `fs.refer` lacks,
+/// `EXDEV` where only `fs.refer` or the file's gain refused it.
+pub(super) fn blockers(
+    r: Rights,
+    asked: (u64, u64),
+    dir: bool,
+    exchange: bool,
+) -> Option<(u64, u64)> {
     let full = |g: u64| g & r.handled == r.handled;
     if full(r.from) && full(r.to) {
         return None;
@@ -289,8 +375,8 @@ pub(super) fn blockers(r: Rights, dir: bool, exchange: bool) -> Option<(u64, u64
     let gains = |from: u64, to: u64| to & compared & !from != 0;
     let no_more = !(gains(r.from | r.child, r.to) || exchange && gains(r.to, r.from));
     let (old, new) = if no_more {
-        let lacks = |g: u64| if g & REFER == 0 { REFER } else { 0 };
-        (lacks(r.from), lacks(r.to))
+        let lacks = |asked: u64, g: u64| (asked | REFER) & r.handled & !g;
+        (lacks(asked.0, r.from), lacks(asked.1, r.to))
     } else {
         let lacks = |g: u64| if full(g) { 0 } else { r.handled & !g };
         (lacks(r.from), lacks(r.to))

@@ -14,6 +14,10 @@ const READ: u64 = 1 | 1 << 2 | 1 << 3;
 const ABI_2: u64 = (1 << 14) - 1;
 const WRITE_FILE: u64 = 1 << 1;
 const MAKE_SOCK: u64 = 1 << 9;
+/// What a link asks besides `fs.refer` (a file made in the new dir), and
+/// a rename (a file removed from the old one, made in the new one).
+const LINK: (u64, u64) = (0, MAKE_REG);
+const RENAME: (u64, u64) = (REMOVE_FILE, MAKE_REG);
 
 fn rights(from: u64, child: u64, to: u64, handled: u64) -> Rights {
     Rights {
@@ -26,7 +30,7 @@ fn rights(from: u64, child: u64, to: u64, handled: u64) -> Rights {
 
 #[test]
 fn landlock_refuses_a_file_that_would_gain_rights_and_names_what_it_lacks() {
-    let every = |from, to| blockers(rights(from, 0, to, ALL), false, false);
+    let every = |from, to| blockers(rights(from, 0, to, ALL), LINK, false, false);
     // From a dir outside the writable paths into the worktree (`git
     // clone`'s link): the source named, with every right it lacks.
     assert_eq!(every(READ, ALL), Some((ALL & !READ, 0)));
@@ -37,13 +41,40 @@ fn landlock_refuses_a_file_that_would_gain_rights_and_names_what_it_lacks() {
     assert_eq!(every(ALL, ALL), None);
     // Into a dir lacking only fs.refer, losing rights: fs.refer, there.
     assert_eq!(every(ALL, ALL & !REFER), Some((0, REFER)));
-    // Between two read-only dirs: no right gained, fs.refer lacking on
-    // both sides (a call that asks more is refused EACCES, never EXDEV).
-    assert_eq!(every(READ, READ), Some((REFER, REFER)));
+    // Between two dirs granting all but fs.refer: nothing gained,
+    // fs.refer named in each.
+    assert_eq!(every(ALL & !REFER, ALL & !REFER), Some((REFER, REFER)));
     // ABI 2 handles fewer rights: fewer named.
     assert_eq!(
-        blockers(rights(READ, 0, ABI_2, ABI_2), false, false),
+        blockers(rights(READ, 0, ABI_2, ABI_2), LINK, false, false),
         Some((ABI_2 & !READ, 0))
+    );
+}
+
+#[test]
+fn where_the_file_gains_nothing_what_the_call_asks_is_named_with_fs_refer() {
+    // As Landlock 7 names them, refused with EACCES. A rename out of the
+    // worktree into a read-only dir: the name made there.
+    assert_eq!(
+        blockers(rights(ALL, 0, READ, ALL), RENAME, false, false),
+        Some((0, MAKE_REG | REFER))
+    );
+    // A link from one read-only dir into another: fs.refer where it came
+    // from, the name made and fs.refer where it goes.
+    assert_eq!(
+        blockers(rights(READ, 0, READ, ALL), LINK, false, false),
+        Some((REFER, MAKE_REG | REFER))
+    );
+    // A rename between two: the name removed, the name made.
+    assert_eq!(
+        blockers(rights(READ, 0, READ, ALL), RENAME, false, false),
+        Some((REMOVE_FILE | REFER, MAKE_REG | REFER))
+    );
+    // Out of a read-only dir into the worktree: the file would gain, so
+    // every right lacking is named, whatever the call asks.
+    assert_eq!(
+        blockers(rights(READ, 0, ALL, ALL), RENAME, false, false),
+        Some((ALL & !READ, 0))
     );
 }
 
@@ -51,26 +82,29 @@ fn landlock_refuses_a_file_that_would_gain_rights_and_names_what_it_lacks() {
 fn only_the_rights_that_matter_for_what_is_moved_are_compared() {
     let from = ALL & !MAKE_SOCK;
     // A file gains no file right: allowed, both holding fs.refer.
-    assert_eq!(blockers(rights(from, 0, ALL, ALL), false, false), None);
+    assert_eq!(
+        blockers(rights(from, 0, ALL, ALL), LINK, false, false),
+        None
+    );
     // A directory would gain making sockets in it.
     assert_eq!(
-        blockers(rights(from, 0, ALL, ALL), true, false),
+        blockers(rights(from, 0, ALL, ALL), LINK, true, false),
         Some((MAKE_SOCK, 0))
     );
     // The file's own rule counts for it: what it holds there it keeps,
     // and only fs.refer is then lacking.
     assert_eq!(
-        blockers(rights(READ, FILE_RIGHTS, ALL, ALL), false, false),
+        blockers(rights(READ, FILE_RIGHTS, ALL, ALL), LINK, false, false),
         Some((REFER, 0))
     );
     // Into a dir granting less: the file loses writing, allowed; an
     // exchange moves each way, and the other file would gain it.
     assert_eq!(
-        blockers(rights(ALL, 0, ALL & !WRITE_FILE, ALL), false, false),
+        blockers(rights(ALL, 0, ALL & !WRITE_FILE, ALL), RENAME, false, false),
         None
     );
     assert_eq!(
-        blockers(rights(ALL, 0, ALL & !WRITE_FILE, ALL), false, true),
+        blockers(rights(ALL, 0, ALL & !WRITE_FILE, ALL), RENAME, false, true),
         Some((0, WRITE_FILE))
     );
 }
@@ -227,10 +261,20 @@ fn seen(g: &[AuditRecord], look: &Fake) -> Option<(Option<String>, Vec<String>)>
 }
 
 fn seen_by(watch: &Watch, g: &[AuditRecord], look: &Fake) -> Option<(Option<String>, Vec<String>)> {
-    refusal(g, watch, look).map(|e| {
-        assert_eq!((e.pid, e.comm.as_str()), (8758, "python3"));
-        (e.path, e.access)
-    })
+    let mut all = all_seen(watch, g, look);
+    assert!(all.len() <= 1, "{all:?}");
+    all.pop()
+}
+
+/// Each refusal the records tell, in order.
+fn all_seen(watch: &Watch, g: &[AuditRecord], look: &Fake) -> Vec<(Option<String>, Vec<String>)> {
+    refusal(g, watch, look)
+        .into_iter()
+        .map(|e| {
+            assert_eq!((e.pid, e.comm.as_str()), (8758, "python3"));
+            (e.path, e.access)
+        })
+        .collect()
 }
 
 fn parent(name: &str, ino: u64) -> String {
@@ -364,7 +408,7 @@ fn exdev_whose_names_changed_or_were_not_all_read_is_not_named() {
     // A PATH record lost on its way.
     assert_eq!(seen(&link[..3], &Fake::machine()), None);
     // Nothing is found by a Look that does not look (the default).
-    assert!(refusal(&link, &watch(), &Blind).is_none());
+    assert!(refusal(&link, &watch(), &Blind).is_empty());
     // Another errno of the same calls is not this rule's.
     let eperm = group(
         "syscall=86 success=no exit=-1 a0=7f a1=7f a2=0 a3=0 items=2",
@@ -398,5 +442,70 @@ fn a_renames_old_dir_is_the_second_named_and_may_lack_only_fs_refer() {
     assert_eq!(
         seen(&rename, &Fake::machine()),
         Some((Some("/tmp/lrx/rw/secret".into()), names(ALL)))
+    );
+}
+
+#[test]
+fn a_move_across_dirs_refused_with_eacces_is_named_in_each_dir_landlock_names() {
+    let look = Fake::machine();
+    let mut w = watch();
+    w.granted.rules.push(("/usr".into(), READ));
+    // link("/tmp/lrx/data/f", "/usr/lrx-f"): a record for each dir, the
+    // one it came from first.
+    let link = group(
+        "syscall=86 success=no exit=-13 a0=7f a1=7f a2=0 a3=0 items=2",
+        &[
+            &parent("/usr/", 246_973),
+            &normal("/tmp/lrx/data/f", 10_061_047),
+        ],
+    );
+    assert_eq!(
+        all_seen(&w, &link, &look),
+        [
+            (Some("/tmp/lrx/data".into()), names(REFER)),
+            (Some("/usr".into()), names(MAKE_REG | REFER)),
+        ]
+    );
+    // rename("/tmp/lrx/data/g", "sub/g"): the file would gain every right
+    // the worktree holds, named where it came from.
+    let rename = group(
+        "syscall=82 success=no exit=-13 a0=7f a1=7f a2=0 a3=0 items=2",
+        &[
+            &parent("sub/", 10_060_981),
+            &parent("/tmp/lrx/data/", 10_061_001),
+        ],
+    );
+    assert_eq!(
+        all_seen(&w, &rename, &look),
+        [(Some("/tmp/lrx/data".into()), names(ALL & !READ))]
+    );
+    // Between two writable dirs Landlock allows it: the permission bits
+    // refused (a sticky dir, a dir of mode 0555), named as before, by the
+    // name removed where it came from.
+    let within = group(
+        "syscall=82 success=no exit=-13 a0=7f a1=7f a2=0 a3=0 items=2",
+        &[&parent("sub2/", 10_061_353), &parent("sub/", 10_060_981)],
+    );
+    assert_eq!(
+        all_seen(&w, &within, &look),
+        [(
+            Some("/tmp/lrx/wt/sub".into()),
+            vec!["fs.remove_file".to_owned()]
+        )]
+    );
+    // Within one dir outside: what the rename removes and makes there.
+    let same = group(
+        "syscall=82 success=no exit=-13 a0=7f a1=7f a2=0 a3=0 items=2",
+        &[
+            &parent("/tmp/lrx/data/", 10_061_001),
+            &parent("/tmp/lrx/data/", 10_061_001),
+        ],
+    );
+    assert_eq!(
+        all_seen(&w, &same, &look),
+        [(
+            Some("/tmp/lrx/data".into()),
+            vec!["fs.remove_file".to_owned(), "fs.make_reg".to_owned()]
+        )]
     );
 }
