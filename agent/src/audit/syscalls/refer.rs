@@ -42,14 +42,14 @@
 //!   handles; else where, of the rights that matter for what is moved
 //!   (a file's, or every right for a directory), the new directory grants
 //!   none the old one (or the file's own rule) lacks, and both grant
-//!   `fs.refer` ([`blockers`]). Otherwise refused, and named as Landlock's
+//!   `fs.refer` (`blockers`). Otherwise refused, and named as Landlock's
 //!   record names it: the directory that was not allowed (the old one
 //!   where both were not), with every handled right it lacks, or
 //!   `fs.refer` alone where only that was missing. Where Landlock
 //!   allows, the `EXDEV` was the filesystem's: dropped.
 //!
 //! The same decision names a link or rename across two directories
-//! refused with `EACCES` ([`refused_eacces`]): where Landlock, asked,
+//! refused with `EACCES` (`refused_eacces`): where Landlock, asked,
 //! refuses it (it is asked before the permission bits are), its records
 //! name each directory it refused with what it checked there: every
 //! right the directory lacks where the file would gain some, else what
