@@ -1121,6 +1121,7 @@ mod tests {
             watch: Some(Arc::new(Watch {
                 login_uid: 2_147_483_700,
                 writable: Vec::new(),
+                granted: syscalls::refer::Granted::default(),
                 cgroup: None,
                 reach: syscalls::Reach::default(),
             })),
@@ -1181,6 +1182,7 @@ mod tests {
             watch: Some(Arc::new(Watch {
                 login_uid: 2_147_681_900,
                 writable: Vec::new(),
+                granted: syscalls::refer::Granted::default(),
                 cgroup: None,
                 reach: syscalls::Reach {
                     signals: true,

@@ -4,9 +4,10 @@
 //! counters), the proxy, and the filesystem: Landlock's kernel audit
 //! records ([`kernel`], ABI 7), or, below ABI 7, where Landlock logs
 //! nothing, kernel audit's records of the run's calls refused with
-//! `EACCES`, told by a login uid of the run's own ([`syscalls`]: the
-//! access derived from the call, refusals by permission bits among them,
-//! `EXDEV` left out).
+//! `EACCES`, and of its links and renames refused with `EXDEV`, told by a
+//! login uid of the run's own ([`syscalls`]: the access derived from the
+//! call, refusals by permission bits among them; an `EXDEV` only where
+//! Landlock's, not a move across mounts).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1190,7 +1190,7 @@ async fn run(
         policy,
         &cgroup,
         kernel_audit.as_ref(),
-        &supervise.writable,
+        (&supervise.writable, &fs),
         audit,
     )?;
     // The denied files' other names, judged from here on: the command has
@@ -1486,6 +1486,21 @@ async fn run(
     Ok(code)
 }
 
+/// What the run's Landlock ruleset grants, by path: the rule of each path
+/// the walk granted, and of each filesystem of the run's own, granted
+/// where the child mounts it.
+fn granted(fs: &crate::fs::FsSandbox) -> crate::audit::syscalls::refer::Granted {
+    let rules = fs
+        .grants()
+        .iter()
+        .map(|(p, g)| (p.clone(), crate::fs::grant_rights(*g)));
+    let own = (fs.own_filesystems().iter()).map(|o| (o.path().to_path_buf(), o.rights()));
+    crate::audit::syscalls::refer::Granted {
+        handled: crate::fs::handled_rights(),
+        rules: rules.chain(own).collect(),
+    }
+}
+
 /// What no mechanism records below Landlock ABI 7, said in the notice of
 /// every run whose refusals kernel audit shows there
 /// ([`crate::audit::syscalls::reach`]).
@@ -1495,15 +1510,16 @@ const PROC_UNSEEN: &str = "Processes outside the run hidden from its /proc (Land
 
 /// Below Landlock ABI 7, kernel audit's records of the run's refused calls
 /// show its filesystem refusals ([`crate::audit::syscalls`]): the run's
-/// login uid from its cgroup, its rule loaded (removed when the guard
-/// drops), and the reader told whose calls to take. `None` where Landlock
-/// logs them itself, or where they cannot be shown and the policy accepts
-/// that gap; a refusal of the run where it does not.
+/// login uid from its cgroup, its rules loaded (removed when the guard
+/// drops), and the reader told whose calls to take, with the run's
+/// `writable` paths and what its ruleset `fs` grants. `None` where
+/// Landlock logs them itself, or where they cannot be shown and the policy
+/// accepts that gap; a refusal of the run where it does not.
 fn refused_calls_seen(
     policy: &Policy,
     cgroup: &crate::cgroup::RunCgroup,
     reader: Option<&crate::audit::kernel::KernelAudit>,
-    writable: &[PathBuf],
+    (writable, fs): (&[PathBuf], &crate::fs::FsSandbox),
     audit: &crate::audit::AuditLog,
 ) -> Result<Option<crate::audit::syscalls::RunRules>, RunError> {
     use crate::audit::{syscalls, Event, Layer};
@@ -1539,6 +1555,7 @@ fn refused_calls_seen(
             reader.watch_calls(syscalls::Watch {
                 login_uid: rules.login_uid(),
                 writable: writable.to_vec(),
+                granted: granted(fs),
                 cgroup: cgroup.seen_in_proc(),
                 reach,
             });
@@ -1562,8 +1579,9 @@ fn refused_calls_seen(
             notice(format!(
                 "Landlock logs no refusal below ABI 7 (this kernel's is {}): filesystem refusals \
                  are taken from kernel audit's records of the calls of the run's login uid {} \
-                 refused with EACCES, their access derived from the call; refusals by permission \
-                 bits are among them{reaches}. {PROC_UNSEEN}",
+                 refused with EACCES, their access derived from the call (refusals by permission \
+                 bits are among them), and of its links and renames refused with EXDEV where \
+                 Landlock refused them (not a move across mounts){reaches}. {PROC_UNSEEN}",
                 kernel.landlock_abi(),
                 rules.login_uid(),
             ));

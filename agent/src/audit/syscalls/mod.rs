@@ -14,7 +14,7 @@
 //!   (the low 32 bits of its id, below 2³¹, unique among the machine's
 //!   live cgroups): in a range no user's login uid is in, and one per live
 //!   run ([`login_uid_of`]).
-//! - **One audit rule per run** ([`rules`]): on the syscall exit filter,
+//! - **An audit rule of each run's** ([`rules`]): on the syscall exit filter,
 //!   for this build's architecture, that login uid and a result of
 //!   `-EACCES`, every syscall: `-A exit,always -F arch=b64 -F auid=<uid>
 //!   -F exit=-EACCES -S all`. Prepended, so no rule of the host's can
@@ -26,7 +26,15 @@
 //!   process at its first call of another architecture
 //!   ([`crate::seccomp`]), so no such call of the run can be refused with
 //!   `EACCES`.
-//! - **A second rule at Landlock ABI 6** (Linux 6.12–6.14), whose scoping
+//! - **A second rule for links and renames**: the same fields with
+//!   `exit=-EXDEV`, for the calls that link or rename a file only (`-S
+//!   link -S linkat -S rename -S renameat -S renameat2`,
+//!   [`rules::REFER_CALLS`]), added, removed and reaped with the first
+//!   (in one datagram each way). Landlock refuses a link or rename that
+//!   would give a file rights it lacks, or out of or into a directory
+//!   without `fs.refer`, with `EXDEV` ([`refer`]); one rule cannot take
+//!   both errnos (below).
+//! - **A third rule at Landlock ABI 6** (Linux 6.12–6.14), whose scoping
 //!   refuses signals to processes outside the run and connects to abstract
 //!   sockets bound outside it with `EPERM`, unlogged: the same fields with
 //!   `exit=-EPERM`, for the calls that signal a process or name a socket
@@ -43,7 +51,7 @@
 //!   `OBJ_PID`, `EOE`, one serial) come through the same read-only
 //!   multicast group, the same end marker and loss accounting; the reader
 //!   takes those whose `SYSCALL` names the run's login uid, exactly, and
-//!   turns each into a [`super::FsEvent`] ([`records`]) or a
+//!   turns each into a [`super::FsEvent`] ([`records`], [`refer`]) or a
 //!   [`super::ScopeEvent`] ([`reach`]).
 //!
 //! What differs from Landlock's own records (ABI 7):
@@ -61,20 +69,32 @@
 //!   such. Not shown: `access(2)` and `faccessat(2)`, which ask and open
 //!   nothing, and `EACCES` from calls that name no file (a port below 1024
 //!   to `bind`): those are not filesystem refusals.
-//! - **`EXDEV` is left out**: Landlock refuses a link or rename that would
-//!   give a file rights it lacks (`fs.refer`) with `EXDEV`, which is also
-//!   what every rename across two filesystems gets, and what `mv` and
-//!   `git` then copy instead of; a rule for it would fill the log with
-//!   ordinary moves. So a refused `fs.refer` goes unnamed here (the tool
-//!   copies and goes on).
+//! - **`EXDEV` is Landlock's only where the kernel got as far as asking
+//!   it** ([`refer`]): a link or rename across two mounts (every move
+//!   across filesystems, which `mv` and `git` then copy instead of) gets
+//!   `EXDEV` before any security hook, and a filesystem's own (overlayfs
+//!   renaming a directory, btrfs across subvolumes) comes after Landlock
+//!   allowed it. A record is taken only where its two names are found on
+//!   one mount, with the device and inode the record gives, and
+//!   Landlock's decision, made again from what the run's ruleset grants at
+//!   the two directories ([`Watch::granted`]), refuses the move; it is
+//!   named as Landlock's record names it: the directory not allowed, with
+//!   every right the file would gain. Every other `EXDEV` is no refusal of
+//!   the run's, and is dropped; so is one whose names are gone or changed
+//!   by the time the reader looks (a refusal not named, rather than a move
+//!   across mounts named as one).
 //! - **Paths** are as the kernel records them: a name joined with the
 //!   process's working directory (`CWD`); a name relative to a directory
 //!   descriptor is found through that descriptor while the process still
 //!   holds it (`/proc/<pid>/fd`), and taken only if its device and inode
 //!   are those the kernel recorded; otherwise the path is not named. A
-//!   rename names two directories and does not say which refused: the one
-//!   outside the run's writable paths is named (with what the rename
-//!   removes there, or makes), the source when both are.
+//!   link or rename across two directories is named as Landlock names it
+//!   where Landlock, as the run's ruleset decides it, refuses it
+//!   ([`refer`]): each directory it names, with what it names there.
+//!   Where it allows it (the permission bits refused), the records do
+//!   not say which directory refused: the one outside the run's writable
+//!   paths is named (with what the rename removes there, or makes), the
+//!   source when both are.
 //! - **Reaches outside the run** ([`reach`]): a signal or an abstract
 //!   connect refused at ABI 6, and a refused access to the `/proc` entry
 //!   of a process outside the run, are scope refusals, as Landlock logs
@@ -98,6 +118,7 @@ use std::path::PathBuf;
 
 pub mod reach;
 pub mod records;
+pub mod refer;
 pub mod rules;
 
 pub use rules::{reap_stale, remove_beside, Refused, RunRules};
@@ -222,13 +243,15 @@ pub struct Probe {
 }
 
 /// What the reader needs to take a run's records: its login uid, its
-/// writable paths (to name the directory that refused a rename), its
-/// cgroup (to tell a process outside it), and which of its reaches outside
-/// the records stand for.
+/// writable paths (to name the directory that refused a rename), what its
+/// Landlock ruleset grants (to tell a link or rename Landlock refused with
+/// `EXDEV`), its cgroup (to tell a process outside it), and which of its
+/// reaches outside the records stand for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     pub login_uid: u32,
     pub writable: Vec<PathBuf>,
+    pub granted: refer::Granted,
     /// The run's cgroup, as `/proc/<pid>/cgroup` shows it.
     pub cgroup: Option<String>,
     pub reach: Reach,
@@ -260,11 +283,12 @@ impl Reach {
         }
     }
 
-    /// The rules that record these: [`Refused::Files`] always, and
-    /// [`Refused::Reach`] for signals or abstract sockets.
+    /// The rules that record these: [`Refused::Files`] and
+    /// [`Refused::Refer`] always, and [`Refused::Reach`] for signals or
+    /// abstract sockets.
     #[must_use]
     pub fn rules(self) -> Vec<Refused> {
-        let mut r = vec![Refused::Files];
+        let mut r = vec![Refused::Files, Refused::Refer];
         if self.signals || self.abstract_sockets {
             r.push(Refused::Reach);
         }
@@ -272,23 +296,26 @@ impl Reach {
     }
 }
 
-/// The event one refused call's records (one serial) tell of the watched
-/// run: a reach outside the run ([`reach`]), a filesystem refusal
-/// ([`records`]) unless it is one of the `/proc` entry of a process outside
-/// the run, which is that reach ([`reach::proc_entry`]), or nothing.
+/// The events one refused call's records (one serial) tell of the watched
+/// run: a reach outside the run ([`reach`]), filesystem refusals
+/// ([`records`]: one, or one for each directory of a link or rename
+/// Landlock names) but one of the `/proc` entry of a process outside the
+/// run, which is that reach ([`reach::proc_entry`]), or nothing.
 pub(in crate::audit) fn event(
     group: &[super::kernel::AuditRecord],
     watch: &Watch,
     look: &dyn records::Look,
-) -> Option<super::Event> {
+) -> Vec<super::Event> {
     if let Some(sc) = reach::refusal(group, watch, look) {
-        return Some(super::Event::Scope(sc));
+        return vec![super::Event::Scope(sc)];
     }
-    let fs = records::refusal(group, watch, look)?;
-    Some(match reach::proc_entry(&fs, watch, look) {
-        Some(ptrace) => super::Event::Scope(ptrace),
-        None => super::Event::Filesystem(fs),
-    })
+    records::refusal(group, watch, look)
+        .into_iter()
+        .map(|fs| match reach::proc_entry(&fs, watch, look) {
+            Some(ptrace) => super::Event::Scope(ptrace),
+            None => super::Event::Filesystem(fs),
+        })
+        .collect()
 }
 
 /// The login uid of the run whose cgroup's id is `cgroup_id`:

@@ -85,6 +85,7 @@ fn watch(reach: Reach) -> Watch {
     Watch {
         login_uid: UID,
         writable: Vec::new(),
+        granted: super::super::refer::Granted::default(),
         cgroup: Some(RUN.to_owned()),
         reach,
     }

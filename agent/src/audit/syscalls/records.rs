@@ -12,8 +12,10 @@
 //! | `mknod(at)` | its directory | by the mode: `fs.make_reg`, `fs.make_char`, `fs.make_block`, `fs.make_fifo`, `fs.make_sock` |
 //! | `symlink(at)` | its directory | `fs.make_sym` |
 //! | `unlink`, `unlinkat`; `rmdir`, `unlinkat(AT_REMOVEDIR)` | its directory | `fs.remove_file`; `fs.remove_dir` |
-//! | `rename`, `renameat`, `renameat2` | the directory outside the writable paths (the source's, when both are) | `fs.remove_file` in the source's, `fs.make_reg` in the target's (both when it is one) |
-//! | `link`, `linkat` | the new name's directory | by the file's type: `fs.make_reg`, `fs.make_sym`, … |
+//! | `link`, `linkat`, `rename`, `renameat`, `renameat2` across two directories that Landlock refuses, as the run's ruleset decides it ([`super::refer`]) | each directory Landlock's records name, the source's first: one event each | where the file would gain rights: every right the ruleset handles that the directory lacks; else what the call asks there that it lacks, with `fs.refer` (a rename is judged as of a file) |
+//! | the same refused with `EXDEV` (the run's `Refer` rule) | only on one mount, where Landlock refuses ([`super::refer`]); any other is left out | as above: `fs.refer` alone where the file would gain none |
+//! | `rename`, `renameat`, `renameat2` Landlock allows (the permission bits refused), or within one directory | the directory outside the writable paths (the source's, when both are) | `fs.remove_file` in the source's, `fs.make_reg` in the target's (both when it is one) |
+//! | `link`, `linkat` likewise | the new name's directory | by the file's type: `fs.make_reg`, `fs.make_sym`, … |
 //! | `execve`, `execveat` | the file | `fs.execute` |
 //! | `truncate`; `ftruncate` | the file; the descriptor's file | `fs.truncate` |
 //! | `ioctl` | the descriptor's file | `fs.ioctl_dev` |
@@ -24,7 +26,9 @@
 //! A call whose `PATH` records did not all come (lost on their way, which
 //! the reader tells, or left out by a host rule of the filesystem list) is
 //! kept without its path, and, for an open, a rename or a link, whose
-//! access hangs on what the kernel found, named by its number.
+//! access hangs on what the kernel found, named by its number; refused
+//! with `EXDEV`, it cannot be told from a move across mounts, and is left
+//! out.
 //!
 //! A rename's records name both directories, in the order the kernel
 //! copied the two names in (`do_renameat2(…, getname(oldname), …,
@@ -39,6 +43,7 @@ use std::path::Path;
 
 use super::super::kernel::AuditRecord;
 use super::super::FsEvent;
+use super::refer::Found;
 use super::Watch;
 
 const SYSCALL: u16 = 1300;
@@ -76,6 +81,12 @@ pub trait Look {
     }
     /// The cgroups of process `pid` (`/proc/<pid>/cgroup`).
     fn cgroups(&self, _pid: u32) -> Option<String> {
+        None
+    }
+    /// The file at `path` as lockrun finds it now, in its own mount
+    /// namespace: its mount's device and its inode, its mount, its path
+    /// with symlinks resolved (the last one only if `follow`).
+    fn found(&self, _path: &str, _follow: bool) -> Option<Found> {
         None
     }
 }
@@ -123,11 +134,41 @@ impl Look for Proc {
     fn cgroups(&self, pid: u32) -> Option<String> {
         std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
     }
+
+    fn found(&self, path: &str, follow: bool) -> Option<Found> {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+        let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | nofollow)
+            .open(path)
+            .ok()?;
+        let ino = file.metadata().ok()?.ino();
+        let fd = file.as_raw_fd();
+        let mount: u64 = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("mnt_id:"))
+            .and_then(|m| m.trim().parse().ok())?;
+        let at = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+        let shown = at.to_string_lossy();
+        if !shown.starts_with('/') || shown.ends_with(" (deleted)") {
+            return None;
+        }
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let (major, minor) = super::refer::mount_dev(&mountinfo, mount)?;
+        Some(Found {
+            dev_ino: (major, minor, ino),
+            mount,
+            path: at,
+        })
+    }
 }
 
 /// The kind of a `PATH` item (`nametype`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// The file the call named.
     Normal,
     /// The directory a name is made in or removed from.
@@ -138,14 +179,14 @@ enum Kind {
 
 /// One `PATH` item.
 #[derive(Debug)]
-struct Item<'a> {
+pub(super) struct Item<'a> {
     /// As the kernel printed it: the name given, its directory part (with
     /// the slash) for a parent, or the working directory for a parent
     /// named by its last component alone.
     name: Option<&'a str>,
-    kind: Kind,
-    mode: Option<u32>,
-    dev_ino: Option<DevIno>,
+    pub(super) kind: Kind,
+    pub(super) mode: Option<u32>,
+    pub(super) dev_ino: Option<DevIno>,
 }
 
 impl<'a> Item<'a> {
@@ -171,7 +212,7 @@ impl<'a> Item<'a> {
         }
     }
 
-    fn is_dir(&self) -> Option<bool> {
+    pub(super) fn is_dir(&self) -> Option<bool> {
         self.mode.map(|m| m & libc::S_IFMT == libc::S_IFDIR)
     }
 }
@@ -179,7 +220,7 @@ impl<'a> Item<'a> {
 /// The calls whose refusal is named in Landlock's words; the argument
 /// (index) holding each name's directory descriptor, where there is one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
+pub(super) enum Call {
     /// `flags`: the argument holding the open's flags, or the flags.
     Open {
         flags: Flags,
@@ -200,12 +241,17 @@ enum Call {
         flags: Option<usize>,
         dir: bool,
     },
+    /// `flags`: the argument holding `renameat2`'s flags.
     Rename {
         old_dirfd: Option<usize>,
         new_dirfd: Option<usize>,
+        flags: Option<usize>,
     },
+    /// `flags`: the argument holding `linkat`'s flags.
     Link {
+        old_dirfd: Option<usize>,
         new_dirfd: Option<usize>,
+        flags: Option<usize>,
     },
     Exec {
         dirfd: Option<usize>,
@@ -221,7 +267,7 @@ enum Call {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Flags {
+pub(super) enum Flags {
     Arg(usize),
     Fixed(u64),
 }
@@ -293,19 +339,30 @@ impl Call {
             libc::SYS_rename => Rename {
                 old_dirfd: None,
                 new_dirfd: None,
+                flags: None,
             },
             #[cfg(target_arch = "x86_64")]
             libc::SYS_renameat => Rename {
                 old_dirfd: Some(0),
                 new_dirfd: Some(2),
+                flags: None,
             },
             libc::SYS_renameat2 => Rename {
                 old_dirfd: Some(0),
                 new_dirfd: Some(2),
+                flags: Some(4),
             },
             #[cfg(target_arch = "x86_64")]
-            libc::SYS_link => Link { new_dirfd: None },
-            libc::SYS_linkat => Link { new_dirfd: Some(2) },
+            libc::SYS_link => Link {
+                old_dirfd: None,
+                new_dirfd: None,
+                flags: None,
+            },
+            libc::SYS_linkat => Link {
+                old_dirfd: Some(0),
+                new_dirfd: Some(2),
+                flags: Some(4),
+            },
             libc::SYS_execve => Exec { dirfd: None },
             libc::SYS_execveat => Exec { dirfd: Some(0) },
             libc::SYS_truncate => Truncate,
@@ -331,21 +388,30 @@ fn field<'a>(r: &'a AuditRecord, key: &str) -> Option<&'a str> {
 /// The filesystem refusal told by one event's records (`group`, one
 /// serial), if it is a refused call of the watched run: a `SYSCALL` of
 /// its login uid, this build's architecture and `exit=-13` (`EACCES`)
-/// that named a file. None for any other.
+/// that named a file, or `exit=-18` (`EXDEV`) of a link or rename that
+/// Landlock refused ([`super::refer`]); none for any other. One event,
+/// or, for a link or rename across two directories that Landlock
+/// refused, one for each it names, as its own records do.
 pub(in crate::audit) fn refusal(
     group: &[AuditRecord],
     watch: &Watch,
     look: &dyn Look,
-) -> Option<FsEvent> {
+) -> Vec<FsEvent> {
+    refusals(group, watch, look).unwrap_or_default()
+}
+
+fn refusals(group: &[AuditRecord], watch: &Watch, look: &dyn Look) -> Option<Vec<FsEvent>> {
     let sys = group.iter().find(|r| r.ty == SYSCALL)?;
     let login_uid = watch.login_uid.to_string();
     let arch = format!("{:x}", super::rules::ARCH);
-    if field(sys, "auid") != Some(login_uid.as_str())
-        || field(sys, "exit") != Some("-13")
-        || field(sys, "arch") != Some(arch.as_str())
-    {
+    if field(sys, "auid") != Some(login_uid.as_str()) || field(sys, "arch") != Some(arch.as_str()) {
         return None;
     }
+    let exdev = match field(sys, "exit") {
+        Some("-13") => false,
+        Some("-18") => true,
+        _ => return None,
+    };
     let nr: i64 = field(sys, "syscall")?.parse().ok()?;
     let arg = |i: usize| {
         field(sys, &format!("a{i}"))
@@ -379,34 +445,59 @@ pub(in crate::audit) fn refusal(
         arg: &arg,
         look,
     };
-    let (path, access) = judged(call, &ctx, &watch.writable);
-    let found_decides = matches!(
-        call,
-        Call::Open { .. } | Call::Rename { .. } | Call::Link { .. }
-    );
-    let (path, access) = if incomplete {
-        (None, if found_decides { Vec::new() } else { access })
+    // A link or rename across two directories that Landlock refused, as
+    // its records name it; with EXDEV, Landlock's only where its names
+    // were all read and are found ([`super::refer`]).
+    let refer = if exdev {
+        if incomplete {
+            return None;
+        }
+        Some(super::refer::refused(call, &ctx, watch)?)
+    } else if incomplete {
+        None
     } else {
-        (path, access)
+        super::refer::refused_eacces(call, &ctx, watch)
     };
-    let access = if access.is_empty() {
-        vec![format!("syscall.{nr}")]
+    let named: Vec<(Option<String>, Vec<String>)> = if let Some(named) = refer {
+        named.into_iter().map(|(p, a)| (Some(p), a)).collect()
     } else {
-        access.into_iter().map(str::to_owned).collect()
+        let (path, access) = judged(call, &ctx, &watch.writable);
+        let found_decides = matches!(
+            call,
+            Call::Open { .. } | Call::Rename { .. } | Call::Link { .. }
+        );
+        let (path, access) = if incomplete {
+            (None, if found_decides { Vec::new() } else { access })
+        } else {
+            (path, access)
+        };
+        let access = if access.is_empty() {
+            vec![format!("syscall.{nr}")]
+        } else {
+            access.into_iter().map(str::to_owned).collect()
+        };
+        vec![(path, access)]
     };
     let raw: Vec<&str> = group
         .iter()
         .filter(|r| matches!(r.ty, SYSCALL | CWD | PATH))
         .map(|r| r.text.as_str())
         .collect();
-    Some(FsEvent {
-        pid,
-        comm: field(sys, "comm").unwrap_or_default().to_owned(),
-        path,
-        access,
-        raw: raw.join("\n"),
-        other_name_of: None,
-    })
+    let raw = raw.join("\n");
+    let comm = field(sys, "comm").unwrap_or_default();
+    Some(
+        named
+            .into_iter()
+            .map(|(path, access)| FsEvent {
+                pid,
+                comm: comm.to_owned(),
+                path,
+                access,
+                raw: raw.clone(),
+                other_name_of: None,
+            })
+            .collect(),
+    )
 }
 
 /// Where a call of kind `call` was refused, and what it asked there, in
@@ -441,8 +532,9 @@ fn judged(
         Call::Rename {
             old_dirfd,
             new_dirfd,
+            ..
         } => rename(ctx, old_dirfd, new_dirfd, writable),
-        Call::Link { new_dirfd } => {
+        Call::Link { new_dirfd, .. } => {
             let made = ctx
                 .first(Kind::Normal)
                 .and_then(|(_, i)| i.mode)
@@ -457,17 +549,17 @@ fn judged(
 }
 
 /// One refused call's items and how to find its paths.
-struct Ctx<'a> {
-    items: &'a [Item<'a>],
+pub(super) struct Ctx<'a> {
+    pub(super) items: &'a [Item<'a>],
     cwd: Option<&'a str>,
     pid: u32,
-    arg: &'a dyn Fn(usize) -> u64,
-    look: &'a dyn Look,
+    pub(super) arg: &'a dyn Fn(usize) -> u64,
+    pub(super) look: &'a dyn Look,
 }
 
 impl Ctx<'_> {
     /// The first item of `kind`, with its place.
-    fn first(&self, kind: Kind) -> Option<(usize, &Item<'_>)> {
+    pub(super) fn first(&self, kind: Kind) -> Option<(usize, &Item<'_>)> {
         self.items.iter().enumerate().find(|(_, i)| i.kind == kind)
     }
 
@@ -506,7 +598,7 @@ impl Ctx<'_> {
     /// `item`'s path: as printed when absolute, else joined with the
     /// working directory, or, when the call named a directory descriptor
     /// in argument `dirfd`, found through it (see [`through_fd`]).
-    fn path(&self, item: &Item<'_>, dirfd: Option<usize>) -> Option<String> {
+    pub(super) fn path(&self, item: &Item<'_>, dirfd: Option<usize>) -> Option<String> {
         let name = item.name?;
         let fd = dirfd
             .map(|i| (self.arg)(i) as i32)
@@ -582,7 +674,7 @@ fn opened_as(flags: u64, dir: Option<bool>) -> Vec<&'static str> {
 }
 
 /// What making a file of `mode` (its type bits) asks of its directory.
-fn made_as(mode: u32) -> &'static str {
+pub(super) fn made_as(mode: u32) -> &'static str {
     match mode & libc::S_IFMT {
         libc::S_IFDIR => "fs.make_dir",
         libc::S_IFCHR => "fs.make_char",

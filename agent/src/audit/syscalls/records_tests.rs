@@ -80,6 +80,7 @@ fn watch() -> Watch {
     Watch {
         login_uid: UID,
         writable: vec![PathBuf::from("/w/wt"), PathBuf::from("/tmp/run")],
+        granted: super::super::refer::Granted::default(),
         cgroup: None,
         reach: super::super::Reach::default(),
     }
@@ -87,7 +88,9 @@ fn watch() -> Watch {
 
 /// The path and access of the refusal, if one.
 fn seen(g: &[AuditRecord], look: &Fake) -> Option<(Option<String>, Vec<String>)> {
-    refusal(g, &watch(), look).map(|e| {
+    let mut events = refusal(g, &watch(), look);
+    assert!(events.len() <= 1, "{events:?}");
+    events.pop().map(|e| {
         assert_eq!((e.pid, e.comm.as_str()), (8545, "python3"));
         (e.path, e.access)
     })
@@ -409,7 +412,7 @@ fn only_the_watched_runs_refused_calls_are_taken() {
     let other_uid = mk(mine);
     let mut w = watch();
     w.login_uid = UID + 1;
-    assert!(refusal(&other_uid, &w, GONE).is_none());
+    assert!(refusal(&other_uid, &w, GONE).is_empty());
     for changed in [
         mine.replace("exit=-13", "exit=-1"),
         mine.replace("success=no exit=-13", "success=yes exit=0"),

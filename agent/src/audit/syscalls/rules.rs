@@ -3,12 +3,13 @@
 //! `AUDIT_LIST_RULES`: a `struct audit_rule_data` each, needing
 //! `CAP_AUDIT_CONTROL`).
 //!
-//! A rule of lockrun's is one of two exact shapes ([`HostRule::lockruns`]):
+//! A rule of lockrun's is one of three exact shapes ([`HostRule::lockruns`]):
 //! the exit filter, `always`, and the fields `arch` of this build, `auid` of
 //! lockrun's range and `exit`, each `=`; either `-EACCES` of every syscall
-//! ([`Refused::Files`]), or `-EPERM` of the calls that signal a process or
-//! name a socket's address ([`Refused::Reach`], [`REACH_CALLS`]). Nothing
-//! else is ever changed or deleted.
+//! ([`Refused::Files`]), `-EXDEV` of the calls that link or rename a file
+//! ([`Refused::Refer`], [`REFER_CALLS`]), or `-EPERM` of the calls that
+//! signal a process or name a socket's address ([`Refused::Reach`],
+//! [`REACH_CALLS`]). Nothing else is ever changed or deleted.
 
 use std::os::fd::{AsRawFd as _, OwnedFd};
 
@@ -36,9 +37,11 @@ const AUDIT_FILTER_PREPEND: u32 = 0x10;
 /// `action`.
 const AUDIT_NEVER: u32 = 0;
 const AUDIT_ALWAYS: u32 = 2;
-/// `exit=-EACCES`, `exit=-EPERM`, as the kernel compares them (32 bits).
+/// `exit=-EACCES`, `exit=-EPERM`, `exit=-EXDEV`, as the kernel compares
+/// them (32 bits).
 const EXIT_EACCES: u32 = (-libc::EACCES).cast_unsigned();
 const EXIT_EPERM: u32 = (-libc::EPERM).cast_unsigned();
+const EXIT_EXDEV: u32 = (-libc::EXDEV).cast_unsigned();
 /// Fields.
 const AUDIT_LOGINUID: u32 = 9;
 const AUDIT_ARCH: u32 = 11;
@@ -86,6 +89,11 @@ pub enum Refused {
     /// sockets bound outside it, which Landlock ABI 6 scopes and does not
     /// log.
     Reach,
+    /// The calls of [`REFER_CALLS`] refused with `EXDEV`: the run's links
+    /// and renames, among them those Landlock refuses (`fs.refer`) and
+    /// does not log (ABI < 7), which the reader tells from the kernel's
+    /// own refusal of a move across mounts ([`super::refer`]).
+    Refer,
 }
 
 impl std::fmt::Display for Refused {
@@ -93,6 +101,7 @@ impl std::fmt::Display for Refused {
         f.write_str(match self {
             Self::Files => "its calls refused with EACCES",
             Self::Reach => "its signal and socket calls refused with EPERM",
+            Self::Refer => "its link and rename calls refused with EXDEV",
         })
     }
 }
@@ -114,6 +123,29 @@ pub const REACH_CALLS: [i64; 10] = [
     libc::SYS_sendmmsg,
 ];
 
+/// The calls a [`Refused::Refer`] rule records: those that link or rename
+/// a file, the calls Landlock's `fs.refer` right decides (`EXDEV`, which
+/// the kernel also gives a move across two mounts).
+#[cfg(target_arch = "x86_64")]
+pub const REFER_CALLS: [i64; 5] = [
+    libc::SYS_link,
+    libc::SYS_linkat,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+];
+#[cfg(target_arch = "aarch64")]
+pub const REFER_CALLS: [i64; 2] = [libc::SYS_linkat, libc::SYS_renameat2];
+
+/// The syscall mask of the rule of `calls` (`-S` each).
+fn mask_of(calls: &[i64]) -> [u32; WORDS] {
+    let mut mask = [0; WORDS];
+    for nr in calls.iter().filter_map(|nr| usize::try_from(*nr).ok()) {
+        mask[nr / 32] |= 1 << (nr % 32);
+    }
+    mask
+}
+
 /// A rule of the kernel's, as listed, or as lockrun sends one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct HostRule {
@@ -130,21 +162,14 @@ pub(super) struct HostRule {
 impl HostRule {
     /// lockrun's rule of `refused` for the run of `login_uid`: `-A
     /// exit,always -F arch=<this build's> -F auid=<login_uid>`, and `-F
-    /// exit=-EACCES -S all`, or `-F exit=-EPERM -S kill -S tkill …`
+    /// exit=-EACCES -S all`, `-F exit=-EXDEV -S link -S linkat …`
+    /// ([`REFER_CALLS`]), or `-F exit=-EPERM -S kill -S tkill …`
     /// ([`REACH_CALLS`]).
     fn lockruns(login_uid: u32, refused: Refused) -> Self {
         let (mask, exit) = match refused {
             Refused::Files => ([u32::MAX; WORDS], EXIT_EACCES),
-            Refused::Reach => {
-                let mut mask = [0; WORDS];
-                for nr in REACH_CALLS
-                    .iter()
-                    .filter_map(|nr| usize::try_from(*nr).ok())
-                {
-                    mask[nr / 32] |= 1 << (nr % 32);
-                }
-                (mask, EXIT_EPERM)
-            }
+            Refused::Reach => (mask_of(&REACH_CALLS), EXIT_EPERM),
+            Refused::Refer => (mask_of(&REFER_CALLS), EXIT_EXDEV),
         };
         Self {
             flags: AUDIT_FILTER_EXIT,
@@ -170,6 +195,7 @@ impl HostRule {
         let refused = match exit.2 {
             EXIT_EACCES => Refused::Files,
             EXIT_EPERM => Refused::Reach,
+            EXIT_EXDEV => Refused::Refer,
             _ => return None,
         };
         let shape = [
@@ -685,6 +711,33 @@ mod tests {
     }
 
     #[test]
+    fn the_refer_rule_records_exdev_of_the_link_and_rename_calls_only() {
+        let b = HostRule::lockruns(0x8000_0035, Refused::Refer).to_bytes();
+        let w = |i: usize| word(&b, i);
+        assert_eq!((w(0), w(1), w(2)), (0x04, 2, 3));
+        let mut calls = Vec::new();
+        for nr in 0..(WORDS * 32) {
+            if w(3 + nr / 32) & (1 << (nr % 32)) != 0 {
+                calls.push(i64::try_from(nr).unwrap());
+            }
+        }
+        let mut want = REFER_CALLS.to_vec();
+        want.sort_unstable();
+        assert_eq!(calls, want);
+        // rename, link, renameat, linkat, renameat2.
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(calls, [82, 86, 264, 265, 316]);
+        assert_eq!((w(131), w(132), w(133)), (ARCH, 0x8000_0035, 0xffff_ffee));
+        let back = HostRule::parse(&b).unwrap();
+        assert_eq!(back, HostRule::lockruns(0x8000_0035, Refused::Refer));
+        assert_eq!(back.ours(), Some((0x8000_0035, Refused::Refer)));
+        assert_eq!(
+            Refused::Refer.to_string(),
+            "its link and rename calls refused with EXDEV"
+        );
+    }
+
+    #[test]
     fn only_rules_of_lockruns_exact_shape_are_lockruns() {
         let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
         r.flags |= AUDIT_FILTER_PREPEND;
@@ -693,6 +746,7 @@ mod tests {
         for changed in [
             HostRule::lockruns(1000, Refused::Files),
             HostRule::lockruns(u32::MAX, Refused::Reach),
+            HostRule::lockruns(7, Refused::Refer),
             {
                 let mut r = HostRule::lockruns(0x8000_0035, Refused::Files);
                 r.fields[2].2 = (-libc::ENOENT).cast_unsigned();
