@@ -21,8 +21,16 @@ use super::{cpio, Cache};
 /// root and switches to stage 2 there.
 pub const STAGE1: &str = include_str!("stage1.sh");
 
-/// The modules stage 1 loads, with what they depend on, in order.
-const INITRAMFS_MODULES: [&str; 5] = ["virtio_pci", "virtio_blk", "9pnet_virtio", "9p", "overlay"];
+/// The modules stage 1 loads, with what they depend on, in order (ext4:
+/// the guest's /tmp, mounted by stage 2).
+const INITRAMFS_MODULES: [&str; 6] = [
+    "virtio_pci",
+    "virtio_blk",
+    "9pnet_virtio",
+    "9p",
+    "overlay",
+    "ext4",
+];
 
 /// A kernel ready to boot.
 pub struct Kernel {

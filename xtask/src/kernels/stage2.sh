@@ -28,7 +28,8 @@ m bpf mode=700 /sys/fs/bpf
 m debugfs rw /sys/kernel/debug
 m tracefs rw /sys/kernel/tracing
 # /tmp: ext4 on /dev/vdb (made by xtask), as this machine's /tmp is.
-{ modprobe ext4 && mount -t ext4 /dev/vdb /tmp && chmod 1777 /tmp; } ||
+# (ext4 is loaded by stage 1.)
+{ mount -t ext4 /dev/vdb /tmp 2>&3 && chmod 1777 /tmp; } ||
   { echo "xtask-guest: ext4 /tmp failed; a tmpfs instead" >&3; m tmpfs mode=1777,nosuid /tmp; }
 for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
   echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || echo "xtask-guest: cgroup controller $c not enabled" >&3
