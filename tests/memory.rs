@@ -210,11 +210,13 @@ fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
                 .ok()
         };
         // From outside, while the run goes on: its limit, as the kernel
-        // has it (the run id is logged before the run's cgroup is made).
+        // has it (the run id is logged before the run's cgroup is made,
+        // and the cgroup before its limit is written: until then it reads
+        // unlimited, `max` or v1's page-rounded i64::MAX).
         let (cg, limit_file, peak_file, set) = loop {
             let found = limit_cgroup(&run_id)
                 .and_then(|(cg, limit, peak)| Some((read(&cg, limit)?, cg, limit, peak)));
-            if let Some((set, cg, limit, peak)) = found {
+            if let Some((set, cg, limit, peak)) = found.filter(|f| f.0 < (1 << 62)) {
                 break (cg, limit, peak, set);
             }
             assert!(
