@@ -227,8 +227,17 @@ fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
         };
         assert_eq!(set, want, "{}", cg.display());
         if limit_file == "memory.max" {
-            // v2: swap counted too, none allowed beyond the limit.
-            let swap = std::fs::read_to_string(cg.join("memory.swap.max"));
+            // v2: swap counted too, none allowed beyond the limit (written
+            // after memory.max, before the command starts: read until it
+            // is, as above).
+            let swap = || std::fs::read_to_string(cg.join("memory.swap.max"));
+            let waited = Instant::now();
+            while swap().is_ok_and(|s| s.trim() != "0")
+                && waited.elapsed() < slow::patience(Duration::from_secs(10))
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let swap = swap();
             assert!(
                 swap.as_ref().map_or(true, |s| s.trim() == "0"),
                 "memory.swap.max: {swap:?}"
