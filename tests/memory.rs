@@ -165,6 +165,20 @@ fn a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown() {
     assert_eq!(reached(&text(&outside).0), (256, true));
 }
 
+/// The run's `memory.swap.max`, once lockrun has written it: after
+/// `memory.max`, before the command starts, so read until it is 0 (or the
+/// wait's bound).
+fn swap_max_once_written(cg: &Path) -> std::io::Result<String> {
+    let swap = || std::fs::read_to_string(cg.join("memory.swap.max"));
+    let waited = Instant::now();
+    while swap().is_ok_and(|s| s.trim() != "0")
+        && waited.elapsed() < slow::patience(Duration::from_secs(10))
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    swap()
+}
+
 #[test]
 fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
     let test = "the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine";
@@ -227,17 +241,8 @@ fn the_kernel_holds_the_run_to_its_limit_and_the_default_is_half_the_machine() {
         };
         assert_eq!(set, want, "{}", cg.display());
         if limit_file == "memory.max" {
-            // v2: swap counted too, none allowed beyond the limit (written
-            // after memory.max, before the command starts: read until it
-            // is, as above).
-            let swap = || std::fs::read_to_string(cg.join("memory.swap.max"));
-            let waited = Instant::now();
-            while swap().is_ok_and(|s| s.trim() != "0")
-                && waited.elapsed() < slow::patience(Duration::from_secs(10))
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let swap = swap();
+            // v2: swap counted too, none allowed beyond the limit.
+            let swap = swap_max_once_written(&cg);
             assert!(
                 swap.as_ref().map_or(true, |s| s.trim() == "0"),
                 "memory.swap.max: {swap:?}"

@@ -408,19 +408,6 @@ impl Kernel {
     pub fn gaps(&self) -> Vec<Gap> {
         Gap::ALL.into_iter().filter(|g| !g.held_by(self)).collect()
     }
-
-    /// Whether kernel audit refused lockrun the asking (`EPERM`,
-    /// `EACCES`): a caller without the privileges every run needs (its
-    /// cgroup, its eBPF hooks), not a kernel that lacks a mechanism. A run
-    /// is then refused where it needs those privileges, and never gets past
-    /// the run's audit rule without them.
-    #[must_use]
-    pub fn syscall_audit_not_permitted(&self) -> bool {
-        matches!(
-            self.syscall_audit,
-            Some(Err(Unusable::NotReachable { errno })) if errno == libc::EPERM || errno == libc::EACCES
-        )
-    }
 }
 
 /// Whether the unix hooks are there: on a kernel whose release is 6.7 or

@@ -1622,15 +1622,9 @@ fn gaps_accepted(policy: &Policy) -> Result<Vec<crate::kernel::Gap>, RunError> {
     if !crate::sys::has_effective_cap(CAP_SYS_ADMIN).unwrap_or(true) {
         return Ok(Vec::new());
     }
-    let kernel = crate::kernel::Kernel::get();
-    let (accepted, refused): (Vec<_>, Vec<_>) = kernel
+    let (accepted, refused): (Vec<_>, Vec<_>) = crate::kernel::Kernel::get()
         .gaps()
         .into_iter()
-        .filter(|g| {
-            policy.run.accept_gaps.contains(g)
-                || !(*g == crate::kernel::Gap::FilesystemRefusalsUnseen
-                    && kernel.syscall_audit_not_permitted())
-        })
         .partition(|g| policy.run.accept_gaps.contains(g));
     if refused.is_empty() {
         Ok(accepted)

@@ -689,17 +689,20 @@ mod tests {
         assert_eq!(back.ours(), Some((0x8000_0035, Refused::Files)));
     }
 
+    /// The syscalls a rule's mask names (words 3 on), in order.
+    fn calls_of(b: &[u8]) -> Vec<i64> {
+        (0..WORDS * 32)
+            .filter(|nr| word(b, 3 + nr / 32) & (1 << (nr % 32)) != 0)
+            .map(|nr| i64::try_from(nr).unwrap())
+            .collect()
+    }
+
     #[test]
     fn the_reach_rule_records_eperm_of_the_signal_and_socket_calls_only() {
         let b = HostRule::lockruns(0x8000_0035, Refused::Reach).to_bytes();
         let w = |i: usize| word(&b, i);
         assert_eq!((w(0), w(1), w(2)), (0x04, 2, 3));
-        let mut calls = Vec::new();
-        for nr in 0..(WORDS * 32) {
-            if w(3 + nr / 32) & (1 << (nr % 32)) != 0 {
-                calls.push(i64::try_from(nr).unwrap());
-            }
-        }
+        let calls = calls_of(&b);
         let mut want = REACH_CALLS.to_vec();
         want.sort_unstable();
         assert_eq!(calls, want);
@@ -715,12 +718,7 @@ mod tests {
         let b = HostRule::lockruns(0x8000_0035, Refused::Refer).to_bytes();
         let w = |i: usize| word(&b, i);
         assert_eq!((w(0), w(1), w(2)), (0x04, 2, 3));
-        let mut calls = Vec::new();
-        for nr in 0..(WORDS * 32) {
-            if w(3 + nr / 32) & (1 << (nr % 32)) != 0 {
-                calls.push(i64::try_from(nr).unwrap());
-            }
-        }
+        let calls = calls_of(&b);
         let mut want = REFER_CALLS.to_vec();
         want.sort_unstable();
         assert_eq!(calls, want);
