@@ -579,9 +579,11 @@ fn below_abi_7_links_landlock_refuses_with_exdev_are_seen_as_at_abi_7_and_other_
 /// (a name it may not remove or make there): each is seen, in each dir
 /// Landlock's own logging (ABI 7) names, with what it names there: out of
 /// a dir outside the writable paths into the worktree, every right the
-/// file would gain; out of one such dir into another (`/usr`), `fs.refer`
-/// in each and the name made; out of the worktree, what it would make.
-/// Within one dir no file moves: what the rename removes and makes.
+/// file would gain; out of one such dir into another on the same mount
+/// (a shelf beside it: a link across mounts is the VFS's `EXDEV`, never
+/// Landlock's), `fs.refer` in each and the name made; out of the worktree,
+/// what it would make. Within one dir no file moves: what the rename
+/// removes and makes.
 #[test]
 fn below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7() {
     if !root("below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7") {
@@ -594,14 +596,15 @@ fn below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7() {
     let sub = w.wt.join("sub");
     std::fs::create_dir(&sub).unwrap();
     std::fs::write(sub.join("m"), b"m").unwrap();
-    let usr = |tag: &str| format!("/usr/lockrun-test-refer-{}-{tag}", std::process::id());
-    let _gone = support::RemovedAtEnd(vec![usr("6").into(), usr("7").into()]);
+    let shelf = w.root.join("shelf");
+    std::fs::create_dir(&shelf).unwrap();
+    let shelved = |tag: &str| format!("{}/f-{tag}", s(&shelf));
     let run = |abi: Option<&str>, tag: &str| {
-        let (into_wt, into_usr) = (format!("sub/g-{tag}"), usr(tag));
+        let (into_wt, into_shelf) = (format!("sub/g-{tag}"), shelved(tag));
         let (out_of_wt, within) = (format!("{data}/m-{tag}"), format!("{data}/h-{tag}"));
         let ops: [&[&str]; 4] = [
             &["rename", s(&g), &into_wt],
-            &["link", s(&f), &into_usr],
+            &["link", s(&f), &into_shelf],
             &["rename", "sub/m", &out_of_wt],
             &["rename", s(&g), &within],
         ];
@@ -623,7 +626,7 @@ fn below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7() {
     let want: BTreeSet<Seen> = [
         (data.clone(), lacking(&READING), "python3".to_owned()),
         named(&data, &["fs.refer"]),
-        named("/usr", &["fs.make_reg", "fs.refer"]),
+        named(s(&shelf), &["fs.make_reg", "fs.refer"]),
         named(&data, &["fs.make_reg", "fs.refer"]),
         named(&data, &["fs.remove_file", "fs.make_reg"]),
     ]
@@ -646,7 +649,7 @@ fn below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7() {
     assert_eq!(std::fs::read(sub.join("m")).unwrap(), b"m");
     for tag in ["6", "7"] {
         assert_absent(&sub.join(format!("g-{tag}")));
-        assert_absent(Path::new(&usr(tag)));
+        assert_absent(Path::new(&shelved(tag)));
         assert_absent(&w.data.join(format!("m-{tag}")));
         assert_absent(&w.data.join(format!("h-{tag}")));
     }
