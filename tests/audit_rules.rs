@@ -20,17 +20,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/fs.rs"]
 mod support;
 
-use python::python3;
 use std::process::{Command, Output};
 use std::sync::Mutex;
-use support::{s, World};
+
+use crate::support::{python, skip, world};
+use python::python3;
+use world::{s, World};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -42,7 +39,7 @@ fn one_at_a_time_as_root(test: &str) -> Option<std::sync::MutexGuard<'static, ()
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !nix::unistd::geteuid().is_root() {
-        support::skip(test, "needs root (the kernel's audit rules and status)");
+        world::skip(test, "needs root (the kernel's audit rules and status)");
         return None;
     }
     Some(one)

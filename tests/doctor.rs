@@ -5,11 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
-#[path = "support/skip.rs"]
-mod skip;
+mod support;
+
 use std::process::Command;
 
 use serde_json::Value;
+
+use crate::support::skip;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 

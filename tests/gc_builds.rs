@@ -10,16 +10,9 @@
 //! test may be making meanwhile (cargo runs test binaries one after another).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
-#[path = "support/build.rs"]
-mod build;
-#[path = "net_support.rs"]
-mod net_support;
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/net_e2e.rs"]
 mod support;
+
+use crate::support::{build, net, net_world, python};
 
 /// One cgroup link per program: `connect4`/`6`, `sendmsg4`/`6`,
 /// `sock_create`, `ingress`, `egress`, and where the kernel has the unix
@@ -35,8 +28,8 @@ fn programs() -> usize {
 use std::process::Stdio;
 
 use build::TestBuild;
-use net_support::TcpSink;
-use support::{assert_eperm, s, wait_for, Background, World};
+use net::TcpSink;
+use net_world::{assert_eperm, s, wait_for, Background, World};
 
 /// Inside the other build's run: say "ready", wait for `go`, then one
 /// connection to each port given, one result line each.

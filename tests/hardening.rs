@@ -7,11 +7,6 @@
 //! lockrun's own peak memory, the bytes on the caller's stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/fs.rs"]
 mod support;
 
 use std::io::Read as _;
@@ -19,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{python, world};
 use python::python3;
-use support::{assert_absent, s, World, BIN};
+use world::{assert_absent, s, World, BIN};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -258,7 +254,7 @@ fn a_full_disk_is_told_and_the_log_stays_readable() {
         .status()
         .unwrap();
     if !mounted.success() {
-        support::skip(
+        world::skip(
             "a_full_disk_is_told_and_the_log_stays_readable",
             "cannot mount a small tmpfs to fill (not root?)",
         );
@@ -466,7 +462,8 @@ print("sent")
     );
     assert!(err.len() < 16 * 1024, "a summary of {} bytes", err.len());
     assert!(line.contains("not kept by name"), "{line}");
-    // Measured 3000 × 15 KB kept: ~170 MB; bounded: tens of MB.
+    // Kept whole, 3000 targets of 15 KB each would cost lockrun far more
+    // than this bound.
     assert!(peak_kib > 0, "lockrun's memory was never read");
     eprintln!("lockrun's peak memory: {peak_kib} KiB");
     assert!(

@@ -16,18 +16,13 @@
 //! namespace of the test's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[allow(unused_imports)]
-#[path = "support/fs.rs"]
 mod support;
 
 use std::path::Path;
 use std::sync::Mutex;
 
-use support::{probe_argv, RemovedAtEnd, World};
+use crate::support::world;
+use world::{probe_argv, RemovedAtEnd, World};
 
 static TURNS: Mutex<()> = Mutex::new(());
 

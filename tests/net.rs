@@ -9,18 +9,12 @@
 //! test no cgroup, pin or link may remain.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-use python::{python3, python3_command};
-#[path = "support/build.rs"]
-mod build;
-#[path = "net_support.rs"]
 mod support;
-use build::TestBuild;
 
-use support::{assert_eperm, assert_event, Run, TcpSink, UdpLiteSink, UdpSink};
+use crate::support::{build, net, python, skip};
+use build::TestBuild;
+use net::{assert_eperm, assert_event, Run, TcpSink, UdpLiteSink, UdpSink};
+use python::{python3, python3_command};
 
 #[test]
 fn tcp_to_unlisted_loopback_ports_is_refused() {
@@ -195,10 +189,10 @@ fn io_uring_connect_is_refused() {
         .arg("-O1")
         .arg("-o")
         .arg(&bin)
-        .arg(support::tests_dir().join("net_uring.c"))
+        .arg(net::support_dir().join("net_uring.c"))
         .status();
     if !cc.is_ok_and(|s| s.success()) {
-        support::skip(T, "gcc could not build tests/net_uring.c");
+        net::skip(T, "gcc could not build tests/support/net_uring.c");
         return;
     }
     let Some(run) = Run::start(T, &[allowed.addr], &[]) else {
@@ -258,10 +252,10 @@ fn icmp_seen(raw: &std::os::fd::OwnedFd, token: &[u8]) -> bool {
 fn icmp_ping_socket_is_refused() {
     const T: &str = "icmp_ping_socket_is_refused";
     if !nix::unistd::Uid::effective().is_root() {
-        support::skip(T, "needs root");
+        net::skip(T, "needs root");
         return;
     }
-    let _range = support::PingGroupRange::allow_root();
+    let _range = net::PingGroupRange::allow_root();
     let raw = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
         nix::sys::socket::SockType::Raw,
@@ -379,7 +373,7 @@ struct UnixWorld {
 
 impl UnixWorld {
     fn new(test: &str) -> Self {
-        let base = std::env::temp_dir().join(support::run_id(test));
+        let base = std::env::temp_dir().join(net::run_id(test));
         let (wt, tmp, outside) = (base.join("wt"), base.join("tmp"), base.join("outside"));
         for d in [&wt, &tmp, &outside, &base.join("wt-other")] {
             std::fs::create_dir_all(d).unwrap();
@@ -528,7 +522,7 @@ fn symlink_in_worktree_to_outside_socket() {
     const T: &str = "symlink_in_worktree_to_outside_socket";
     let w = UnixWorld::new(T);
     if !nix::unistd::Uid::effective().is_root() {
-        support::skip(T, "needs root (the real binary: Landlock, cgroup v2, bpf)");
+        net::skip(T, "needs root (the real binary: Landlock, cgroup v2, bpf)");
         return;
     }
     std::os::unix::fs::symlink(w.outside.join("docker.sock"), w.wt.join("link.sock")).unwrap();
@@ -544,7 +538,7 @@ fn symlink_in_worktree_to_outside_socket() {
             .arg(w.base.join("state"))
             .arg("--")
             .arg(python3())
-            .arg(support::tests_dir().join("net_probe.py"))
+            .arg(net::support_dir().join("net_probe.py"))
             .arg("unix_stream")
             .arg(path)
             .stdin(std::process::Stdio::piped())
@@ -577,7 +571,7 @@ fn a_full_ring_buffer_is_counted_not_silent() {
     let cg = run.cg.take().unwrap();
     cg.remove().unwrap().remove().unwrap();
     let counters = run.hooks.take().unwrap().finish(&run.audit).unwrap();
-    let delivered = support::read_events(&run.audit_path).len() as u64;
+    let delivered = net::read_events(&run.audit_path).len() as u64;
     assert_eq!(counters.total(), 3000, "{counters:?}");
     assert!(
         counters.lost > 0,
@@ -614,7 +608,7 @@ async fn the_audit_reader_delivers_events_while_the_run_goes() {
     assert_eperm("tcp", &out);
     let mut seen = Vec::new();
     for _ in 0..200 {
-        seen = support::read_events(&run.audit_path);
+        seen = net::read_events(&run.audit_path);
         if !seen.is_empty() {
             break;
         }
@@ -634,10 +628,10 @@ fn the_run_cgroup_is_not_made_writable() {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     const T: &str = "the_run_cgroup_is_not_made_writable";
     if !nix::unistd::Uid::effective().is_root() {
-        support::skip(T, "needs root");
+        net::skip(T, "needs root");
         return;
     }
-    let cg = lockrun::cgroup::RunCgroup::create(&support::run_id(T)).unwrap();
+    let cg = lockrun::cgroup::RunCgroup::create(&net::run_id(T)).unwrap();
     for f in [
         "",
         "cgroup.procs",
@@ -721,7 +715,7 @@ fn helper_many_threads_attach_a_new_build() {
 fn a_new_build_attached_by_many_threads_at_once_loads_once() {
     const T: &str = "a_new_build_attached_by_many_threads_at_once_loads_once";
     if !nix::unistd::Uid::effective().is_root() {
-        support::skip(T, "needs root");
+        net::skip(T, "needs root");
         return;
     }
     let build = TestBuild::new("threads");
@@ -733,7 +727,7 @@ fn a_new_build_attached_by_many_threads_at_once_loads_once() {
             "--nocapture",
         ])
         .env("LOCKRUN_TEST_BUILD_ID", &build.0)
-        .env("LOCKRUN_TEST_HELPER_RUN_ID", support::run_id(T))
+        .env("LOCKRUN_TEST_HELPER_RUN_ID", net::run_id(T))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -765,10 +759,10 @@ fn hooks_outlive_a_sigkilled_loader() {
     use std::io::BufRead as _;
     const T: &str = "hooks_outlive_a_sigkilled_loader";
     if !nix::unistd::Uid::effective().is_root() {
-        support::skip(T, "needs root");
+        net::skip(T, "needs root");
         return;
     }
-    let run_id = support::run_id(T);
+    let run_id = net::run_id(T);
     let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -786,7 +780,7 @@ fn hooks_outlive_a_sigkilled_loader() {
             let _ = helper.kill();
             let _ = helper.wait();
             // The helper could not attach: the object is missing or it failed; say which.
-            support::skip(
+            net::skip(
                 T,
                 "the helper loader did not get READY (eBPF object built?)",
             );
@@ -807,7 +801,7 @@ fn hooks_outlive_a_sigkilled_loader() {
     let port = sink.port().to_string();
     let probe_in_cgroup = || {
         let mut child = python3_command()
-            .arg(support::tests_dir().join("net_probe.py"))
+            .arg(net::support_dir().join("net_probe.py"))
             .args(["tcp", "127.0.0.1", &port])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

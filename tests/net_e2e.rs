@@ -14,16 +14,6 @@
     clippy::too_many_lines // a test reads top to bottom: setup, attempt, judge
 )]
 
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/watchdog.rs"]
-mod watchdog;
-use python::python3;
-#[path = "net_support.rs"]
-mod net_support;
-#[path = "support/net_e2e.rs"]
 mod support;
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
@@ -33,8 +23,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use net_support::{TcpSink, UdpSink};
-use support::{assert_eperm, assert_run_gone, probe_outside, s, wait_for, Background, World};
+use crate::support::{net, net_world, python, watchdog};
+use net::{TcpSink, UdpSink};
+use net_world::{assert_eperm, assert_run_gone, probe_outside, s, wait_for, Background, World};
+use python::python3;
 use watchdog::{gone, kill_watchdog_of, watchdog_of};
 
 fn p(port: u16) -> String {
@@ -179,16 +171,19 @@ fn udp_sendto_connect_and_dns_are_refused() {
     }
 }
 
-/// Build `tests/net_uring.c` into the test's root (outside the worktree).
+/// Build `tests/support/net_uring.c` into the test's root (outside the worktree).
 fn build_uring(w: &World) -> std::path::PathBuf {
     let bin = w.root.join("net_uring");
     let st = Command::new("gcc")
         .args(["-O1", "-o"])
         .arg(&bin)
-        .arg(net_support::tests_dir().join("net_uring.c"))
+        .arg(net::support_dir().join("net_uring.c"))
         .status()
         .expect("gcc");
-    assert!(st.success(), "gcc could not build tests/net_uring.c");
+    assert!(
+        st.success(),
+        "gcc could not build tests/support/net_uring.c"
+    );
     bin
 }
 
@@ -242,7 +237,7 @@ fn tcp_fast_open_mptcp_and_io_uring_are_refused() {
         .is_ok_and(|v| v.trim() != "0");
     if disabled {
         assert!(out.starts_with("setup-errno"), "{out}");
-        support::skip(
+        net_world::skip(
             T,
             "io_uring is disabled on this host: the outside control cannot run",
         );
@@ -270,7 +265,7 @@ fn icmp_seen(raw: &std::os::fd::OwnedFd, token: &str) -> bool {
 fn icmp_raw_packet_and_udp_lite_sockets_are_refused() {
     const T: &str = "icmp_raw_packet_and_udp_lite_sockets_are_refused";
     let Some(w) = World::new(T) else { return };
-    let _range = net_support::PingGroupRange::allow_root();
+    let _range = net::PingGroupRange::allow_root();
     // The judge: every ICMP packet on this host, seen from outside.
     let raw = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
@@ -289,7 +284,7 @@ fn icmp_raw_packet_and_udp_lite_sockets_are_refused() {
     assert!(icmp_seen(&raw, &format!("lockrun-e2e-ping-{t_out}")));
 
     // The judge for UDP-Lite, and its control outside any run.
-    let lite = net_support::UdpLiteSink::bind("127.0.0.1");
+    let lite = net::UdpLiteSink::bind("127.0.0.1");
     let lite_port = p(lite.addr.port());
     assert_eq!(
         probe_outside(&[&["udplite", "connect", "127.0.0.1", &lite_port]]),
@@ -358,7 +353,7 @@ fn icmp_raw_packet_and_udp_lite_sockets_are_refused() {
         o.stderr
     );
     assert!(!o.stderr.contains("0.0.0.0:0"), "{}", o.stderr);
-    let audit = Command::new(support::BIN)
+    let audit = Command::new(net_world::BIN)
         .arg("audit")
         .arg(&w.audit)
         .output()
@@ -714,7 +709,7 @@ fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockr
     }
 
     // Until this test's own gc, no other test's may reap the dead run.
-    let kept = support::ORPHAN_KEPT
+    let kept = net_world::ORPHAN_KEPT
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     match how {
@@ -738,7 +733,7 @@ fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockr
     wait_for("the watchdog to end", || gone(watchdog));
     // The ticker's short-lived children (`date`, `sleep`) die by the same
     // kill, perhaps a moment after the four: every one must go.
-    let cg = support::run_cgroup(&run_id);
+    let cg = net_world::run_cgroup(&run_id);
     wait_for("the run's cgroup to empty", || procs(&cg).is_empty());
     let last = read_tick();
     std::thread::sleep(Duration::from_millis(300));
@@ -803,7 +798,7 @@ fn a_run_whose_lockrun_and_watchdog_are_killed_stays_confined_until_gc() {
     // share memory): lockrun gets no chance to tear anything down, and
     // nothing ends the run. Until this test's own gc, no other test's may
     // reap the orphan.
-    let kept = support::ORPHAN_KEPT
+    let kept = net_world::ORPHAN_KEPT
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     kill_watchdog_of(bg.0.id());
@@ -832,7 +827,7 @@ fn a_run_whose_lockrun_and_watchdog_are_killed_stays_confined_until_gc() {
         "{events:#?}"
     );
     // What the dead lockrun left: the command in its cgroup, its registration, the run dir.
-    let cg = support::run_cgroup(&run_id);
+    let cg = net_world::run_cgroup(&run_id);
     assert!(
         procs(&cg).lines().any(|l| l == pid.to_string()),
         "{}",

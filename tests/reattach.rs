@@ -6,12 +6,9 @@
 //! (cargo runs test binaries one after another).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "net_support.rs"]
 mod support;
+
+use crate::support::net;
 
 /// One cgroup link per program: `connect4`/`6`, `sendmsg4`/`6`,
 /// `sock_create`, `ingress`, `egress`, and where the kernel has the unix
@@ -26,7 +23,7 @@ fn programs() -> usize {
     }
 }
 
-use support::{assert_eperm, assert_event, Run, TcpSink};
+use net::{assert_eperm, assert_event, Run, TcpSink};
 
 #[test]
 fn hooks_are_attached_again_to_a_parent_made_again() {
@@ -49,7 +46,7 @@ fn hooks_are_attached_again_to_a_parent_made_again() {
         Ok(()) => {}
         // A lockrun of this build is running on this machine (never in CI).
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            support::skip(T, "a run of this build is live in the build's parent");
+            net::skip(T, "a run of this build is live in the build's parent");
             return;
         }
         Err(e) => panic!("removing {}: {e}", parent.display()),

@@ -7,14 +7,6 @@
 //! must succeed the same way inside the worktree and the run's TMPDIR.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/watchdog.rs"]
-mod watchdog;
-use python::python3;
-#[path = "support/fs.rs"]
 mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -22,16 +14,21 @@ use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::{s, World};
+use crate::support::{python, watchdog, world};
+use python::python3;
+use world::{s, World};
 
-const PROBE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/supervise_probe.py");
+const PROBE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/support/supervise_probe.py"
+);
 
 /// Whether this test can run here; says why not (a failure under `CI=true`).
 fn can_run(test: &str) -> bool {
     if nix::unistd::Uid::effective().is_root() {
         return true;
     }
-    support::skip(test, "needs root (cgroup v2, bpf, a root-owned canary)");
+    world::skip(test, "needs root (cgroup v2, bpf, a root-owned canary)");
     false
 }
 
@@ -273,12 +270,12 @@ fn the_command_cannot_add_a_seccomp_listener_of_its_own() {
         .args(["-O1", "-o", s(&bin)])
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../tests/supervise_listener.c"
+            "/../tests/support/supervise_listener.c"
         ))
         .arg("-lpthread")
         .status();
     if !cc.is_ok_and(|st| st.success()) {
-        support::skip(T, "gcc could not build tests/supervise_listener.c");
+        world::skip(T, "gcc could not build tests/support/supervise_listener.c");
         return;
     }
     let f = root_file(&w.data.join("f"));
@@ -790,7 +787,7 @@ fn a_dead_supervisor_fails_closed() {
     }
     let r = std::fs::read_to_string(&result).unwrap();
     // The orphaned run is reaped like any other (its cgroup, pins, run dir).
-    let gc = Command::new(support::BIN)
+    let gc = Command::new(world::BIN)
         .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "0"])
         .output()
         .unwrap();

@@ -5,9 +5,9 @@
 //! `security_unix_may_send`) refuses what the supervisor does not see: an
 //! address as long as an inet one, a `sendmsg` with a `msg_name`.
 //!
-//! On this machine's kernel the test build pretends the hooks are missing
+//! On a newer kernel the test build pretends the hooks are missing
 //! (`LOCKRUN_TEST_NO_UNIX_HOOKS=1`). Where the guard cannot load either
-//! (this VM kind's kernel refuses every BPF trampoline), the promise is a
+//! (a kernel that refuses every BPF trampoline), the promise is a
 //! gap, and what is asserted is that the run is refused, naming it; under
 //! a kernel that loads it (Debian's 6.1, 6.12), the escapes themselves,
 //! each judged from outside (the outside listener accepted nothing, the
@@ -17,16 +17,6 @@
 //! them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/build.rs"]
-mod build;
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[allow(dead_code)] // its factor alone
-#[path = "support/slow.rs"]
-mod slow;
-#[path = "support/fs.rs"]
 mod support;
 
 use std::os::unix::net::{UnixDatagram, UnixListener};
@@ -34,7 +24,9 @@ use std::path::Path;
 use std::process::Command;
 
 use lockrun::audit::{Destination, Event, Record};
-use support::{s, World};
+
+use crate::support::{build, python, slow, world};
+use world::{s, World};
 
 const PROBE: &str = include_str!("support/scope_probe.py");
 
@@ -114,14 +106,14 @@ fn guard_loads(w: &World, log: &Path, test: &str) -> bool {
 /// as long as a `sockaddr_in`: the filter does not hand it over), removed at
 /// the end; a name of its own for each test of this process, which run at
 /// once.
-fn short_listener() -> (String, UnixListener, support::RemovedAtEnd) {
+fn short_listener() -> (String, UnixListener, world::RemovedAtEnd) {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     assert!(n < 10, "one digit of the name per test");
     let short = format!("/tmp/lr{n}-{:04}", std::process::id() % 10_000);
     assert_eq!(short.len(), 13);
     let _ = std::fs::remove_file(&short);
-    let gone = support::RemovedAtEnd(vec![short.clone().into()]);
+    let gone = world::RemovedAtEnd(vec![short.clone().into()]);
     let listener = UnixListener::bind(&short).unwrap();
     listener.set_nonblocking(true).unwrap();
     (short, listener, gone)

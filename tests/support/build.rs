@@ -2,7 +2,6 @@
 //! `weaken-for-tests` build): the real programs under a name no one else
 //! uses, so a test can load a build afresh, attach it differently or have
 //! `lockrun gc` judge it, without touching the build every other test shares.
-#![allow(dead_code)] // not every test crate that shares this module uses all of it
 
 use std::path::{Path, PathBuf};
 

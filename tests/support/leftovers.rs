@@ -3,7 +3,6 @@
 //! address, so the next test host given the same /30 would be reached through
 //! the dead one, where nothing listens. Each helper that makes them sweeps
 //! those of dead processes first; a live process's are never touched.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;
@@ -67,25 +66,4 @@ pub fn remove_dead(ns_prefix: &str, link_prefix: &str) {
 /// while one is would not be the host reached.
 pub fn holders(net: &str) -> Vec<String> {
     names(&["-o", "addr", "show", "to", net])
-}
-
-#[cfg(test)]
-mod owner_tests {
-    use super::owner;
-
-    #[test]
-    fn a_leftovers_owner_is_the_pid_in_its_name_and_only_that() {
-        assert_eq!(owner("lrpx5257-9", "lrpx"), Some(5257));
-        assert_eq!(owner("lrph4194304-23", "lrph"), Some(4_194_304));
-        assert_eq!(owner("lra812", "lra"), Some(812));
-        for (name, prefix) in [
-            ("lrpx-9", "lrpx"),
-            ("lrpxa12-1", "lrpx"),
-            ("lrbench12", "lrbh"),
-            ("eth0", "lrph"),
-            ("lrph", "lrph"),
-        ] {
-            assert_eq!(owner(name, prefix), None, "{name}");
-        }
-    }
 }

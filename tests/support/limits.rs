@@ -33,7 +33,7 @@ pub fn started(log: &Path) -> String {
             return id;
         }
         assert!(
-            start.elapsed() < crate::slow::patience(Duration::from_secs(10)),
+            start.elapsed() < super::slow::patience(Duration::from_secs(10)),
             "the run never started"
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -57,7 +57,7 @@ pub fn require(test: &str, available: Result<String, lockrun::cgroup::CgroupErro
     match available {
         Ok(_) => true,
         Err(e) => {
-            crate::support::skip(test, &e.to_string());
+            super::skip::skip(test, &e.to_string());
             false
         }
     }
@@ -94,7 +94,7 @@ pub fn text(out: &Output) -> (String, String) {
 
 /// A cgroup of the test's own, limited, for lockrun's caller to run in
 /// (`wrapper`): in the v1 hierarchy of the controller where the host has
-/// one (a hybrid host, as this VM), else in the unified hierarchy, where
+/// one (a hybrid host), else in the unified hierarchy, where
 /// its root hands the controller to its children (a pure v2 host, as
 /// systemd makes it). Whatever is still in it is killed and it is removed
 /// when dropped.

@@ -7,18 +7,12 @@
 //! `tests/proxy_e2e.rs`: 10.213.224–247; 10.213.252 is `cargo xtask bench`'s),
 //! removed on drop.
 #![allow(
-    dead_code,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::missing_panics_doc,
     clippy::manual_assert
 )]
 
-#[path = "leftovers.rs"]
-mod leftovers;
-
-use crate::python::python3;
-pub use crate::skip::skip;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -26,6 +20,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockrun::policy::IpNet;
+
+use super::leftovers;
+use super::python::python3;
+pub use super::skip::skip;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 static HOSTS: AtomicU32 = AtomicU32::new(0);

@@ -31,7 +31,6 @@ pub fn python3() -> &'static str {
 }
 
 /// A command for [`python3`] whose start-up makes no lookup a run refuses.
-#[allow(dead_code)] // not every test crate that shares this module uses it
 pub fn python3_command() -> Command {
     let mut c = Command::new(python3());
     if std::env::var_os("HOME").is_none() {

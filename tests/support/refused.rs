@@ -22,7 +22,6 @@ pub fn capped(bin: &str) -> Command {
 }
 
 /// [`capped`], started by `launcher` (`ip netns exec NS`).
-#[allow(dead_code)] // not every test crate that shares this module launches
 pub fn capped_via(launcher: &[&str], bin: &str) -> Command {
     let script = format!("ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\"");
     let mut all: Vec<&str> = launcher.to_vec();

@@ -1,6 +1,5 @@
 //! A scratch dir with `wt`, `home` and `state` for tests of lockrun's
 //! command line, removed when dropped, and lockrun run in it.
-#![allow(dead_code)] // not every test crate that shares this module uses all of it
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

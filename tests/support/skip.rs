@@ -3,7 +3,6 @@
 //! kernel test may not skip: it fails instead.
 
 /// Skip `test` for `reason`; under `CI=true`, fail it.
-#[allow(dead_code)] // not every test crate that shares this module skips
 pub fn skip(test: &str, reason: &str) {
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
@@ -17,7 +16,6 @@ pub fn skip(test: &str, reason: &str) {
 
 /// The running kernel's release (`6.12.117+deb13-amd64`), and whether it
 /// is at least `since` (major, minor).
-#[allow(dead_code)]
 fn kernel_at_least(since: (u32, u32)) -> (String, bool) {
     let release = nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
@@ -35,7 +33,6 @@ fn kernel_at_least(since: (u32, u32)) -> (String, bool) {
 /// exist there (the fallback that stands in has tests of its own). Unlike
 /// [`skip`], allowed under `CI=true` — the kernel matrix boots older kernels
 /// on purpose — and it cannot skip on a kernel that has `what`.
-#[allow(dead_code)]
 #[must_use]
 pub fn before_kernel(test: &str, since: (u32, u32), what: &str) -> bool {
     let (release, at_least) = kernel_at_least(since);
@@ -53,7 +50,6 @@ pub fn before_kernel(test: &str, since: (u32, u32), what: &str) -> bool {
 }
 
 /// The kernel's Landlock ABI, 0 without Landlock.
-#[allow(dead_code)]
 #[must_use]
 pub fn landlock_abi() -> i64 {
     lockrun::sys::landlock_abi_version().map_or(0, i64::from)
@@ -62,7 +58,6 @@ pub fn landlock_abi() -> i64 {
 /// Skip `test` where the kernel's Landlock ABI is below `abi`, which
 /// brought `what`, the subject of the test; as [`before_kernel`], allowed
 /// under `CI=true` and never where the kernel has it.
-#[allow(dead_code)]
 #[must_use]
 pub fn below_landlock_abi(test: &str, abi: i64, what: &str) -> bool {
     let have = landlock_abi();

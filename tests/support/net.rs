@@ -1,12 +1,9 @@
-//! Helpers for tests/net.rs: a run (cgroup + hooks + audit log) built at the
-//! library level, probes that join it before trying a way out, and sinks that
-//! judge from outside.
+//! Helpers for the network tests (`tests/net.rs`, and the build tests): a
+//! run (cgroup + hooks + audit log) built at the library level, probes that
+//! join it before trying a way out, and sinks that judge from outside.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
-#![allow(dead_code, clippy::missing_panics_doc, clippy::struct_field_names)]
+#![allow(clippy::missing_panics_doc, clippy::struct_field_names)]
 
-use crate::python::python3_command;
-pub use crate::skip::skip;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -18,10 +15,14 @@ use lockrun::audit::{AuditLog, Event, KernelNetEvent, Record};
 use lockrun::bpf::{BpfError, NetworkHooks};
 use lockrun::cgroup::RunCgroup;
 
+use super::python::python3_command;
+pub use super::skip::skip;
+
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-pub fn tests_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests")
+/// This directory, where the probes the network tests run live.
+pub fn support_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/support")
 }
 
 /// A unique run id for this test.
@@ -109,7 +110,7 @@ impl Run {
 
     pub fn probe_env(&self, args: &[&str], nested: bool) -> String {
         let mut cmd = python3_command();
-        cmd.arg(tests_dir().join("net_probe.py")).args(args);
+        cmd.arg(support_dir().join("net_probe.py")).args(args);
         if nested {
             cmd.env("PROBE_NESTED", "1");
         }
@@ -119,7 +120,7 @@ impl Run {
     /// The same probe, run outside any run cgroup (for controls of the control).
     pub fn probe_outside(args: &[&str]) -> String {
         let mut child = python3_command()
-            .arg(tests_dir().join("net_probe.py"))
+            .arg(support_dir().join("net_probe.py"))
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -356,7 +357,6 @@ pub fn assert_event(events: &[KernelNetEvent], cgroup_id: u64, hook: &str, dest:
 /// Lets root open ICMP ping sockets for the test's duration (per network
 /// namespace): without it the kernel refuses them with EACCES before the
 /// cgroup hook is asked, and the test would not prove the hook.
-#[allow(dead_code)] // not every test crate that shares this module pings
 pub struct PingGroupRange(String);
 
 impl PingGroupRange {

@@ -1,23 +1,16 @@
 //! A promise the kernel cannot hold refuses the run, naming it and what the
 //! kernel lacks, unless the policy accepts exactly that gap; then the run
-//! goes on and says so, every run. On this machine's kernel the test
+//! goes on and says so, every run. On a newer kernel the test
 //! build lowers the Landlock ABI it uses (`LOCKRUN_TEST_LANDLOCK_ABI`), and
 //! turns off kernel audit's syscall records, which would otherwise hold
 //! the promise Landlock's denial logging holds from ABI 7
 //! (`LOCKRUN_TEST_SYSCALL_AUDIT=off`), so that there is a gap to judge;
 //! under an older kernel it has its own.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/fs.rs"]
-mod support;
 
 use std::process::Output;
 
-use support::{assert_absent, s, World};
+use crate::support::{skip, world};
+use world::{assert_absent, s, World};
 
 /// Landlock ABI 6: no denial logging (ABI 7), and with the syscall
 /// records turned off, at least that gap.
@@ -169,7 +162,7 @@ fn without_landlock_every_run_is_refused_naming_it() {
         assert_absent(&ran);
         w.assert_no_run_dirs();
     }
-    let mut doctor = std::process::Command::new(support::BIN);
+    let mut doctor = std::process::Command::new(world::BIN);
     doctor.args(["doctor", "--no-canary"]);
     if !real {
         doctor.env("LOCKRUN_TEST_LANDLOCK_ABI", "0");

@@ -10,14 +10,10 @@
 //! seconds (killed past 10), its address space capped; and, judged from
 //! outside, with nothing run: no marker, no run dir.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
-
-#[path = "support/refused.rs"]
-mod refused;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::support::refused;
 use refused::{assert_refused, bounded, capped};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");

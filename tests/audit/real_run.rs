@@ -6,20 +6,14 @@
 //! The proxied host is a test host in a network namespace this test makes
 //! (veth, 10.214.7.0/30), reached by a name the policy resolves.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
-
-#[path = "support/leftovers.rs"]
-mod leftovers;
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-use python::python3;
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::support::{leftovers, python, skip};
+use python::python3;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 const NAME: &str = "svc.lockrun.test";

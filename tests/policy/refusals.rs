@@ -9,19 +9,12 @@
 //!
 //! Each refusal is judged from outside: exit 2, one line, nothing run.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
-
-#[path = "support/refused.rs"]
-mod refused;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::{refused, scratch_cli};
 use refused::{assert_refused, bounded, capped, capped_via, Bounded};
-
-#[path = "support/scratch_cli.rs"]
-mod scratch_cli;
 use scratch_cli::{lockrun, Scratch, BIN};
 
 /// `lockrun ARGS` in the scratch dir (its `home` as `HOME`), its address

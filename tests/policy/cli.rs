@@ -4,15 +4,10 @@
 //!
 //! Regenerate the snapshots with `LOCKRUN_UPDATE_SNAPSHOTS=1`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[path = "support/scratch_cli.rs"]
-mod scratch_cli;
-#[path = "support/skip.rs"]
-mod skip;
+use crate::support::{scratch_cli, skip};
 use scratch_cli::{lockrun, Scratch, BIN};
 
 /// `text` without `policy show`'s warning that the temp dir, where the

@@ -8,36 +8,21 @@
 //! or any cgroup above the run), the OOM killer takes the run's processes
 //! first (`oom_score_adj` 1000), not lockrun, the caller or a larger
 //! process outside.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/build.rs"]
-mod build;
-#[path = "support/limits.rs"]
-mod limits;
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/slow.rs"]
-mod slow;
-#[path = "support/fs.rs"]
-mod support;
-#[path = "support/watchdog.rs"]
-#[allow(dead_code)] // this crate finds the watchdog, and kills none
-mod watchdog;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use build::TestBuild;
-use limits::{records, run_id, text, TestCgroup};
 use lockrun::audit::Event;
 use lockrun::cgroup::v1::{self, Hierarchy};
 use lockrun::cgroup::RanOut;
+
+use crate::support::{build, limits, python, skip, slow, watchdog, world};
+use build::TestBuild;
+use limits::{records, run_id, text, TestCgroup};
 use python::python3;
-use support::{s, World};
+use world::{s, World};
 
 /// Allocates (and touches) `step` MiB at a time up to `want` MiB, printing
 /// each total reached.
@@ -139,7 +124,7 @@ fn a_run_beyond_its_memory_limit_is_killed_in_the_run_and_shown() {
     );
     limits::assert_gone(&run_id(&log).unwrap());
     // What `lockrun audit` suggests.
-    let report = limits::audit(support::BIN, &log);
+    let report = limits::audit(world::BIN, &log);
     assert!(
         report.contains("max_memory = \"128MiB\"")
             && report.contains("the run's memory limit of 64 MiB"),
@@ -376,8 +361,8 @@ fn the_oom_killer_takes_the_runs_processes_before_lockrun_and_the_caller() {
         "oom_score_adj of lockrun, its watchdog, the command"
     );
     // The kernel's rank, (1000 + badness in thousandths of the machine)
-    // × 2/3: the command's 1333, at most; lockrun's ~800, its 200 and its
-    // few MiB.
+    // × 2/3: the command's at least 1333; lockrun's and its watchdog's, whose
+    // `oom_score_adj` is 200 and which hold a few MiB, below 1000.
     assert!(
         score[2] >= 1333 && score[0] < 1000 && score[1] < 1000,
         "oom_score of lockrun, its watchdog, the command: {score:?}"
@@ -479,7 +464,7 @@ print('still here', flush=True)
 /// then lockrun runs a command, charged there too, that allocates towards
 /// 512 MiB. The kernel counts one OOM kill there; the command is the one
 /// killed (lockrun exits 137, the allocation got no further than what was
-/// left, ~90 MiB), and the process outside still answers. Without the
+/// left), and the process outside still answers. Without the
 /// run's `oom_score_adj`, the kernel took the larger, outside. In v1 the
 /// policy sets no limit of the run's own (v1 counts a kill in the cgroup
 /// of the process killed, which is then the test's; the run's own limit

@@ -12,14 +12,6 @@
 //! the main namespace got from each connect to its allowed endpoint, the
 //! endpoint's own count of connections, the second lockrun's exit status and
 //! line, the programs attached to the parent, and what is left after.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/build.rs"]
-mod build;
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -28,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::{build, python, skip};
 use build::TestBuild;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");

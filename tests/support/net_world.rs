@@ -3,16 +3,16 @@
 //! `lockrun` binary running the python probe, and the judges that look from
 //! outside: the audit log's `kernel_network` events for this run, and the
 //! run's cgroup, pins and run dir, which must all be gone afterwards.
-#![allow(dead_code, clippy::missing_panics_doc)]
+#![allow(clippy::missing_panics_doc)]
 
-use crate::python::python3;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use lockrun::audit::{Event, KernelNetEvent, Record};
 
-pub use crate::skip::skip;
+use super::python::python3;
+pub use super::skip::skip;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 pub const PROBE: &str = include_str!("net_e2e.py");

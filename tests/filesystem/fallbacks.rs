@@ -18,20 +18,13 @@
 //! run's other gaps at the lowered ABI (scoping, denial logging) are
 //! accepted by name, as the refusal lists them; the promises tried here
 //! must not be among them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/fs.rs"]
-mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::support::{python, world};
 use python::python3;
-use support::{assert_canary, s, World};
+use world::{assert_canary, s, World};
 
 /// The ops the tests try inside, a result line each (`ok`, `errno=E`).
 /// `open_trunc PATH MODE [PERM]`: an open with `O_TRUNC`, the access mode
@@ -299,7 +292,7 @@ fn no_device_outside_dev_takes_an_ioctl_without_landlocks_device_ioctl_right() {
             .contains(nix::sys::statvfs::FsFlags::ST_NODEV);
         if nodev {
             // A device there cannot be opened anyway: the test could not fail.
-            support::skip(T, "the test's dirs are on a nodev mount");
+            world::skip(T, "the test's dirs are on a nodev mount");
             return;
         }
         let tty = nix::sys::stat::makedev(5, 0);
@@ -350,7 +343,7 @@ fn policy_show_names_what_stands_in_for_each_missing_right() {
     let devices = "device files anywhere but /dev, opened for nothing";
     for abi in ["2", "4", "7"] {
         let w = World::new(&format!("fb-show-{abi}"));
-        let out = at_abi(Command::new(support::BIN), Some(abi))
+        let out = at_abi(Command::new(world::BIN), Some(abi))
             .args(["policy", "show", "--worktree", s(&w.wt), "--state-dir"])
             .arg(&w.state)
             .env("HOME", &w.home)

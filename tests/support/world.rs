@@ -1,15 +1,19 @@
-//! Helpers for the filesystem/confinement escape tests: a fresh state dir,
-//! worktree, home and outside dirs per test, the real binary, and a python
-//! probe that reports the errno it got.
-#![allow(dead_code, clippy::unwrap_used, clippy::unused_self)]
+//! Helpers for the escape tests that drive the real binary: a fresh state
+//! dir, worktree, home and outside dirs per test, the real binary, a python
+//! probe that reports the errno it got; a process outside, a lockrun in the
+//! background, and the waits and judges the tests share.
+#![allow(clippy::unused_self)]
+// A pid fits an i32 (`pid_max` is at most 2^22).
+#![allow(clippy::cast_possible_wrap)]
 
-use crate::python::python3;
-#[allow(unused_imports)] // not every test crate that shares this module skips
-pub use crate::skip::skip;
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use super::python::python3;
+pub use super::skip::skip;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 pub const PROBE: &str = include_str!("probe.py");
@@ -103,7 +107,6 @@ impl World {
     /// The calls the supervisor refused and recorded in the audit log
     /// `log`, in order, each with what it would have widened; asserts each
     /// came from `comm`.
-    #[allow(dead_code)]
     pub fn refused_calls(
         &self,
         log: &std::path::Path,
@@ -260,4 +263,184 @@ pub fn notices(log: &Path) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// A process outside the sandbox, killed when dropped.
+pub struct Outside(pub std::process::Child);
+
+impl Outside {
+    pub fn sleep() -> Self {
+        Self(Command::new("sleep").arg("300").spawn().unwrap())
+    }
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+    pub fn assert_alive_untraced(&mut self) {
+        assert!(self.0.try_wait().unwrap().is_none(), "outside process died");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        assert!(
+            status.contains("TracerPid:\t0\n"),
+            "outside process is traced: {status}"
+        );
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A lockrun started in the background. If the test fails first it gets
+/// `SIGTERM`, so that it cleans up after its run, and `SIGKILL` if it has
+/// not exited within 5 s, so a failing test never leaves it holding the
+/// harness's output.
+pub struct Background(pub std::process::Child);
+
+impl Background {
+    pub fn sigterm(&self) {
+        self.term().unwrap();
+    }
+    pub fn term(&self) -> nix::Result<()> {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+    }
+    /// `c` started with its stdio piped, and its stdout's lines up to and
+    /// including one that says `ready` (a probe holding what it made).
+    pub fn until_ready(
+        mut c: Command,
+    ) -> (
+        Self,
+        std::io::BufReader<std::process::ChildStdout>,
+        Vec<String>,
+    ) {
+        use std::io::BufRead as _;
+        use std::process::Stdio;
+        let mut p = Self(
+            c.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        while lines.last().is_none_or(|l| l != "ready") {
+            let mut line = String::new();
+            assert_ne!(out.read_line(&mut line).unwrap(), 0, "{lines:?}");
+            lines.push(line.trim_end().to_owned());
+        }
+        (p, out, lines)
+    }
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.0.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "lockrun did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = self.term();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for what is bound to happen (a backstop, stretched where the
+/// tests run slower: [`slow`](super::slow)).
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    let patience = super::slow::patience(Duration::from_secs(20));
+    while !f() {
+        assert!(t.elapsed() < patience, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A command's standard output, line by line.
+pub fn stdout_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The run refused exactly one call, `call` for `why`: recorded in the
+/// audit log `log` (by python3), and summed up on stderr.
+pub fn assert_one_refused_call(
+    w: &World,
+    log: &std::path::Path,
+    out: &Output,
+    call: &str,
+    why: lockrun::seccomp::Widens,
+) {
+    assert_eq!(w.refused_calls(log, "python3"), [(call.to_owned(), why)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("lockrun: 1 system call refused (seccomp: calls that would widen the sandbox, which no policy allows): {call} (python3)\n")),
+        "{stderr}"
+    );
+}
+
+/// How many connections (`stream`) or datagrams wait on the nonblocking
+/// socket `fd`, taken.
+pub fn received(fd: &std::os::fd::OwnedFd, stream: bool) -> usize {
+    use nix::sys::socket as so;
+    use std::os::fd::AsRawFd as _;
+    let mut n = 0;
+    loop {
+        let r = if stream {
+            so::accept(fd.as_raw_fd()).map(|c| {
+                let _ = nix::unistd::close(c);
+            })
+        } else {
+            so::recv(fd.as_raw_fd(), &mut [0u8; 64], so::MsgFlags::empty()).map(drop)
+        };
+        if r.is_err() {
+            return n;
+        }
+        n += 1;
+    }
+}
+
+/// `inner` (a lockrun command of `w`) run by a shell after `ulimit ARGS`.
+pub fn with_ulimit(args: &str, w: &World, inner: &Command) -> Output {
+    let script = format!("ulimit {args} && exec \"$@\"");
+    wrapped(&["sh", "-c", &script, "sh"], w, inner)
+}
+
+/// `inner` (a [`World::cmd`]) run by `wrapper`, a program that runs the
+/// command given after its own arguments (`taskset -c 1`), with the
+/// test's home, in the worktree.
+pub fn wrapped(wrapper: &[&str], w: &World, inner: &Command) -> Output {
+    Command::new(wrapper[0])
+        .args(&wrapper[1..])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env("HOME", &w.home)
+        .current_dir(&w.wt)
+        .output()
+        .unwrap()
 }

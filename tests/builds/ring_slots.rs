@@ -10,24 +10,16 @@
 //! (`LOCKRUN_TEST_BUILD_ID`, [`TestBuild`]): the shared build's slots are
 //! untouched. Judged from outside: `lockrun`'s exit status and summary, the
 //! audit log, a listener that must receive nothing, and the slot owners.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/build.rs"]
-mod build;
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "net_support.rs"]
-mod support;
 
 use std::io::{BufRead as _, Write as _};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use aya::maps::{HashMap, Map, MapData};
+
+use crate::support::{build, net, python};
 use build::TestBuild;
-use support::{assert_eperm, TcpSink};
+use net::{assert_eperm, TcpSink};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 const SLOTS: u32 = lockrun_common::MAX_RING_SLOTS;
@@ -43,7 +35,7 @@ fn helper_a_run_being_set_up() {
     if std::env::var_os("LOCKRUN_TEST_BUILD_ID").is_none() {
         return;
     }
-    let run = support::Run::start("helper_a_run_being_set_up", &[], &[]).unwrap();
+    let run = net::Run::start("helper_a_run_being_set_up", &[], &[]).unwrap();
     println!("READY {}", run.cgroup_id());
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
@@ -236,7 +228,7 @@ impl Drop for Scratch {
 fn ring_slots_of_killed_runs_are_taken_over_and_live_runs_keep_theirs() {
     const T: &str = "ring_slots_of_killed_runs_are_taken_over_and_live_runs_keep_theirs";
     if !nix::unistd::Uid::effective().is_root() {
-        support::skip(T, "needs root (cgroup v2 + bpf)");
+        net::skip(T, "needs root (cgroup v2 + bpf)");
         return;
     }
     // Dropped last: the runs and cgroups below are gone by then.
@@ -315,7 +307,7 @@ fn ring_slots_of_killed_runs_are_taken_over_and_live_runs_keep_theirs() {
             )),
             "cgroup {what}: {stderr}"
         );
-        let events = support::read_events(&scratch.0.join("audit.jsonl"));
+        let events = net::read_events(&scratch.0.join("audit.jsonl"));
         assert!(
             events.iter().any(|e| e.hook == "connect4"
                 && e.destination.to_string() == sink.addr.to_string()),

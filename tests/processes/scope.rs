@@ -4,7 +4,7 @@
 //! see by the kernel refusing the run's own abstract connects (the cgroup
 //! unix hooks, or lockrun's unix guard without them).
 //!
-//! On this machine's kernel the test build lowers the Landlock ABI it uses
+//! On a newer kernel the test build lowers the Landlock ABI it uses
 //! to Debian 12's (`LOCKRUN_TEST_LANDLOCK_ABI=2`); under the 6.1 kernel it is
 //! that already. The other promises an ABI-2 kernel cannot hold (truncate,
 //! device ioctls, recorded filesystem refusals) are not these tests' and
@@ -15,14 +15,6 @@
 //! nothing), asserts the errno inside and the refusal in the audit log, as
 //! on a kernel with the scoping, and has a control beside it that must
 //! succeed: a process, a group, an abstract name of the run's own.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/fs.rs"]
-mod support;
 
 use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::os::unix::process::CommandExt as _;
@@ -30,9 +22,11 @@ use std::path::Path;
 use std::process::{Child, Command, Output};
 
 use lockrun::audit::{Event, Record, ScopeTarget};
-use support::{s, World};
 
-const PROBE: &str = include_str!("support/scope_probe.py");
+use crate::support::{python, world};
+use world::{s, World};
+
+const PROBE: &str = include_str!("../support/scope_probe.py");
 
 /// Debian 12's Landlock ABI: no scoping.
 const ABI: &str = "2";

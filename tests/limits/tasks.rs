@@ -3,29 +3,19 @@
 //! shows them; a fork bomb stops at the run while the machine forks on.
 //! Judged from outside: the kernel's own counters (`pids.events`,
 //! `pids.peak`) and the audit log, each beside a control.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/limits.rs"]
-mod limits;
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/slow.rs"]
-mod slow;
-#[path = "support/fs.rs"]
-mod support;
 
 use std::os::fd::AsFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use limits::{records, run_id, text, TestCgroup};
 use lockrun::audit::Event;
 use lockrun::cgroup::RanOut;
+
+use crate::support::{limits, python, skip, world};
+use limits::{records, run_id, text, TestCgroup};
 use python::python3;
-use support::{s, World};
+use world::{s, World};
 
 /// Forks children that wait on a pipe until it has `want` of them or a
 /// fork fails; prints `forked N errno NAME`.
@@ -130,7 +120,7 @@ fn a_fork_beyond_the_task_limit_gets_eagain_and_is_counted_and_shown() {
     );
     limits::assert_gone(&run_id(&log).unwrap());
     // What `lockrun audit` suggests.
-    let report = limits::audit(support::BIN, &log);
+    let report = limits::audit(world::BIN, &log);
     assert!(
         report.contains("max_tasks = 32") && report.contains("the run's limit of 16 tasks"),
         "{report}"
@@ -171,7 +161,7 @@ fn a_fork_bomb_stops_at_the_runs_limit_while_the_machine_forks_on() {
     // the bomb. Not `f; exec sleep 3`: there the command forks twice, once
     // for each side of `f|f`, and on a busy machine the first side's bomb
     // filled the run before the second fork, which bash gave up on after
-    // ~15 s of retries, failing the command.
+    // its retries, failing the command.
     let child = w
         .cmd(
             &["--policy", s(&limit), "--audit-log", s(&log)],
@@ -276,7 +266,7 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
         std::fs::create_dir_all(nested.join(&nested_orphan)).unwrap();
         tops.push((h, top, callers));
     }
-    let out = std::process::Command::new(support::BIN)
+    let out = std::process::Command::new(world::BIN)
         .args(["gc", "--state-dir", s(&w.state), "--grace-secs", "3600"])
         .env("HOME", &w.home)
         .output()

@@ -2,7 +2,7 @@
 //! Linux before 6.15): kernel audit's records of the run's refused calls,
 //! told by a login uid of the run's own, stand in ([`lockrun::audit::syscalls`]).
 //!
-//! On this machine's kernel the test build lowers the Landlock ABI a run
+//! On a newer kernel the test build lowers the Landlock ABI a run
 //! uses (`LOCKRUN_TEST_LANDLOCK_ABI=6`), so the fallback is what shows the
 //! refusals; under an older kernel it is so anyway, at that kernel's ABI
 //! (or lower, where the test process's own `LOCKRUN_TEST_LANDLOCK_ABI`
@@ -20,14 +20,6 @@
 //! The run's audit rules are the machine's: the tests also look that no
 //! rule of a run's is left, after the run and after a killed lockrun and
 //! `lockrun gc`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
-
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/fs.rs"]
-mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -35,13 +27,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lockrun::audit::{refused_as, Event, Record};
-use support::{assert_absent, s, skip, World, BIN};
+
+use crate::support::{python, world};
+use world::{assert_absent, s, skip, World, BIN};
 
 /// The Landlock ABI the runs here use: 6 (no denial logging), or the
 /// kernel's where it is lower, or what the test process's own
 /// `LOCKRUN_TEST_LANDLOCK_ABI` lowers it to.
 fn abi() -> u8 {
-    support::landlock_abi().min(6)
+    world::landlock_abi().min(6)
 }
 
 /// The login uids of the kernel's audit rules of lockrun's shapes
@@ -147,7 +141,7 @@ fn below_abi_7_each_filesystem_refusal_is_seen_with_its_path_and_access() {
     .unwrap();
     let usr_file = format!("/usr/lockrun-test-{}", std::process::id());
     let usr_dir = format!("/usr/lockrun-test-dir-{}", std::process::id());
-    let _gone = support::RemovedAtEnd(vec![usr_file.clone().into(), usr_dir.clone().into()]);
+    let _gone = world::RemovedAtEnd(vec![usr_file.clone().into(), usr_dir.clone().into()]);
     let log = w.root.join("audit.jsonl");
     // Six refusals, then the control inside the worktree, and an open of
     // /dev/stdout with O_CREAT, whose create check the kernel drops as the
@@ -509,7 +503,7 @@ fn below_abi_7_links_landlock_refuses_with_exdev_are_seen_as_at_abi_7_and_other_
             &["rename", &moved_up, "sub/m"],
         ];
         let log = w.root.join(format!("refer-{tag}.jsonl"));
-        told(&w, &log, abi, &extra, &support::probe_argv(&ops))
+        told(&w, &log, abi, &extra, &world::probe_argv(&ops))
     };
     let (abi, reference) = abis();
     let below = run(Some(&abi), "6");
@@ -609,7 +603,7 @@ fn below_abi_7_moves_across_dirs_refused_with_eacces_are_named_as_at_abi_7() {
             &["rename", s(&g), &within],
         ];
         let log = w.root.join(format!("moves-{tag}.jsonl"));
-        told(&w, &log, abi, &[], &support::probe_argv(&ops))
+        told(&w, &log, abi, &[], &world::probe_argv(&ops))
     };
     let (abi, reference) = abis();
     let below = run(Some(&abi), "6");

@@ -6,7 +6,7 @@
 //! audit log and the summary as a kernel with Landlock's denial logging
 //! (ABI 7) shows it, a scope refusal naming the process or the socket.
 //!
-//! On this machine's kernel the test build lowers the Landlock ABI a run
+//! On a newer kernel the test build lowers the Landlock ABI a run
 //! uses (`LOCKRUN_TEST_LANDLOCK_ABI=6`); under 6.12 it is 6 already. Where
 //! the kernel's own ABI is 7, a run at it, beside, is the reference: the
 //! same refusals, the same scope events, the same summary line.
@@ -24,14 +24,6 @@
 //! child of the run signalled and the run's own abstract sockets reached,
 //! must work and be recorded as nothing; an inet refusal, which the cgroup
 //! hooks record, is recorded once.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
-
-#[path = "support/python.rs"]
-mod python;
-#[path = "support/skip.rs"]
-mod skip;
-#[path = "support/fs.rs"]
-mod support;
 
 use std::collections::BTreeMap;
 use std::os::unix::net::{UnixDatagram, UnixListener};
@@ -40,9 +32,11 @@ use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use lockrun::audit::{Event, Record, ScopeTarget};
-use support::{assert_absent, notices, s, skip, World};
 
-const PROBE: &str = include_str!("support/scope_probe.py");
+use crate::support::{python, world};
+use world::{assert_absent, notices, s, skip, World};
+
+const PROBE: &str = include_str!("../support/scope_probe.py");
 
 /// Landlock ABI 6: scoping, no denial logging.
 const ABI6: &str = "6";
