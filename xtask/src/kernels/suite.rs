@@ -485,7 +485,7 @@ mod tests {
 
     #[test]
     fn lines_land_in_their_binary() {
-        let bins = ["net", "fs"].map(|l| TestBinary {
+        let bins = ["net", "filesystem"].map(|l| TestBinary {
             label: l.into(),
             argv: vec![],
             cwd: "/".into(),
@@ -496,7 +496,7 @@ mod tests {
             "xtask: running net (1/2)",
             "test a::b ... ok",
             "test c ... FAILED",
-            "xtask: running fs (2/2)",
+            "xtask: running filesystem (2/2)",
             "test d ... skipped: d: no bpffs",
             "ok",
             "test e ... ignored, slow",
@@ -512,6 +512,9 @@ mod tests {
         assert_eq!(r.binaries[0].seconds, Some(3.5));
         assert_eq!(r.binaries[1].skips[0].reason, "no bpffs");
         assert!(r.binaries[1].tests["e"] == Outcome::Ignored);
-        assert_eq!(r.failed(), ["net (exit 101)", "fs (did not finish)"]);
+        assert_eq!(
+            r.failed(),
+            ["net (exit 101)", "filesystem (did not finish)"]
+        );
     }
 }

@@ -30,7 +30,7 @@ fn run(kernel: &str, abi: u8, promises: &[Value], passed: u64) -> Value {
         "passed": passed,
         "failed": 0,
         "skipped": 0,
-        "binaries": [{"name": "fs", "exit": 0, "seconds": 280.3}],
+        "binaries": [{"name": "filesystem", "exit": 0, "seconds": 280.3}],
         "tests": {},
         "skips": [],
         "promises": {
@@ -82,7 +82,7 @@ fn old_and_new() -> (Value, Value) {
         396,
     );
     new["failed"] = 3.into();
-    new["binaries"] = json!([{"name": "fs", "exit": 101, "seconds": 1.0}]);
+    new["binaries"] = json!([{"name": "filesystem", "exit": 101, "seconds": 1.0}]);
     (old, new)
 }
 
@@ -148,7 +148,7 @@ fn runs_that_cannot_stand_for_their_kernel_make_no_column() {
         Err(Unused::OtherLsm("lockdown,yama,bpf".into()))
     );
     assert_eq!(with("complete", false.into()), Err(Unused::Incomplete));
-    assert_eq!(with("only", json!(["fs"])), Err(Unused::Partial));
+    assert_eq!(with("only", json!(["filesystem"])), Err(Unused::Partial));
     assert_eq!(with("except", json!(["audit"])), Err(Unused::Partial));
     assert_eq!(with("test_args", json!(["landlock"])), Err(Unused::Partial));
     assert_eq!(with("promises", Value::Null), Err(Unused::NoPromises));
