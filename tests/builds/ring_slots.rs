@@ -58,13 +58,11 @@ struct LiveRun {
 
 impl LiveRun {
     fn start(build: &TestBuild) -> Self {
+        // The helper's test name, its module path without the crate's name.
+        let (_, module) = module_path!().split_once("::").unwrap();
+        let helper = format!("{module}::helper_a_run_being_set_up");
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "helper_a_run_being_set_up",
-                "--ignored",
-                "--nocapture",
-            ])
+            .args(["--exact", &helper, "--ignored", "--nocapture"])
             .env("LOCKRUN_TEST_BUILD_ID", &build.0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -50,7 +50,7 @@ fn policy_show_of_every_policy_file_is_stable() {
     // `policy show` names what stands in for what the kernel lacks (the
     // supervisor's truncate and scoping, `nodev` mounts): the snapshots are
     // of a kernel that lacks none of it, and those lines are judged in
-    // tests/fs_fallbacks.rs and tests/scope.rs.
+    // tests/filesystem/fallbacks.rs and tests/processes/scope.rs.
     if skip::below_landlock_abi(
         "policy_show_of_every_policy_file_is_stable",
         6,

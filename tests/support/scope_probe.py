@@ -1,6 +1,7 @@
-# The probe of tests/scope.rs and tests/scope_seen.rs, run inside (and, for
-# controls, outside) the sandbox: signals, abstract and pathname unix sockets,
-# a file copied, a link read, a directory listed, a datagram sent.
+# The probe of tests/processes/scope.rs, tests/refusals_seen/scope.rs and
+# tests/unix_guard.rs, run inside (and, for controls, outside) the sandbox:
+# signals, abstract and pathname unix sockets, a file copied, a link read, a
+# directory listed, a datagram sent.
 # usage: python3 -c "$PROBE" OP ARGS... [; OP ARGS...]
 # Prints one line per op: "ok" or "errno=<NAME>".
 import ctypes, errno, os, platform, signal, socket, struct, sys
