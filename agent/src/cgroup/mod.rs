@@ -25,6 +25,8 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::state::{age, Owner};
+
 pub mod memory;
 pub mod pids;
 pub mod v1;
@@ -412,7 +414,7 @@ impl RunCgroup {
         };
         // Bookkeeping for `lockrun gc`, not confinement: without it the
         // cgroup is only reaped once empty (see `run_cgroups`).
-        let owner = crate::run::Owner::current().cgroup_tag();
+        let owner = Owner::current().cgroup_tag();
         if let Err(e) = crate::sys::fsetxattr(dir.as_fd(), OWNER_XATTR, owner.as_bytes()) {
             tracing::debug!("recording the owner of {}: {e}", path.display());
         }
@@ -672,7 +674,7 @@ pub fn live_run_cgroup_ids() -> Result<Vec<u64>, CgroupError> {
 }
 
 /// The extended attribute of a run cgroup naming its lockrun
-/// ([`crate::run::Owner::cgroup_tag`]), set at creation: what tells
+/// ([`Owner::cgroup_tag`]), set at creation: what tells
 /// `lockrun gc` whether a run cgroup is still someone's when no run dir says
 /// so (the run's state dir is another, or was deleted).
 const OWNER_XATTR: &CStr = c"trusted.lockrun.owner";
@@ -705,7 +707,7 @@ pub fn run_cgroups() -> Result<Vec<Found>, CgroupError> {
             if !md.is_dir() {
                 continue;
             }
-            let age = crate::run::age(&md, now);
+            let age = age(&md, now);
             let owner = crate::sys::fgetxattr(dir.as_fd(), OWNER_XATTR, 64)
                 .ok()
                 .and_then(|v| String::from_utf8(v).ok());

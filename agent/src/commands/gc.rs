@@ -27,9 +27,9 @@ pub fn main(args: &GcArgs) -> i32 {
         .grace_secs
         .map_or(policy.run.gc_grace, Duration::from_secs);
     let runs = policy.runs_dir();
-    match crate::run::gc(&runs, grace) {
+    match crate::run::gc::gc(&runs, grace) {
         Ok(r) => {
-            crate::run::forget_gone_runs();
+            crate::run::gc::forget_gone_runs();
             for p in &r.reaped {
                 println!("reaped {}", p.display());
             }
@@ -55,8 +55,8 @@ pub fn main(args: &GcArgs) -> i32 {
                 };
                 println!("{line}");
             }
-            let spares = crate::run::remove_old_spares(
-                &policy.run.state_dir.join(crate::run::SPARES),
+            let spares = crate::state::remove_old_spares(
+                &policy.run.state_dir.join(crate::state::SPARES),
                 grace,
             );
             if spares > 0 {
@@ -82,7 +82,7 @@ pub fn main(args: &GcArgs) -> i32 {
 /// Run cgroups no run dir here accounts for; a line for each reaped, and
 /// one for those left because nothing tells whose they are.
 fn reap_orphan_cgroups(grace: Duration) {
-    match crate::run::reap_orphan_cgroups(grace) {
+    match crate::run::gc::reap_orphan_cgroups(grace) {
         Ok(r) => {
             for id in &r.reaped {
                 println!("reaped the cgroup of run {id}: its lockrun is gone");
