@@ -6,8 +6,8 @@
 //! any process that can open a directory for reading can `flock` it, and a
 //! run reads everywhere but its denied paths: a command of one run could
 //! hold another agent's worktree and keep every run of that agent from
-//! starting (measured: refused, "in use by another run (process N)",
-//! naming the command).
+//! starting (refused, "in use by another run (process N)", naming the
+//! command).
 //!
 //! So lockrun's own lock is a file in the state dir,
 //! `<state>/worktrees/<st_dev>-<st_ino>` of the worktree, which every run

@@ -182,7 +182,7 @@ pub struct HiddenFs {
 /// Each mount of them is hidden, wherever it is, under an empty read-only
 /// tmpfs that the child mounts over it in the run's mount namespace
 /// ([`hidden_mounts`]). Not a Landlock denial: that would split `/sys` and
-/// `/sys/kernel` into a rule per entry on every run (~0.4 ms here), where
+/// `/sys/kernel` into a rule per entry on every run, where
 /// a mount costs only where the machine has one, and catches every place
 /// it is mounted.
 pub const HIDDEN_FS: [HiddenFs; 5] = [

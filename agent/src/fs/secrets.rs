@@ -20,11 +20,11 @@ pub struct MachineSecret {
 /// owner's permission bits of every file root owns: `/etc/shadow` (0640
 /// root:shadow), the SSH host keys (0600), `/etc/ssl/private` (0710) read
 /// as they would for root. Landlock could deny them only by splitting
-/// `/etc` and `/var/lib` into a rule per entry (~150 more rules here, about
-/// twice the walk every run waits for). So each that exists is masked in
+/// `/etc` and `/var/lib` into a rule per entry (a hundred rules or more,
+/// more than the rest of the walk every run waits for). So each that exists is masked in
 /// the run's mount namespace instead ([`masks`]), under a bind of an
-/// empty dir or file of mode 0000 (a bind costs ~18 µs here, a tmpfs of
-/// its own ~43). Both answer `EACCES`, as a denial does, but the kernel
+/// empty dir or file of mode 0000 (a bind is cheaper than a tmpfs of
+/// its own). Both answer `EACCES`, as a denial does, but the kernel
 /// records nothing (the refusal is the permission bits', not Landlock's).
 pub const MACHINE_SECRETS: [MachineSecret; 22] = [
     secret("/etc/shadow", "password hashes"),
@@ -112,8 +112,8 @@ impl Mask {
 
 /// `<state>/sealed-file` and `<state>/sealed-dir`: an empty file and dir
 /// of mode 0000 whose binds mask the machine's secrets
-/// ([`Mask`]). Made by the first run that needs them and kept:
-/// made and removed per run on this VM's ext4, they cost ~0.3 ms. Each
+/// ([`Mask`]). Made by the first run that needs them and kept, rather
+/// than made and removed on every run. Each
 /// run checks their type and mode (which only root outside could have
 /// changed) and puts the mode back to 0000. Beneath the state dir, which a
 /// run cannot read; a bind shows one at the masked path only, where its

@@ -24,8 +24,8 @@ pub fn gc(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
 }
 
 /// [`gc`] as a run's start makes it: a dir within the grace period is left
-/// without reading its owner (two files per run going; on a machine
-/// running fifty agents, ~0.8 ms of every start). Its report counts such a
+/// without reading its owner (two files per run going, which on a machine
+/// running many agents every start would pay). Its report counts such a
 /// dir as young, whether or not its lockrun is alive.
 pub fn sweep_at_start(runs_dir: &Path, grace: Duration) -> std::io::Result<GcReport> {
     sweep(runs_dir, grace, false)

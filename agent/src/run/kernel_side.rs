@@ -187,9 +187,9 @@ fn kernel_side(
 /// cannot leave it: `setns` and `unshare` are on the seccomp deny list.
 ///
 /// lockrun's own thread moves into it (`unshare(CLONE_NEWIPC)`; the
-/// command is cloned from this thread and starts there), so the ~0.1 ms the
-/// kernel takes to make one is spent while the Landlock walk finishes
-/// beside. lockrun uses no IPC object itself. A kernel without IPC
+/// command is cloned from this thread and starts there), so the time the
+/// kernel takes to make one is spent while the Landlock walk finishes on
+/// the worker thread. lockrun uses no IPC object itself. A kernel without IPC
 /// namespaces refuses the run: nothing else keeps those objects apart.
 pub(super) fn own_ipc_namespace() -> Result<(), RunError> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
@@ -199,9 +199,9 @@ pub(super) fn own_ipc_namespace() -> Result<(), RunError> {
 /// The run's POSIX message queues: the mqueue filesystem of its IPC
 /// namespace, which this thread is in ([`own_ipc_namespace`]), where
 /// `mq_open` opens them. Made here (`fsopen`, `fsmount`), a detached
-/// mount that lockrun holds until the run has ended and closes beside: the
-/// last close of a detached mount waits out an RCU grace period, ~0.2 ms
-/// here, which the child would pay before the command starts. `None` on a
+/// mount that lockrun holds until the run has ended and closes on the
+/// worker thread: the last close of a detached mount waits out an RCU
+/// grace period, which the child would pay before the command starts. `None` on a
 /// kernel without POSIX message queues (`ENODEV`): there are none to keep
 /// apart, nor to grant.
 fn own_message_queues() -> Result<Option<OwnedFd>, RunError> {

@@ -571,10 +571,10 @@ fn gaps_accepted(policy: &Policy) -> Result<Vec<crate::kernel::Gap>, RunError> {
 /// (made by [`own_message_queues`], in lockrun's IPC namespace), each made
 /// and granted in the ruleset, and an empty read-only filesystem for each
 /// of the machine's kernel filesystems to hide (`HIDDEN_FS`): detached
-/// mounts, with the path each goes onto. Made beside, once the walk is
-/// done, while lockrun's thread sets up the rest; the child only moves
-/// them onto their paths (a `move_mount` each, where making one took it
-/// ~40 µs of the command's start).
+/// mounts, with the path each goes onto. Made on the worker thread, once
+/// the walk is done, while lockrun's thread sets up the rest; the child
+/// only moves them onto their paths (a `move_mount` each), rather than
+/// making them on the command's start.
 fn made_filesystems(fs: &FsSandbox) -> std::io::Result<Vec<(PathBuf, std::os::fd::OwnedFd)>> {
     use std::os::fd::AsFd as _;
     let mut made = Vec::new();

@@ -55,17 +55,12 @@ impl Owner {
         })
     }
 
-    /// The owner a run dir names: its `owner` symlink's target, or, in a
-    /// run dir of an earlier build, its `owner` file's line.
+    /// The owner a run dir names: its `owner` symlink's target.
     #[must_use]
     pub fn of_run_dir(dir: &Path) -> Option<Self> {
-        let at = dir.join("owner");
-        match std::fs::read_link(&at) {
-            Ok(target) => target.to_str().and_then(Self::parse),
-            Err(_) => std::fs::read_to_string(&at)
-                .ok()
-                .and_then(|s| Self::parse(&s)),
-        }
+        std::fs::read_link(dir.join("owner"))
+            .ok()
+            .and_then(|target| target.to_str().and_then(Self::parse))
     }
 
     /// Whether this very process is still running.

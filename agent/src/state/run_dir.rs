@@ -34,14 +34,13 @@ pub enum RunDirError {
 /// ([`RunDir::ended`]). Most commands an agent runs (`git status`, `rg`,
 /// `ls`) leave their temp dir so. Then the dir, its `owner` removed, goes to
 /// `<state>/spare/` ([`SPARES`], at most [`SPARES_KEPT`]), and a run that
-/// starts there takes it by a rename instead of making two directories. On
-/// this VM's ext4 (no journal, mounted with `discard`) each directory made
-/// costs ~0.1 ms of a run's start and each one removed ~0.1–0.3 ms of its
-/// end: its inode, found past the recently freed ones, and its data
-/// block, freed and discarded at once. Only a spare younger than half the
-/// grace period is taken: renamed into `runs/` it has no `owner` for a few
-/// µs, and a sweep leaves a dir that young alone without reading it
-/// ([`sweep_at_start`], [`gc`]). `lockrun gc` removes spares older than the
+/// starts there takes it by a rename instead of making two directories:
+/// on a filesystem mounted with `discard`, each directory made costs a
+/// run's start its inode, found past the recently freed ones, and each one
+/// removed costs its end its data block, freed and discarded at once. Only a spare younger than half the
+/// grace period is taken: renamed into `runs/` it has no `owner` for a
+/// moment, and a sweep leaves a dir that young alone without reading it
+/// (a run's start sweep and `lockrun gc`, in `crate::run::gc`). `lockrun gc` removes spares older than the
 /// grace period. A run cannot reach `<state>/spare` (the state dir is
 /// denied to it), and a temp dir it touched is never kept.
 pub struct RunDir {
@@ -113,9 +112,8 @@ impl RunDir {
             ended: false,
         };
         // A symlink whose target is the owner line: kept in the inode, it
-        // costs no data block to write and none to free, where a file's
-        // write and removal cost ~0.15 ms on this VM's ext4 (mounted with
-        // `discard`). Read by `Owner::of_run_dir`.
+        // costs no data block to write and none to free, as a file's
+        // write and removal would. Read by `Owner::of_run_dir`.
         let owner = root.join("owner");
         std::os::unix::fs::symlink(Owner::current().to_line().trim_end(), &owner).map_err(
             |source| RunDirError::Owner {
@@ -350,11 +348,10 @@ mod tests {
         assert_eq!(count(&spares), 0);
     }
 
-    /// A run dir made now names its owner by a symlink; one of an earlier
-    /// build, by a file; one with neither, or with a line that does not
-    /// parse, names none (and is reaped once old).
+    /// A run dir names its owner by a symlink; one with none, or with a
+    /// target that does not parse, names none (and is reaped once old).
     #[test]
-    fn a_run_dirs_owner_is_read_from_its_symlink_or_its_file() {
+    fn a_run_dirs_owner_is_read_from_its_symlink() {
         let scratch = crate::testing::Scratch::new("owner");
         let base = scratch.path().to_path_buf();
         let runs = base.join("runs");
@@ -369,19 +366,19 @@ mod tests {
         drop(dir);
         assert!(!made.exists());
 
-        let earlier = base.join("earlier");
-        std::fs::create_dir_all(&earlier).unwrap();
-        assert_eq!(Owner::of_run_dir(&earlier), None);
-        std::fs::write(earlier.join("owner"), "123 456\n").unwrap();
+        let other = base.join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        assert_eq!(Owner::of_run_dir(&other), None);
+        std::os::unix::fs::symlink("123 456", other.join("owner")).unwrap();
         assert_eq!(
-            Owner::of_run_dir(&earlier),
+            Owner::of_run_dir(&other),
             Some(Owner {
                 pid: 123,
                 start: 456
             })
         );
-        std::fs::remove_file(earlier.join("owner")).unwrap();
-        std::os::unix::fs::symlink("123 x", earlier.join("owner")).unwrap();
-        assert_eq!(Owner::of_run_dir(&earlier), None);
+        std::fs::remove_file(other.join("owner")).unwrap();
+        std::os::unix::fs::symlink("123 x", other.join("owner")).unwrap();
+        assert_eq!(Owner::of_run_dir(&other), None);
     }
 }
