@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use super::chain;
 use crate::shown::say;
 use crate::state::{age, run_dir::remove_tree, CgroupOwner, Owner};
+use crate::{bpf, cgroup};
 
 /// What `gc` did.
 #[derive(Debug, Default)]
@@ -73,7 +74,7 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
         report.reaped.push(path);
     }
     // Their entries in the kernel's shared maps, exactly those.
-    if let Err(e) = crate::bpf::forget_runs(&reaped_cgroups) {
+    if let Err(e) = bpf::forget_runs(&reaped_cgroups) {
         say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
@@ -84,7 +85,7 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
 /// shared maps (forgotten once for all the runs reaped). `false`, with a
 /// warning said, when either could not be removed: a later gc tries again.
 fn reap_run(run_id: &str, cgroup_ids: &mut Vec<u64>) -> bool {
-    match crate::cgroup::reap(run_id) {
+    match cgroup::reap(run_id) {
         Ok(id) => cgroup_ids.extend(id),
         Err(e) => {
             say!(
@@ -94,7 +95,7 @@ fn reap_run(run_id: &str, cgroup_ids: &mut Vec<u64>) -> bool {
             return false;
         }
     }
-    if let Err(e) = crate::bpf::unpin(run_id) {
+    if let Err(e) = bpf::unpin(run_id) {
         say!(
             "lockrun: warning: gc: the per-run pins of run {run_id} (earlier builds): {}",
             chain(&e)
@@ -126,7 +127,7 @@ pub struct OrphanReport {
 /// not, only age makes it safe.
 pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
     let mut report = OrphanReport::default();
-    let found = crate::cgroup::run_cgroups().map_err(std::io::Error::other)?;
+    let found = cgroup::run_cgroups().map_err(std::io::Error::other)?;
     let mut reaped_ids = Vec::new();
     for cg in found {
         if cg.age < grace {
@@ -150,7 +151,7 @@ pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
             report.reaped.push(cg.run_id);
         }
     }
-    if let Err(e) = crate::bpf::forget_runs(&reaped_ids) {
+    if let Err(e) = bpf::forget_runs(&reaped_ids) {
         say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
@@ -159,7 +160,7 @@ pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
 /// `lockrun gc`: also forget registered runs whose cgroup is gone by other
 /// means (see [`crate::bpf::forget_gone_runs`]).
 pub fn forget_gone_runs() {
-    if let Err(e) = crate::bpf::forget_gone_runs() {
+    if let Err(e) = bpf::forget_gone_runs() {
         say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
 }

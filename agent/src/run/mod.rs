@@ -60,14 +60,18 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 
-use crate::audit::AuditLog;
+use crate::audit::{AuditError, AuditLog};
+use crate::bpf::BpfError;
+use crate::cgroup::CgroupError;
 use crate::exit;
 use crate::fs::FsError;
 use crate::kernel::{Gap, Kernel};
 use crate::policy::Policy;
+use crate::proxy::ProxyError;
 use crate::seccomp::SeccompError;
 use crate::shown::say;
 use crate::state::{new_run_id, RunDirError};
+use crate::sys::{raise_nofile, Step};
 use setup::SetUp;
 use spawn::Spawned;
 use teardown::Ended;
@@ -105,10 +109,7 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error("confining the command: {} failed: {source} (the kernel refused a restriction; see `lockrun doctor`)", step.describe())]
-    Confine {
-        step: crate::sys::Step,
-        source: std::io::Error,
-    },
+    Confine { step: Step, source: std::io::Error },
     #[error("the worktree {} is in use by {}: its git hooks and config are put back at the end of each run, and two runs at once would each put back what the other changed; wait for it, or give each run its own worktree", worktree.display(), holder.map_or_else(|| "another run".to_owned(), |p| format!("another run (process {p})")))]
     WorktreeBusy {
         worktree: PathBuf,
@@ -122,13 +123,13 @@ pub enum RunError {
     #[error("an IPC namespace of the run's own: unshare(CLONE_NEWIPC): {0} (without one, the command could write into other processes' SysV shared memory; a kernel needs CONFIG_IPC_NS)")]
     IpcNamespace(#[source] std::io::Error),
     #[error("the run's cgroup: {}", chain(.0))]
-    Cgroup(#[from] crate::cgroup::CgroupError),
+    Cgroup(#[from] CgroupError),
     #[error("the kernel network hooks: {}", chain(.0))]
-    Hooks(#[from] crate::bpf::BpfError),
+    Hooks(#[from] BpfError),
     #[error("the proxy: {}", chain(.0))]
-    Proxy(#[from] crate::proxy::ProxyError),
+    Proxy(#[from] ProxyError),
     #[error(transparent)]
-    Audit(#[from] crate::audit::AuditError),
+    Audit(#[from] AuditError),
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("installing signal handlers: sigaction: {0}")]
@@ -219,7 +220,7 @@ pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> 
     };
     // Before any descriptor is opened: the proxy and the ruleset walk get
     // the hard limit, the command the caller's.
-    let nofile = crate::sys::raise_nofile().unwrap_or_else(|e| {
+    let nofile = raise_nofile().unwrap_or_else(|e| {
         say!("lockrun: warning: the descriptor limit could not be raised ({e}); the proxy keeps the caller's");
         None
     });

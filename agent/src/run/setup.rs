@@ -14,16 +14,26 @@ use super::{core_dumps, gc, nested, RunError};
 use crate::audit::kernel::{KernelAudit, KernelAuditError};
 use crate::audit::syscalls::RunRules;
 use crate::audit::{AuditLog, Event, Layer};
-use crate::fs::links::{Judge, Marked};
-use crate::fs::{FsError, FsSandbox, Mask, OwnFs, Sealed};
+use crate::bpf::NetworkHooks;
+use crate::cgroup::RunCgroup;
+use crate::fs::links::{self, Judge, Marked};
+use crate::fs::{
+    check_abi, empty_fs, hidden_mounts, machine_secrets, masks, FsError, FsSandbox, Mask, OwnFs,
+    ReadWalk, Sealed,
+};
 use crate::gitguard::{GitGuard, TakeError};
 use crate::kernel::{Gap, Kernel};
-use crate::policy::Policy;
+use crate::policy::{runs_later, Policy};
+use crate::proxy::RunningProxy;
 use crate::shown::say;
 use crate::state::RunDir;
+use crate::supervise;
 use crate::sys::watchdog::Watchdog;
-use crate::sys::{ChildPlan, LoginUid, OwnMount, Report, Restrict};
+use crate::sys::{
+    grant_beneath, has_effective_cap, make_fs, ChildPlan, LoginUid, OwnMount, Report, Restrict,
+};
 use crate::terminal::Terminals;
+use crate::worktree_lock::LOCKS_DIR;
 
 /// What steps 1–8 made, in setup order: bound in this order by `run`, they
 /// drop in reverse on every path.
@@ -35,11 +45,11 @@ pub(super) struct SetUp {
     pub queues: Option<OwnedFd>,
     pub linked: Marked,
     pub listener_rx: OwnedFd,
-    pub cgroup: crate::cgroup::RunCgroup,
-    pub proxy: Option<crate::proxy::RunningProxy>,
-    pub hooks: Option<crate::bpf::NetworkHooks>,
+    pub cgroup: RunCgroup,
+    pub proxy: Option<RunningProxy>,
+    pub hooks: Option<NetworkHooks>,
     pub kernel_audit: Option<KernelAudit>,
-    pub supervise: crate::supervise::Config,
+    pub supervise: supervise::Config,
     pub refused_calls: Option<RunRules>,
     pub core_dumps: core_dumps::CoreDumps,
     pub plan: ChildPlan,
@@ -72,7 +82,7 @@ pub(super) fn setup(
     // that cannot hold a promise the policy does not let go, is refused
     // first, before any kernel object exists.
     prepare_writable(policy, &tmp);
-    crate::fs::check_abi(policy)?;
+    check_abi(policy)?;
     let accepted_gaps = gaps_accepted(policy)?;
 
     // 3. the Landlock ruleset: its walk from `/` starts first, on the
@@ -147,7 +157,7 @@ pub(super) fn setup(
     // The run's own /dev/shm is writable as its tmp is; the supervisor
     // opens it from the command's root, in the command's mount namespace.
     let own = fs.own_filesystems().to_vec();
-    let supervise = crate::supervise::Config {
+    let supervise = supervise::Config {
         writable: (fs.writable_roots().iter().cloned())
             .chain(
                 own.iter()
@@ -248,7 +258,7 @@ pub(super) fn setup(
 fn finish_walk(
     worker: &Worker,
     policy: &Policy,
-    read_walk: Pending<Result<crate::fs::ReadWalk, FsError>>,
+    read_walk: Pending<Result<ReadWalk, FsError>>,
 ) -> Pending<Walked> {
     let policy = policy.clone();
     worker.run(move || {
@@ -264,7 +274,7 @@ fn finish_walk(
         let fs = fs.and_then(|fs| {
             let state = policy.run.state_dir.canonicalize();
             let state = state.as_deref().unwrap_or(&policy.run.state_dir);
-            let linked = crate::fs::links::mark(fs.denied_found(), state, fs.writable_roots())?;
+            let linked = links::mark(fs.denied_found(), state, fs.writable_roots())?;
             Ok((fs, linked))
         });
         tracing::debug!("3. the denied files' other names marked");
@@ -279,7 +289,7 @@ fn finish_walk(
 fn find_secrets(worker: &Worker, policy: &Policy) -> Pending<Secrets> {
     let state_dir = policy.run.state_dir.clone();
     worker.run(move || {
-        let secrets = crate::fs::machine_secrets();
+        let secrets = machine_secrets();
         let sealed = if secrets.is_empty() {
             Ok(None)
         } else {
@@ -349,7 +359,7 @@ fn tell_accepted(policy: &Policy, accepted_gaps: Vec<Gap>, audit: &AuditLog) {
     // A writable root that reaches where code runs later (the user's shell
     // start-up, git's config, ~/.cargo, the system's programs): the policy
     // may say so, but never silently.
-    for reach in crate::policy::runs_later::reached_by(policy) {
+    for reach in runs_later::reached_by(policy) {
         let message = reach.to_string();
         tracing::warn!("{message}");
         audit.record(Event::Notice {
@@ -366,7 +376,7 @@ fn guard_worktree(
     policy: &Policy,
     audit: &AuditLog,
 ) -> Result<(Option<GitGuard>, Terminals), RunError> {
-    let locks = policy.run.state_dir.join(crate::worktree_lock::LOCKS_DIR);
+    let locks = policy.run.state_dir.join(LOCKS_DIR);
     let git_guard = GitGuard::take(&policy.worktree, &locks).map_err(|e| match e {
         TakeError::Busy { holder } => RunError::WorktreeBusy {
             worktree: policy.worktree.clone(),
@@ -448,7 +458,7 @@ fn own_mounts(
     let mq = OwnFs::MessageQueues;
     let mut mounts = queues
         .map_or(Ok(()), |q| {
-            crate::sys::grant_beneath(ruleset.as_fd(), q.as_fd(), mq.rights())
+            grant_beneath(ruleset.as_fd(), q.as_fd(), mq.rights())
         })
         .and_then(|()| {
             let mut m = Vec::new();
@@ -461,7 +471,7 @@ fn own_mounts(
             }
             // The machine's own secrets, masked.
             if let Some(sealed) = sealed? {
-                for mask in crate::fs::masks(secrets, writable) {
+                for mask in masks(secrets, writable) {
                     m.push(OwnMount::bind(sealed.over(&mask), mask.path())?);
                 }
             }
@@ -552,11 +562,11 @@ const CAP_SYS_ADMIN: u32 = 21;
 /// and such a run is refused at its first privileged step, naming it. (A
 /// run that got past that without kernel audit's records is refused where
 /// its audit rule is added: [`refused_calls_seen`].)
-fn gaps_accepted(policy: &Policy) -> Result<Vec<crate::kernel::Gap>, RunError> {
-    if !crate::sys::has_effective_cap(CAP_SYS_ADMIN).unwrap_or(true) {
+fn gaps_accepted(policy: &Policy) -> Result<Vec<Gap>, RunError> {
+    if !has_effective_cap(CAP_SYS_ADMIN).unwrap_or(true) {
         return Ok(Vec::new());
     }
-    let (accepted, refused): (Vec<_>, Vec<_>) = crate::kernel::Kernel::get()
+    let (accepted, refused): (Vec<_>, Vec<_>) = Kernel::get()
         .gaps()
         .into_iter()
         .partition(|g| policy.run.accept_gaps.contains(g));
@@ -576,19 +586,18 @@ fn gaps_accepted(policy: &Policy) -> Result<Vec<crate::kernel::Gap>, RunError> {
 /// only moves them onto their paths (a `move_mount` each), rather than
 /// making them on the command's start.
 fn made_filesystems(fs: &FsSandbox) -> std::io::Result<Vec<(PathBuf, std::os::fd::OwnedFd)>> {
-    use std::os::fd::AsFd as _;
     let mut made = Vec::new();
     for &o in fs.own_filesystems() {
         if o.reached_without_path() {
             continue;
         }
-        let m = crate::sys::make_fs(&o.new_fs())?;
-        crate::sys::grant_beneath(fs.ruleset_fd().as_fd(), m.as_fd(), o.rights())?;
+        let m = make_fs(&o.new_fs())?;
+        grant_beneath(fs.ruleset_fd().as_fd(), m.as_fd(), o.rights())?;
         made.push((o.path().to_path_buf(), m));
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for at in crate::fs::hidden_mounts(&mountinfo) {
-        made.push((at, crate::sys::make_fs(&crate::fs::empty_fs())?));
+    for at in hidden_mounts(&mountinfo) {
+        made.push((at, make_fs(&empty_fs())?));
     }
     Ok(made)
 }
@@ -599,13 +608,13 @@ const CONSOLE: &str = "/dev/console";
 /// The name of the first of lockrun's stdin, stdout and stderr that is a
 /// terminal on the machine's `/dev/pts`, when the run has terminals of its
 /// own (and there is a `/dev/console` to bind it on).
-fn callers_terminal(own: &[crate::fs::OwnFs]) -> Option<PathBuf> {
-    if !own.contains(&crate::fs::OwnFs::Terminals) || std::fs::symlink_metadata(CONSOLE).is_err() {
+fn callers_terminal(own: &[OwnFs]) -> Option<PathBuf> {
+    if !own.contains(&OwnFs::Terminals) || std::fs::symlink_metadata(CONSOLE).is_err() {
         return None;
     }
     (0..=2).find_map(|fd| {
         std::fs::read_link(format!("/proc/self/fd/{fd}"))
             .ok()
-            .filter(|p| p.starts_with(crate::fs::OwnFs::Terminals.path()))
+            .filter(|p| p.starts_with(OwnFs::Terminals.path()))
     })
 }

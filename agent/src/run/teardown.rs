@@ -16,10 +16,12 @@ use super::{chain, exit_code, Started};
 use crate::audit::kernel::KernelAudit;
 use crate::audit::syscalls::{remove_beside, RunRules};
 use crate::audit::{AuditLog, Event, Layer};
+use crate::bpf::NetworkHooks;
 use crate::cgroup::RunCgroup;
 use crate::exit;
 use crate::fs::links::Marked;
 use crate::gitguard::GitGuard;
+use crate::proxy::RunningProxy;
 use crate::shown::say;
 use crate::state::RunDir;
 use crate::supervise::Supervisor;
@@ -36,8 +38,8 @@ pub(super) struct Ended {
     pub queues: Option<OwnedFd>,
     pub linked: Marked,
     pub cgroup: RunCgroup,
-    pub proxy: Option<crate::proxy::RunningProxy>,
-    pub hooks: Option<crate::bpf::NetworkHooks>,
+    pub proxy: Option<RunningProxy>,
+    pub hooks: Option<NetworkHooks>,
     pub kernel_audit: Option<KernelAudit>,
     pub refused_calls: Option<RunRules>,
     pub core_dumps: CoreDumps,

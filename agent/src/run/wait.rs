@@ -3,6 +3,9 @@
 
 use std::process::ExitStatus;
 
+use nix::sys::signal::Signal;
+use tokio::signal::unix::{self as tokio_signal, signal, SignalKind};
+
 use super::RunError;
 use crate::sys::spawn::Child;
 
@@ -18,14 +21,13 @@ pub(super) async fn wait(child: &Child, signals: &mut Signals) -> Result<ExitSta
 
 /// SIGINT, SIGTERM and SIGHUP, caught for forwarding.
 pub(super) struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
+    int: tokio_signal::Signal,
+    term: tokio_signal::Signal,
+    hup: tokio_signal::Signal,
 }
 
 impl Signals {
     pub(super) fn new() -> std::io::Result<Self> {
-        use tokio::signal::unix::{signal, SignalKind};
         Ok(Self {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
@@ -33,8 +35,7 @@ impl Signals {
         })
     }
 
-    pub(super) async fn recv(&mut self) -> nix::sys::signal::Signal {
-        use nix::sys::signal::Signal;
+    pub(super) async fn recv(&mut self) -> Signal {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
