@@ -1,5 +1,7 @@
 //! `lockrun gc`: reap run dirs left by lockruns that are gone, and other
-//! builds' programs and parent cgroups that no run uses any more.
+//! builds' programs and parent cgroups that no run uses any more; the
+//! reapers and their order are listed in [`crate::run::gc`]. This prints
+//! what each did.
 
 use std::time::Duration;
 

@@ -1,4 +1,24 @@
-//! What `lockrun gc` reaps, and the sweep each run makes at its start.
+//! What `lockrun gc` reaps, and the sweep each run makes at its start:
+//! the one place that orders the reapers. Each mechanism keeps the reaper
+//! of what it made; `lockrun gc` ([`crate::commands::gc`]) calls them in
+//! this order:
+//!
+//! 1. run dirs whose lockrun is gone ([`gc`]), each with its run's cgroup
+//!    ([`crate::cgroup::reap`]), then the run's entries in the hooks'
+//!    shared maps ([`crate::bpf::forget_runs`], [`forget_gone_runs`]);
+//! 2. run cgroups no run dir accounts for ([`reap_orphan_cgroups`]);
+//! 3. the kernel audit rules of runs whose cgroup is gone
+//!    ([`crate::audit::syscalls::reap_stale`]);
+//! 4. the v1 limit cgroups whose run's cgroup is gone
+//!    ([`crate::cgroup::v1::reap_orphans`]);
+//! 5. spare run dirs older than the grace period
+//!    ([`crate::state::remove_old_spares`]);
+//! 6. other builds' parent cgroups and pinned programs
+//!    ([`crate::bpf::reap_other_builds`]);
+//! 7. worktree locks no run holds ([`crate::worktree_lock::sweep`]).
+//!
+//! A run's start sweeps too ([`sweep_at_start`]): step 1 alone, without
+//! reading the owners of dirs within the grace period.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
