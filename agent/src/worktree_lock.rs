@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::cgroup::{unified, PARENT};
+
 /// lockrun's own locks, in the state dir.
 pub const LOCKS_DIR: &str = "worktrees";
 
@@ -260,8 +262,8 @@ fn holder_kind(pid: u32) -> Holder {
 /// The run whose cgroup a process is in, from its `/proc/<pid>/cgroup`:
 /// the cgroup v2 line (`0::/lockrun/build-…/<run-id>`).
 fn run_of(cgroups: &str) -> Option<String> {
-    let path = crate::cgroup::unified(cgroups)?;
-    let beneath = path.strip_prefix(&format!("/{}/", crate::cgroup::PARENT))?;
+    let path = unified(cgroups)?;
+    let beneath = path.strip_prefix(&format!("/{PARENT}/"))?;
     let run = beneath.rsplit('/').next()?;
     (!run.is_empty()).then(|| run.to_owned())
 }

@@ -67,12 +67,13 @@ use landlock::{
 };
 use walk::{strictly_beneath, Plan};
 
+use crate::kernel::{Kernel, NoLandlock};
 use crate::policy::Policy;
 
 /// The ABI whose rights lockrun handles: the kernel's
 /// ([`crate::kernel::Kernel::landlock`]), at most the newest lockrun knows.
 fn abi() -> ABI {
-    match crate::kernel::Kernel::get().landlock_abi() {
+    match Kernel::get().landlock_abi() {
         0 | 1 => ABI::V1,
         2 => ABI::V2,
         3 => ABI::V3,
@@ -85,7 +86,7 @@ fn abi() -> ABI {
 
 /// Whether the ABI in use scopes signals and abstract unix sockets (ABI 6).
 fn scoping() -> bool {
-    crate::kernel::Kernel::get().landlock_abi() >= 6
+    Kernel::get().landlock_abi() >= 6
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +94,7 @@ pub enum FsError {
     #[error(
         "Landlock, which confines the run's writes, is not available in this kernel: {0}; lockrun will not run the command unconfined"
     )]
-    Unavailable(crate::kernel::NoLandlock),
+    Unavailable(NoLandlock),
     #[error(
         "the kernel's Landlock ABI is {have}, the policy demands {want} (use a newer kernel, or lower run.landlock_abi knowing what is lost; lockrun will not run the command with less)"
     )]
@@ -245,7 +246,7 @@ fn outermost<T>(mut items: Vec<T>, path: impl Fn(&T) -> &Path) -> Vec<T> {
 
 /// The Landlock ABI in use ([`crate::kernel`]), or why there is none.
 pub fn kernel_abi() -> Result<i32, FsError> {
-    crate::kernel::Kernel::get()
+    Kernel::get()
         .landlock
         .map(i32::from)
         .map_err(FsError::Unavailable)

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use landlock::AccessFs;
 
 use super::{all_rights, outermost, rights, Grant};
+use crate::sys::NewFs;
 
 /// A filesystem of the run's own, mounted over the machine's in the run's
 /// mount namespace by the child ([`crate::sys::OwnMount`]).
@@ -67,7 +68,7 @@ impl OwnFs {
 
     /// The filesystem to make.
     #[must_use]
-    pub fn new_fs(self) -> crate::sys::NewFs {
+    pub fn new_fs(self) -> NewFs {
         use libc::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID};
         let (fstype, attrs, options): (_, _, &'static [_]) = match self {
             OwnFs::SharedMemory => (
@@ -98,7 +99,7 @@ impl OwnFs {
                 &[(c"hidepid", Some(c"ptraceable"))],
             ),
         };
-        crate::sys::NewFs {
+        NewFs {
             fstype,
             attrs,
             options,
@@ -210,9 +211,9 @@ pub const HIDDEN_FS: [HiddenFs; 5] = [
 
 /// What a hidden mount shows a run: an empty, read-only tmpfs.
 #[must_use]
-pub fn empty_fs() -> crate::sys::NewFs {
+pub fn empty_fs() -> NewFs {
     use libc::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
-    crate::sys::NewFs {
+    NewFs {
         fstype: c"tmpfs",
         attrs: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
         options: &[(c"mode", Some(c"0555"))],

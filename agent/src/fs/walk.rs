@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use landlock::{AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr};
 
 use super::{abi, rights, Crowded, FsError, Grant, Narrowed, OwnFs, CROWDED_ENTRIES, DEV_READABLE};
+use crate::sys::notify::openat2;
 
 /// The walk's findings. With a ruleset, each rule goes into it as soon as its
 /// path is opened, and the descriptor is closed at once: a listed dir may
@@ -411,7 +412,7 @@ impl<'a> Entry<'a> {
     /// Open the entry itself with `flags` (and `O_CLOEXEC`).
     pub(super) fn open(&self, flags: libc::c_int) -> Result<std::fs::File, FsError> {
         let opened = match self.at {
-            Some((dir, name)) => crate::sys::notify::openat2(dir, name, flags, 0).map(Into::into),
+            Some((dir, name)) => openat2(dir, name, flags, 0).map(Into::into),
             None => std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(flags | libc::O_CLOEXEC)

@@ -100,29 +100,24 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
     Ok(report)
 }
 
-/// A dead run's cgroup (its processes killed first) and its per-run pins of
-/// earlier builds, removed; the cgroup's id goes to `cgroup_ids`, for the
-/// shared maps (forgotten once for all the runs reaped). `false`, with a
-/// warning said, when either could not be removed: a later gc tries again.
+/// A dead run's cgroup, removed (its processes killed first); its id goes
+/// to `cgroup_ids`, for the shared maps (forgotten once for all the runs
+/// reaped). `false`, with a warning said, when it could not be removed: a
+/// later gc tries again.
 fn reap_run(run_id: &str, cgroup_ids: &mut Vec<u64>) -> bool {
     match cgroup::reap(run_id) {
-        Ok(id) => cgroup_ids.extend(id),
+        Ok(id) => {
+            cgroup_ids.extend(id);
+            true
+        }
         Err(e) => {
             say!(
                 "lockrun: warning: gc: the cgroup of run {run_id}: {}",
                 chain(&e)
             );
-            return false;
+            false
         }
     }
-    if let Err(e) = bpf::unpin(run_id) {
-        say!(
-            "lockrun: warning: gc: the per-run pins of run {run_id} (earlier builds): {}",
-            chain(&e)
-        );
-        return false;
-    }
-    true
 }
 
 /// What [`reap_orphan_cgroups`] did.

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{age, new_run_id, Owner};
 use crate::shown::say;
+use crate::sys::rename_noreplace;
 
 /// Why a run dir could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -163,7 +164,7 @@ impl RunDir {
         };
         kept < SPARES_KEPT
             && std::fs::remove_file(self.root.join("owner")).is_ok()
-            && crate::sys::rename_noreplace(&self.root, &self.spares.join(&self.id)).is_ok()
+            && rename_noreplace(&self.root, &self.spares.join(&self.id)).is_ok()
     }
 
     #[must_use]
@@ -215,7 +216,7 @@ fn take_spare(spares: &Path, root: &Path, grace: Duration) -> bool {
                 && m.mode() & 0o7777 == 0o700
                 && m.uid() == nix::unistd::geteuid().as_raw()
         });
-        if young && tmp_as_left && crate::sys::rename_noreplace(&spare, root).is_ok() {
+        if young && tmp_as_left && rename_noreplace(&spare, root).is_ok() {
             return true;
         }
     }

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{PolicyError, RawPolicy, MAX_POLICY_BYTES, PRESETS};
+use crate::regular_file::read_text;
 
 /// One policy source: where it came from and its parsed text.
 pub(super) struct Source {
@@ -32,12 +33,10 @@ pub(super) fn read_source(
         }
         .components()
         .collect();
-        let text = crate::regular_file::read_text(&p, MAX_POLICY_BYTES).map_err(|source| {
-            PolicyError::Read {
-                path: p.clone(),
-                by: by.map(str::to_owned),
-                source,
-            }
+        let text = read_text(&p, MAX_POLICY_BYTES).map_err(|source| PolicyError::Read {
+            path: p.clone(),
+            by: by.map(str::to_owned),
+            source,
         })?;
         let canon = p.canonicalize().unwrap_or_else(|_| p.clone());
         (
