@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::stat::Mode;
 
+use crate::sys::notify::openat2;
 use crate::worktree_lock::WorktreeLock;
 
 /// The files directly in `.git` that are guarded.
@@ -541,7 +542,7 @@ fn read_entry(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<Entry>> {
 /// and never leaving `dir`.
 fn open_beneath(dir: BorrowedFd<'_>, name: &OsStr, flags: i32) -> io::Result<OwnedFd> {
     let c = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
-    crate::sys::notify::openat2(
+    openat2(
         dir,
         &c,
         flags,

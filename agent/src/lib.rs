@@ -35,6 +35,7 @@ pub mod regular_file;
 pub mod run;
 pub mod seccomp;
 pub mod shown;
+pub mod state;
 pub mod supervise;
 pub mod sys;
 pub mod terminal;

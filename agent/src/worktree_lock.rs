@@ -6,8 +6,8 @@
 //! any process that can open a directory for reading can `flock` it, and a
 //! run reads everywhere but its denied paths: a command of one run could
 //! hold another agent's worktree and keep every run of that agent from
-//! starting (measured: refused, "in use by another run (process N)",
-//! naming the command).
+//! starting (refused, "in use by another run (process N)", naming the
+//! command).
 //!
 //! So lockrun's own lock is a file in the state dir,
 //! `<state>/worktrees/<st_dev>-<st_ino>` of the worktree, which every run
@@ -27,6 +27,8 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
+
+use crate::cgroup::{unified, PARENT};
 
 /// lockrun's own locks, in the state dir.
 pub const LOCKS_DIR: &str = "worktrees";
@@ -260,8 +262,8 @@ fn holder_kind(pid: u32) -> Holder {
 /// The run whose cgroup a process is in, from its `/proc/<pid>/cgroup`:
 /// the cgroup v2 line (`0::/lockrun/build-…/<run-id>`).
 fn run_of(cgroups: &str) -> Option<String> {
-    let path = crate::cgroup::unified(cgroups)?;
-    let beneath = path.strip_prefix(&format!("/{}/", crate::cgroup::PARENT))?;
+    let path = unified(cgroups)?;
+    let beneath = path.strip_prefix(&format!("/{PARENT}/"))?;
     let run = beneath.rsplit('/').next()?;
     (!run.is_empty()).then(|| run.to_owned())
 }

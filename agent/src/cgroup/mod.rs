@@ -25,7 +25,12 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::state::{age, Owner};
+pub use mount::cgroup2_mount;
+use mount::mounts;
+
 pub mod memory;
+mod mount;
 pub mod pids;
 pub mod v1;
 
@@ -202,89 +207,6 @@ pub enum CgroupError {
     },
 }
 
-/// Where cgroup2 is mounted: one of the two usual places when `statfs`
-/// says it holds cgroup2 (`/sys/fs/cgroup` on pure v2 hosts,
-/// `/sys/fs/cgroup/unified` on hybrid ones), else the first cgroup2 mount
-/// in `/proc/self/mountinfo` (the kernel formats every mount for a read of
-/// it, ~0.1 ms here). Found once per process: a run asks several times.
-pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
-    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    if let Some(p) = FOUND.get() {
-        return Ok(p.clone());
-    }
-    let usual = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
-        .into_iter()
-        .find(|p| {
-            nix::sys::statfs::statfs(*p)
-                .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
-        });
-    let p = if let Some(p) = usual {
-        PathBuf::from(p)
-    } else {
-        let info = fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
-        parse_cgroup2_mount(&info).ok_or(CgroupError::NoCgroup2)?
-    };
-    Ok(FOUND.get_or_init(|| p).clone())
-}
-
-/// The first cgroup2 mount point in a mountinfo text.
-fn parse_cgroup2_mount(info: &str) -> Option<PathBuf> {
-    mounts(info).find_map(|m| (m.fstype == "cgroup2").then_some(m.at))
-}
-
-/// A mount of a mountinfo text (fields: see proc(5)).
-struct Mount<'a> {
-    /// Where it is mounted.
-    at: PathBuf,
-    /// The directory of its filesystem mounted there (`/` but for a bind
-    /// mount of a part of it).
-    root: PathBuf,
-    fstype: &'a str,
-    /// The super options.
-    options: &'a str,
-}
-
-/// Each mount of a mountinfo text.
-fn mounts(info: &str) -> impl Iterator<Item = Mount<'_>> {
-    info.lines().filter_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mut right = right.split_whitespace();
-        let fstype = right.next()?;
-        let options = right.nth(1).unwrap_or_default();
-        let mut left = left.split_whitespace();
-        let root = left.nth(3)?;
-        let at = left.next()?;
-        Some(Mount {
-            at: PathBuf::from(unescape_mountinfo(at)),
-            root: PathBuf::from(unescape_mountinfo(root)),
-            fstype,
-            options,
-        })
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 4])
-                .ok()
-                .and_then(|oct| u8::from_str_radix(oct, 8).ok())
-            {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Where a task is, against a run's cgroup, from its `/proc/<pid>/cgroup`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Membership {
@@ -412,7 +334,7 @@ impl RunCgroup {
         };
         // Bookkeeping for `lockrun gc`, not confinement: without it the
         // cgroup is only reaped once empty (see `run_cgroups`).
-        let owner = crate::run::Owner::current().cgroup_tag();
+        let owner = Owner::current().cgroup_tag();
         if let Err(e) = crate::sys::fsetxattr(dir.as_fd(), OWNER_XATTR, owner.as_bytes()) {
             tracing::debug!("recording the owner of {}: {e}", path.display());
         }
@@ -672,7 +594,7 @@ pub fn live_run_cgroup_ids() -> Result<Vec<u64>, CgroupError> {
 }
 
 /// The extended attribute of a run cgroup naming its lockrun
-/// ([`crate::run::Owner::cgroup_tag`]), set at creation: what tells
+/// ([`Owner::cgroup_tag`]), set at creation: what tells
 /// `lockrun gc` whether a run cgroup is still someone's when no run dir says
 /// so (the run's state dir is another, or was deleted).
 const OWNER_XATTR: &CStr = c"trusted.lockrun.owner";
@@ -705,7 +627,7 @@ pub fn run_cgroups() -> Result<Vec<Found>, CgroupError> {
             if !md.is_dir() {
                 continue;
             }
-            let age = crate::run::age(&md, now);
+            let age = age(&md, now);
             let owner = crate::sys::fgetxattr(dir.as_fd(), OWNER_XATTR, 64)
                 .ok()
                 .and_then(|v| String::from_utf8(v).ok());
@@ -927,32 +849,6 @@ mod tests {
     }
 
     use super::*;
-
-    #[test]
-    fn finds_cgroup2_on_hybrid_and_pure_hosts() {
-        let hybrid = "25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
-                      26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev - cgroup2 cgroup2 rw\n\
-                      27 25 0:24 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n";
-        assert_eq!(
-            parse_cgroup2_mount(hybrid),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
-        let pure =
-            "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(
-            parse_cgroup2_mount(pure),
-            Some(PathBuf::from("/sys/fs/cgroup"))
-        );
-        assert_eq!(
-            parse_cgroup2_mount("1 0 0:1 / / rw - ext4 /dev/sda rw\n"),
-            None
-        );
-        let escaped = "30 1 0:26 / /mnt/my\\040cg rw - cgroup2 none rw\n";
-        assert_eq!(
-            parse_cgroup2_mount(escaped),
-            Some(PathBuf::from("/mnt/my cg"))
-        );
-    }
 
     #[test]
     fn run_ids_are_one_component() {

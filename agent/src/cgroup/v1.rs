@@ -11,7 +11,7 @@
 //!
 //! That moves the calling thread alone, which takes no global lock; a write
 //! to `cgroup.procs` moves a whole thread group and waits out an RCU grace
-//! period (~5 ms here). Every process the command starts is born there.
+//! period. Every process the command starts is born there.
 //! Nothing of the run can leave: moving needs write access to another
 //! `tasks` file, which Landlock refuses.
 //!
@@ -110,8 +110,8 @@ fn found(h: Hierarchy) -> Option<&'static Found> {
 /// Every run on a hybrid host asks. Where the hierarchy is at the usual
 /// place, the cgroup `/proc/self/cgroup` names there having a file only a
 /// cgroup of that hierarchy has (or its `lockrun/` one: the root's own
-/// files are few) says so; else `/proc/self/mountinfo` is read (~0.1 ms
-/// here: the kernel formats every mount for it).
+/// files are few) says so; else `/proc/self/mountinfo` is read (the
+/// kernel formats every mount for it).
 fn find(h: Hierarchy) -> Option<Found> {
     let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let own = own_path(&cgroups, h.controller());

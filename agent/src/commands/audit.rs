@@ -1283,7 +1283,7 @@ fn not_to_open(dir: &Path, raw: &str, home: &Path) -> Option<Suggestion> {
             ),
         });
     }
-    let place = crate::policy::later::overlapping(dir, home)?;
+    let place = crate::policy::runs_later::overlapping(dir, home)?;
     let instead = place
         .instead
         .map_or_else(String::new, |i| format!(" Instead: {i}."));

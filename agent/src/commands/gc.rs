@@ -1,12 +1,18 @@
 //! `lockrun gc`: reap run dirs left by lockruns that are gone, and other
-//! builds' programs and parent cgroups that no run uses any more.
+//! builds' programs and parent cgroups that no run uses any more; the
+//! reapers and their order are listed in [`crate::run::gc`]. This prints
+//! what each did.
 
 use std::time::Duration;
 
+use crate::audit::syscalls::reap_stale;
+use crate::bpf::{self, OtherBuild};
 use crate::cli::GcArgs;
 use crate::exit;
 use crate::policy::{self, Overrides};
+use crate::run::{chain, gc as run_gc};
 use crate::shown::say;
+use crate::{cgroup, state, worktree_lock};
 
 #[must_use]
 pub fn main(args: &GcArgs) -> i32 {
@@ -27,9 +33,9 @@ pub fn main(args: &GcArgs) -> i32 {
         .grace_secs
         .map_or(policy.run.gc_grace, Duration::from_secs);
     let runs = policy.runs_dir();
-    match crate::run::gc(&runs, grace) {
+    match run_gc::gc(&runs, grace) {
         Ok(r) => {
-            crate::run::forget_gone_runs();
+            run_gc::forget_gone_runs();
             for p in &r.reaped {
                 println!("reaped {}", p.display());
             }
@@ -43,7 +49,7 @@ pub fn main(args: &GcArgs) -> i32 {
             reap_stale_audit_rules();
             // Task- and memory-limit cgroups of v1 hierarchies whose
             // run's cgroup is gone (a lockrun killed between the two).
-            for o in crate::cgroup::v1::reap_orphans() {
+            for o in cgroup::v1::reap_orphans() {
                 let (what, id, at) = (o.hierarchy.what(), &o.run_id, o.path.display());
                 let line = match o.kept {
                     None => format!(
@@ -55,16 +61,13 @@ pub fn main(args: &GcArgs) -> i32 {
                 };
                 println!("{line}");
             }
-            let spares = crate::run::remove_old_spares(
-                &policy.run.state_dir.join(crate::run::SPARES),
-                grace,
-            );
+            let spares = state::remove_old_spares(&policy.run.state_dir.join(state::SPARES), grace);
             if spares > 0 {
                 println!("removed {spares} spare run dirs older than the grace period");
             }
             reap_other_builds();
-            let locks = policy.run.state_dir.join(crate::worktree_lock::LOCKS_DIR);
-            for p in crate::worktree_lock::sweep(&locks) {
+            let locks = policy.run.state_dir.join(worktree_lock::LOCKS_DIR);
+            for p in worktree_lock::sweep(&locks) {
                 println!(
                     "reaped {}: a worktree's lock no run holds (its lockrun was killed)",
                     p.display()
@@ -82,7 +85,7 @@ pub fn main(args: &GcArgs) -> i32 {
 /// Run cgroups no run dir here accounts for; a line for each reaped, and
 /// one for those left because nothing tells whose they are.
 fn reap_orphan_cgroups(grace: Duration) {
-    match crate::run::reap_orphan_cgroups(grace) {
+    match run_gc::reap_orphan_cgroups(grace) {
         Ok(r) => {
             for id in &r.reaped {
                 println!("reaped the cgroup of run {id}: its lockrun is gone");
@@ -112,7 +115,7 @@ fn reap_orphan_cgroups(grace: Duration) {
 /// below Landlock ABI 7, see [`crate::audit::syscalls`]); a line for each
 /// removed.
 fn reap_stale_audit_rules() {
-    match crate::audit::syscalls::reap_stale(crate::cgroup::live_run_cgroup_ids) {
+    match reap_stale(cgroup::live_run_cgroup_ids) {
         Ok(rules) => {
             for (uid, refused) in rules {
                 println!(
@@ -128,8 +131,7 @@ fn reap_stale_audit_rules() {
 /// Other lockrun builds' parent cgroups and pinned programs, where none of
 /// their runs is left; one line for each build found.
 fn reap_other_builds() {
-    use crate::bpf::OtherBuild;
-    match crate::bpf::reap_other_builds() {
+    match bpf::reap_other_builds() {
         Ok(builds) => {
             for b in builds {
                 match b {
@@ -147,7 +149,7 @@ fn reap_other_builds() {
         }
         Err(e) => say!(
             "lockrun: warning: gc: other builds' programs: {}",
-            crate::run::chain(&e)
+            chain(&e)
         ),
     }
 }

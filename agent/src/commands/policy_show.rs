@@ -51,7 +51,7 @@ pub struct View<'a> {
     /// Deny-read paths in full: the policy's and the fixed floor.
     pub deny_read: Vec<String>,
     /// Writable paths that reach where code runs later, outside the
-    /// sandbox ([`crate::policy::later`]): each a warning line.
+    /// sandbox ([`crate::policy::runs_later`]): each a warning line.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub runs_later: Vec<String>,
     /// Writable dirs that hold a denied path, so cannot be granted whole
@@ -227,7 +227,7 @@ impl<'a> View<'a> {
         ));
         deny_read.sort();
         deny_read.dedup();
-        let runs_later = crate::policy::later::reached_by(policy)
+        let runs_later = crate::policy::runs_later::reached_by(policy)
             .iter()
             .map(ToString::to_string)
             .collect();

@@ -5,7 +5,8 @@ use std::ffi::OsString;
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::exit;
 use crate::policy::{self, Overrides, Policy, PolicyError};
-use crate::proxy::reach::Unreachable;
+use crate::proxy::reach::{self, Unreachable};
+use crate::run;
 use crate::shown::say;
 
 /// The policy overrides the flags give.
@@ -59,7 +60,7 @@ fn load_for(args: &PolicyArgs, program: Option<&OsString>) -> Result<Policy, Loa
         ..overrides(args)
     };
     let policy = policy::load(args.policy.as_deref(), &over)?;
-    crate::proxy::reach::check(&policy.network)?;
+    reach::check(&policy.network)?;
     Ok(policy)
 }
 
@@ -78,5 +79,5 @@ pub fn main(args: &RunArgs) -> i32 {
         }
     };
     tracing::debug!("policy loaded");
-    crate::run::execute(&policy, &args.command, args.audit_log.as_deref())
+    run::execute(&policy, &args.command, args.audit_log.as_deref())
 }

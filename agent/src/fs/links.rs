@@ -56,8 +56,8 @@ use nix::sys::fanotify::{
 use crate::audit::{AuditLog, Event, FsEvent};
 
 /// Entries the walk of a run's denied paths visits at most, in all: each
-/// costs ~3 µs here (a share of a `getdents` and, for a non-directory, a
-/// `statx`, with kernel audit on), so at most ~3 ms of every run's start.
+/// costs a share of a `getdents` and, for a non-directory, a `statx`, on
+/// every run's start.
 /// The secrets of the floor hold a few dozen on most machines.
 pub const ENTRY_BUDGET: usize = 1024;
 

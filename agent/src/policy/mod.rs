@@ -5,9 +5,9 @@
 
 pub mod file;
 pub mod host;
-pub mod later;
 pub mod net;
 pub mod overlap;
+pub mod runs_later;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

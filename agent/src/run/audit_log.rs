@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use crate::audit::seal::{KeyError, SealKey};
 use crate::audit::sink::{LogFile, SinkError};
 use crate::audit::AuditLog;
+use crate::exit;
 use crate::policy::{PathSpec, Policy};
+use crate::sys::open_dir_without_links;
 
 /// Why the run's log cannot be kept where it was asked for.
 #[derive(Debug, thiserror::Error)]
@@ -58,8 +60,8 @@ impl LogError {
     #[must_use]
     pub fn exit(&self) -> i32 {
         match self {
-            Self::StateDir { .. } | Self::Key(_) => crate::exit::SETUP,
-            _ => crate::exit::USAGE,
+            Self::StateDir { .. } | Self::Key(_) => exit::SETUP,
+            _ => exit::USAGE,
         }
     }
 }
@@ -108,7 +110,7 @@ fn judge(
     {
         return Err(LogError::Writable { log, root });
     }
-    let fd = crate::sys::open_dir_without_links(&dir).map_err(|e| dir_err(&dir, e.into()))?;
+    let fd = open_dir_without_links(&dir).map_err(|e| dir_err(&dir, e.into()))?;
     Ok((fd, name, log))
 }
 

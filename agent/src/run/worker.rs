@@ -1,20 +1,20 @@
-//! A run's side work, on another CPU: the Landlock walk (step 3) while
-//! steps 2 and 4–7 go on, and the run dir's removal while the rest of the
-//! teardown goes on.
+//! The run's worker thread, on another CPU, for side work: the Landlock
+//! walk (step 3) while steps 2 and 4–7 go on, and the run dir's removal
+//! while the rest of the teardown goes on.
 //!
-//! Both are a few hundred µs of system calls that nothing on the main path
-//! waits for until later, and a run's start-up is what every command an
-//! agent runs pays. The thread is started first thing and pinned to the
-//! CPUs other than the one lockrun runs on ([`crate::sys::OtherCpus`]):
-//! left to the scheduler, a new thread was queued behind its busy parent on
-//! the VMs we measured and ran only once the parent blocked. With one CPU
-//! to run on, or no thread to be had, each job runs in place, as before.
+//! Both are system calls that nothing on the main path waits for until
+//! later, and a run's start-up is what every command an agent runs pays.
+//! The thread is started first thing and pinned to the CPUs other than the
+//! one lockrun runs on ([`crate::sys::OtherCpus`]): left to the scheduler,
+//! a new thread can be queued behind its busy parent and run only once the
+//! parent blocks. With one CPU to run on, or no thread to be had, each job
+//! runs in place.
 //!
 //! The thread runs the jobs one after the other, in the order given. A job
 //! it has not started when its result is waited for is taken back and run
 //! by the waiter: with both CPUs busy (many runs on one machine), the thread
 //! may get its turn late, and a run then costs what it did without it.
-//! Dropping the [`Beside`] waits for every job given to it that has not
+//! Dropping the [`Worker`] waits for every job given to it that has not
 //! finished: no work of a run outlives the run. (With none left, the idle
 //! thread is not waited for: it ends on its own as the queue closes.)
 
@@ -31,8 +31,8 @@ fn take(slot: &Slot) -> Option<Job> {
     slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
-/// The thread beside lockrun's own, or none.
-pub struct Beside {
+/// The worker thread beside lockrun's own, or none.
+pub struct Worker {
     jobs: Option<mpsc::Sender<Slot>>,
     thread: Option<JoinHandle<()>>,
     /// Jobs given and not finished (a panicked one never is).
@@ -57,7 +57,7 @@ impl<T> Pending<T> {
     }
 }
 
-impl Beside {
+impl Worker {
     /// Start the thread, when there is another CPU for it.
     #[must_use]
     pub fn start() -> Self {
@@ -71,12 +71,12 @@ impl Beside {
         };
         let (tx, rx) = mpsc::channel::<Slot>();
         let Ok(thread) = std::thread::Builder::new()
-            .name("lockrun-beside".into())
+            .name("lockrun-worker".into())
             .spawn(move || {
                 // Pinned while idle, so that a job queued wakes the thread
                 // on the other CPU; free to run anywhere while it works,
                 // and through the jobs queued meanwhile, back to back (each
-                // switch is a `sched_setaffinity`, ~12 µs here).
+                // switch is a `sched_setaffinity`, a system call).
                 let mut pinned = true;
                 for slot in &rx {
                     let mut next = Some(slot);
@@ -107,7 +107,7 @@ impl Beside {
         }
     }
 
-    /// Start `job` beside (or run it now, when there is no thread).
+    /// Start `job` on the worker thread (or run it now, when there is no thread).
     pub fn run<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> Pending<T> {
         let (tx, result) = mpsc::sync_channel(1);
         let unfinished = self.unfinished.clone();
@@ -135,7 +135,7 @@ impl Beside {
     }
 }
 
-impl Drop for Beside {
+impl Drop for Worker {
     fn drop(&mut self) {
         // Closing the queue ends the thread's loop once every job ran.
         drop(self.jobs.take());
@@ -153,12 +153,12 @@ mod tests {
 
     #[test]
     fn jobs_run_in_order_and_all_before_the_drop_returns() {
-        let beside = Beside::start();
+        let worker = Worker::start();
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let pending: Vec<Pending<usize>> = (0..5)
             .map(|i| {
                 let log = log.clone();
-                beside.run(move || {
+                worker.run(move || {
                     log.lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(i);
@@ -168,7 +168,7 @@ mod tests {
             .collect();
         let unwaited = {
             let log = log.clone();
-            beside.run(move || {
+            worker.run(move || {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 log.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -178,7 +178,7 @@ mod tests {
         drop(unwaited);
         let results: Vec<Option<usize>> = pending.into_iter().map(Pending::wait).collect();
         assert_eq!(results, [0, 10, 20, 30, 40].map(Some));
-        drop(beside);
+        drop(worker);
         let log = log
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -191,15 +191,15 @@ mod tests {
 
     #[test]
     fn a_job_the_thread_has_not_started_is_run_by_its_waiter() {
-        let beside = Beside::start();
-        if beside.thread.is_none() {
+        let worker = Worker::start();
+        if worker.thread.is_none() {
             eprintln!("skipped: a_job_the_thread_has_not_started_is_run_by_its_waiter: one CPU to run on, so no thread beside");
             return;
         }
         let (release, hold) = mpsc::channel::<()>();
-        let busy = beside.run(move || hold.recv().is_ok());
+        let busy = worker.run(move || hold.recv().is_ok());
         let waiter = std::thread::current().id();
-        let queued = beside.run(move || std::thread::current().id() == waiter);
+        let queued = worker.run(move || std::thread::current().id() == waiter);
         // The thread is held by the first job for 2 s: the second is not
         // started, and the waiter runs it (without the taking back, it would
         // run on the thread after those 2 s).
@@ -216,19 +216,19 @@ mod tests {
 
     #[test]
     fn a_panicking_job_reports_none_and_later_jobs_still_run() {
-        let beside = Beside::start();
-        if beside.thread.is_none() {
+        let worker = Worker::start();
+        if worker.thread.is_none() {
             eprintln!("skipped: a_panicking_job_reports_none_and_later_jobs_still_run: one CPU to run on, so no thread beside (the job would panic here)");
             return;
         }
         let (started, on_thread) = mpsc::channel::<()>();
-        let boom = beside.run(move || -> u8 {
+        let boom = worker.run(move || -> u8 {
             let _ = started.send(());
             panic!("a job that panics")
         });
         // Taken by the thread (not by the waiter, which would panic here).
         on_thread.recv().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(boom.wait(), None);
-        assert_eq!(beside.run(|| 7).wait(), Some(7));
+        assert_eq!(worker.run(|| 7).wait(), Some(7));
     }
 }
