@@ -210,9 +210,10 @@ fn stale_runs(w: &World) -> [std::path::PathBuf; 3] {
     for d in [&dead, &young, &alive] {
         std::fs::create_dir_all(d.join("tmp")).unwrap();
     }
-    // A dead owner: a pid with a start time that never matches.
-    std::fs::write(dead.join("owner"), "1 1\n").unwrap();
-    std::fs::write(young.join("owner"), "1 1\n").unwrap();
+    // A dead owner: a pid with a start time that never matches, named as
+    // lockrun names an owner (a symlink to the owner line).
+    std::os::unix::fs::symlink("1 1", dead.join("owner")).unwrap();
+    std::os::unix::fs::symlink("1 1", young.join("owner")).unwrap();
     let me = std::process::id();
     let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
     let started = stat[stat.rfind(')').unwrap() + 1..]
@@ -238,7 +239,7 @@ fn a_run_sweeps_stale_run_dirs_past_the_grace_period() {
     let w = World::new("sweep");
     let stale = w.state.join("runs/000000000001-000000000-1");
     std::fs::create_dir_all(stale.join("tmp")).unwrap();
-    std::fs::write(stale.join("owner"), "1 1\n").unwrap();
+    std::os::unix::fs::symlink("1 1", stale.join("owner")).unwrap();
     let ok = Command::new("touch")
         .args(["-d", "2000-01-01", s(&stale)])
         .status()
