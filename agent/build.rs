@@ -21,7 +21,7 @@ mod guard;
 
 /// The seccomp filter's module, compiled here too: the filter every run
 /// loads is built and compacted once here rather than at every run's start.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "src/seccomp/mod.rs"]
 mod seccomp;
 

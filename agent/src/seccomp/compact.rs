@@ -407,7 +407,7 @@ mod tests {
     /// its neighbours), then mixed arguments from those constants.
     #[test]
     fn the_compacted_filter_gives_every_call_the_verdict_of_the_filter_built() {
-        let built = super::super::uncompacted(super::super::Fallbacks::NONE)
+        let built = super::super::assemble::uncompacted(super::super::Fallbacks::NONE)
             .unwrap_or_else(|e| panic!("{e}"));
         let small = compact(&built);
         assert!(
@@ -421,7 +421,7 @@ mod tests {
             pool.extend([i.k, i.k.wrapping_add(1), i.k.wrapping_sub(1)]);
         }
         let pool: Vec<u32> = pool.into_iter().collect();
-        let arch = super::super::AUDIT_ARCH;
+        let arch = super::super::assemble::AUDIT_ARCH;
         let mut checked = 0usize;
         let mut same = |d: Data| {
             assert_eq!(
