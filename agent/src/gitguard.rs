@@ -541,7 +541,7 @@ fn read_entry(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<Entry>> {
 /// and never leaving `dir`.
 fn open_beneath(dir: BorrowedFd<'_>, name: &OsStr, flags: i32) -> io::Result<OwnedFd> {
     let c = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
-    crate::sys::notify::openat2(
+    crate::sys::supervisor_calls::openat2(
         dir,
         &c,
         flags,

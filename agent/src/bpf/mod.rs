@@ -110,6 +110,7 @@ use lockrun_common::{
 };
 
 use crate::cgroup::check_run_id;
+use crate::sys::dir_names;
 
 pub use attach::programs_attached_to;
 use attach::PARENT_LOCK_TIMEOUT;
@@ -322,7 +323,9 @@ pub fn unpin(run_id: &str) -> Result<bool, BpfError> {
 /// bpffs or the directory is absent).
 #[must_use]
 pub fn pinned_runs() -> Vec<String> {
-    list_dir(&Path::new(BPFFS).join("lockrun"))
+    dir_names(&Path::new(BPFFS).join("lockrun"), |id| {
+        check_run_id(id).is_ok()
+    })
 }
 
 /// Preflight (and `lockrun doctor`): the embedded object is there, bpffs is
@@ -331,20 +334,6 @@ pub fn preflight() -> Result<(), BpfError> {
     OBJECT.ok_or(BpfError::ObjectMissing)?;
     crate::cgroup::cgroup2_mount()?;
     ensure_bpffs()
-}
-
-pub(crate) fn list_dir(dir: &Path) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<String> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|id| check_run_id(id).is_ok())
-        .collect();
-    ids.sort();
-    ids
 }
 
 /// Turn an allowed socket address into the allow map's key (an IPv4-mapped

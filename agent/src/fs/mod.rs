@@ -1787,7 +1787,9 @@ impl<'a> Entry<'a> {
     /// Open the entry itself with `flags` (and `O_CLOEXEC`).
     fn open(&self, flags: libc::c_int) -> Result<std::fs::File, FsError> {
         let opened = match self.at {
-            Some((dir, name)) => crate::sys::notify::openat2(dir, name, flags, 0).map(Into::into),
+            Some((dir, name)) => {
+                crate::sys::supervisor_calls::openat2(dir, name, flags, 0).map(Into::into)
+            }
             None => std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(flags | libc::O_CLOEXEC)

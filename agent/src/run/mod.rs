@@ -1893,7 +1893,7 @@ async fn spawn_and_wait(
     // The child sent the listener (and its root) before exec; without it, its notified
     // syscalls would fail (ENOSYS): refuse the run rather than limp.
     let (listener_rx, config) = supervise;
-    let supervisor = match crate::sys::notify::recv_fds(listener_rx.as_fd())
+    let supervisor = match crate::sys::supervisor_calls::recv_fds(listener_rx.as_fd())
         .and_then(|[listener, root]| crate::supervise::Supervisor::start(listener, root, config))
     {
         Ok(s) => s,

@@ -70,7 +70,7 @@ use super::{Errno, Reply, Shared, Task};
 use crate::audit::{Event, ScopeEvent, ScopeTarget};
 use crate::cgroup::Membership;
 use crate::seccomp::scope::{FIOSETOWN, OWNER_FCNTLS, SIOCSPGRP};
-use crate::sys::notify;
+use crate::sys::supervisor_calls;
 
 /// `F_OWNER_TID`, `F_OWNER_PID`, `F_OWNER_PGRP`.
 const OWNER_TID: i32 = 0;
@@ -123,7 +123,7 @@ impl Held {
     }
 
     fn read(&self, name: &std::ffi::CStr) -> Option<String> {
-        let fd = notify::openat2(self.dir.as_fd(), name, libc::O_RDONLY, 0).ok()?;
+        let fd = supervisor_calls::openat2(self.dir.as_fd(), name, libc::O_RDONLY, 0).ok()?;
         let mut s = String::new();
         File::from(fd).read_to_string(&mut s).ok()?;
         Some(s)
@@ -448,7 +448,7 @@ fn owner_ioctl(task: &Task<'_>, s: &Shared) -> Reply {
         Err(e) => return Reply::Errno(e),
     };
     // Only sockets know these commands.
-    if notify::sockopt_int(sock.as_fd(), libc::SO_TYPE).is_err() {
+    if supervisor_calls::sockopt_int(sock.as_fd(), libc::SO_TYPE).is_err() {
         return Reply::Errno(libc::ENOTTY);
     }
     let (kind, id) = match pid {
@@ -464,7 +464,7 @@ fn owner_ioctl(task: &Task<'_>, s: &Shared) -> Reply {
     };
     set_owner(task, s, call, &sock, kind, id, move |f, k, p| {
         let signed = if k == OWNER_PGRP { -p } else { p };
-        notify::ioctl_buf(f, cmd, &mut signed.to_ne_bytes())
+        supervisor_calls::ioctl_buf(f, cmd, &mut signed.to_ne_bytes())
     })
 }
 

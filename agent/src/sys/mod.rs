@@ -60,12 +60,14 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
+use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd};
+use std::path::Path;
 
-pub mod notify;
 pub mod scope;
 pub mod spawn;
+pub mod supervisor_calls;
 pub mod watchdog;
 
 /// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
@@ -981,7 +983,7 @@ impl ChildPlan {
     /// listener, send it and the command's root to lockrun and close both
     /// here. Post-fork: no allocation.
     fn hand_over_listener(&self) -> io::Result<()> {
-        let listener = notify::load_listener(&self.seccomp);
+        let listener = supervisor_calls::load_listener(&self.seccomp);
         if listener < 0 {
             return Err(self.fail(Step::Seccomp));
         }
@@ -992,8 +994,8 @@ impl ChildPlan {
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
             )
         };
-        let sent =
-            root >= 0 && notify::send_fds(self.listener_to.as_raw_fd(), [listener as i32, root]);
+        let sent = root >= 0
+            && supervisor_calls::send_fds(self.listener_to.as_raw_fd(), [listener as i32, root]);
         let err = io::Error::last_os_error();
         // SAFETY: closing the fds this function just got; the process keeps
         // no other reference to them (close(-1) only fails).
@@ -1112,6 +1114,22 @@ pub fn landlock_abi_version() -> Result<i32, nix::errno::Errno> {
     } else {
         Ok(v as i32)
     }
+}
+
+/// The names of the directories in `dir` that `keep` accepts, sorted (empty
+/// when `dir` cannot be read; a name that is not UTF-8 is left out).
+pub fn dir_names(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| keep(name))
+        .collect();
+    names.sort();
+    names
 }
 
 #[cfg(test)]
