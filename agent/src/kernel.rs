@@ -419,7 +419,7 @@ impl Kernel {
 fn unix_hooks_load() -> bool {
     /// `BPF_MOV64_IMM(BPF_REG_0, 1)`, `BPF_EXIT_INSN()`.
     const ALLOW: [u64; 2] = [0x0000_0001_0000_00b7, 0x95];
-    use crate::bpf::raw::{prog_load, ATTACH_UNIX_CONNECT, PROG_TYPE_CGROUP_SOCK_ADDR};
+    use crate::sys::bpf::{prog_load, ATTACH_UNIX_CONNECT, PROG_TYPE_CGROUP_SOCK_ADDR};
     let release = nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default();

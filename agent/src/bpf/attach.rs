@@ -6,7 +6,8 @@ use std::path::Path;
 use std::{fs, io};
 
 use super::load::programs_here;
-use super::{raw, BpfError};
+use super::BpfError;
+use crate::sys::bpf;
 
 /// The programs attached to `cgroup` itself, by the name of the hook of
 /// this build they would be ([`PROGRAMS`]), in the order they run: what the
@@ -18,7 +19,7 @@ pub fn programs_attached_to(cgroup: &Path) -> Result<Vec<(&'static str, Vec<u32>
     })?;
     programs_here()
         .map(|(name, _, attach_type)| {
-            raw::prog_query(cg.as_fd(), attach_type)
+            bpf::prog_query(cg.as_fd(), attach_type)
                 .map(|ids| (name, ids))
                 .map_err(|source| BpfError::Query {
                     cgroup: cgroup.to_path_buf(),

@@ -20,7 +20,8 @@ use crate::cgroup::{check_run_id, RunCgroup};
 
 use super::events::drain;
 use super::shared::{Shared, SlotLock, UNIX_PREFIXES};
-use super::{endpoint_key, ensure_bpffs, prefix_keys, raw, unix, BpfError, OBJECT};
+use super::{endpoint_key, ensure_bpffs, prefix_keys, unix, BpfError, OBJECT};
+use crate::sys::bpf;
 
 /// Per-hook refusal counts read from `COUNTERS` (summed over CPUs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -305,7 +306,7 @@ impl NetworkHooks {
             let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
             ring.as_fd().try_clone_to_owned().map_err(BpfError::Watch)?
         };
-        let afd = raw::watch(fd).map_err(BpfError::Watch)?;
+        let afd = bpf::watch(fd).map_err(BpfError::Watch)?;
         let ring = Arc::clone(&self.ring);
         let cgroup_id = self.cgroup_id;
         self.reader = Some(tokio::spawn(async move {

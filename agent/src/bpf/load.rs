@@ -13,51 +13,52 @@ use lockrun_common::{
 };
 
 use super::shared::{new_ring, SLOT_OWNERS, UNIX_PREFIXES};
-use super::{btf, guard, raw, unix, BpfError, BPFFS, SHARED_ROOT};
+use super::{btf, guard, unix, BpfError, BPFFS, SHARED_ROOT};
+use crate::sys::bpf;
 
 /// The programs: name (the object's section, or a hand-assembled unix hook),
 /// program type, attach type.
 pub(super) const PROGRAMS: [(&str, u32, u32); 9] = [
     (
         "connect4",
-        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
-        raw::ATTACH_INET4_CONNECT,
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_INET4_CONNECT,
     ),
     (
         "connect6",
-        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
-        raw::ATTACH_INET6_CONNECT,
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_INET6_CONNECT,
     ),
     (
         "sendmsg4",
-        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
-        raw::ATTACH_UDP4_SENDMSG,
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_UDP4_SENDMSG,
     ),
     (
         "sendmsg6",
-        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
-        raw::ATTACH_UDP6_SENDMSG,
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_UDP6_SENDMSG,
     ),
     (
         "sock_create",
-        raw::PROG_TYPE_CGROUP_SOCK,
-        raw::ATTACH_INET_SOCK_CREATE,
+        bpf::PROG_TYPE_CGROUP_SOCK,
+        bpf::ATTACH_INET_SOCK_CREATE,
     ),
     (
         "ingress",
-        raw::PROG_TYPE_CGROUP_SKB,
-        raw::ATTACH_INET_INGRESS,
+        bpf::PROG_TYPE_CGROUP_SKB,
+        bpf::ATTACH_INET_INGRESS,
     ),
-    ("egress", raw::PROG_TYPE_CGROUP_SKB, raw::ATTACH_INET_EGRESS),
+    ("egress", bpf::PROG_TYPE_CGROUP_SKB, bpf::ATTACH_INET_EGRESS),
     (
         "connect_unix",
-        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
-        raw::ATTACH_UNIX_CONNECT,
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_UNIX_CONNECT,
     ),
     (
         "sendmsg_unix",
-        raw::PROG_TYPE_CGROUP_SOCK_ADDR,
-        raw::ATTACH_UNIX_SENDMSG,
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_UNIX_SENDMSG,
     ),
 ];
 
@@ -90,7 +91,7 @@ pub(super) fn attached_programs() -> &'static [(&'static str, u32, u32)] {
 pub(super) fn programs_here() -> impl Iterator<Item = (&'static str, u32, u32)> {
     let unix_hooks = crate::kernel::Kernel::get().unix_hooks;
     PROGRAMS.into_iter().filter(move |(_, _, attach)| {
-        unix_hooks || !matches!(*attach, raw::ATTACH_UNIX_CONNECT | raw::ATTACH_UNIX_SENDMSG)
+        unix_hooks || !matches!(*attach, bpf::ATTACH_UNIX_CONNECT | bpf::ATTACH_UNIX_SENDMSG)
     })
 }
 
@@ -107,12 +108,12 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
     let mut obj = aya_obj::Object::parse(object).map_err(BpfError::Parse)?;
     let pin = |fd: BorrowedFd<'_>, name: &str| {
         let path = dir.join(name);
-        raw::obj_pin(fd, &path).map_err(|source| BpfError::Pin { path, source })
+        bpf::obj_pin(fd, &path).map_err(|source| BpfError::Pin { path, source })
     };
     let ring_template = new_ring()?;
-    let owners = raw::map_create(&raw::MapSpec {
+    let owners = bpf::map_create(&bpf::MapSpec {
         name: SLOT_OWNERS,
-        map_type: raw::MAP_TYPE_HASH,
+        map_type: bpf::MAP_TYPE_HASH,
         key_size: 4,
         value_size: 8,
         max_entries: MAX_RING_SLOTS,
@@ -124,13 +125,13 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         source,
     })?;
     pin(owners.as_fd(), SLOT_OWNERS)?;
-    let prefixes = raw::map_create(&raw::MapSpec {
+    let prefixes = bpf::map_create(&bpf::MapSpec {
         name: UNIX_PREFIXES,
-        map_type: raw::MAP_TYPE_LPM_TRIE,
+        map_type: bpf::MAP_TYPE_LPM_TRIE,
         key_size: std::mem::size_of::<UnixPrefixKey>() as u32,
         value_size: 1,
         max_entries: MAX_UNIX_PREFIXES_ALL_RUNS,
-        flags: raw::F_NO_PREALLOC,
+        flags: bpf::F_NO_PREALLOC,
         inner: None,
     })
     .map_err(|source| BpfError::RawMapCreate {
@@ -148,9 +149,9 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
     ] {
         let m = obj.maps.remove(name).ok_or(BpfError::Missing(name))?;
         let fd = if name == MAP_RINGS {
-            raw::map_create(&raw::MapSpec {
+            bpf::map_create(&bpf::MapSpec {
                 name,
-                map_type: raw::MAP_TYPE_ARRAY_OF_MAPS,
+                map_type: bpf::MAP_TYPE_ARRAY_OF_MAPS,
                 key_size: m.key_size(),
                 value_size: m.value_size(),
                 max_entries: m.max_entries(),
@@ -211,7 +212,7 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
                     .collect()
             }
         };
-        let fd = raw::prog_load(prog_type, &insns, attach_type, name, c"GPL").map_err(
+        let fd = bpf::prog_load(prog_type, &insns, attach_type, name, c"GPL").map_err(
             |(source, log)| BpfError::RawLoad {
                 program: name,
                 source,
@@ -273,7 +274,7 @@ pub fn unix_guard_loads() -> bool {
     /// `r0 = 0; exit`: let the function decide.
     const PASS: [u64; 2] = [0xb7, 0x95];
     let kept = Path::new(BPFFS).join(SHARED_ROOT).join(GUARD_PROBE);
-    if raw::obj_get(&kept).is_ok() {
+    if bpf::obj_get(&kept).is_ok() {
         return true;
     }
     let Some((ids, _)) = guard_btf().ok().as_ref().and_then(guard_target) else {
@@ -281,7 +282,7 @@ pub fn unix_guard_loads() -> bool {
     };
     let mut probes = Vec::new();
     for id in ids {
-        match raw::prog_load_fmod_ret(&PASS, id, "lockrun_probe", false) {
+        match bpf::prog_load_fmod_ret(&PASS, id, "lockrun_probe", false) {
             Ok(fd) => probes.push(fd),
             Err(_) => return false,
         }
@@ -289,7 +290,7 @@ pub fn unix_guard_loads() -> bool {
     // Kept where bpffs is already there (it is mounted later otherwise).
     if let Some(fd) = probes.first() {
         let _ = fs::create_dir(kept.parent().unwrap_or(Path::new(BPFFS)));
-        let _ = raw::obj_pin(fd.as_fd(), &kept);
+        let _ = bpf::obj_pin(fd.as_fd(), &kept);
     }
     true
 }
@@ -319,7 +320,7 @@ pub(super) fn load_guard(maps: &unix::UnixMaps) -> Result<Vec<(&'static str, Own
     let mut out = Vec::new();
     for ((hook, name), id) in GUARD_PINS.into_iter().zip(ids) {
         let insns = guard::program(hook, maps, &layout);
-        let fd = raw::prog_load_fmod_ret(&insns, id, name, true).map_err(|(source, log)| {
+        let fd = bpf::prog_load_fmod_ret(&insns, id, name, true).map_err(|(source, log)| {
             BpfError::RawLoad {
                 program: name,
                 source,

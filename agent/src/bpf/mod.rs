@@ -90,7 +90,6 @@ mod events;
 pub mod guard;
 mod hooks;
 mod load;
-pub(crate) mod raw;
 mod reap;
 mod registry;
 mod shared;

@@ -18,7 +18,8 @@ use super::load::{
     attached_programs, load_object, programs_here, PinGuard, GUARD_ATTACH_WAIT, GUARD_PINS,
 };
 use super::registry::forget;
-use super::{raw, BpfError, BPFFS, SHARED_ROOT};
+use super::{BpfError, BPFFS, SHARED_ROOT};
+use crate::sys::bpf;
 
 /// The verified programs and the maps they share, pinned once per lockrun
 /// build under [`SHARED_ROOT`]`/<object-hash>/`, with the links that attach
@@ -186,7 +187,7 @@ impl Shared {
             LpmTrie::try_from(Map::LpmTrie(map(UNIX_PREFIXES)?)).map_err(io::Error::other)?;
         let slot_owners =
             HashMap::try_from(Map::HashMap(map(SLOT_OWNERS)?)).map_err(io::Error::other)?;
-        let rings = raw::obj_get(&dir.join(MAP_RINGS))?;
+        let rings = bpf::obj_get(&dir.join(MAP_RINGS))?;
         // The programs themselves: a pinned set is whole (renamed into place
         // complete); they are opened only to attach (ensure_attached).
         if !programs_here()
@@ -241,7 +242,7 @@ impl Shared {
             let pin = self.dir.join(link_pin(name, parent_id));
             let live = || {
                 matches!(
-                    raw::obj_get(&pin).and_then(|l| raw::cgroup_link_target(l.as_fd())),
+                    bpf::obj_get(&pin).and_then(|l| bpf::cgroup_link_target(l.as_fd())),
                     Ok((id, at)) if id == parent_id && at == attach_type
                 )
             };
@@ -257,18 +258,18 @@ impl Shared {
                 }
             }
             let prog =
-                raw::obj_get(&self.dir.join(name)).map_err(|source| BpfError::OpenShared {
+                bpf::obj_get(&self.dir.join(name)).map_err(|source| BpfError::OpenShared {
                     path: self.dir.join(name),
                     source,
                 })?;
             let link =
-                raw::link_create(prog.as_fd(), cg.as_fd(), attach_type).map_err(|source| {
+                bpf::link_create(prog.as_fd(), cg.as_fd(), attach_type).map_err(|source| {
                     BpfError::RawAttach {
                         program: name,
                         source,
                     }
                 })?;
-            match raw::obj_pin(link.as_fd(), &pin) {
+            match bpf::obj_pin(link.as_fd(), &pin) {
                 Ok(()) => attached_now = true,
                 // Another run pinned one for this parent first: checked below.
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
@@ -301,16 +302,16 @@ impl Shared {
     pub(super) fn ensure_guard(&self) -> Result<(), BpfError> {
         for (_, name) in GUARD_PINS {
             let path = self.dir.join(name);
-            let prog = raw::obj_get(&path).map_err(|source| BpfError::OpenShared {
+            let prog = bpf::obj_get(&path).map_err(|source| BpfError::OpenShared {
                 path: path.clone(),
                 source,
             })?;
-            let id = raw::prog_id(prog.as_fd())
+            let id = bpf::prog_id(prog.as_fd())
                 .map_err(|source| BpfError::OpenShared { path, source })?;
             let pin = self.dir.join(format!("link-{name}"));
             let live = || {
-                raw::obj_get(&pin)
-                    .and_then(|l| raw::link_prog_id(l.as_fd()))
+                bpf::obj_get(&pin)
+                    .and_then(|l| bpf::link_prog_id(l.as_fd()))
                     .is_ok_and(|p| p == id)
             };
             if live() {
@@ -323,7 +324,7 @@ impl Shared {
             // next try attaches.
             let waited = std::time::Instant::now();
             let link = loop {
-                match raw::attach_tracing(prog.as_fd()) {
+                match bpf::attach_tracing(prog.as_fd()) {
                     Ok(link) => break Some(link),
                     Err(e)
                         if e.raw_os_error() == Some(libc::EBUSY)
@@ -345,7 +346,7 @@ impl Shared {
             let Some(link) = link else {
                 continue;
             };
-            match raw::obj_pin(link.as_fd(), &pin) {
+            match bpf::obj_pin(link.as_fd(), &pin) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(source) => return Err(BpfError::Pin { path: pin, source }),
@@ -373,17 +374,17 @@ impl Shared {
         let mut ours = Vec::new();
         for &(name, _, _) in attached_programs() {
             let path = self.dir.join(name);
-            let prog = raw::obj_get(&path).map_err(|source| BpfError::OpenShared {
+            let prog = bpf::obj_get(&path).map_err(|source| BpfError::OpenShared {
                 path: path.clone(),
                 source,
             })?;
             ours.push(
-                raw::prog_id(prog.as_fd())
+                bpf::prog_id(prog.as_fd())
                     .map_err(|source| BpfError::OpenShared { path, source })?,
             );
         }
         for &(name, _, attach_type) in attached_programs() {
-            let attached = raw::prog_query(cg, attach_type).map_err(query)?;
+            let attached = bpf::prog_query(cg, attach_type).map_err(query)?;
             if attached.iter().any(|id| !ours.contains(id)) {
                 return Err(BpfError::SecondProgramSet {
                     parent: parent.to_path_buf(),
@@ -527,7 +528,7 @@ impl Shared {
     /// The ring of a slot this process holds: `ring-<slot>`, or a new one.
     pub(super) fn slot_ring(&self, slot: u32) -> Result<OwnedFd, BpfError> {
         let path = self.dir.join(format!("ring-{slot}"));
-        match raw::obj_get(&path) {
+        match bpf::obj_get(&path) {
             Ok(fd) => return Ok(fd),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(source) => return Err(BpfError::OpenShared { path, source }),
@@ -535,14 +536,14 @@ impl Shared {
         let fd = new_ring()?;
         // Into RINGS first (an RCU grace period, once per slot), then pinned:
         // a pin always names the ring in its slot.
-        raw::map_update_u32_u32(self.rings.as_fd(), slot, fd.as_raw_fd().cast_unsigned()).map_err(
+        bpf::map_update_u32_u32(self.rings.as_fd(), slot, fd.as_raw_fd().cast_unsigned()).map_err(
             |source| BpfError::Register {
                 map: MAP_RINGS,
                 call: "BPF_MAP_UPDATE_ELEM",
                 source,
             },
         )?;
-        raw::obj_pin(fd.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
+        bpf::obj_pin(fd.as_fd(), &path).map_err(|source| BpfError::Pin { path, source })?;
         Ok(fd)
     }
 
@@ -564,9 +565,9 @@ pub(super) type SlotLock = nix::fcntl::Flock<fs::File>;
 pub(super) const UNIX_PREFIXES: &str = "UNIX_PREFIXES";
 
 pub(super) fn new_ring() -> Result<OwnedFd, BpfError> {
-    raw::map_create(&raw::MapSpec {
+    bpf::map_create(&bpf::MapSpec {
         name: "DENIALS",
-        map_type: raw::MAP_TYPE_RINGBUF,
+        map_type: bpf::MAP_TYPE_RINGBUF,
         key_size: 0,
         value_size: 0,
         max_entries: DENIALS_RING_BYTES,

@@ -11,14 +11,15 @@ use super::attach::{link_parent, link_pin};
 use super::events::{decode, decode_event};
 use super::load::PROGRAMS;
 use super::shared::{hash_build, GUARD_PROGRAMS_HASH, UNIX_PROGRAMS_HASH};
-use super::{endpoint_key, guard, prefix_keys, raw, unix};
+use super::{endpoint_key, guard, prefix_keys, unix};
+use crate::sys::bpf;
 
 #[test]
 fn the_build_id_follows_the_programs_attached_and_how() {
     let id = hash_build(&PROGRAMS);
     assert_eq!(id, hash_build(&PROGRAMS), "the same build, the same id");
     let mut other_attach = PROGRAMS;
-    other_attach.iter_mut().find(|p| p.0 == "egress").unwrap().2 = raw::ATTACH_INET_INGRESS;
+    other_attach.iter_mut().find(|p| p.0 == "egress").unwrap().2 = bpf::ATTACH_INET_INGRESS;
     let mut renamed = PROGRAMS;
     renamed[0].0 = "connect4x";
     for (what, programs) in [

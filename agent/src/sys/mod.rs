@@ -65,6 +65,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd};
 use std::path::Path;
 
+pub mod bpf;
 pub mod scope;
 pub mod spawn;
 pub mod supervisor_calls;

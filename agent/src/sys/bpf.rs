@@ -5,14 +5,15 @@
 //! kernel's BTF), `BPF_LINK_CREATE` on a cgroup, `BPF_OBJ_PIN`/`BPF_OBJ_GET`,
 //! and `BPF_MAP_CREATE` with an inner-map template plus the element calls on
 //! raw keys (aya 0.14 creates maps-of-maps only from BTF definitions). The
-//! only `unsafe` of [`crate::bpf`].
+//! `unsafe` that [`crate::bpf`] and the kernel probe ([`crate::kernel`]) call.
 #![allow(unsafe_code)]
 // bpf_attr carries fds as u32; a valid fd is never negative.
 #![allow(clippy::cast_sign_loss)]
 
-use crate::sys::c_path;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use super::c_path;
 
 /// `BPF_PROG_TYPE_CGROUP_SKB` (4.10).
 pub const PROG_TYPE_CGROUP_SKB: u32 = 8;
