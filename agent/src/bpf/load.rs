@@ -100,8 +100,8 @@ pub(super) fn programs_here() -> impl Iterator<Item = (&'static str, u32, u32)> 
 /// `UNIX_PREFIXES`, relocate and load the object's programs, assemble and
 /// load the unix hooks, and pin programs and maps into `dir`.
 ///
-/// Without aya's `EbpfLoader`: its constructor parses /sys/kernel/btf/vmlinux
-/// (~18 ms here), which programs without CO-RE relocations never need. The
+/// Without aya's `EbpfLoader`: its constructor parses /sys/kernel/btf/vmlinux,
+/// which programs without CO-RE relocations never need. The
 /// programs load with raw `BPF_PROG_LOAD`s, without BTF (no func/line info).
 #[allow(clippy::too_many_lines)] // one load, in order
 pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {

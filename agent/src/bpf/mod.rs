@@ -17,9 +17,8 @@
 //! `COUNTERS` entry).
 //!
 //! # Verified and attached once per build
-//! Verifying the programs cost ~6 ms per run (~1 ms each on this kernel) and
-//! attaching and pinning them ~1 ms more. They are now loaded once per
-//! lockrun build and pinned, with the shared maps, under
+//! Verifying the programs, and attaching and pinning them, would cost every
+//! run's start-up. They are loaded once per lockrun build and pinned, with the shared maps, under
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` ([`SHARED_ROOT`]), and
 //! attached once, by links pinned there as `link-<program>-<parent id>`, to the build's
 //! parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`
@@ -54,7 +53,7 @@
 //! links live, every run but the first, makes no query.
 //!
 //! Ring buffers are reached through a map of maps, and every update of one
-//! waits for an RCU grace period (4–8 ms measured here). So the rings stay:
+//! waits for an RCU grace period. So the rings stay:
 //! `ring-<slot>` is created the first time a slot is used and kept in `RINGS`;
 //! a run claims a slot (`SLOT_OWNERS`), discards what a killed predecessor
 //! left in its ring, and points `RUNS[cgroup]` at it.
@@ -285,7 +284,7 @@ pub fn ensure_bpffs() -> Result<(), BpfError> {
 
 fn ensure_bpffs_now() -> Result<(), BpfError> {
     // statfs names the filesystem holding BPFFS: bpf once it is mounted
-    // there, sysfs before (one syscall; mountinfo costs ~0.1 ms to read).
+    // there, sysfs before (one syscall, where mountinfo is a file to parse).
     let fs_type = nix::sys::statfs::statfs(BPFFS)
         .map_err(|e| BpfError::StatBpffs(io::Error::from(e)))?
         .filesystem_type();

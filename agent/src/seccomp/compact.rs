@@ -8,10 +8,10 @@
 //!
 //! Why: at each `seccomp(SECCOMP_SET_MODE_FILTER)` the kernel checks every
 //! classic instruction, converts the program to eBPF (twice: once to size
-//! it) and JITs the result, in the command's process before it runs:
-//! ~0.25 ms of every run's start-up here for the 878 instructions of
-//! seccompiler's layout, a third of them its `JEQ nr; JA +1; JA +n`
-//! triples, re-loads of the syscall number and jumps to the next part.
+//! it) and JITs the result, in the command's process before it runs, so
+//! every instruction costs each run's start-up; in seccompiler's layout a
+//! third of them are its `JEQ nr; JA +1; JA +n` triples, re-loads of the
+//! syscall number and jumps to the next part.
 //!
 //! Why the verdict cannot change:
 //! - a `JA` moves nothing: a jump to one is a jump to its target;

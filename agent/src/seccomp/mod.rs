@@ -118,7 +118,7 @@ pub enum SeccompError {
 /// → ENOSYS, then [`notify_filter`]. Loaded as one
 /// filter (with the notification listener), because each filter the
 /// kernel loads costs its own allocation, conversion, JIT and action-cache
-/// emulation (~0.1 ms here for three), and every syscall of the command
+/// emulation, and every syscall of the command
 /// then runs one program instead of three.
 ///
 /// Same verdicts as the parts loaded separately would give, because no
@@ -179,8 +179,8 @@ impl Fallbacks {
 }
 
 /// [`combined`] as the build script compiled it, from this very module
-/// (agent/build.rs compiles it too): `(code, jt, jf, k)`. Building and
-/// compacting it took ~0.13 ms of each run's start-up (~0.03 ms warm).
+/// (agent/build.rs compiles it too): `(code, jt, jf, k)`, so that no run
+/// builds and compacts it at start-up.
 #[cfg(lockrun_seccomp_built)]
 #[allow(clippy::unreadable_literal)]
 const BUILT: &[(u16, u8, u8, u32)] = include!(concat!(env!("OUT_DIR"), "/seccomp_filter.rs"));

@@ -454,7 +454,7 @@ fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
     // Without effective capabilities for good: what the supervisor does for
     // the command is done without them anyway, and its own reads of the
     // task that need them are retried with them ([`supervisor_calls::retry_with_caps`]), so a call
-    // costs no `capset` (two each, ~3.5 µs of a ~16 µs call here). Should
+    // costs no `capset` (two each). Should
     // this fail, the guards around each operation drop them (or refuse).
     let _unprivileged = supervisor_calls::EffectiveCapsDropped::new();
     loop {

@@ -330,9 +330,8 @@ pub fn prog_load(
     name: &str,
     license: &std::ffi::CStr,
 ) -> Result<OwnedFd, (io::Error, String)> {
-    // Without a log first: the verifier runs markedly slower while logging
-    // (measured: ~16 ms vs a few ms for the unix programs). Only a refusal
-    // is loaded again, with the log, to say why.
+    // Without a log first: the verifier runs markedly slower while
+    // logging. Only a refusal is loaded again, with the log, to say why.
     let ty = (prog_type, expected_attach_type);
     if let Ok(fd) = prog_load_with(ty, insns, name, license, None) {
         return Ok(fd);

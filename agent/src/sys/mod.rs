@@ -621,10 +621,9 @@ pub fn fgetxattr(fd: BorrowedFd<'_>, name: &CStr, max: usize) -> io::Result<Vec<
 /// The CPUs the calling thread may run on, except the one it runs on now:
 /// where to start a thread that is to run beside it ([`OtherCpus::pin`]).
 ///
-/// The placement is the point. On the VMs we measured, a new thread was
-/// queued behind its busy parent and first ran up to ~2 ms later, when the
-/// parent blocked, although the other vCPU was idle; pinned to the other
-/// CPUs it ran ~30 µs after `spawn` returned. While it works, the thread
+/// The placement is the point: a new thread can be queued behind its busy
+/// parent and first run only when the parent blocks, although another CPU
+/// is idle; pinned to the other CPUs it runs at once. While it works, the thread
 /// takes back the whole set ([`OtherCpus::unpin_this_thread`]), so that a
 /// CPU that turns idle can still take it over.
 #[derive(Clone, Copy)]
