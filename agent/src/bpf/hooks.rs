@@ -21,6 +21,8 @@ use crate::cgroup::{check_run_id, RunCgroup};
 use super::events::drain;
 use super::shared::{Shared, SlotLock, UNIX_PREFIXES};
 use super::{endpoint_key, ensure_bpffs, prefix_keys, unix, BpfError, OBJECT};
+use crate::cgroup;
+use crate::kernel::Kernel;
 use crate::sys::bpf;
 
 /// Per-hook refusal counts read from `COUNTERS` (summed over CPUs).
@@ -132,7 +134,7 @@ impl NetworkHooks {
         }
         ensure_bpffs()?;
         let mut shared = Shared::open_or_load(object)?;
-        let parent = crate::cgroup::build_parent()?;
+        let parent = cgroup::build_parent()?;
         if cgroup.path().parent() != Some(parent.as_path()) {
             return Err(BpfError::NotUnderParent {
                 cgroup: cgroup.path().to_path_buf(),
@@ -140,7 +142,7 @@ impl NetworkHooks {
             });
         }
         shared.ensure_attached(&parent)?;
-        if crate::kernel::Kernel::get().unix_guard {
+        if Kernel::get().unix_guard {
             shared.ensure_guard()?;
         }
         let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;

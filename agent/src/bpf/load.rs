@@ -14,6 +14,7 @@ use lockrun_common::{
 
 use super::shared::{new_ring, SLOT_OWNERS, UNIX_PREFIXES};
 use super::{btf, guard, unix, BpfError, BPFFS, SHARED_ROOT};
+use crate::kernel::Kernel;
 use crate::sys::bpf;
 
 /// The programs: name (the object's section, or a hand-assembled unix hook),
@@ -89,7 +90,7 @@ pub(super) fn attached_programs() -> &'static [(&'static str, u32, u32)] {
 /// the kernel has no such hook (before Linux 6.7, [`crate::kernel`]),
 /// whose promise is then the seccomp supervisor's alone, or a gap.
 pub(super) fn programs_here() -> impl Iterator<Item = (&'static str, u32, u32)> {
-    let unix_hooks = crate::kernel::Kernel::get().unix_hooks;
+    let unix_hooks = Kernel::get().unix_hooks;
     PROGRAMS.into_iter().filter(move |(_, _, attach)| {
         unix_hooks || !matches!(*attach, bpf::ATTACH_UNIX_CONNECT | bpf::ATTACH_UNIX_SENDMSG)
     })
@@ -221,7 +222,7 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         )?;
         pin(fd.as_fd(), name)?;
     }
-    if crate::kernel::Kernel::get().unix_guard {
+    if Kernel::get().unix_guard {
         for (name, fd) in load_guard(&unix_maps)? {
             pin(fd.as_fd(), name)?;
         }

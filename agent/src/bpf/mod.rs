@@ -97,11 +97,10 @@ mod shared;
 mod tests;
 pub mod unix;
 
-use std::fs;
-use std::io;
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
+use std::{fs, io};
 
 use lockrun_common::{
     Endpoint, UnixPrefixKey, MAX_ALLOWED_ENDPOINTS, MAX_EXPOSED_PORTS, UNIX_PATH_MAX,
@@ -110,6 +109,8 @@ use lockrun_common::{
 use crate::cgroup::check_run_id;
 use crate::sys::dir_names;
 
+use crate::cgroup;
+use crate::cgroup::CgroupError;
 pub use attach::programs_attached_to;
 use attach::PARENT_LOCK_TIMEOUT;
 pub use events::{decode, decode_event};
@@ -142,7 +143,7 @@ pub enum BpfError {
     )]
     ObjectMissing,
     #[error(transparent)]
-    Cgroup(#[from] crate::cgroup::CgroupError),
+    Cgroup(#[from] CgroupError),
     #[error("cannot statfs /sys/fs/bpf")]
     StatBpffs(#[source] io::Error),
     #[error("mount -t bpf bpf {BPFFS} failed (is CONFIG_BPF_SYSCALL set?)")]
@@ -330,7 +331,7 @@ pub fn pinned_runs() -> Vec<String> {
 /// (or can be) mounted, and cgroup2 is found. Loading is proven only by `attach`.
 pub fn preflight() -> Result<(), BpfError> {
     OBJECT.ok_or(BpfError::ObjectMissing)?;
-    crate::cgroup::cgroup2_mount()?;
+    cgroup::cgroup2_mount()?;
     ensure_bpffs()
 }
 

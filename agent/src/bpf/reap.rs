@@ -8,6 +8,8 @@ use std::{fs, io};
 use super::attach::{link_parent, names};
 use super::shared::{build_id, is_build_name};
 use super::{BpfError, BPFFS, SHARED_ROOT};
+use crate::cgroup::CgroupError;
+use crate::sys;
 
 /// Remove `<hash>-loading-<pid>-<n>` directories whose loader is gone
 /// (killed while loading the programs; a finished load renames its
@@ -99,7 +101,7 @@ pub fn reap_other_builds() -> Result<Vec<OtherBuild>, BpfError> {
                 continue;
             }
             Err(source) => {
-                return Err(crate::cgroup::CgroupError::Rmdir {
+                return Err(CgroupError::Rmdir {
                     path: parent,
                     source,
                 }
@@ -107,7 +109,7 @@ pub fn reap_other_builds() -> Result<Vec<OtherBuild>, BpfError> {
             }
         }
         let moved = format!("{id}{REAPING}{}", std::process::id());
-        match crate::sys::rename_noreplace(&root.join(&id), &root.join(&moved)) {
+        match sys::rename_noreplace(&root.join(&id), &root.join(&moved)) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 out.push(OtherBuild::Reaped { id });
@@ -155,7 +157,7 @@ pub(super) fn remove_moved(
             .iter()
             .any(|n| link_parent(n) == Some(md.ino()))
         {
-            let _ = crate::sys::rename_noreplace(&root.join(moved), &root.join(id));
+            let _ = sys::rename_noreplace(&root.join(moved), &root.join(id));
             return Ok(false);
         }
     }

@@ -7,6 +7,7 @@ use super::hooks::PrefixData;
 use super::reap::remove_abandoned_loads;
 use super::shared::{open_shared, Shared};
 use super::BpfError;
+use crate::cgroup;
 
 /// The cgroup ids of the runs registered in the shared maps (`RUNS`).
 pub fn registered_runs() -> Result<Vec<u64>, BpfError> {
@@ -69,7 +70,7 @@ pub fn forget_gone_runs() -> Result<usize, BpfError> {
             .filter_map(Result::ok)
             .map(|k| prefix_cgroup(&k)),
     );
-    let live = crate::cgroup::live_run_cgroup_ids()?;
+    let live = cgroup::live_run_cgroup_ids()?;
     gone.sort_unstable();
     gone.dedup();
     gone.retain(|cg| !live.contains(cg));

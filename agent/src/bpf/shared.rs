@@ -19,7 +19,9 @@ use super::load::{
 };
 use super::registry::forget;
 use super::{BpfError, BPFFS, SHARED_ROOT};
+use crate::kernel::Kernel;
 use crate::sys::bpf;
+use crate::{cgroup, sys};
 
 /// The verified programs and the maps they share, pinned once per lockrun
 /// build under [`SHARED_ROOT`]`/<object-hash>/`, with the links that attach
@@ -92,7 +94,7 @@ pub(super) fn hash_build(programs: &[(&str, u32, u32)]) -> String {
     eat(UNIX_PROGRAMS_HASH.as_bytes());
     // The unix guard, where this kernel needs it (its shape; the offsets
     // it reads are this boot's, and so are the pins).
-    if crate::kernel::Kernel::get().unix_guard {
+    if Kernel::get().unix_guard {
         eat(b"guard");
         eat(GUARD_PROGRAMS_HASH.as_bytes());
     }
@@ -158,7 +160,7 @@ impl Shared {
         })?;
         let guard = PinGuard(tmp.clone());
         load_object(object, &tmp)?;
-        match crate::sys::rename_noreplace(&tmp, &root.join(hash)) {
+        match sys::rename_noreplace(&tmp, &root.join(hash)) {
             Ok(()) => std::mem::forget(guard),
             // Another first run won; its programs are the same.
             Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => {
@@ -509,7 +511,7 @@ impl Shared {
     /// judged keeps its slot.
     pub(super) fn take_over(&mut self, slot: u32, owner: u64, parent: &Path) -> bool {
         use crate::cgroup::Occupancy;
-        match crate::cgroup::occupancy(parent, owner) {
+        match cgroup::occupancy(parent, owner) {
             Ok(Occupancy::Gone | Occupancy::Empty) => {
                 tracing::debug!(
                     "ring slot {slot}: taken over from the killed run in cgroup {owner}"

@@ -20,6 +20,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use super::resolve::{self, Errno, Object, Roots, Unplaced};
 use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
+use crate::seccomp;
+use crate::seccomp::Widens;
 use crate::sys::supervisor_calls;
 
 pub(super) const PATH_MAX: usize = 4096;
@@ -492,7 +494,7 @@ pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
             }));
             Reply::Errno(libc::EPERM)
         }
-        Err(Fail::SetId(call)) => super::refuse_call(task, call, crate::seccomp::Widens::SetIdMode),
+        Err(Fail::SetId(call)) => super::refuse_call(task, call, Widens::SetIdMode),
     }
 }
 
@@ -518,7 +520,7 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
     }
     if let Op::Chmod(mode) = op {
         let is_dir = matches!(obj, Object::Dir(_));
-        if crate::seccomp::set_id_refused(u64::from(mode), is_dir) {
+        if seccomp::set_id_refused(u64::from(mode), is_dir) {
             return Err(Fail::SetId(format!(
                 "{} to mode 0{:o} on {}{}",
                 chmod_name(task.nr()),

@@ -124,7 +124,9 @@ use std::sync::Arc;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
-use crate::audit::AuditLog;
+use crate::audit::{AuditLog, Event, SyscallEvent};
+use crate::seccomp;
+use crate::seccomp::{Fallbacks, Widens, NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_WATCH};
 use crate::sys::supervisor_calls::{self, Notif};
 use resolve::{Errno, Roots};
 
@@ -148,7 +150,7 @@ pub struct Config {
     /// What this kernel's missing mechanisms leave to the supervisor
     /// ([`crate::kernel::Kernel::fallbacks`]): signals ([`scope`]) and
     /// abstract names ([`abstract_unix`]) where Landlock does not scope them.
-    pub fallbacks: crate::seccomp::Fallbacks,
+    pub fallbacks: Fallbacks,
 }
 
 /// State shared by the receiving thread and the socket threads.
@@ -163,7 +165,7 @@ pub struct Shared {
     cgroup_id: u64,
     cgroup_path: Option<String>,
     audit: Arc<AuditLog>,
-    fallbacks: crate::seccomp::Fallbacks,
+    fallbacks: Fallbacks,
     /// The abstract names the run bound ([`abstract_unix`]).
     abstract_names: abstract_unix::Names,
     /// The last task's pidfd, kept for its next call (a tar extracting
@@ -494,17 +496,17 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         unix::connect(&task, s)
     } else if nr == libc::SYS_sendto {
         unix::sendto(&task, s)
-    } else if crate::seccomp::NOTIFY_METADATA.contains(&nr) {
+    } else if NOTIFY_METADATA.contains(&nr) {
         meta::handle(&task, &s.fs_roots)
     } else if nr == libc::SYS_setsockopt {
         reuse::handle(&task)
-    } else if nr == crate::seccomp::NOTIFY_WATCH {
+    } else if nr == NOTIFY_WATCH {
         watch::handle(&task, s)
-    } else if crate::seccomp::NOTIFY_SCHED.iter().any(|c| c.nr == nr) {
+    } else if NOTIFY_SCHED.iter().any(|c| c.nr == nr) {
         sched::handle(&task, s)
     } else if let Some(reply) = fallback(&task, s, nr) {
         reply
-    } else if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
+    } else if let Some((call, why)) = seccomp::refused_call(nr, task.args()) {
         refuse_call(&task, call, why)
     } else if nr == libc::SYS_ioctl {
         meta::handle(&task, &s.fs_roots)
@@ -531,22 +533,21 @@ fn fallback(task: &Task<'_>, s: &Shared, nr: i64) -> Option<Reply> {
 /// created with set-id bits is shown with the path it named, read from
 /// the task for the record only (it may have changed since; it decides
 /// nothing).
-pub(crate) fn refuse_call(task: &Task<'_>, call: String, why: crate::seccomp::Widens) -> Reply {
+pub(crate) fn refuse_call(task: &Task<'_>, call: String, why: Widens) -> Reply {
     let s = task.s;
-    let named = crate::seccomp::path_arg(task.nr())
+    let named = seccomp::path_arg(task.nr())
         .and_then(|i| task.read_cstr(task.args()[i], meta::PATH_MAX).ok())
         .map(|p| String::from_utf8_lossy(&p).into_owned());
     let call = match named {
         Some(path) => format!("{call} on {path}"),
         None => call,
     };
-    s.audit
-        .record(crate::audit::Event::Syscall(crate::audit::SyscallEvent {
-            pid: task.tgid(),
-            comm: task.comm(),
-            cgroup_id: s.cgroup_id,
-            call,
-            why,
-        }));
+    s.audit.record(Event::Syscall(SyscallEvent {
+        pid: task.tgid(),
+        comm: task.comm(),
+        cgroup_id: s.cgroup_id,
+        call,
+        why,
+    }));
     Reply::Errno(libc::EPERM)
 }

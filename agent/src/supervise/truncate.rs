@@ -42,6 +42,7 @@ use super::meta::{self, Fail, Target};
 use super::resolve::{Errno, Object};
 use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
+use crate::seccomp;
 use crate::sys::supervisor_calls;
 
 /// A call the seccomp program handed over for want of the truncate right,
@@ -56,7 +57,7 @@ enum Call {
 
 impl Call {
     fn decode(nr: i64, a: [u64; 6]) -> Option<Self> {
-        if !crate::seccomp::truncating(nr, a) {
+        if !seccomp::truncating(nr, a) {
             return None;
         }
         match nr {

@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use super::resolve::{self, Errno, Object};
 use super::{Reply, Shared, Task};
+use crate::audit::Direction;
 use crate::audit::{Destination, Event, KernelNetEvent};
 use crate::sys::supervisor_calls;
 
@@ -172,7 +173,7 @@ fn refused(task: &Task<'_>, s: &Shared, sock: &OwnedFd, path: &[u8], hook: &str)
         protocol,
         destination: Destination::Unix(String::from_utf8_lossy(path).into_owned()),
         target_absent: false, // AuditLog::record judges it
-        direction: crate::audit::Direction::Outbound,
+        direction: Direction::Outbound,
         local_port: 0,
     }));
 }
