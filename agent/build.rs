@@ -21,7 +21,7 @@ mod guard;
 
 /// The seccomp filter's module, compiled here too: the filter every run
 /// loads is built and compacted once here rather than at every run's start.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "src/seccomp/mod.rs"]
 mod seccomp;
 
@@ -53,7 +53,7 @@ fn main() {
         let abs = path.canonicalize().unwrap_or(path);
         println!("cargo::rustc-env=LOCKRUN_EBPF_OBJECT={}", abs.display());
         // The object's FNV-1a 64, part of the build id (lockrun::bpf::build_id):
-        // computed here, not at every run's start (~0.3 ms for 230 KB).
+        // computed here, not at every run's start.
         let bytes = std::fs::read(&abs).unwrap_or_default();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in bytes {
@@ -97,7 +97,7 @@ fn seccomp_filter() {
 
 /// Take the unwinder from `libgcc_eh.a`, as `-static-libgcc` would, so that
 /// lockrun does not load `libgcc_s.so` at every start (each shared library
-/// costs ~0.1 ms of exec on this VM). Our native libraries come before
+/// adds to exec's work). Our native libraries come before
 /// std's `-lgcc_s` on the link line, and that one is `--as-needed`: with
 /// every `_Unwind_*` already resolved here, it is left out. Where the C
 /// compiler does not know the archive, nothing changes.

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::stat::Mode;
 
-use crate::sys::notify::openat2;
+use crate::sys::supervisor_calls::openat2;
 use crate::worktree_lock::WorktreeLock;
 
 /// The files directly in `.git` that are guarded.

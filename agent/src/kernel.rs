@@ -25,6 +25,10 @@
 //! attached), so that an older kernel's mechanisms are tested on this one
 //! too.
 
+use crate::audit::syscalls;
+use crate::audit::syscalls::{Probe as SyscallAudit, Unusable};
+use crate::seccomp::Fallbacks;
+use crate::{bpf, sys};
 use std::fmt;
 
 /// The newest Landlock ABI lockrun knows; a newer kernel's is used as this.
@@ -50,8 +54,6 @@ pub struct Kernel {
     /// Not asked (false) where the hooks are.
     pub unix_guard: bool,
 }
-
-use crate::audit::syscalls::{Probe as SyscallAudit, Unusable};
 
 /// A promise, and what holds it on this kernel.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -138,7 +140,7 @@ impl Kernel {
     }
 
     fn probe() -> Self {
-        let landlock = match crate::sys::landlock_abi_version() {
+        let landlock = match sys::landlock_abi_version() {
             Ok(v) => Ok(u8::try_from(v)
                 .unwrap_or(LANDLOCK_NEWEST)
                 .min(LANDLOCK_NEWEST)),
@@ -161,7 +163,7 @@ impl Kernel {
             if std::env::var("LOCKRUN_TEST_SYSCALL_AUDIT").as_deref() == Ok("off") {
                 return Err(Unusable::OffForTests);
             }
-            crate::audit::syscalls::probe()
+            syscalls::probe()
         });
         let unix_hooks = unix_hooks_load();
         #[cfg(feature = "weaken-for-tests")]
@@ -169,7 +171,7 @@ impl Kernel {
         Self {
             landlock,
             unix_hooks,
-            unix_guard: !unix_hooks && crate::bpf::unix_guard_loads(),
+            unix_guard: !unix_hooks && bpf::unix_guard_loads(),
             syscall_audit,
         }
     }
@@ -374,8 +376,8 @@ impl Kernel {
     /// What the seccomp supervisor stands in for here, for want of the
     /// kernel's own mechanism.
     #[must_use]
-    pub fn fallbacks(&self) -> crate::seccomp::Fallbacks {
-        crate::seccomp::Fallbacks {
+    pub fn fallbacks(&self) -> Fallbacks {
+        Fallbacks {
             truncate: self.landlock_abi() < 3,
             scoping: self.landlock.is_ok() && self.landlock_abi() < 6,
             unix_addresses: !self.unix_hooks,
@@ -419,7 +421,7 @@ impl Kernel {
 fn unix_hooks_load() -> bool {
     /// `BPF_MOV64_IMM(BPF_REG_0, 1)`, `BPF_EXIT_INSN()`.
     const ALLOW: [u64; 2] = [0x0000_0001_0000_00b7, 0x95];
-    use crate::bpf::raw::{prog_load, ATTACH_UNIX_CONNECT, PROG_TYPE_CGROUP_SOCK_ADDR};
+    use crate::sys::bpf::{prog_load, ATTACH_UNIX_CONNECT, PROG_TYPE_CGROUP_SOCK_ADDR};
     let release = nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default();

@@ -17,7 +17,7 @@
 //! | one run at a time on a worktree with git, by a lock no run can take | [`worktree_lock`] |
 //! | the caller's terminal settings, put back after the run | [`terminal`] |
 //! | files a caller or a policy names, read as regular files within a bound | [`regular_file`] |
-//! | the few raw syscalls (the only `unsafe`, with `bpf::raw` for the bpf(2) calls aya lacks) | [`sys`] |
+//! | the few raw syscalls (the only `unsafe`, with `sys::bpf` for the bpf(2) calls aya lacks) | [`sys`] |
 
 pub mod audit;
 pub mod bpf;

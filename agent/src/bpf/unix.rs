@@ -448,9 +448,8 @@ pub(crate) fn count(a: &mut Asm, maps: &UnixMaps, cgroup_at: i16, at: i16, skip:
 /// The FNV-1a 64 of both programs, assembled with stand-in map fds, by
 /// whole instructions: what they contribute to the build id
 /// (`crate::bpf::build_id`). Computed by the build script, which compiles
-/// this file too, so that no run assembles them just to name its build
-/// (~0.12 ms of every start-up here); `crate::bpf`'s tests check the two
-/// agree.
+/// this file too, so that no run assembles them just to name its build;
+/// `crate::bpf`'s tests check the two agree.
 #[must_use]
 pub fn programs_hash() -> u64 {
     let stand_in = UnixMaps {

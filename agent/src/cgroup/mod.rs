@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::state::{age, Owner};
+use crate::sys::dir_names;
 pub use mount::cgroup2_mount;
 use mount::mounts;
 
@@ -617,7 +618,7 @@ pub fn run_cgroups() -> Result<Vec<Found>, CgroupError> {
     let now = std::time::SystemTime::now();
     let mut found = Vec::new();
     for parent in run_parents()? {
-        for run_id in crate::bpf::list_dir(&parent) {
+        for run_id in dir_names(&parent, |id| check_run_id(id).is_ok()) {
             if run_id.starts_with(BUILD_PREFIX) {
                 continue;
             }
@@ -663,7 +664,7 @@ pub fn reap(run_id: &str) -> Result<Option<u64>, CgroupError> {
 pub fn runs() -> Result<Vec<String>, CgroupError> {
     let mut ids: Vec<String> = run_parents()?
         .iter()
-        .flat_map(|p| crate::bpf::list_dir(p))
+        .flat_map(|p| dir_names(p, |id| check_run_id(id).is_ok()))
         .filter(|id| !id.starts_with(BUILD_PREFIX))
         .collect();
     ids.sort();

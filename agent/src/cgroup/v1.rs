@@ -26,6 +26,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::{CgroupError, PARENT};
+use crate::sys::dir_names;
 
 /// A v1 hierarchy lockrun uses, by the controller bound to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -433,7 +434,7 @@ pub fn reap_orphans() -> Vec<Orphan> {
             continue;
         };
         for top in parents(&mount) {
-            for run_id in crate::bpf::list_dir(&top) {
+            for run_id in dir_names(&top, |id| super::check_run_id(id).is_ok()) {
                 if !matches!(super::find_run(&run_id), Ok(None)) {
                     continue;
                 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use landlock::{AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr};
 
 use super::{abi, rights, Crowded, FsError, Grant, Narrowed, OwnFs, CROWDED_ENTRIES, DEV_READABLE};
-use crate::sys::notify::openat2;
+use crate::sys::supervisor_calls::openat2;
 
 /// The walk's findings. With a ruleset, each rule goes into it as soon as its
 /// path is opened, and the descriptor is closed at once: a listed dir may

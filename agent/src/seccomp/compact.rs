@@ -8,10 +8,10 @@
 //!
 //! Why: at each `seccomp(SECCOMP_SET_MODE_FILTER)` the kernel checks every
 //! classic instruction, converts the program to eBPF (twice: once to size
-//! it) and JITs the result, in the command's process before it runs:
-//! ~0.25 ms of every run's start-up here for the 878 instructions of
-//! seccompiler's layout, a third of them its `JEQ nr; JA +1; JA +n`
-//! triples, re-loads of the syscall number and jumps to the next part.
+//! it) and JITs the result, in the command's process before it runs, so
+//! every instruction costs each run's start-up; in seccompiler's layout a
+//! third of them are its `JEQ nr; JA +1; JA +n` triples, re-loads of the
+//! syscall number and jumps to the next part.
 //!
 //! Why the verdict cannot change:
 //! - a `JA` moves nothing: a jump to one is a jump to its target;
@@ -407,7 +407,7 @@ mod tests {
     /// its neighbours), then mixed arguments from those constants.
     #[test]
     fn the_compacted_filter_gives_every_call_the_verdict_of_the_filter_built() {
-        let built = super::super::uncompacted(super::super::Fallbacks::NONE)
+        let built = super::super::assemble::uncompacted(super::super::Fallbacks::NONE)
             .unwrap_or_else(|e| panic!("{e}"));
         let small = compact(&built);
         assert!(
@@ -421,7 +421,7 @@ mod tests {
             pool.extend([i.k, i.k.wrapping_add(1), i.k.wrapping_sub(1)]);
         }
         let pool: Vec<u32> = pool.into_iter().collect();
-        let arch = super::super::AUDIT_ARCH;
+        let arch = super::super::assemble::AUDIT_ARCH;
         let mut checked = 0usize;
         let mut same = |d: Data| {
             assert_eq!(

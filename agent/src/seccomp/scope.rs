@@ -19,7 +19,8 @@
 
 use seccompiler::BpfProgram;
 
-use super::{arg_lo, insn, Fallbacks, INET_ADDRLENS, JA, JEQ_K, LD_W_ABS, RET_K, RET_USER_NOTIF};
+use super::assemble::{arg_lo, insn, JA, JEQ_K, LD_W_ABS, RET_K, RET_USER_NOTIF};
+use super::{Fallbacks, INET_ADDRLENS};
 
 /// The calls that signal a process the caller names, handed over whole.
 pub const SIGNAL_CALLS: &[(i64, &str)] = &[
@@ -136,8 +137,10 @@ pub fn describe(fallbacks: Fallbacks) -> Vec<(&'static str, String)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::assemble::RET_ALLOW as A;
+    use super::super::assemble::RET_USER_NOTIF as N;
     use super::super::tests::run;
-    use super::super::{Fallbacks, RET_ALLOW as A, RET_USER_NOTIF as N};
+    use super::super::Fallbacks;
 
     const SCOPING: Fallbacks = Fallbacks {
         scoping: true,
@@ -265,8 +268,8 @@ mod tests {
     fn the_front_knows_the_fallback_calls() {
         for f in [SCOPING, UNIX] {
             let all = super::super::combined(f).unwrap();
-            let (parts, _) = super::super::parts(f).unwrap();
-            let parts = super::super::chain(&parts).unwrap();
+            let (parts, _) = super::super::assemble::parts(f).unwrap();
+            let parts = super::super::assemble::chain(&parts).unwrap();
             for nr in 0..1024 {
                 for a in [[0; 6], [3, 8, 110, 0, 0, 0], [3, 0x8901, 16, 0, 0, 0]] {
                     assert_eq!(run(&all, nr, a), run(&parts, nr, a), "{f:?} nr {nr} {a:?}");

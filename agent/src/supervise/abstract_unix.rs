@@ -50,6 +50,8 @@ use std::sync::{Mutex, PoisonError};
 
 use super::{Reply, Shared, Task};
 use crate::audit::{Event, ScopeEvent, ScopeTarget};
+use crate::seccomp::scope::abstract_names_supervised;
+use crate::sys;
 
 /// Abstract names one run may bind and reach.
 pub const MAX_NAMES: usize = 4096;
@@ -85,7 +87,7 @@ impl Names {
 /// Whether this run's abstract names are judged here.
 #[must_use]
 pub fn supervised(s: &Shared) -> bool {
-    crate::seccomp::scope::abstract_names_supervised(s.fallbacks)
+    abstract_names_supervised(s.fallbacks)
 }
 
 /// `bind(fd, addr, addrlen)` with `addrlen` not an inet one's.
@@ -118,12 +120,12 @@ pub fn bind(task: &Task<'_>, s: &Shared) -> Reply {
     if !task.valid() {
         return Reply::Gone;
     }
-    if let Err(e) = crate::sys::scope::bind(sock.as_fd(), &addr) {
+    if let Err(e) = sys::scope::bind(sock.as_fd(), &addr) {
         return Reply::Errno(e.raw_os_error().unwrap_or(libc::EIO));
     }
     // Autobind: the name the kernel chose.
     let bound = if len == 2 {
-        crate::sys::scope::sockname(sock.as_fd()).unwrap_or_default()
+        sys::scope::sockname(sock.as_fd()).unwrap_or_default()
     } else {
         addr
     };
@@ -178,10 +180,10 @@ pub fn perform(
 ) -> Result<i64, super::Errno> {
     let os = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
     match data {
-        None => crate::sys::scope::connect(sock.as_fd(), addr)
+        None => sys::scope::connect(sock.as_fd(), addr)
             .map(|()| 0)
             .map_err(os),
-        Some((data, flags)) => crate::sys::scope::sendto(sock.as_fd(), data, flags, addr)
+        Some((data, flags)) => sys::scope::sendto(sock.as_fd(), data, flags, addr)
             .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
             .map_err(os),
     }

@@ -20,7 +20,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use super::resolve::{self, Errno, Object, Roots, Unplaced};
 use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
-use crate::sys::notify;
+use crate::seccomp;
+use crate::seccomp::Widens;
+use crate::sys::supervisor_calls;
 
 pub(super) const PATH_MAX: usize = 4096;
 const XATTR_NAME_MAX: usize = 255;
@@ -492,7 +494,7 @@ pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
             }));
             Reply::Errno(libc::EPERM)
         }
-        Err(Fail::SetId(call)) => super::refuse_call(task, call, crate::seccomp::Widens::SetIdMode),
+        Err(Fail::SetId(call)) => super::refuse_call(task, call, Widens::SetIdMode),
     }
 }
 
@@ -518,7 +520,7 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
     }
     if let Op::Chmod(mode) = op {
         let is_dir = matches!(obj, Object::Dir(_));
-        if crate::seccomp::set_id_refused(u64::from(mode), is_dir) {
+        if seccomp::set_id_refused(u64::from(mode), is_dir) {
             return Err(Fail::SetId(format!(
                 "{} to mode 0{:o} on {}{}",
                 chmod_name(task.nr()),
@@ -555,8 +557,8 @@ pub(super) fn locate(task: &Task<'_>, target: Target) -> Result<(Object, String,
             // Walked with the command's privileges: a directory it may not
             // search is not searched for it either.
             let obj = {
-                let _unprivileged =
-                    notify::EffectiveCapsDropped::new().map_err(|_| Fail::Errno(libc::EPERM))?;
+                let _unprivileged = supervisor_calls::EffectiveCapsDropped::new()
+                    .map_err(|_| Fail::Errno(libc::EPERM))?;
                 resolve::resolve(root, start, &bytes, follow)?
             };
             (obj, label, false)
@@ -579,19 +581,19 @@ pub(super) fn locate(task: &Task<'_>, target: Target) -> Result<(Object, String,
 }
 
 fn perform(obj: &Object, op: &Op) -> Result<(), Errno> {
-    let _unprivileged = notify::EffectiveCapsDropped::new().map_err(|_| libc::EPERM)?;
+    let _unprivileged = supervisor_calls::EffectiveCapsDropped::new().map_err(|_| libc::EPERM)?;
     let r = match op {
         // fchmodat2(AT_SYMLINK_NOFOLLOW) on a symlink: the kernel's answer.
         Op::Chmod(_) if obj.is_symlink() => return Err(libc::EOPNOTSUPP),
-        Op::Chmod(mode) => notify::chmod(obj.fd(), *mode),
-        Op::Chown(u, g) => notify::chown(obj.fd(), *u, *g),
-        Op::Times(ts) => notify::utimens(obj.fd(), ts),
+        Op::Chmod(mode) => supervisor_calls::chmod(obj.fd(), *mode),
+        Op::Chown(u, g) => supervisor_calls::chown(obj.fd(), *u, *g),
+        Op::Times(ts) => supervisor_calls::utimens(obj.fd(), ts),
         Op::SetXattr { name, value, flags } => {
-            notify::setxattr(&obj.proc_path(), name, value, *flags)
+            supervisor_calls::setxattr(&obj.proc_path(), name, value, *flags)
         }
-        Op::RemoveXattr { name } => notify::removexattr(&obj.proc_path(), name),
+        Op::RemoveXattr { name } => supervisor_calls::removexattr(&obj.proc_path(), name),
         // On the command's own open file (taken with pidfd_getfd).
-        Op::Ioctl { cmd, buf } => notify::ioctl_buf(obj.fd(), *cmd, &mut buf.clone()),
+        Op::Ioctl { cmd, buf } => supervisor_calls::ioctl_buf(obj.fd(), *cmd, &mut buf.clone()),
         Op::Refused(_) => Err(std::io::Error::from_raw_os_error(libc::EPERM)),
     };
     r.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))

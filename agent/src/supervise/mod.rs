@@ -48,11 +48,11 @@
 //!
 //! # Acting with the command's privileges
 //! The operation runs on a supervisor thread whose **effective capabilities
-//! are dropped** ([`crate::sys::notify::EffectiveCapsDropped`]; the command
+//! are dropped** ([`crate::sys::supervisor_calls::EffectiveCapsDropped`]; the command
 //! runs with lockrun's uid and groups and no capability). The receiving
 //! thread drops them once, for its life: its own reads of a task (memory,
 //! descriptors, cwd) and its placing of objects are retried with them only
-//! when refused without ([`crate::sys::notify::with_caps`]: a task that is
+//! when refused without ([`crate::sys::supervisor_calls::with_caps`]: a task that is
 //! not dumpable, a dir above that the command cannot search), never the
 //! resolution of a path for the command nor the operation. The operation
 //! acts on the descriptor of the object the supervisor opened
@@ -124,8 +124,10 @@ use std::sync::Arc;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
-use crate::audit::AuditLog;
-use crate::sys::notify::{self, Notif};
+use crate::audit::{AuditLog, Event, SyscallEvent};
+use crate::seccomp;
+use crate::seccomp::{Fallbacks, Widens, NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_WATCH};
+use crate::sys::supervisor_calls::{self, Notif};
 use resolve::{Errno, Roots};
 
 /// What the supervisor is told about the run.
@@ -148,7 +150,7 @@ pub struct Config {
     /// What this kernel's missing mechanisms leave to the supervisor
     /// ([`crate::kernel::Kernel::fallbacks`]): signals ([`scope`]) and
     /// abstract names ([`abstract_unix`]) where Landlock does not scope them.
-    pub fallbacks: crate::seccomp::Fallbacks,
+    pub fallbacks: Fallbacks,
 }
 
 /// State shared by the receiving thread and the socket threads.
@@ -163,7 +165,7 @@ pub struct Shared {
     cgroup_id: u64,
     cgroup_path: Option<String>,
     audit: Arc<AuditLog>,
-    fallbacks: crate::seccomp::Fallbacks,
+    fallbacks: Fallbacks,
     /// The abstract names the run bound ([`abstract_unix`]).
     abstract_names: abstract_unix::Names,
     /// The last task's pidfd, kept for its next call (a tar extracting
@@ -195,9 +197,9 @@ pub enum Reply {
 impl Shared {
     fn respond(&self, id: u64, reply: &Reply) {
         let r = match *reply {
-            Reply::Value(v) => notify::notif_send(self.listener.as_fd(), id, v, 0, false),
-            Reply::Errno(e) => notify::notif_send(self.listener.as_fd(), id, 0, e, false),
-            Reply::Continue => notify::notif_send(self.listener.as_fd(), id, 0, 0, true),
+            Reply::Value(v) => supervisor_calls::notif_send(self.listener.as_fd(), id, v, 0, false),
+            Reply::Errno(e) => supervisor_calls::notif_send(self.listener.as_fd(), id, 0, e, false),
+            Reply::Continue => supervisor_calls::notif_send(self.listener.as_fd(), id, 0, 0, true),
             Reply::Deferred | Reply::Gone | Reply::Answered => Ok(()),
         };
         // ENOENT: the task died meanwhile; nothing to answer.
@@ -220,7 +222,7 @@ impl<'a> Task<'a> {
     /// every read of its memory or descriptors, before acting on them.
     #[must_use]
     pub fn valid(&self) -> bool {
-        notify::notif_id_valid(self.s.listener.as_fd(), self.n.id)
+        supervisor_calls::notif_id_valid(self.s.listener.as_fd(), self.n.id)
     }
 
     /// `len` bytes at `addr` in the task's memory (`EFAULT` otherwise).
@@ -242,7 +244,7 @@ impl<'a> Task<'a> {
                 }],
             )
         };
-        let n = notify::retry_with_caps(readv, |e| *e == nix::errno::Errno::EPERM)
+        let n = supervisor_calls::retry_with_caps(readv, |e| *e == nix::errno::Errno::EPERM)
             .map_err(|_| libc::EFAULT)?;
         if n != len {
             return Err(libc::EFAULT);
@@ -305,7 +307,7 @@ impl<'a> Task<'a> {
         // Failing: the task is gone. A reused tid gets a pidfd of the
         // wrong task, whose descriptors are then taken: the notification
         // is no longer valid then, checked before acting.
-        let p = Arc::new(notify::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?);
+        let p = Arc::new(supervisor_calls::pidfd_open(self.n.pid).map_err(|_| libc::ESRCH)?);
         if let Ok(mut kept) = self.s.last_pidfd.lock() {
             *kept = Some((self.n.pid, p.clone()));
         }
@@ -317,8 +319,10 @@ impl<'a> Task<'a> {
     /// not dumpable is not there (`ENOENT`) until the capabilities are back.
     pub fn cwd(&self) -> Result<OwnedFd, Errno> {
         let p = std::ffi::CString::new(format!("proc/{}/cwd", self.n.pid)).unwrap_or_default();
-        let open = || notify::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0);
-        notify::retry_with_caps(open, |e| {
+        let open = || {
+            supervisor_calls::openat2(self.s.root.as_fd(), &p, libc::O_PATH | libc::O_DIRECTORY, 0)
+        };
+        supervisor_calls::retry_with_caps(open, |e| {
             matches!(
                 e.raw_os_error(),
                 Some(libc::EACCES | libc::EPERM | libc::ENOENT)
@@ -372,8 +376,8 @@ impl<'a> Task<'a> {
 /// The task's descriptor `fd` through its pidfd, retried with capabilities
 /// if refused without (a task that is not dumpable).
 fn getfd_of(pidfd: BorrowedFd<'_>, fd: i32) -> std::io::Result<OwnedFd> {
-    notify::retry_with_caps(
-        || notify::pidfd_getfd(pidfd, fd),
+    supervisor_calls::retry_with_caps(
+        || supervisor_calls::pidfd_getfd(pidfd, fd),
         |e| e.raw_os_error() == Some(libc::EPERM),
     )
 }
@@ -391,7 +395,7 @@ impl Supervisor {
     /// are resolved from it, in the command's mount namespace (where the
     /// run's own `/dev/shm` is), never in lockrun's.
     pub fn start(listener: OwnedFd, root: OwnedFd, config: Config) -> std::io::Result<Self> {
-        if let Err(e) = notify::notif_sync_wakeup(listener.as_fd()) {
+        if let Err(e) = supervisor_calls::notif_sync_wakeup(listener.as_fd()) {
             tracing::debug!("seccomp notifications keep ordinary wake-ups: {e}");
         }
         let fs_roots = Roots::open(root.as_fd(), &config.writable, &config.denied);
@@ -451,10 +455,10 @@ impl Drop for Supervisor {
 fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
     // Without effective capabilities for good: what the supervisor does for
     // the command is done without them anyway, and its own reads of the
-    // task that need them are retried with them ([`notify::retry_with_caps`]), so a call
-    // costs no `capset` (two each, ~3.5 µs of a ~16 µs call here). Should
+    // task that need them are retried with them ([`supervisor_calls::retry_with_caps`]), so a call
+    // costs no `capset` (two each). Should
     // this fail, the guards around each operation drop them (or refuse).
-    let _unprivileged = notify::EffectiveCapsDropped::new();
+    let _unprivileged = supervisor_calls::EffectiveCapsDropped::new();
     loop {
         let mut fds = [
             PollFd::new(s.listener.as_fd(), PollFlags::POLLIN),
@@ -470,7 +474,7 @@ fn receive(s: &Arc<Shared>, stop: &OwnedFd) {
         }
         let r = fds[0].revents().unwrap_or(PollFlags::empty());
         if r.contains(PollFlags::POLLIN) {
-            match notify::notif_recv(s.listener.as_fd()) {
+            match supervisor_calls::notif_recv(s.listener.as_fd()) {
                 Ok(n) => handle(s, n),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => {}
                 Err(_) => return,
@@ -492,17 +496,17 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         unix::connect(&task, s)
     } else if nr == libc::SYS_sendto {
         unix::sendto(&task, s)
-    } else if crate::seccomp::NOTIFY_METADATA.contains(&nr) {
+    } else if NOTIFY_METADATA.contains(&nr) {
         meta::handle(&task, &s.fs_roots)
     } else if nr == libc::SYS_setsockopt {
         reuse::handle(&task)
-    } else if nr == crate::seccomp::NOTIFY_WATCH {
+    } else if nr == NOTIFY_WATCH {
         watch::handle(&task, s)
-    } else if crate::seccomp::NOTIFY_SCHED.iter().any(|c| c.nr == nr) {
+    } else if NOTIFY_SCHED.iter().any(|c| c.nr == nr) {
         sched::handle(&task, s)
     } else if let Some(reply) = fallback(&task, s, nr) {
         reply
-    } else if let Some((call, why)) = crate::seccomp::refused_call(nr, task.args()) {
+    } else if let Some((call, why)) = seccomp::refused_call(nr, task.args()) {
         refuse_call(&task, call, why)
     } else if nr == libc::SYS_ioctl {
         meta::handle(&task, &s.fs_roots)
@@ -529,22 +533,21 @@ fn fallback(task: &Task<'_>, s: &Shared, nr: i64) -> Option<Reply> {
 /// created with set-id bits is shown with the path it named, read from
 /// the task for the record only (it may have changed since; it decides
 /// nothing).
-pub(crate) fn refuse_call(task: &Task<'_>, call: String, why: crate::seccomp::Widens) -> Reply {
+pub(crate) fn refuse_call(task: &Task<'_>, call: String, why: Widens) -> Reply {
     let s = task.s;
-    let named = crate::seccomp::path_arg(task.nr())
+    let named = seccomp::path_arg(task.nr())
         .and_then(|i| task.read_cstr(task.args()[i], meta::PATH_MAX).ok())
         .map(|p| String::from_utf8_lossy(&p).into_owned());
     let call = match named {
         Some(path) => format!("{call} on {path}"),
         None => call,
     };
-    s.audit
-        .record(crate::audit::Event::Syscall(crate::audit::SyscallEvent {
-            pid: task.tgid(),
-            comm: task.comm(),
-            cgroup_id: s.cgroup_id,
-            call,
-            why,
-        }));
+    s.audit.record(Event::Syscall(SyscallEvent {
+        pid: task.tgid(),
+        comm: task.comm(),
+        cgroup_id: s.cgroup_id,
+        call,
+        why,
+    }));
     Reply::Errno(libc::EPERM)
 }

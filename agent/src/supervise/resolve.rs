@@ -37,7 +37,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::PathBuf;
 
-use crate::sys::notify;
+use crate::sys::supervisor_calls;
 
 /// The kernel's `MAXSYMLINKS`.
 const MAX_HOPS: usize = 40;
@@ -115,7 +115,7 @@ impl Object {
 
 fn open_at(dir: BorrowedFd<'_>, p: &[u8], flags: i32, resolve: u64) -> Result<OwnedFd, Errno> {
     let c = CString::new(p).map_err(|_| libc::EINVAL)?;
-    notify::openat2(dir, &c, flags, resolve).map_err(|e| errno(&e))
+    supervisor_calls::openat2(dir, &c, flags, resolve).map_err(|e| errno(&e))
 }
 
 fn stat(fd: BorrowedFd<'_>) -> Result<nix::sys::stat::FileStat, Errno> {
@@ -319,7 +319,8 @@ pub fn locate_fd(
             (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino),
         ))
     };
-    let (parent, same) = notify::retry_with_caps(place, |()| true).map_err(|()| refused())?;
+    let (parent, same) =
+        supervisor_calls::retry_with_caps(place, |()| true).map_err(|()| refused())?;
     if !same {
         return Err(refused());
     }
@@ -421,7 +422,7 @@ impl Roots {
                 parent.as_fd()
             }
         };
-        notify::retry_with_caps(|| self.nearest(dir), |_| true).map(|n| n == Some(false))
+        supervisor_calls::retry_with_caps(|| self.nearest(dir), |_| true).map(|n| n == Some(false))
     }
 
     /// Whether `obj` lies beneath a writable root.
@@ -435,7 +436,7 @@ impl Roots {
             Object::Dir(fd) => fd.as_fd(),
             Object::Entry { parent, .. } => parent.as_fd(),
         };
-        notify::retry_with_caps(|| self.judge_dir(dir), |_| true)
+        supervisor_calls::retry_with_caps(|| self.judge_dir(dir), |_| true)
     }
 }
 

@@ -27,7 +27,7 @@ use std::os::fd::AsFd;
 
 use super::{Reply, Task};
 use crate::seccomp::Widens;
-use crate::sys::notify;
+use crate::sys::supervisor_calls;
 
 /// Answer a notified `setsockopt(fd, SOL_SOCKET, SO_REUSEADDR | SO_REUSEPORT, optval, optlen)`.
 #[must_use]
@@ -49,7 +49,7 @@ pub fn handle(task: &Task<'_>) -> Reply {
     if !task.valid() {
         return Reply::Gone;
     }
-    let kind = |opt| notify::sockopt_int(sock.as_fd(), opt);
+    let kind = |opt| supervisor_calls::sockopt_int(sock.as_fd(), opt);
     let (domain, sock_type) = match (kind(libc::SO_DOMAIN), kind(libc::SO_TYPE)) {
         (Ok(d), Ok(t)) => (d, t),
         (Err(e), _) | (_, Err(e)) => {
@@ -59,10 +59,10 @@ pub fn handle(task: &Task<'_>) -> Reply {
     if let Some(call) = shares_a_port(domain, sock_type, optname, value) {
         return super::refuse_call(task, call, Widens::SharedPort);
     }
-    let Ok(_unprivileged) = notify::EffectiveCapsDropped::new() else {
+    let Ok(_unprivileged) = supervisor_calls::EffectiveCapsDropped::new() else {
         return Reply::Errno(libc::EPERM);
     };
-    match notify::set_sockopt_int(sock.as_fd(), optname, value) {
+    match supervisor_calls::set_sockopt_int(sock.as_fd(), optname, value) {
         Ok(()) => Reply::Value(0),
         Err(e) => Reply::Errno(e.raw_os_error().unwrap_or(libc::EIO)),
     }

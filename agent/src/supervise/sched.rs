@@ -26,12 +26,14 @@
 #![forbid(unsafe_code)]
 
 use super::{Reply, Shared, Task};
+use crate::cgroup::Membership;
 use crate::seccomp::{SchedTarget, Widens};
+use crate::{cgroup, seccomp};
 
 /// Answer a notified scheduling call.
 pub fn handle(task: &Task<'_>, s: &Shared) -> Reply {
     let why = Widens::OtherScheduling;
-    match crate::seccomp::sched_target(task.nr(), task.args()) {
+    match seccomp::sched_target(task.nr(), task.args()) {
         // Never notified; and the kernel decides on the caller itself.
         None | Some(SchedTarget::Caller) => Reply::Continue,
         Some(SchedTarget::Many(call)) => super::refuse_call(task, call, why),
@@ -55,9 +57,7 @@ fn in_run(tid: i32, run: Option<&str>) -> Result<bool, super::Errno> {
         Err(_) => return Ok(false),
     };
     // Exactly the run's: the watchdog, beneath it, is lockrun's.
-    Ok(run.is_some_and(|run| {
-        crate::cgroup::membership(&cgroups, run) == crate::cgroup::Membership::InRun
-    }))
+    Ok(run.is_some_and(|run| cgroup::membership(&cgroups, run) == Membership::InRun))
 }
 
 #[cfg(test)]

@@ -68,9 +68,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::{Errno, Reply, Shared, Task};
 use crate::audit::{Event, ScopeEvent, ScopeTarget};
-use crate::cgroup::Membership;
-use crate::seccomp::scope::{FIOSETOWN, OWNER_FCNTLS, SIOCSPGRP};
-use crate::sys::notify;
+use crate::cgroup::{self, Membership};
+use crate::seccomp::scope::{FIOSETOWN, F_SETOWN, OWNER_FCNTLS, SIOCSPGRP};
+use crate::sys::{self, supervisor_calls};
 
 /// `F_OWNER_TID`, `F_OWNER_PID`, `F_OWNER_PGRP`.
 const OWNER_TID: i32 = 0;
@@ -123,7 +123,7 @@ impl Held {
     }
 
     fn read(&self, name: &std::ffi::CStr) -> Option<String> {
-        let fd = notify::openat2(self.dir.as_fd(), name, libc::O_RDONLY, 0).ok()?;
+        let fd = supervisor_calls::openat2(self.dir.as_fd(), name, libc::O_RDONLY, 0).ok()?;
         let mut s = String::new();
         File::from(fd).read_to_string(&mut s).ok()?;
         Some(s)
@@ -132,9 +132,11 @@ impl Held {
     /// Whether it is in the run's cgroup; `None` once it is gone.
     fn membership(&self, s: &Shared) -> Option<Membership> {
         let cgroups = self.read(c"cgroup")?;
-        Some(s.cgroup_path.as_deref().map_or(Membership::Outside, |run| {
-            crate::cgroup::membership(&cgroups, run)
-        }))
+        Some(
+            s.cgroup_path
+                .as_deref()
+                .map_or(Membership::Outside, |run| cgroup::membership(&cgroups, run)),
+        )
     }
 
     fn comm(&self) -> String {
@@ -304,12 +306,12 @@ fn group(task: &Task<'_>, s: &Shared, call: &str, pgrp: Option<i32>, sig: i32) -
 
 /// Signal the process held by `h` through a pidfd, checked to be it.
 fn send_to(h: &Held, sig: i32) -> Result<(), Errno> {
-    let pidfd = crate::sys::scope::pidfd_open(h.id).map_err(|_| libc::ESRCH)?;
+    let pidfd = sys::scope::pidfd_open(h.id).map_err(|_| libc::ESRCH)?;
     // The pidfd is of whoever has the pid now: the one held, when that is alive.
     if !h.alive() {
         return Err(libc::ESRCH);
     }
-    crate::sys::scope::pidfd_send_signal(pidfd.as_fd(), sig, None, 0).map_err(|e| os(&e))
+    sys::scope::pidfd_send_signal(pidfd.as_fd(), sig, None, 0).map_err(|e| os(&e))
 }
 
 /// `pidfd_send_signal(pidfd, sig, info, flags)`: sent here, on the
@@ -324,9 +326,9 @@ fn pidfd_send(task: &Task<'_>, s: &Shared) -> Reply {
     let info = if a[2] == 0 {
         None
     } else {
-        match task.read(a[2], crate::sys::scope::SIGINFO_SIZE) {
+        match task.read(a[2], sys::scope::SIGINFO_SIZE) {
             Ok(b) => {
-                let mut i = [0u8; crate::sys::scope::SIGINFO_SIZE];
+                let mut i = [0u8; sys::scope::SIGINFO_SIZE];
                 i.copy_from_slice(&b);
                 Some(i)
             }
@@ -349,7 +351,7 @@ fn pidfd_send(task: &Task<'_>, s: &Shared) -> Reply {
             comm,
         );
     }
-    match crate::sys::scope::pidfd_send_signal(pidfd.as_fd(), sig, info.as_ref(), a[3] as u32) {
+    match sys::scope::pidfd_send_signal(pidfd.as_fd(), sig, info.as_ref(), a[3] as u32) {
         Ok(()) => Reply::Value(0),
         Err(e) => Reply::Errno(os(&e)),
     }
@@ -402,7 +404,7 @@ fn pidfd_target(fd: BorrowedFd<'_>, s: &Shared) -> Result<(i32, Membership, Stri
 fn owner_fcntl(task: &Task<'_>, s: &Shared) -> Reply {
     let a = task.args();
     let cmd = a[1] as u32 as i32;
-    let (kind, pid) = if cmd == crate::seccomp::scope::F_SETOWN as i32 {
+    let (kind, pid) = if cmd == F_SETOWN as i32 {
         match a[2] as u32 as i32 {
             // Unset, or the kernel's EINVAL: no process named.
             0 | i32::MIN => return Reply::Continue,
@@ -425,13 +427,13 @@ fn owner_fcntl(task: &Task<'_>, s: &Shared) -> Reply {
         Ok(f) => f,
         Err(e) => return Reply::Errno(e),
     };
-    let call = if cmd == crate::seccomp::scope::F_SETOWN as i32 {
+    let call = if cmd == F_SETOWN as i32 {
         "fcntl F_SETOWN"
     } else {
         "fcntl F_SETOWN_EX"
     };
     set_owner(task, s, call, &file, kind, pid, |f, k, p| {
-        crate::sys::scope::set_owner(f, k, p)
+        sys::scope::set_owner(f, k, p)
     })
 }
 
@@ -448,7 +450,7 @@ fn owner_ioctl(task: &Task<'_>, s: &Shared) -> Reply {
         Err(e) => return Reply::Errno(e),
     };
     // Only sockets know these commands.
-    if notify::sockopt_int(sock.as_fd(), libc::SO_TYPE).is_err() {
+    if supervisor_calls::sockopt_int(sock.as_fd(), libc::SO_TYPE).is_err() {
         return Reply::Errno(libc::ENOTTY);
     }
     let (kind, id) = match pid {
@@ -464,7 +466,7 @@ fn owner_ioctl(task: &Task<'_>, s: &Shared) -> Reply {
     };
     set_owner(task, s, call, &sock, kind, id, move |f, k, p| {
         let signed = if k == OWNER_PGRP { -p } else { p };
-        notify::ioctl_buf(f, cmd, &mut signed.to_ne_bytes())
+        supervisor_calls::ioctl_buf(f, cmd, &mut signed.to_ne_bytes())
     })
 }
 

@@ -42,7 +42,8 @@ use super::meta::{self, Fail, Target};
 use super::resolve::{Errno, Object};
 use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
-use crate::sys::notify;
+use crate::seccomp;
+use crate::sys::supervisor_calls;
 
 /// A call the seccomp program handed over for want of the truncate right,
 /// as its registers say.
@@ -56,7 +57,7 @@ enum Call {
 
 impl Call {
     fn decode(nr: i64, a: [u64; 6]) -> Option<Self> {
-        if !crate::seccomp::truncating(nr, a) {
+        if !seccomp::truncating(nr, a) {
             return None;
         }
         match nr {
@@ -169,9 +170,10 @@ fn run(task: &Task<'_>, call: Call) -> Result<Reply, Fail> {
                 return Err(Fail::Errno(libc::EINVAL));
             }
             judge(task, &obj, shown)?;
-            let _unprivileged =
-                notify::EffectiveCapsDropped::new().map_err(|_| Fail::Errno(libc::EPERM))?;
-            notify::truncate(&obj.proc_path(), length).map_err(|e| Fail::Errno(os(&e)))?;
+            let _unprivileged = supervisor_calls::EffectiveCapsDropped::new()
+                .map_err(|_| Fail::Errno(libc::EPERM))?;
+            supervisor_calls::truncate(&obj.proc_path(), length)
+                .map_err(|e| Fail::Errno(os(&e)))?;
             Ok(Reply::Value(0))
         }
         Call::Open { flags, .. } => {
@@ -215,11 +217,12 @@ fn judge(task: &Task<'_>, obj: &Object, shown: impl Fn() -> String) -> Result<()
 fn open_into(task: &Task<'_>, obj: &Object, flags: i32) -> Result<Reply, Fail> {
     let file = {
         let _unprivileged =
-            notify::EffectiveCapsDropped::new().map_err(|_| Fail::Errno(libc::EPERM))?;
-        notify::open(&obj.proc_path(), flags & KEPT_FLAGS).map_err(|e| Fail::Errno(os(&e)))?
+            supervisor_calls::EffectiveCapsDropped::new().map_err(|_| Fail::Errno(libc::EPERM))?;
+        supervisor_calls::open(&obj.proc_path(), flags & KEPT_FLAGS)
+            .map_err(|e| Fail::Errno(os(&e)))?
     };
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    match notify::addfd_send(task.s.listener.as_fd(), task.n.id, file.as_fd(), cloexec) {
+    match supervisor_calls::addfd_send(task.s.listener.as_fd(), task.n.id, file.as_fd(), cloexec) {
         Ok(_) => Ok(Reply::Answered),
         // Gone meanwhile: nothing to answer.
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Reply::Gone),

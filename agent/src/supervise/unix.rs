@@ -34,8 +34,9 @@ use std::sync::Arc;
 
 use super::resolve::{self, Errno, Object};
 use super::{Reply, Shared, Task};
+use crate::audit::Direction;
 use crate::audit::{Destination, Event, KernelNetEvent};
-use crate::sys::notify;
+use crate::sys::supervisor_calls;
 
 const MAX_ADDRLEN: i32 = 128;
 const MAX_SEND: usize = 1 << 20;
@@ -78,7 +79,7 @@ enum Decision {
 /// Step 1: the task's socket `fd`, if it is a unix one.
 pub(super) fn unix_socket(task: &Task<'_>, fd: u64) -> Result<OwnedFd, Reply> {
     let sock = task.getfd(fd as i32).map_err(Reply::Errno)?;
-    match notify::sockopt_int(sock.as_fd(), libc::SO_DOMAIN) {
+    match supervisor_calls::sockopt_int(sock.as_fd(), libc::SO_DOMAIN) {
         Ok(libc::AF_UNIX) => Ok(sock),
         Ok(_) => Err(Reply::Continue),
         Err(e) => Err(Reply::Errno(e.raw_os_error().unwrap_or(libc::ENOTSOCK))),
@@ -131,7 +132,7 @@ fn judge(
     let root = task.root();
     let start = cwd.as_ref().map_or(root, AsFd::as_fd);
     // Walked with the command's privileges (search permission on each dir).
-    let resolved = match notify::EffectiveCapsDropped::new() {
+    let resolved = match supervisor_calls::EffectiveCapsDropped::new() {
         Ok(_unprivileged) => resolve::resolve(root, start, path, true),
         Err(_) => Err(libc::EPERM),
     };
@@ -155,7 +156,7 @@ fn judge(
 }
 
 fn refused(task: &Task<'_>, s: &Shared, sock: &OwnedFd, path: &[u8], hook: &str) {
-    let protocol = match notify::sockopt_int(sock.as_fd(), libc::SO_TYPE) {
+    let protocol = match supervisor_calls::sockopt_int(sock.as_fd(), libc::SO_TYPE) {
         Ok(libc::SOCK_STREAM) => "unix_stream".to_owned(),
         Ok(libc::SOCK_DGRAM) => "unix_dgram".to_owned(),
         Ok(libc::SOCK_SEQPACKET) => "unix_seqpacket".to_owned(),
@@ -172,7 +173,7 @@ fn refused(task: &Task<'_>, s: &Shared, sock: &OwnedFd, path: &[u8], hook: &str)
         protocol,
         destination: Destination::Unix(String::from_utf8_lossy(path).into_owned()),
         target_absent: false, // AuditLog::record judges it
-        direction: crate::audit::Direction::Outbound,
+        direction: Direction::Outbound,
         local_port: 0,
     }));
 }
@@ -193,7 +194,7 @@ fn perform_on_thread(
     let spawned = std::thread::Builder::new()
         .name("lockrun-unix".into())
         .spawn(move || {
-            let reply = match notify::drop_thread_caps_for_good() {
+            let reply = match supervisor_calls::drop_thread_caps_for_good() {
                 Err(_) => Reply::Errno(libc::EPERM),
                 Ok(()) => match op() {
                     Ok(v) => Reply::Value(v),
@@ -227,7 +228,7 @@ pub fn connect(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
         Decision::Reply(r) => r,
         Decision::Perform { sock, obj } => perform_on_thread(s, task.n.id, move || {
             let path: CString = obj.proc_path();
-            notify::connect_unix(sock.as_fd(), &path)
+            supervisor_calls::connect_unix(sock.as_fd(), &path)
                 .map(|()| 0)
                 .map_err(|e| os(&e))
         }),
@@ -260,7 +261,7 @@ pub fn sendto(task: &Task<'_>, s: &Arc<Shared>) -> Reply {
         Decision::Reply(r) => r,
         Decision::Perform { sock, obj } => perform_on_thread(s, task.n.id, move || {
             let path: CString = obj.proc_path();
-            notify::sendto_unix(sock.as_fd(), &data, flags, &path)
+            supervisor_calls::sendto_unix(sock.as_fd(), &data, flags, &path)
                 .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
                 .map_err(|e| os(&e))
         }),

@@ -23,7 +23,7 @@ use super::meta::{self, Fail, Target};
 use super::resolve::Object;
 use super::{Reply, Shared, Task};
 use crate::audit::{Event, FsEvent};
-use crate::sys::notify;
+use crate::sys::supervisor_calls;
 
 /// `IN_DONT_FOLLOW`, `IN_ONLYDIR` (inotify.h).
 const IN_DONT_FOLLOW: u32 = 0x0200_0000;
@@ -70,9 +70,9 @@ fn add_watch(task: &Task<'_>, s: &Shared, fd: i32, path: u64, mask: u32) -> Resu
     if s.fs_roots.denied(&obj)? {
         return Err(Fail::Outside(meta::fd_target(obj.fd())));
     }
-    let _unprivileged = notify::EffectiveCapsDropped::new().map_err(|_| libc::EPERM)?;
+    let _unprivileged = supervisor_calls::EffectiveCapsDropped::new().map_err(|_| libc::EPERM)?;
     // The magic link lands on the object resolved, a symlink itself when
     // not followed: the flag would watch the link in /proc instead.
-    notify::inotify_add_watch(inotify.as_fd(), &obj.proc_path(), mask & !IN_DONT_FOLLOW)
+    supervisor_calls::inotify_add_watch(inotify.as_fd(), &obj.proc_path(), mask & !IN_DONT_FOLLOW)
         .map_err(|e| Fail::Errno(e.raw_os_error().unwrap_or(libc::EIO)))
 }

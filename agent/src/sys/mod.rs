@@ -60,13 +60,23 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
+use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd};
+use std::path::Path;
 
-pub mod notify;
+pub mod bpf;
+mod cpus;
+mod mount;
 pub mod scope;
 pub mod spawn;
+pub mod supervisor_calls;
 pub mod watchdog;
+
+use cpus::this_threads_cpus;
+pub use cpus::OtherCpus;
+use mount::{devices_in_dev_only, zero};
+pub use mount::{make_fs, NewFs, OwnMount};
 
 /// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
 const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
@@ -232,46 +242,6 @@ impl LoginUid {
     }
 }
 
-/// A filesystem of the run's own, mounted by the child over the machine's
-/// (see [`crate::fs::OwnFs`]: `/dev/shm`, `/dev/pts`, `/dev/mqueue`), or a
-/// bind of the caller's terminal.
-///
-/// lockrun makes each filesystem beforehand ([`make_fs`]: `fsopen`,
-/// `fsconfig`, `fsmount`, Linux 5.2), a detached mount, and adds a Landlock
-/// rule granting it through the mount's descriptor ([`grant_beneath`]) —
-/// the rule is keyed by the filesystem's root inode, which exists only for
-/// this run. The run's message queues, which `mq_open` reaches without a
-/// path, are granted so also where the machine has no `/dev/mqueue`.
-/// The child is cloned into a mount namespace of its own (`CLONE_NEWNS`).
-/// There it makes every mount private (so nothing it mounts reaches the
-/// machine's namespace) and moves each onto its path (`move_mount`); the
-/// message queues only where the machine has a `/dev/mqueue`. The
-/// filesystems go away with the namespace, once the run's last process has
-/// ended and lockrun has let it go. The command cannot unmount them or leave the namespace: the mount
-/// family, `setns` and `unshare` are on the seccomp deny list, and it has
-/// no capability.
-pub struct OwnMount {
-    what: Mounted,
-    /// Where it goes.
-    target: std::ffi::CString,
-}
-
-enum Mounted {
-    /// Made by lockrun beforehand ([`make_fs`]), granted already: moved.
-    Made(OwnedFd),
-    /// A bind of a file whose inode has its rule already.
-    Bind(std::ffi::CString),
-}
-
-/// A new filesystem: its type, its mount's attributes (`MOUNT_ATTR_*`) and
-/// its options, each a flag (`None`) or a value (`fsconfig`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NewFs {
-    pub fstype: &'static CStr,
-    pub attrs: u64,
-    pub options: &'static [(&'static CStr, Option<&'static CStr>)],
-}
-
 /// A path as a C string for a syscall (`EINVAL` for an inner NUL).
 pub fn c_path(path: &std::path::Path) -> io::Result<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt as _;
@@ -279,210 +249,9 @@ pub fn c_path(path: &std::path::Path) -> io::Result<std::ffi::CString> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-/// Closes a raw descriptor when dropped. Post-fork: no allocation.
-struct RawFd(libc::c_int);
-
-impl RawFd {
-    fn into_owned(self) -> OwnedFd {
-        let fd = std::mem::ManuallyDrop::new(self).0;
-        // SAFETY: the descriptor is open and owned by `self`, which gives it
-        // up without closing it.
-        unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }
-    }
-
-    fn new(fd: libc::c_long) -> io::Result<Self> {
-        libc::c_int::try_from(fd)
-            .ok()
-            .filter(|fd| *fd >= 0)
-            .map(Self)
-            .ok_or_else(io::Error::last_os_error)
-    }
-}
-
-impl Drop for RawFd {
-    fn drop(&mut self) {
-        // SAFETY: the descriptor was returned to this process by the kernel
-        // and is closed once, here.
-        unsafe {
-            libc::close(self.0);
-        }
-    }
-}
-
-/// A syscall's `0 or -1` as a result.
-fn zero(r: libc::c_long) -> io::Result<()> {
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-impl OwnMount {
-    /// `mount`, a filesystem lockrun made ([`make_fs`]) and granted
-    /// ([`grant_beneath`]), or, to hide what is at `target`, an empty
-    /// read-only one with no rule of its own, read as what it lies in is;
-    /// moved onto `target` (canonical, a directory).
-    pub fn made(mount: OwnedFd, target: &std::path::Path) -> io::Result<Self> {
-        Ok(Self {
-            what: Mounted::Made(mount),
-            target: c_path(target)?,
-        })
-    }
-
-    /// A bind of the file `source` on the file `target`, with no rule of
-    /// its own: what the file may be used for is its inode's rule.
-    pub fn bind(source: &std::path::Path, target: &std::path::Path) -> io::Result<Self> {
-        Ok(Self {
-            what: Mounted::Bind(c_path(source)?),
-            target: c_path(target)?,
-        })
-    }
-
-    /// Child side, in its new mount namespace, before the capabilities go:
-    /// make every mount private, then mount each.
-    /// Post-fork: no allocation.
-    fn mount_all(mounts: &[Self]) -> io::Result<()> {
-        // SAFETY: mount(2) with a NUL-terminated literal and NULL pointers.
-        if unsafe {
-            libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        mounts.iter().try_for_each(Self::mount)
-    }
-
-    fn mount(&self) -> io::Result<()> {
-        match &self.what {
-            Mounted::Bind(source) => {
-                // SAFETY: mount(2) with NUL-terminated strings the plan owns,
-                // and NULL where it takes none.
-                zero(
-                    unsafe {
-                        libc::mount(
-                            source.as_ptr(),
-                            self.target.as_ptr(),
-                            std::ptr::null(),
-                            libc::MS_BIND,
-                            std::ptr::null(),
-                        )
-                    }
-                    .into(),
-                )
-            }
-            Mounted::Made(mnt) => self.move_onto_target(mnt.as_raw_fd()),
-        }
-    }
-
-    fn move_onto_target(&self, mnt: libc::c_int) -> io::Result<()> {
-        // SAFETY: move_mount(2) of a live mount descriptor, by an empty
-        // literal path, onto a NUL-terminated path the plan owns.
-        zero(unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                mnt,
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                self.target.as_ptr(),
-                libc::MOVE_MOUNT_F_EMPTY_PATH,
-            )
-        })
-    }
-}
-
-/// `struct mount_attr` (Linux 5.12).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {set, clear})` (Linux
-/// 5.12): on the mount at `path` (`EINVAL` where none is) and every mount
-/// beneath it. Post-fork: no allocation.
-fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: clear,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: a NUL-terminated path, and a live mount_attr of the size passed.
-    zero(unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_RECURSIVE,
-            &raw const attr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    })
-}
-
-/// Child side, in its own mount namespace, before the capabilities go:
-/// device files can be opened only under `/dev` (on the devtmpfs and what
-/// is mounted beneath it: the terminals, the caller's terminal bound at
-/// `/dev/console`), where Landlock's rules name the few a run may open
-/// ([`crate::fs::DEV_READABLE`]). Every mount gets `nodev`, then those at
-/// and beneath `/dev` lose it again; a device file anywhere else, which
-/// the run may read and, without Landlock's device ioctl right (ABI 5),
-/// drive by ioctl, cannot be opened (`EACCES`). The command cannot take
-/// it off: the mount family is on the seccomp deny list, and it has no
-/// capability. `/dev` not a mount of its own (`EINVAL`) refuses the run.
-/// Post-fork: no allocation.
-fn devices_in_dev_only() -> io::Result<()> {
-    let nodev = libc::MOUNT_ATTR_NODEV;
-    mount_setattr_recursive(c"/", nodev, 0)?;
-    mount_setattr_recursive(c"/dev", 0, nodev)
-}
-
 /// Grant `rights` beneath the directory open as `dir` in `ruleset`.
 pub fn grant_beneath(ruleset: BorrowedFd<'_>, dir: BorrowedFd<'_>, rights: u64) -> io::Result<()> {
     add_path_rule(ruleset, dir.as_raw_fd(), rights)
-}
-
-/// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`), made
-/// in the calling thread's namespaces (an mqueue filesystem is its IPC
-/// namespace's), for lockrun to grant ([`grant_beneath`]) and hand to the
-/// child ([`OwnMount::made`]).
-pub fn make_fs(fs: &NewFs) -> io::Result<OwnedFd> {
-    // SAFETY: fsopen(2) with a NUL-terminated literal.
-    let ctx = RawFd::new(unsafe {
-        libc::syscall(libc::SYS_fsopen, fs.fstype.as_ptr(), libc::FSOPEN_CLOEXEC)
-    })?;
-    for (key, value) in fs.options {
-        let (cmd, value) = match value {
-            Some(v) => (libc::FSCONFIG_SET_STRING, v.as_ptr()),
-            None => (libc::FSCONFIG_SET_FLAG, std::ptr::null()),
-        };
-        // SAFETY: fsconfig(2) on the context above, with NUL-terminated
-        // literals or NULL for a flag's value.
-        zero(unsafe { libc::syscall(libc::SYS_fsconfig, ctx.0, cmd, key.as_ptr(), value, 0) })?;
-    }
-    // SAFETY: fsconfig(2) CMD_CREATE takes no key or value.
-    zero(unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            ctx.0,
-            libc::FSCONFIG_CMD_CREATE,
-            std::ptr::null::<libc::c_char>(),
-            std::ptr::null::<libc::c_void>(),
-            0,
-        )
-    })?;
-    // SAFETY: fsmount(2) of the context above, with integer flags.
-    RawFd::new(unsafe { libc::syscall(libc::SYS_fsmount, ctx.0, libc::FSMOUNT_CLOEXEC, fs.attrs) })
-        .map(RawFd::into_owned)
 }
 
 /// `landlock_add_rule(ruleset, PATH_BENEATH, {rights, dir})`. Post-fork: no
@@ -613,98 +382,6 @@ pub fn fgetxattr(fd: BorrowedFd<'_>, name: &CStr, max: usize) -> io::Result<Vec<
     let n = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
     buf.truncate(n);
     Ok(buf)
-}
-
-/// The CPUs the calling thread may run on, except the one it runs on now:
-/// where to start a thread that is to run beside it ([`OtherCpus::pin`]).
-///
-/// The placement is the point. On the VMs we measured, a new thread was
-/// queued behind its busy parent and first ran up to ~2 ms later, when the
-/// parent blocked, although the other vCPU was idle; pinned to the other
-/// CPUs it ran ~30 µs after `spawn` returned. While it works, the thread
-/// takes back the whole set ([`OtherCpus::unpin_this_thread`]), so that a
-/// CPU that turns idle can still take it over.
-#[derive(Clone, Copy)]
-pub struct OtherCpus {
-    others: libc::cpu_set_t,
-    all: libc::cpu_set_t,
-}
-
-impl OtherCpus {
-    /// `None` when the calling thread may run on one CPU only (or its
-    /// affinity cannot be read): nothing would run beside it.
-    #[must_use]
-    pub fn of_this_thread() -> Option<Self> {
-        // SAFETY: a zeroed `cpu_set_t` is the empty set.
-        let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `all` is a valid `cpu_set_t` of the size passed; the
-        // kernel writes at most that many bytes.
-        let r = unsafe {
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut all)
-        };
-        if r != 0 {
-            return None;
-        }
-        let mut others = all;
-        // SAFETY: no preconditions; -1 on failure.
-        let here = unsafe { libc::sched_getcpu() };
-        if let Ok(here) = usize::try_from(here) {
-            // SAFETY: `here` is a CPU number the kernel gave (CPU_CLR
-            // ignores one beyond the set).
-            unsafe { libc::CPU_CLR(here, &mut others) };
-        }
-        // SAFETY: `others` is an initialized `cpu_set_t`.
-        (unsafe { libc::CPU_COUNT(&others) } > 0).then_some(Self { others, all })
-    }
-
-    /// Move the handle's thread to the other CPUs. A failure only leaves it
-    /// where the scheduler put it.
-    pub fn pin<T>(&self, thread: &std::thread::JoinHandle<T>) {
-        use std::os::unix::thread::JoinHandleExt as _;
-        // SAFETY: a `JoinHandle` is neither joined nor detached while it
-        // exists, so its `pthread_t` is valid; `others` is valid for its size.
-        let _ = unsafe {
-            libc::pthread_setaffinity_np(
-                thread.as_pthread_t(),
-                std::mem::size_of::<libc::cpu_set_t>(),
-                &raw const self.others,
-            )
-        };
-    }
-
-    /// Give the calling thread every CPU its parent had, while it works:
-    /// widening does not move it, and a CPU that turns idle can take it.
-    pub fn unpin_this_thread(&self) {
-        Self::set_this_thread(&self.all);
-    }
-
-    /// Pin the calling thread to the other CPUs again, before it waits:
-    /// woken, it is put there, not beside whoever woke it.
-    pub fn pin_this_thread(&self) {
-        Self::set_this_thread(&self.others);
-    }
-
-    fn set_this_thread(set: &libc::cpu_set_t) {
-        // SAFETY: `set` is valid for its size; 0 is the calling thread. A
-        // failure leaves the affinity as it was.
-        let _ = unsafe {
-            libc::sched_setaffinity(
-                0,
-                std::mem::size_of::<libc::cpu_set_t>(),
-                std::ptr::from_ref(set),
-            )
-        };
-    }
-}
-
-/// The CPUs the calling thread may run on; `None` if they cannot be read.
-fn this_threads_cpus() -> Option<libc::cpu_set_t> {
-    // SAFETY: a zeroed `cpu_set_t` is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid `cpu_set_t` of the size passed.
-    let r =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set) };
-    (r == 0).then_some(set)
 }
 
 /// The parent's end of the report pipe.
@@ -981,7 +658,7 @@ impl ChildPlan {
     /// listener, send it and the command's root to lockrun and close both
     /// here. Post-fork: no allocation.
     fn hand_over_listener(&self) -> io::Result<()> {
-        let listener = notify::load_listener(&self.seccomp);
+        let listener = supervisor_calls::load_listener(&self.seccomp);
         if listener < 0 {
             return Err(self.fail(Step::Seccomp));
         }
@@ -992,8 +669,8 @@ impl ChildPlan {
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
             )
         };
-        let sent =
-            root >= 0 && notify::send_fds(self.listener_to.as_raw_fd(), [listener as i32, root]);
+        let sent = root >= 0
+            && supervisor_calls::send_fds(self.listener_to.as_raw_fd(), [listener as i32, root]);
         let err = io::Error::last_os_error();
         // SAFETY: closing the fds this function just got; the process keeps
         // no other reference to them (close(-1) only fails).
@@ -1112,6 +789,22 @@ pub fn landlock_abi_version() -> Result<i32, nix::errno::Errno> {
     } else {
         Ok(v as i32)
     }
+}
+
+/// The names of the directories in `dir` that `keep` accepts, sorted (empty
+/// when `dir` cannot be read; a name that is not UTF-8 is left out).
+pub fn dir_names(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| keep(name))
+        .collect();
+    names.sort();
+    names
 }
 
 #[cfg(test)]

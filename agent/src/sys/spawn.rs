@@ -4,7 +4,7 @@
 //! The kernel places the child in the cgroup as part of the fork, so the
 //! command is inside it before its first instruction, and no process ever
 //! migrates: a write into `cgroup.procs` would take the cgroup threadgroup
-//! rwsem for writing, which waits for an RCU grace period (~10 ms here).
+//! rwsem for writing, which waits for an RCU grace period.
 //!
 //! On `x86_64` the child shares lockrun's memory until its exec, as
 //! `posix_spawn` does (`CLONE_VM | CLONE_VFORK`, on a stack of its own):
@@ -569,8 +569,8 @@ impl Child {
     /// The command's mount namespace, taken right after the clone, or
     /// `None` (see [`mount_namespace`]). Whoever holds it holds the
     /// namespace: the command's exit no longer tears it down (an unmount
-    /// of each of its mounts, then an RCU grace period, ~0.15 ms here,
-    /// before the exit is reported); the last close of this does, once the
+    /// of each of its mounts, then an RCU grace period, before the exit
+    /// is reported); the last close of this does, once the
     /// command is reaped.
     pub fn take_mount_namespace(&mut self) -> Option<OwnedFd> {
         self.mount_namespace.take()

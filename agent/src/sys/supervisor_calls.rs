@@ -382,6 +382,11 @@ pub fn sendto_unix(
     }
 }
 
+/// `fchmodat2` (Linux 6.6; one number on every arch, and missing from the
+/// libc crate's aarch64 glibc module). The seccomp filter names it too
+/// ([`crate::seccomp`] is also compiled alone by the build script).
+const SYS_FCHMODAT2: libc::c_long = 452;
+
 /// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: the mode of what `fd` (`O_PATH`
 /// or not) refers to, itself; no name is looked up (a path through
 /// `/proc/self/fd/N` costs a walk of procfs, twice what the change does).
@@ -395,7 +400,7 @@ pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
     // SAFETY: the path is a NUL-terminated empty string; no other pointer.
     match unit_result(unsafe {
         libc::syscall(
-            crate::seccomp::SYS_FCHMODAT2,
+            SYS_FCHMODAT2,
             fd.as_raw_fd(),
             c"".as_ptr(),
             mode,

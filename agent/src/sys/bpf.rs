@@ -5,14 +5,15 @@
 //! kernel's BTF), `BPF_LINK_CREATE` on a cgroup, `BPF_OBJ_PIN`/`BPF_OBJ_GET`,
 //! and `BPF_MAP_CREATE` with an inner-map template plus the element calls on
 //! raw keys (aya 0.14 creates maps-of-maps only from BTF definitions). The
-//! only `unsafe` of [`crate::bpf`].
+//! `unsafe` that [`crate::bpf`] and the kernel probe ([`crate::kernel`]) call.
 #![allow(unsafe_code)]
 // bpf_attr carries fds as u32; a valid fd is never negative.
 #![allow(clippy::cast_sign_loss)]
 
-use crate::sys::c_path;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use super::c_path;
 
 /// `BPF_PROG_TYPE_CGROUP_SKB` (4.10).
 pub const PROG_TYPE_CGROUP_SKB: u32 = 8;
@@ -329,9 +330,8 @@ pub fn prog_load(
     name: &str,
     license: &std::ffi::CStr,
 ) -> Result<OwnedFd, (io::Error, String)> {
-    // Without a log first: the verifier runs markedly slower while logging
-    // (measured: ~16 ms vs a few ms for the unix programs). Only a refusal
-    // is loaded again, with the log, to say why.
+    // Without a log first: the verifier runs markedly slower while
+    // logging. Only a refusal is loaded again, with the log, to say why.
     let ty = (prog_type, expected_attach_type);
     if let Ok(fd) = prog_load_with(ty, insns, name, license, None) {
         return Ok(fd);

@@ -1,0 +1,176 @@
+//! The classic-BPF assembler: the instructions and opcodes the filter is
+//! written in, and the whole program put together from its parts — the
+//! [`front`] (architecture, x32, a binary search over the decided calls)
+//! and the parts [`chain`]ed, then compacted ([`super::compact`]).
+
+use seccompiler::BpfProgram;
+
+use super::deny_list::filters;
+use super::fallback::fallback_filter;
+use super::notify::{notify_filter, NOTIFY_JUDGED, NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_WATCH};
+use super::{compact, Fallbacks, SeccompError};
+
+/// [`combined`] with `fallbacks`, built and compacted now.
+pub(super) fn compile_with(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
+    let out = compact::compact(&uncompacted(fallbacks)?);
+    // BPF_MAXINSNS: the kernel refuses a longer classic program.
+    if out.len() > 4096 {
+        return Err(SeccompError::TooLong(out.len()));
+    }
+    Ok(out)
+}
+
+/// [`combined`] as built, before [`compact::compact`] makes it smaller.
+pub(super) fn uncompacted(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
+    let (parts, decided) = parts(fallbacks)?;
+    let mut out = front(&decided);
+    out.extend(chain(&parts)?);
+    Ok(out)
+}
+
+/// The parts of [`combined`] in order, and every syscall number any
+/// of them decides on (the others it allows).
+pub(super) fn parts(fallbacks: Fallbacks) -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
+    let (mut parts, mut decided) = filters()?;
+    parts.push(notify_filter());
+    decided.extend(NOTIFY_METADATA);
+    decided.extend(NOTIFY_JUDGED);
+    decided.extend(NOTIFY_SCHED.iter().map(|c| c.nr));
+    decided.push(NOTIFY_WATCH);
+    if fallbacks != Fallbacks::NONE {
+        let (part, calls) = fallback_filter(fallbacks);
+        parts.push(part);
+        decided.extend(calls);
+    }
+    Ok((parts, decided))
+}
+
+/// The first instructions of [`combined`]: the architecture (any other is
+/// killed), then on `x86_64` every x32-ABI call handed to the supervisor,
+/// which refuses it with EPERM and reports it ([`refused_call`]), then a
+/// binary search over `decided`, the calls some part decides on; only
+/// those go on to the parts, every other call is allowed here.
+///
+/// x32 calls carry bit 30 in their number under the same `AUDIT_ARCH`: on
+/// a kernel built with `CONFIG_X86_X32_ABI` and booted with it on,
+/// `0x4000_0000 | SYS_fchmodat` is `fchmodat`, and the parts, which compare
+/// plain numbers, would let it past the deny list and the supervisor.
+///
+/// The search is for start-up: when the kernel loads a filter it runs it
+/// for every syscall number (~470) to cache the ones it always allows. Down
+/// the parts' lists that was ~200 comparisons per number, a few tenths of
+/// a millisecond of every run; through the search it is ~10.
+pub(super) fn front(decided: &[i64]) -> BpfProgram {
+    let mut nrs: Vec<u32> = decided
+        .iter()
+        .map(|nr| u32::try_from(*nr).unwrap_or(u32::MAX))
+        .collect();
+    nrs.sort_unstable();
+    nrs.dedup();
+    let mut p = vec![
+        insn(LD_W_ABS, 0, 0, 4), // arch
+        insn(JEQ_K, 1, 0, AUDIT_ARCH),
+        insn(RET_K, 0, 0, RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, 0), // nr
+    ];
+    #[cfg(target_arch = "x86_64")]
+    p.extend([
+        insn(JSET_K, 0, 1, X32_SYSCALL_BIT),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+    ]);
+    let mut to_parts = Vec::new();
+    search(&mut p, &mut to_parts, &nrs);
+    // Where every found number goes: a load of an argument, which ends the
+    // kernel's trial run there (it follows loads of the number and the
+    // architecture only). A decided number is never always allowed, so the
+    // cache loses nothing, and the trial no longer walks the parts' lists
+    // for each of them. Each part loads what it compares first.
+    let parts_at = p.len();
+    p.push(insn(LD_W_ABS, 0, 0, arg_lo(0)));
+    for at in to_parts {
+        p[at].k = u32::try_from(parts_at - at - 1).unwrap_or(u32::MAX);
+    }
+    p
+}
+
+/// A binary search for the number in the accumulator over sorted `nrs`:
+/// found → a `JA` (recorded in `to_parts`, its offset set by [`front`]) to
+/// the parts; not found → allow. Up to four numbers are compared in a row.
+pub(super) fn search(p: &mut BpfProgram, to_parts: &mut Vec<usize>, nrs: &[u32]) {
+    if nrs.len() <= 4 {
+        for (i, nr) in nrs.iter().enumerate() {
+            // Found: over the rest of the row and the allow, to the JA.
+            p.push(insn(
+                JEQ_K,
+                u8::try_from(nrs.len() - i).unwrap_or(0),
+                0,
+                *nr,
+            ));
+        }
+        p.push(insn(RET_K, 0, 0, RET_ALLOW));
+        to_parts.push(p.len());
+        p.push(insn(JA, 0, 0, 0));
+        return;
+    }
+    let mid = nrs.len() / 2;
+    // nr >= nrs[mid]: the JA over the lower half; below: skip the JA.
+    p.push(insn(JGE_K, 0, 1, nrs[mid]));
+    let over = p.len();
+    p.push(insn(JA, 0, 0, 0));
+    search(p, to_parts, &nrs[..mid]);
+    p[over].k = u32::try_from(p.len() - over - 1).unwrap_or(u32::MAX);
+    search(p, to_parts, &nrs[mid..]);
+}
+
+/// Concatenate complete filters: in each part but the last, every
+/// `RET ALLOW` becomes a jump to the first instruction of the next part.
+/// Jumps inside a part keep their offsets (one instruction replaces one).
+pub(super) fn chain(parts: &[BpfProgram]) -> Result<BpfProgram, SeccompError> {
+    let mut out = Vec::new();
+    for (n, part) in parts.iter().enumerate() {
+        let last = n + 1 == parts.len();
+        for (i, f) in part.iter().enumerate() {
+            if !last && f.code == RET_K && f.k == RET_ALLOW {
+                let to_next = u32::try_from(part.len() - i - 1)
+                    .map_err(|_| SeccompError::TooLong(out.len() + part.len()))?;
+                out.push(insn(JA, 0, 0, to_next));
+            } else {
+                out.push(f.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) const AUDIT_ARCH: u32 = 0x3e | 0x8000_0000 | 0x4000_0000;
+#[cfg(target_arch = "aarch64")]
+pub(super) const AUDIT_ARCH: u32 = 0xb7 | 0x8000_0000 | 0x4000_0000;
+
+pub(super) const RET_ALLOW: u32 = 0x7fff_0000;
+pub(super) const RET_ERRNO: u32 = 0x0005_0000;
+pub(super) const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+pub(super) const RET_KILL_PROCESS: u32 = 0x8000_0000;
+pub(super) const LD_W_ABS: u16 = 0x20;
+pub(super) const JEQ_K: u16 = 0x15;
+pub(super) const RET_K: u16 = 0x06;
+/// `BPF_JMP | BPF_JA`: jump `k` instructions forward.
+pub(super) const JA: u16 = 0x05;
+/// `BPF_JMP | BPF_JGE | BPF_K`, `BPF_JMP | BPF_JSET | BPF_K` (the x32
+/// test, the open flags of [`truncate_section`]).
+pub(super) const JGE_K: u16 = 0x35;
+pub(super) const JSET_K: u16 = 0x45;
+/// `__X32_SYSCALL_BIT`: the x32 ABI's syscall numbers.
+#[cfg(target_arch = "x86_64")]
+pub(super) const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+/// `offsetof(struct seccomp_data, args[i])`, low and high 32-bit halves (LE).
+pub(super) const fn arg_lo(i: u32) -> u32 {
+    16 + 8 * i
+}
+pub(super) const fn arg_hi(i: u32) -> u32 {
+    20 + 8 * i
+}
+
+pub(super) fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter { code, jt, jf, k }
+}

@@ -1,0 +1,293 @@
+//! The supervised part of the filter ([`notify_filter`]): the calls handed
+//! to lockrun's supervisor to judge or perform (`SECCOMP_RET_USER_NOTIF`,
+//! Linux 5.0) — the metadata calls Landlock does not cover, inode-attribute
+//! ioctls, non-inet `connect`/`sendto`, port sharing, and scheduling calls
+//! that name another task ([`NOTIFY_SCHED`], [`sched_target`]).
+
+use seccompiler::BpfProgram;
+
+use super::assemble::{
+    arg_hi, arg_lo, insn, AUDIT_ARCH, JEQ_K, LD_W_ABS, RET_ALLOW, RET_K, RET_KILL_PROCESS,
+    RET_USER_NOTIF,
+};
+use super::{SYS_FCHMODAT2, SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
+
+/// The metadata syscalls the supervisor performs for the command: Landlock
+/// (ABI 7) does not check them, and a capability-less root still owns every
+/// root-owned file.
+pub const NOTIFY_METADATA: &[i64] = &[
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    SYS_FCHMODAT2,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chown,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_lchown,
+    libc::SYS_fchown,
+    libc::SYS_fchownat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utime,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utimes,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_futimesat,
+    libc::SYS_utimensat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    SYS_SETXATTRAT,
+    SYS_REMOVEXATTRAT,
+];
+
+/// `inotify_add_watch`, performed by the supervisor, which refuses a watch
+/// on a denied path ([`crate::supervise::watch`]): Landlock does not check
+/// watches, and a watch on a directory names what appears in it.
+pub const NOTIFY_WATCH: i64 = libc::SYS_inotify_add_watch;
+
+/// `setsockopt(fd, SOL_SOCKET, optname, …)` with one of these options goes
+/// to the supervisor, which refuses turning on port sharing for inet
+/// sockets and performs the rest ([`crate::supervise::reuse`]).
+pub const NOTIFY_SOCKOPTS: [u32; 2] = [libc::SO_REUSEADDR as u32, libc::SO_REUSEPORT as u32];
+
+/// `file_setattr` (Linux 6.17; one number on every arch).
+pub const SYS_FILE_SETATTR: i64 = 469;
+
+/// `ioctl` commands that change an inode's attributes with only ownership
+/// (or write access) to show — Landlock's `ioctl_dev` covers device files
+/// only. The supervisor performs the first group beneath a writable root and
+/// refuses everything else.
+pub const NOTIFY_IOCTLS: &[u32] = &[
+    0x4008_6602, // FS_IOC_SETFLAGS (chattr)
+    0x4004_6602, // FS_IOC32_SETFLAGS
+    0x401c_5820, // FS_IOC_FSSETXATTR (xflags, project id, extent size)
+    0x4008_7602, // FS_IOC_SETVERSION
+    0x4004_7602, // FS_IOC32_SETVERSION
+    0x4008_6604, // EXT4_IOC_SETVERSION
+    0x4004_6604, // EXT4_IOC32_SETVERSION
+    0x4080_6685, // FS_IOC_ENABLE_VERITY: the file becomes immutable for good
+    0x800c_6613, // FS_IOC_SET_ENCRYPTION_POLICY (on an empty directory)
+];
+
+/// The calls [`notify_filter`] judges by their arguments: `ioctl` by its
+/// command, `connect` and `sendto` by their address length.
+pub(super) const NOTIFY_JUDGED: [i64; 4] = [
+    libc::SYS_ioctl,
+    libc::SYS_connect,
+    libc::SYS_sendto,
+    libc::SYS_setsockopt,
+];
+
+/// A call that sets a task's CPU or I/O scheduling.
+#[derive(Debug)]
+pub struct SchedCall {
+    pub nr: i64,
+    pub name: &'static str,
+    /// The registers that name the caller itself, `(argument, value)`:
+    /// when all are so, the filter lets the call through.
+    pub own: &'static [(u32, u32)],
+    /// The argument that names the task (or group, or uid).
+    pub who: usize,
+}
+
+/// The calls that set a task's CPU or I/O scheduling: only those naming
+/// the caller itself pass the filter; every other target goes to the
+/// supervisor ([`sched_target`]). The kernel lets a task set these for any task of its
+/// uid with no more capabilities than its own (`cap_safe_nice`): for a run's
+/// command, whose are none, that is every capability-less process of its uid,
+/// another run's command among them. Landlock's scoping covers signals, not
+/// these.
+pub const NOTIFY_SCHED: &[SchedCall] = &[
+    // setpriority(which, who, prio): PRIO_PROCESS 0, who 0 is the caller.
+    SchedCall {
+        nr: libc::SYS_setpriority,
+        name: "setpriority",
+        own: &[(0, 0), (1, 0)],
+        who: 1,
+    },
+    // ioprio_set(which, who, ioprio): IOPRIO_WHO_PROCESS 1, who 0.
+    SchedCall {
+        nr: libc::SYS_ioprio_set,
+        name: "ioprio_set",
+        own: &[(0, 1), (1, 0)],
+        who: 1,
+    },
+    // sched_*(pid, …): pid 0 is the caller.
+    SchedCall {
+        nr: libc::SYS_sched_setaffinity,
+        name: "sched_setaffinity",
+        own: &[(0, 0)],
+        who: 0,
+    },
+    SchedCall {
+        nr: libc::SYS_sched_setscheduler,
+        name: "sched_setscheduler",
+        own: &[(0, 0)],
+        who: 0,
+    },
+    SchedCall {
+        nr: libc::SYS_sched_setparam,
+        name: "sched_setparam",
+        own: &[(0, 0)],
+        who: 0,
+    },
+    SchedCall {
+        nr: libc::SYS_sched_setattr,
+        name: "sched_setattr",
+        own: &[(0, 0)],
+        who: 0,
+    },
+];
+
+/// Whom a scheduling call of [`NOTIFY_SCHED`] names, as the kernel reads
+/// its registers (ints: their low halves).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchedTarget {
+    /// The caller itself: the filter lets it through, never notified.
+    Caller,
+    /// One task, by its tid (a pid names its thread-group leader): allowed
+    /// only for a task of the run.
+    Task { call: &'static str, tid: i32 },
+    /// A process group, every process of a uid, or a `which` the kernel
+    /// does not know: refused, described for the record.
+    Many(String),
+}
+
+/// [`SchedTarget`] of a call of [`NOTIFY_SCHED`]; `None` for any other.
+/// Agrees with [`notify_filter`]: `Caller` exactly when it does not
+/// notify (`sched_target_agrees_with_the_filter`).
+#[must_use]
+pub fn sched_target(nr: i64, args: [u64; 6]) -> Option<SchedTarget> {
+    let c = NOTIFY_SCHED.iter().find(|c| c.nr == nr)?;
+    let call = c.name;
+    let low = |i: usize| (args[i] & 0xffff_ffff) as u32;
+    if c.own.iter().all(|(a, v)| low(*a as usize) == *v) {
+        return Some(SchedTarget::Caller);
+    }
+    let who = low(c.who).cast_signed();
+    let whose = |what: &str| {
+        if who == 0 {
+            format!("its own {what}")
+        } else {
+            format!("{what} {who}")
+        }
+    };
+    Some(match (nr, low(0)) {
+        (libc::SYS_setpriority, 0) | (libc::SYS_ioprio_set, 1) => {
+            SchedTarget::Task { call, tid: who }
+        }
+        (libc::SYS_setpriority, 1) => SchedTarget::Many(format!(
+            "setpriority PRIO_PGRP of {}",
+            whose("process group")
+        )),
+        (libc::SYS_setpriority, 2) => SchedTarget::Many(format!(
+            "setpriority PRIO_USER of every process of {}",
+            whose("uid")
+        )),
+        (libc::SYS_ioprio_set, 2) => SchedTarget::Many(format!(
+            "ioprio_set IOPRIO_WHO_PGRP of {}",
+            whose("process group")
+        )),
+        (libc::SYS_ioprio_set, 3) => SchedTarget::Many(format!(
+            "ioprio_set IOPRIO_WHO_USER of every process of {}",
+            whose("uid")
+        )),
+        (libc::SYS_setpriority | libc::SYS_ioprio_set, which) => {
+            SchedTarget::Many(format!("{call} with which {which}"))
+        }
+        _ => SchedTarget::Task { call, tid: who },
+    })
+}
+
+/// `sizeof(struct sockaddr_in)`, `sizeof(struct sockaddr_in6)`.
+pub const INET_ADDRLENS: [u32; 2] = [16, 28];
+
+/// The supervised filter (classic BPF, written out: seccompiler 0.5 has no
+/// `USER_NOTIF` action). Decides on registers only:
+/// - the metadata calls of [`NOTIFY_METADATA`] and [`NOTIFY_WATCH`] → notify;
+/// - `ioctl` with a command of [`NOTIFY_IOCTLS`] → notify;
+/// - `connect(fd, addr, addrlen)` → notify unless `addrlen` is 16 or 28
+///   (TCP/UDP to an inet address keeps its speed; a unix address of exactly
+///   that length is refused by the unix hooks, see [`crate::bpf::unix`]);
+/// - `sendto(fd, buf, len, flags, addr, addrlen)` → notify when `addr` is not
+///   NULL and `addrlen` is not 16 or 28;
+/// - `setsockopt(fd, SOL_SOCKET, SO_REUSEADDR | SO_REUSEPORT)` → notify;
+/// - the scheduling calls of [`NOTIFY_SCHED`] → notify unless they name
+///   the caller itself;
+/// - everything else → allow (the other filters still apply).
+#[must_use]
+pub fn notify_filter() -> BpfProgram {
+    let mut p = vec![
+        insn(LD_W_ABS, 0, 0, 4), // arch
+        insn(JEQ_K, 1, 0, AUDIT_ARCH),
+        insn(RET_K, 0, 0, RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, 0), // nr
+    ];
+    for nr in NOTIFY_METADATA.iter().chain([&NOTIFY_WATCH]) {
+        p.push(insn(JEQ_K, 0, 1, u32::try_from(*nr).unwrap_or(u32::MAX)));
+        p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    }
+    // ioctl: the command is args[1] (an unsigned int).
+    let n = NOTIFY_IOCTLS.len();
+    // Not ioctl: skip the load, the n tests and both returns.
+    p.push(insn(JEQ_K, 0, (n + 3) as u8, libc::SYS_ioctl as u32));
+    p.push(insn(LD_W_ABS, 0, 0, arg_lo(1)));
+    for (i, cmd) in NOTIFY_IOCTLS.iter().enumerate() {
+        p.push(insn(JEQ_K, (n - i) as u8, 0, *cmd));
+    }
+    p.push(insn(RET_K, 0, 0, RET_ALLOW));
+    p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    // connect: addrlen is args[2].
+    p.extend([
+        insn(JEQ_K, 0, 5, libc::SYS_connect as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(2)),
+        insn(JEQ_K, 2, 0, INET_ADDRLENS[0]),
+        insn(JEQ_K, 1, 0, INET_ADDRLENS[1]),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+        insn(RET_K, 0, 0, RET_ALLOW),
+    ]);
+    // sendto: addr is args[4], addrlen args[5].
+    p.extend([
+        insn(JEQ_K, 0, 9, libc::SYS_sendto as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(4)),
+        insn(JEQ_K, 0, 2, 0),
+        insn(LD_W_ABS, 0, 0, arg_hi(4)),
+        insn(JEQ_K, 4, 0, 0), // addr == NULL
+        insn(LD_W_ABS, 0, 0, arg_lo(5)),
+        insn(JEQ_K, 2, 0, INET_ADDRLENS[0]),
+        insn(JEQ_K, 1, 0, INET_ADDRLENS[1]),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+        insn(RET_K, 0, 0, RET_ALLOW),
+    ]);
+    // setsockopt: SOL_SOCKET (args[1]) and one of the port-sharing options (args[2]).
+    p.extend([
+        insn(JEQ_K, 0, 7, libc::SYS_setsockopt as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(1)),
+        insn(JEQ_K, 0, 3, libc::SOL_SOCKET as u32),
+        insn(LD_W_ABS, 0, 0, arg_lo(2)),
+        insn(JEQ_K, 2, 0, NOTIFY_SOCKOPTS[0]),
+        insn(JEQ_K, 1, 0, NOTIFY_SOCKOPTS[1]),
+        insn(RET_K, 0, 0, RET_ALLOW),
+        insn(RET_K, 0, 0, RET_USER_NOTIF),
+    ]);
+    // Scheduling: allowed when every register naming the caller does.
+    for c in NOTIFY_SCHED {
+        let m = c.own.len();
+        // Not this call: over the m loads and tests and both returns.
+        let nr = u32::try_from(c.nr).unwrap_or(u32::MAX);
+        p.push(insn(JEQ_K, 0, (2 * m + 2) as u8, nr));
+        for (i, (arg, value)) in c.own.iter().enumerate() {
+            p.push(insn(LD_W_ABS, 0, 0, arg_lo(*arg)));
+            // Another target: over the rest and the allow, to the notify.
+            p.push(insn(JEQ_K, 0, (2 * (m - i - 1) + 1) as u8, *value));
+        }
+        p.push(insn(RET_K, 0, 0, RET_ALLOW));
+        p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+    }
+    p.push(insn(RET_K, 0, 0, RET_ALLOW));
+    p
+}

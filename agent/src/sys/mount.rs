@@ -1,0 +1,250 @@
+//! The run's own filesystems: made in the parent (`fsopen`, `fsconfig`,
+//! `fsmount`, Linux 5.2; [`make_fs`]) and mounted by the child over the
+//! machine's ([`OwnMount`]), and the mount attributes the child sets.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use super::c_path;
+
+/// A filesystem of the run's own, mounted by the child over the machine's
+/// (see [`crate::fs::OwnFs`]: `/dev/shm`, `/dev/pts`, `/dev/mqueue`), or a
+/// bind of the caller's terminal.
+///
+/// lockrun makes each filesystem beforehand ([`make_fs`]: `fsopen`,
+/// `fsconfig`, `fsmount`, Linux 5.2), a detached mount, and adds a Landlock
+/// rule granting it through the mount's descriptor ([`grant_beneath`]) —
+/// the rule is keyed by the filesystem's root inode, which exists only for
+/// this run. The run's message queues, which `mq_open` reaches without a
+/// path, are granted so also where the machine has no `/dev/mqueue`.
+/// The child is cloned into a mount namespace of its own (`CLONE_NEWNS`).
+/// There it makes every mount private (so nothing it mounts reaches the
+/// machine's namespace) and moves each onto its path (`move_mount`); the
+/// message queues only where the machine has a `/dev/mqueue`. The
+/// filesystems go away with the namespace, once the run's last process has
+/// ended and lockrun has let it go. The command cannot unmount them or leave the namespace: the mount
+/// family, `setns` and `unshare` are on the seccomp deny list, and it has
+/// no capability.
+pub struct OwnMount {
+    what: Mounted,
+    /// Where it goes.
+    target: std::ffi::CString,
+}
+
+pub(super) enum Mounted {
+    /// Made by lockrun beforehand ([`make_fs`]), granted already: moved.
+    Made(OwnedFd),
+    /// A bind of a file whose inode has its rule already.
+    Bind(std::ffi::CString),
+}
+
+/// A new filesystem: its type, its mount's attributes (`MOUNT_ATTR_*`) and
+/// its options, each a flag (`None`) or a value (`fsconfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewFs {
+    pub fstype: &'static CStr,
+    pub attrs: u64,
+    pub options: &'static [(&'static CStr, Option<&'static CStr>)],
+}
+
+/// Closes a raw descriptor when dropped. Post-fork: no allocation.
+pub(super) struct RawFd(libc::c_int);
+
+impl RawFd {
+    fn into_owned(self) -> OwnedFd {
+        let fd = std::mem::ManuallyDrop::new(self).0;
+        // SAFETY: the descriptor is open and owned by `self`, which gives it
+        // up without closing it.
+        unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }
+    }
+
+    fn new(fd: libc::c_long) -> io::Result<Self> {
+        libc::c_int::try_from(fd)
+            .ok()
+            .filter(|fd| *fd >= 0)
+            .map(Self)
+            .ok_or_else(io::Error::last_os_error)
+    }
+}
+
+impl Drop for RawFd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor was returned to this process by the kernel
+        // and is closed once, here.
+        unsafe {
+            libc::close(self.0);
+        }
+    }
+}
+
+/// A syscall's `0 or -1` as a result.
+pub(super) fn zero(r: libc::c_long) -> io::Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl OwnMount {
+    /// `mount`, a filesystem lockrun made ([`make_fs`]) and granted
+    /// ([`grant_beneath`]), or, to hide what is at `target`, an empty
+    /// read-only one with no rule of its own, read as what it lies in is;
+    /// moved onto `target` (canonical, a directory).
+    pub fn made(mount: OwnedFd, target: &std::path::Path) -> io::Result<Self> {
+        Ok(Self {
+            what: Mounted::Made(mount),
+            target: c_path(target)?,
+        })
+    }
+
+    /// A bind of the file `source` on the file `target`, with no rule of
+    /// its own: what the file may be used for is its inode's rule.
+    pub fn bind(source: &std::path::Path, target: &std::path::Path) -> io::Result<Self> {
+        Ok(Self {
+            what: Mounted::Bind(c_path(source)?),
+            target: c_path(target)?,
+        })
+    }
+
+    /// Child side, in its new mount namespace, before the capabilities go:
+    /// make every mount private, then mount each.
+    /// Post-fork: no allocation.
+    pub(super) fn mount_all(mounts: &[Self]) -> io::Result<()> {
+        // SAFETY: mount(2) with a NUL-terminated literal and NULL pointers.
+        if unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        mounts.iter().try_for_each(Self::mount)
+    }
+
+    fn mount(&self) -> io::Result<()> {
+        match &self.what {
+            Mounted::Bind(source) => {
+                // SAFETY: mount(2) with NUL-terminated strings the plan owns,
+                // and NULL where it takes none.
+                zero(
+                    unsafe {
+                        libc::mount(
+                            source.as_ptr(),
+                            self.target.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_BIND,
+                            std::ptr::null(),
+                        )
+                    }
+                    .into(),
+                )
+            }
+            Mounted::Made(mnt) => self.move_onto_target(mnt.as_raw_fd()),
+        }
+    }
+
+    fn move_onto_target(&self, mnt: libc::c_int) -> io::Result<()> {
+        // SAFETY: move_mount(2) of a live mount descriptor, by an empty
+        // literal path, onto a NUL-terminated path the plan owns.
+        zero(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                mnt,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                self.target.as_ptr(),
+                libc::MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        })
+    }
+}
+
+/// `struct mount_attr` (Linux 5.12).
+#[repr(C)]
+pub(super) struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {set, clear})` (Linux
+/// 5.12): on the mount at `path` (`EINVAL` where none is) and every mount
+/// beneath it. Post-fork: no allocation.
+pub(super) fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path, and a live mount_attr of the size passed.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE,
+            &raw const attr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
+/// Child side, in its own mount namespace, before the capabilities go:
+/// device files can be opened only under `/dev` (on the devtmpfs and what
+/// is mounted beneath it: the terminals, the caller's terminal bound at
+/// `/dev/console`), where Landlock's rules name the few a run may open
+/// ([`crate::fs::DEV_READABLE`]). Every mount gets `nodev`, then those at
+/// and beneath `/dev` lose it again; a device file anywhere else, which
+/// the run may read and, without Landlock's device ioctl right (ABI 5),
+/// drive by ioctl, cannot be opened (`EACCES`). The command cannot take
+/// it off: the mount family is on the seccomp deny list, and it has no
+/// capability. `/dev` not a mount of its own (`EINVAL`) refuses the run.
+/// Post-fork: no allocation.
+pub(super) fn devices_in_dev_only() -> io::Result<()> {
+    let nodev = libc::MOUNT_ATTR_NODEV;
+    mount_setattr_recursive(c"/", nodev, 0)?;
+    mount_setattr_recursive(c"/dev", 0, nodev)
+}
+
+/// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`), made
+/// in the calling thread's namespaces (an mqueue filesystem is its IPC
+/// namespace's), for lockrun to grant ([`grant_beneath`]) and hand to the
+/// child ([`OwnMount::made`]).
+pub fn make_fs(fs: &NewFs) -> io::Result<OwnedFd> {
+    // SAFETY: fsopen(2) with a NUL-terminated literal.
+    let ctx = RawFd::new(unsafe {
+        libc::syscall(libc::SYS_fsopen, fs.fstype.as_ptr(), libc::FSOPEN_CLOEXEC)
+    })?;
+    for (key, value) in fs.options {
+        let (cmd, value) = match value {
+            Some(v) => (libc::FSCONFIG_SET_STRING, v.as_ptr()),
+            None => (libc::FSCONFIG_SET_FLAG, std::ptr::null()),
+        };
+        // SAFETY: fsconfig(2) on the context above, with NUL-terminated
+        // literals or NULL for a flag's value.
+        zero(unsafe { libc::syscall(libc::SYS_fsconfig, ctx.0, cmd, key.as_ptr(), value, 0) })?;
+    }
+    // SAFETY: fsconfig(2) CMD_CREATE takes no key or value.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            ctx.0,
+            libc::FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    })?;
+    // SAFETY: fsmount(2) of the context above, with integer flags.
+    RawFd::new(unsafe { libc::syscall(libc::SYS_fsmount, ctx.0, libc::FSMOUNT_CLOEXEC, fs.attrs) })
+        .map(RawFd::into_owned)
+}
