@@ -186,5 +186,4 @@ pub(in crate::audit) fn proc_entry(
 }
 
 #[cfg(test)]
-#[path = "reach_tests.rs"]
 mod tests;
