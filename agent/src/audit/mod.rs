@@ -18,35 +18,21 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::seccomp::Widens;
+
+mod causes;
+pub mod explain;
 pub mod kernel;
+pub mod ranges;
 pub mod read;
 pub mod seal;
 pub mod sink;
 mod summary;
 pub mod syscalls;
 
+pub use causes::{Narrowed, RanOut};
 pub use summary::refused_as;
 pub(crate) use summary::times;
-
-/// Paths in the log as UTF-8, bytes that are not replaced by U+FFFD (as
-/// `Path::display` does): a path that is not UTF-8 must not cost the line.
-/// Read back as written.
-pub mod lossy {
-    use serde::Serializer;
-    use std::path::{Path, PathBuf};
-
-    /// # Errors
-    /// Only the serializer's own.
-    pub fn path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&p.to_string_lossy())
-    }
-
-    /// # Errors
-    /// Only the serializer's own.
-    pub fn paths<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(ps.iter().map(|p| p.to_string_lossy()))
-    }
-}
 
 /// Which layer refused (or allowed) something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -257,7 +243,7 @@ pub enum ProxyVerdict {
     /// with no range, an address of this host.
     Address {
         addr: std::net::IpAddr,
-        range: Option<crate::proxy::guard::Range>,
+        range: Option<ranges::Range>,
         embedded: Option<std::net::Ipv4Addr>,
     },
     /// The proxy could not read this host's addresses, without which it
@@ -331,7 +317,7 @@ pub struct SyscallEvent {
     /// (`clone with CLONE_NEWUSER`, `socket(AF_PACKET)`).
     pub call: String,
     /// How it would widen the sandbox.
-    pub why: crate::seccomp::Widens,
+    pub why: Widens,
 }
 
 /// What a [`ScopeEvent`] tried to reach.
@@ -438,9 +424,9 @@ pub enum Event {
     RunStart {
         run_id: String,
         command: Vec<String>,
-        #[serde(serialize_with = "lossy::paths")]
+        #[serde(serialize_with = "crate::shown::lossy::paths")]
         policy: Vec<PathBuf>,
-        #[serde(serialize_with = "lossy::path")]
+        #[serde(serialize_with = "crate::shown::lossy::path")]
         worktree: PathBuf,
         /// The short name of the key that seals the run's lines
         /// ([`seal::SealKey::id`]).
@@ -473,9 +459,9 @@ pub enum Event {
     Scope(ScopeEvent),
     Syscall(SyscallEvent),
     /// A writable dir the ruleset could not grant whole, because a denied
-    /// path lies beneath it ([`crate::fs::Narrowed`]): creating, removing
+    /// path lies beneath it ([`Narrowed`]): creating, removing
     /// or renaming directly in it is refused.
-    Narrowed(crate::fs::Narrowed),
+    Narrowed(Narrowed),
     /// Kernel audit records lost: the filesystem and scope refusals shown
     /// may be fewer than were made.
     AuditRecordsLost(AuditLoss),
@@ -490,7 +476,7 @@ pub enum Event {
         /// in). Absent from logs written before it was told: those
         /// counted refusals at the limit only.
         #[serde(default)]
-        ran_out: crate::cgroup::RanOut,
+        ran_out: RanOut,
     },
     /// Processes of the run the kernel killed (SIGKILL) out of memory,
     /// counted by the kernel over the whole run (cgroup `oom_kill`): at the
@@ -504,7 +490,7 @@ pub enum Event {
         /// Absent from logs written before it was told: those counted
         /// kills at the limit only.
         #[serde(default)]
-        ran_out: crate::cgroup::RanOut,
+        ran_out: RanOut,
     },
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {

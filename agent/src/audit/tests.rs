@@ -45,7 +45,6 @@ fn the_details_are_where_the_log_is_and_nothing_is_said_without_a_refusal() {
 /// counted then.
 #[test]
 fn kills_out_of_memory_say_where_it_ran_out() {
-    use crate::cgroup::RanOut;
     let kill = |ran_out| Event::MemoryLimit {
         limit: 64 << 20,
         killed: 2,
@@ -91,7 +90,6 @@ fn kills_out_of_memory_say_where_it_ran_out() {
 /// `ran_out` was told reads as at the limit.
 #[test]
 fn refused_forks_say_where_the_tasks_ran_out() {
-    use crate::cgroup::RanOut;
     let refused = |ran_out| Event::TaskLimit {
         limit: 16,
         refused: 3,
@@ -342,7 +340,7 @@ fn refused_system_calls_are_their_own_line_and_layer() {
             comm: comm.into(),
             cgroup_id: 7,
             call: call.into(),
-            why: crate::seccomp::Widens::Namespaces,
+            why: Widens::Namespaces,
         })
     };
     log.record(call("unshare", "bwrap"));

@@ -69,6 +69,9 @@ pub mod request;
 pub mod resolver;
 pub mod server;
 
+#[cfg(test)]
+mod advised;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
