@@ -197,9 +197,7 @@ pub struct ProxyEvent {
     /// HTTP status returned to the client.
     pub status: u16,
     /// Why, as the proxy decided it: what the summary and `lockrun audit`
-    /// go by. A log written before lockrun recorded it reads back as
-    /// [`ProxyVerdict::Unrecorded`].
-    #[serde(default)]
+    /// go by.
     pub verdict: ProxyVerdict,
 }
 
@@ -210,16 +208,13 @@ impl ProxyEvent {
     /// request the policy allowed whose upstream then failed.
     #[must_use]
     pub fn refused(&self) -> bool {
-        match self.verdict {
-            ProxyVerdict::Unrecorded => !self.allowed && self.status != 407,
-            v => !v.allowed() && v != ProxyVerdict::NoCredentials,
-        }
+        !self.verdict.allowed() && self.verdict != ProxyVerdict::NoCredentials
     }
 }
 
 /// What the proxy decided about a request, and why, as a value: the
 /// `reason` beside it says the same in words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ProxyVerdict {
     /// Allowed, and relayed to the upstream (whatever it answered).
@@ -259,15 +254,11 @@ pub enum ProxyVerdict {
     BadRequest,
     /// Over the run's connection cap (`run.max_connections`).
     Overloaded,
-    /// Not recorded: a log from a lockrun before the verdict was written.
-    #[default]
-    Unrecorded,
 }
 
 impl ProxyVerdict {
     /// The policy let the request through (the upstream may still have
-    /// failed). `false` for [`Self::Unrecorded`]: the event's `allowed`
-    /// says.
+    /// failed).
     #[must_use]
     pub fn allowed(self) -> bool {
         matches!(self, Self::Allowed | Self::UpstreamFailed)

@@ -86,14 +86,6 @@ pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
                 ev.reason
             ),
         },
-        ProxyVerdict::Unrecorded => Suggestion::Explain {
-            reason: format!(
-                "refused: {}. This log is from an earlier lockrun, which did not record the \
-                 refusal in a form `lockrun audit` can advise on; run the command again with \
-                 this lockrun for the line that would allow it.",
-                ev.reason
-            ),
-        },
     }
 }
 

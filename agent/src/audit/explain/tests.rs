@@ -146,20 +146,6 @@ fn a_missing_unix_socket_is_harmless() {
     assert!(matches!(suggest_kernel(&ev), Suggestion::Harmless { .. }));
 }
 
-/// A log from before verdicts were recorded reads back, and gets no
-/// advice it cannot back.
-#[test]
-fn a_log_without_verdicts_reads_back_unrecorded() {
-    let line = r#"{"ts_ms":1,"event":"proxy","method":"CONNECT","host":"a.example","port":443,"dialed":null,"allowed":false,"reason":"a.example is not in the allowlist","status":403}"#;
-    let rec: Record = serde_json::from_str(line).unwrap();
-    let Event::Proxy(p) = rec.event else {
-        panic!("{rec:?}")
-    };
-    assert_eq!(p.verdict, ProxyVerdict::Unrecorded);
-    assert!(p.refused());
-    assert!(reason(&suggest_proxy(&p)).contains("earlier lockrun"));
-}
-
 #[test]
 fn kernel_loopback_suggests_local() {
     let s = suggest_kernel(&kernel(inet("127.0.0.1:5432"), "tcp"));
