@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 use super::summary::SHOWN_PER_LINE;
 use super::*;
+use crate::testing::Scratch;
 
 /// The summary's lines of a log kept nowhere (`--audit-log` not given),
 /// but the last, which must tell how to get the details.
@@ -19,7 +20,7 @@ fn refusals(log: &AuditLog) -> Vec<String> {
 
 #[test]
 fn the_details_are_where_the_log_is_and_nothing_is_said_without_a_refusal() {
-    let scratch = crate::testing::Scratch::new("summary");
+    let scratch = Scratch::new("summary");
     let dir = scratch.path().to_path_buf();
     let path = dir.join("audit.jsonl");
     let kept = AuditLog::open(Some(&path)).unwrap();

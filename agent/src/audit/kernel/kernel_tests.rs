@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use super::*;
-use crate::audit::FsEvent;
+use crate::audit::{FsEvent, Record};
+use crate::sys::landlock_abi_version;
+use crate::testing::Scratch;
 
 /// Restricts itself with Landlock (`write_file|make_reg` handled, nothing
 /// granted, `LOG_NEW_EXEC_ON`) and execs `argv[1:]`.
@@ -29,7 +31,7 @@ fn collects_a_real_landlock_denial_of_its_child() {
     }
     // Landlock's denial records are ABI 7's (Linux 6.15); below, the
     // run's refused calls stand in (tested in tests/fs_refusals_seen.rs).
-    let abi = crate::sys::landlock_abi_version().unwrap_or(0);
+    let abi = landlock_abi_version().unwrap_or(0);
     if abi < 7 {
         let _ = std::io::Write::write_all(
             &mut std::io::stderr(),
@@ -37,7 +39,7 @@ fn collects_a_real_landlock_denial_of_its_child() {
         );
         return;
     }
-    let scratch = crate::testing::Scratch::new("kaudit");
+    let scratch = Scratch::new("kaudit");
     let dir = scratch.path().to_path_buf();
     let target = dir.join("denied.txt");
     let log_path = dir.join("audit.jsonl");
@@ -62,7 +64,7 @@ fn collects_a_real_landlock_denial_of_its_child() {
         "judged from outside: the file must not exist"
     );
     let text = std::fs::read_to_string(&log_path).unwrap();
-    let events: Vec<crate::audit::Record> = text
+    let events: Vec<Record> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();

@@ -79,8 +79,8 @@ impl KernelAudit {
     /// A notice in `log` says what was done.
     ///
     /// Whether audit is on is asked by the reader thread, not here: the
-    /// kernel sends that reply from a kernel thread it creates for it (~1 ms,
-    /// and it held up the run's cgroup creation beside it). Audit is normally
+    /// kernel sends that reply from a kernel thread it creates for it, which
+    /// would hold up the run's cgroup creation beside it. Audit is normally
     /// on already (lockrun leaves it on); the records are buffered in the
     /// socket meanwhile.
     pub fn start(log: Arc<AuditLog>, run_id: &str) -> Result<Self, KernelAuditError> {
@@ -266,8 +266,8 @@ fn audit_on_at_boot(cmdline: &str) -> bool {
 /// `baseline`? Its count is the machine's; a rise means some of the run's
 /// refusals may be missing, and the log says so.
 ///
-/// The count is read again (~0.1 ms: the kernel answers from a thread it
-/// creates) only when the reader's own tally leaves a drop possible. The
+/// The count is read again (the kernel answers from a thread it creates)
+/// only when the reader's own tally leaves a drop possible. The
 /// kernel drops a record when more than its backlog limit wait in its
 /// queue, and every record that waited there after the baseline was sent
 /// to the reader before the run's mark. So if the reader got no more than

@@ -19,7 +19,7 @@ use super::request::{parse_head, HeadError, Host, Kind, RequestHead, Target, MAX
 use super::resolver::Resolver;
 use super::ProxyConfig;
 use crate::audit::{AuditLog, Event, ProxyEvent, ProxyVerdict};
-use crate::policy::{HostName, NetworkPolicy};
+use crate::policy::{HostName, HostRule, NetworkPolicy};
 
 mod forward;
 #[cfg(test)]
@@ -434,7 +434,7 @@ impl Refusal {
     }
 
     /// An upstream's failure after `rule` allowed the request.
-    fn allowed_by(mut self, rule: &crate::policy::HostRule) -> Self {
+    fn allowed_by(mut self, rule: &HostRule) -> Self {
         self.allowed_by = Some(format!("allowed by `{rule}`"));
         self
     }
@@ -606,10 +606,7 @@ async fn dial_or_refuse(
 }
 
 /// Gates 3-5: allowlist, resolution, address guard. The addresses to dial.
-async fn decide(
-    shared: &Shared,
-    target: &Target,
-) -> Result<(crate::policy::HostRule, Vec<SocketAddr>), Refusal> {
+async fn decide(shared: &Shared, target: &Target) -> Result<(HostRule, Vec<SocketAddr>), Refusal> {
     let forbidden = |r: Reason| Refusal {
         status: 403,
         reason: r.to_string(),
