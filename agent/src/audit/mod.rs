@@ -464,9 +464,7 @@ pub enum Event {
         limit: u32,
         refused: u64,
         /// At the run's limit, or above the run (a cgroup's lockrun is
-        /// in). Absent from logs written before it was told: those
-        /// counted refusals at the limit only.
-        #[serde(default)]
+        /// in).
         ran_out: RanOut,
     },
     /// Processes of the run the kernel killed (SIGKILL) out of memory,
@@ -478,9 +476,8 @@ pub enum Event {
         limit: u64,
         killed: u64,
         peak: Option<u64>,
-        /// Absent from logs written before it was told: those counted
-        /// kills at the limit only.
-        #[serde(default)]
+        /// At the run's limit, or above the run (the machine's, or a
+        /// cgroup's lockrun is in).
         ran_out: RanOut,
     },
     /// A note about the audit itself (e.g. kernel audit unavailable).
