@@ -9,7 +9,7 @@
 //! (C0, DEL, C1) or a Unicode direction override becomes its Rust escape
 //! (`\n`, `\u{1b}`), visible and inert, and one line stays one line.
 //! Machine output (the audit log, `--json`) is JSON, which escapes them
-//! already.
+//! already; [`lossy`] writes a path there as UTF-8 whatever its bytes.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -66,6 +66,26 @@ macro_rules! say {
     };
 }
 pub(crate) use say;
+
+/// Paths in the log as UTF-8, bytes that are not replaced by U+FFFD (as
+/// `Path::display` does): a path that is not UTF-8 must not cost the line.
+/// Read back as written.
+pub mod lossy {
+    use serde::Serializer;
+    use std::path::{Path, PathBuf};
+
+    /// # Errors
+    /// Only the serializer's own.
+    pub fn path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&p.to_string_lossy())
+    }
+
+    /// # Errors
+    /// Only the serializer's own.
+    pub fn paths<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(ps.iter().map(|p| p.to_string_lossy()))
+    }
+}
 
 #[cfg(test)]
 mod tests {

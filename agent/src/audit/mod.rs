@@ -18,35 +18,21 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::seccomp::Widens;
+
+mod causes;
+pub mod explain;
 pub mod kernel;
+pub mod ranges;
 pub mod read;
 pub mod seal;
 pub mod sink;
 mod summary;
 pub mod syscalls;
 
+pub use causes::{Narrowed, RanOut};
 pub use summary::refused_as;
 pub(crate) use summary::times;
-
-/// Paths in the log as UTF-8, bytes that are not replaced by U+FFFD (as
-/// `Path::display` does): a path that is not UTF-8 must not cost the line.
-/// Read back as written.
-pub mod lossy {
-    use serde::Serializer;
-    use std::path::{Path, PathBuf};
-
-    /// # Errors
-    /// Only the serializer's own.
-    pub fn path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&p.to_string_lossy())
-    }
-
-    /// # Errors
-    /// Only the serializer's own.
-    pub fn paths<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(ps.iter().map(|p| p.to_string_lossy()))
-    }
-}
 
 /// Which layer refused (or allowed) something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -211,9 +197,7 @@ pub struct ProxyEvent {
     /// HTTP status returned to the client.
     pub status: u16,
     /// Why, as the proxy decided it: what the summary and `lockrun audit`
-    /// go by. A log written before lockrun recorded it reads back as
-    /// [`ProxyVerdict::Unrecorded`].
-    #[serde(default)]
+    /// go by.
     pub verdict: ProxyVerdict,
 }
 
@@ -224,16 +208,13 @@ impl ProxyEvent {
     /// request the policy allowed whose upstream then failed.
     #[must_use]
     pub fn refused(&self) -> bool {
-        match self.verdict {
-            ProxyVerdict::Unrecorded => !self.allowed && self.status != 407,
-            v => !v.allowed() && v != ProxyVerdict::NoCredentials,
-        }
+        !self.verdict.allowed() && self.verdict != ProxyVerdict::NoCredentials
     }
 }
 
 /// What the proxy decided about a request, and why, as a value: the
 /// `reason` beside it says the same in words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ProxyVerdict {
     /// Allowed, and relayed to the upstream (whatever it answered).
@@ -257,7 +238,7 @@ pub enum ProxyVerdict {
     /// with no range, an address of this host.
     Address {
         addr: std::net::IpAddr,
-        range: Option<crate::proxy::guard::Range>,
+        range: Option<ranges::Range>,
         embedded: Option<std::net::Ipv4Addr>,
     },
     /// The proxy could not read this host's addresses, without which it
@@ -273,15 +254,11 @@ pub enum ProxyVerdict {
     BadRequest,
     /// Over the run's connection cap (`run.max_connections`).
     Overloaded,
-    /// Not recorded: a log from a lockrun before the verdict was written.
-    #[default]
-    Unrecorded,
 }
 
 impl ProxyVerdict {
     /// The policy let the request through (the upstream may still have
-    /// failed). `false` for [`Self::Unrecorded`]: the event's `allowed`
-    /// says.
+    /// failed).
     #[must_use]
     pub fn allowed(self) -> bool {
         matches!(self, Self::Allowed | Self::UpstreamFailed)
@@ -331,7 +308,7 @@ pub struct SyscallEvent {
     /// (`clone with CLONE_NEWUSER`, `socket(AF_PACKET)`).
     pub call: String,
     /// How it would widen the sandbox.
-    pub why: crate::seccomp::Widens,
+    pub why: Widens,
 }
 
 /// What a [`ScopeEvent`] tried to reach.
@@ -438,9 +415,9 @@ pub enum Event {
     RunStart {
         run_id: String,
         command: Vec<String>,
-        #[serde(serialize_with = "lossy::paths")]
+        #[serde(serialize_with = "crate::shown::lossy::paths")]
         policy: Vec<PathBuf>,
-        #[serde(serialize_with = "lossy::path")]
+        #[serde(serialize_with = "crate::shown::lossy::path")]
         worktree: PathBuf,
         /// The short name of the key that seals the run's lines
         /// ([`seal::SealKey::id`]).
@@ -473,9 +450,9 @@ pub enum Event {
     Scope(ScopeEvent),
     Syscall(SyscallEvent),
     /// A writable dir the ruleset could not grant whole, because a denied
-    /// path lies beneath it ([`crate::fs::Narrowed`]): creating, removing
+    /// path lies beneath it ([`Narrowed`]): creating, removing
     /// or renaming directly in it is refused.
-    Narrowed(crate::fs::Narrowed),
+    Narrowed(Narrowed),
     /// Kernel audit records lost: the filesystem and scope refusals shown
     /// may be fewer than were made.
     AuditRecordsLost(AuditLoss),
@@ -487,10 +464,8 @@ pub enum Event {
         limit: u32,
         refused: u64,
         /// At the run's limit, or above the run (a cgroup's lockrun is
-        /// in). Absent from logs written before it was told: those
-        /// counted refusals at the limit only.
-        #[serde(default)]
-        ran_out: crate::cgroup::RanOut,
+        /// in).
+        ran_out: RanOut,
     },
     /// Processes of the run the kernel killed (SIGKILL) out of memory,
     /// counted by the kernel over the whole run (cgroup `oom_kill`): at the
@@ -501,10 +476,9 @@ pub enum Event {
         limit: u64,
         killed: u64,
         peak: Option<u64>,
-        /// Absent from logs written before it was told: those counted
-        /// kills at the limit only.
-        #[serde(default)]
-        ran_out: crate::cgroup::RanOut,
+        /// At the run's limit, or above the run (the machine's, or a
+        /// cgroup's lockrun is in).
+        ran_out: RanOut,
     },
     /// A note about the audit itself (e.g. kernel audit unavailable).
     Notice {

@@ -126,10 +126,11 @@ fn skip_line(reader: &mut impl std::io::BufRead) -> std::io::Result<()> {
 #[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
+    use crate::testing::Scratch;
 
     #[test]
     fn a_line_cut_short_or_too_long_is_named_and_the_rest_is_read() {
-        let scratch = crate::testing::Scratch::new("read-tolerant");
+        let scratch = Scratch::new("read-tolerant");
         let path = scratch.path().join("log");
         let good = r#"{"ts_ms":1,"event":"kernel_events_lost","count":2}"#;
         let long = "x".repeat(LINE_LIMIT + 10);

@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 use hmac::{Hmac, Mac as _};
 use sha2::{Digest as _, Sha256};
 
+use crate::sys::rename_noreplace;
+
 /// The key's file in the state dir.
 pub const KEY_FILE: &str = "audit-key";
 
@@ -86,7 +88,7 @@ impl SealKey {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&new)
             .and_then(|mut f| f.write_all(&key).and_then(|()| f.sync_all()))
-            .and_then(|()| crate::sys::rename_noreplace(&new, &path));
+            .and_then(|()| rename_noreplace(&new, &path));
         let _ = std::fs::remove_file(&new);
         match made {
             Ok(()) => Ok(Self { key, path }),
@@ -351,6 +353,7 @@ impl Verifier {
 #[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
+    use crate::testing::Scratch;
 
     fn key(byte: u8) -> SealKey {
         SealKey {
@@ -415,7 +418,7 @@ mod tests {
 
     #[test]
     fn a_key_is_made_once_and_read_back_by_every_later_run() {
-        let scratch = crate::testing::Scratch::new("seal-key");
+        let scratch = Scratch::new("seal-key");
         let made = SealKey::of_state_dir(scratch.path()).unwrap();
         let again = SealKey::of_state_dir(scratch.path()).unwrap();
         assert_eq!(made.id(), again.id());
@@ -431,7 +434,7 @@ mod tests {
 
     #[test]
     fn a_key_others_may_read_or_a_link_is_not_taken() {
-        let scratch = crate::testing::Scratch::new("seal-key-bad");
+        let scratch = Scratch::new("seal-key-bad");
         let path = scratch.path().join(KEY_FILE);
         std::fs::write(&path, [0u8; 32]).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();

@@ -21,6 +21,9 @@ use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::unix::fs::{FileExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
+use crate::regular_file::{self, ReadError as Refused};
+use crate::sys::openat;
+
 /// Why the log cannot be the file at its path.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
@@ -76,7 +79,7 @@ impl LogFile {
             | nix::fcntl::OFlag::O_CLOEXEC
             | nix::fcntl::OFlag::O_NOCTTY;
         let mode = nix::sys::stat::Mode::from_bits_truncate(0o600);
-        let fd = match crate::sys::openat(dir, name, flags, mode) {
+        let fd = match openat(dir, name, flags, mode) {
             Ok(fd) => fd,
             Err(nix::errno::Errno::ELOOP) => {
                 return Err(SinkError::Link {
@@ -106,7 +109,7 @@ impl LogFile {
         if !meta.is_file() {
             return Err(SinkError::NotRegular {
                 path: path.to_path_buf(),
-                kind: crate::regular_file::kind(meta.file_type()),
+                kind: regular_file::kind(meta.file_type()),
             });
         }
         if meta.nlink() > 1 {
@@ -213,12 +216,11 @@ pub enum ReadError {
 /// reading needs no guard against them; [`crate::regular_file::open`], so
 /// that no FIFO is waited on) no larger than [`READ_LIMIT`].
 pub fn open_for_reading(path: &Path) -> Result<File, ReadError> {
-    use crate::regular_file::ReadError as Refused;
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let file = crate::regular_file::open(path).map_err(|e| match e {
+    let file = regular_file::open(path).map_err(|e| match e {
         Refused::NotRegular(kind) => ReadError::NotRegular {
             path: path.to_path_buf(),
             kind,
@@ -241,6 +243,7 @@ pub fn open_for_reading(path: &Path) -> Result<File, ReadError> {
 #[allow(clippy::unwrap_used)] // tests: a panic is the failure report
 mod tests {
     use super::*;
+    use crate::testing::Scratch;
 
     fn dir(p: &Path) -> std::os::fd::OwnedFd {
         std::os::fd::OwnedFd::from(File::open(p).unwrap())
@@ -248,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_link_a_fifo_a_dir_or_a_file_of_two_names_is_not_opened_to_write() {
-        let scratch = crate::testing::Scratch::new("sink-refuses");
+        let scratch = Scratch::new("sink-refuses");
         let d = dir(scratch.path());
         let target = scratch.path().join("target");
         std::fs::write(&target, "canary\n").unwrap();
@@ -277,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_line_after_one_cut_short_starts_on_a_line_of_its_own() {
-        let scratch = crate::testing::Scratch::new("sink-unended");
+        let scratch = Scratch::new("sink-unended");
         let d = dir(scratch.path());
         let path = scratch.path().join("log");
         std::fs::write(&path, "{\"half\":").unwrap();
@@ -300,7 +303,7 @@ mod tests {
                 ..
             })
         ));
-        let scratch = crate::testing::Scratch::new("sink-read-fifo");
+        let scratch = Scratch::new("sink-read-fifo");
         let fifo = scratch.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(matches!(

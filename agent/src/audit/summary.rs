@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::{AuditLoss, Destination, Event, Layer, ProxyVerdict, ScopeTarget};
+use super::{AuditLoss, Destination, Event, Layer, ProxyVerdict, RanOut, ScopeTarget};
+use crate::policy::size;
 
 /// The most distinct targets kept of one kind (destinations refused, paths,
 /// proxy targets, calls, …).
@@ -160,9 +161,9 @@ pub(super) struct Tally {
     /// Kernel audit records that did not reach lockrun, once per cause.
     audit_loss: Vec<AuditLoss>,
     /// The run's task limit, the forks refused, and where the tasks ran out.
-    tasks: Option<(u32, u64, crate::cgroup::RanOut)>,
+    tasks: Option<(u32, u64, RanOut)>,
     /// The run's memory limit, the processes killed out of memory, and where it ran out.
-    memory: Option<(u64, u64, crate::cgroup::RanOut)>,
+    memory: Option<(u64, u64, RanOut)>,
 }
 
 impl Tally {
@@ -535,8 +536,7 @@ fn show_dest(d: &Destination) -> String {
 
 /// The summary's line for forks and clones refused: at the run's task
 /// limit, or above the run.
-fn tasks_refused_line(limit: u32, refused: u64, ran_out: crate::cgroup::RanOut) -> String {
-    use crate::cgroup::RanOut;
+fn tasks_refused_line(limit: u32, refused: u64, ran_out: RanOut) -> String {
     let why = match ran_out {
         RanOut::AtTheRunsLimit => format!(
             "the run had reached its limit of {limit} tasks, processes and threads at once (run.max_tasks in the policy)"
@@ -553,9 +553,8 @@ fn tasks_refused_line(limit: u32, refused: u64, ran_out: crate::cgroup::RanOut) 
 
 /// The summary's line for processes of the run the kernel killed out of
 /// memory, saying where it ran out.
-fn out_of_memory_line(limit: u64, killed: u64, ran_out: crate::cgroup::RanOut) -> String {
-    use crate::cgroup::RanOut;
-    let limit = crate::policy::size(limit);
+fn out_of_memory_line(limit: u64, killed: u64, ran_out: RanOut) -> String {
+    let limit = size(limit);
     let why = match ran_out {
         RanOut::AtTheRunsLimit => format!(
             "the run had reached its memory limit of {limit}, its processes together (run.max_memory in the policy)"

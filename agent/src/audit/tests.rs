@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 use super::summary::SHOWN_PER_LINE;
 use super::*;
+use crate::testing::Scratch;
 
 /// The summary's lines of a log kept nowhere (`--audit-log` not given),
 /// but the last, which must tell how to get the details.
@@ -19,7 +20,7 @@ fn refusals(log: &AuditLog) -> Vec<String> {
 
 #[test]
 fn the_details_are_where_the_log_is_and_nothing_is_said_without_a_refusal() {
-    let scratch = crate::testing::Scratch::new("summary");
+    let scratch = Scratch::new("summary");
     let dir = scratch.path().to_path_buf();
     let path = dir.join("audit.jsonl");
     let kept = AuditLog::open(Some(&path)).unwrap();
@@ -40,12 +41,9 @@ fn the_details_are_where_the_log_is_and_nothing_is_said_without_a_refusal() {
 }
 
 /// The kills out of memory say where it ran out: at the run's limit
-/// (raise it), or above the run (raising it would not help). And a log
-/// written before `ran_out` was told reads as at the limit, all it
-/// counted then.
+/// (raise it), or above the run (raising it would not help).
 #[test]
 fn kills_out_of_memory_say_where_it_ran_out() {
-    use crate::cgroup::RanOut;
     let kill = |ran_out| Event::MemoryLimit {
         limit: 64 << 20,
         killed: 2,
@@ -72,26 +70,14 @@ fn kills_out_of_memory_say_where_it_ran_out() {
           reached its own limit of 64 MiB; a run's processes are the kernel's first pick there"
         ]
     );
-    let old: Event =
-        serde_json::from_str(r#"{"event":"memory_limit","limit":67108864,"killed":1,"peak":null}"#)
-            .unwrap();
-    assert!(matches!(
-        old,
-        Event::MemoryLimit {
-            ran_out: RanOut::AtTheRunsLimit,
-            ..
-        }
-    ));
     let now = serde_json::to_string(&kill(RanOut::AboveTheRun)).unwrap();
     assert!(now.contains(r#""ran_out":"above_the_run""#), "{now}");
 }
 
 /// Forks refused say where the tasks ran out: at the run's limit, or
-/// above the run (a cgroup's lockrun is in). A log written before
-/// `ran_out` was told reads as at the limit.
+/// above the run (a cgroup's lockrun is in).
 #[test]
 fn refused_forks_say_where_the_tasks_ran_out() {
-    use crate::cgroup::RanOut;
     let refused = |ran_out| Event::TaskLimit {
         limit: 16,
         refused: 3,
@@ -114,16 +100,6 @@ fn refused_forks_say_where_the_tasks_ran_out() {
             "lockrun: 3 forks or threads refused (EAGAIN): tasks ran out above the run (a \
           cgroup's lockrun is in, e.g. its caller's), which had not reached its own limit of 16"
         ]
-    );
-    let old: Event =
-        serde_json::from_str(r#"{"event":"task_limit","limit":16,"refused":1}"#).unwrap();
-    assert_eq!(
-        old,
-        Event::TaskLimit {
-            limit: 16,
-            refused: 1,
-            ran_out: RanOut::AtTheRunsLimit
-        }
     );
     let now = serde_json::to_string(&refused(RanOut::AboveTheRun)).unwrap();
     assert!(now.contains(r#""ran_out":"above_the_run""#), "{now}");
@@ -342,7 +318,7 @@ fn refused_system_calls_are_their_own_line_and_layer() {
             comm: comm.into(),
             cgroup_id: 7,
             call: call.into(),
-            why: crate::seccomp::Widens::Namespaces,
+            why: Widens::Namespaces,
         })
     };
     log.record(call("unshare", "bwrap"));

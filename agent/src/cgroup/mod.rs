@@ -112,20 +112,8 @@ pub fn find_run(run_id: &str) -> Result<Option<PathBuf>, CgroupError> {
         .find(|p| p.is_dir()))
 }
 
-/// Where a run's processes met a limit: the run's own, or one above the
-/// run (a cgroup's lockrun is in; for memory, the machine's too). What
-/// tells a user whether a higher limit of the run's would help.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RanOut {
-    /// At the run's own limit.
-    #[default]
-    AtTheRunsLimit,
-    /// Above the run, which had not reached its own limit: a higher one
-    /// would not have helped. For memory the run's processes were the
-    /// kernel's first pick ([`crate::sys::OOM_SCORE_ADJ`]).
-    AboveTheRun,
-}
+/// Where a run's processes met a limit, in the audit log's words.
+pub use crate::audit::RanOut;
 
 /// How long teardown waits for a killed cgroup to empty.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);

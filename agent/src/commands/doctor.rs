@@ -17,9 +17,12 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::audit::kernel as kernel_audit;
+use crate::audit::AuditLog;
 use crate::cli::DoctorArgs;
 use crate::kernel::{Gap, Kernel, Mechanism, Unheld};
 use crate::shown::say;
+use crate::{bpf, cgroup, fs};
 
 /// Host support is missing for some promise.
 pub const HOST_LACKS: i32 = 3;
@@ -60,31 +63,31 @@ pub fn host_checks() -> Vec<Check> {
     checks.push(check(
         "Landlock",
         "filesystem: writes only in the worktree and {tmp}; deny-read; with ABI 3 to 7 the promises below",
-        crate::fs::kernel_abi()
+        fs::kernel_abi()
             .map(|v| format!("ABI {v}"))
             .map_err(|e| e.to_string()),
     ));
     checks.push(check(
         "cgroup v2",
         "network: the run's own cgroup, joined before exec",
-        crate::cgroup::cgroup2_mount()
+        cgroup::cgroup2_mount()
             .map(|p| format!("mounted at {}", p.display()))
             .map_err(|e| e.to_string()),
     ));
     checks.push(check(
         "cgroup pids",
         "availability: the run's task limit (run.max_tasks), which stops a fork bomb at the run",
-        crate::cgroup::pids::available().map_err(|e| e.to_string()),
+        cgroup::pids::available().map_err(|e| e.to_string()),
     ));
     checks.push(check(
         "cgroup memory",
         "availability: the run's memory limit (run.max_memory), which keeps the OOM killer in the run",
-        crate::cgroup::memory::available().map_err(|e| e.to_string()),
+        cgroup::memory::available().map_err(|e| e.to_string()),
     ));
     checks.push(check(
         "bpffs",
         "network: hooks pinned, outliving lockrun",
-        crate::bpf::preflight()
+        bpf::preflight()
             .map(|()| "mounted at /sys/fs/bpf".to_owned())
             .map_err(|e| e.to_string()),
     ));
@@ -104,7 +107,7 @@ pub fn host_checks() -> Vec<Check> {
     checks.push(check(
         "kernel audit",
         "audit: filesystem refusals in the log",
-        crate::audit::kernel::status()
+        kernel_audit::status()
             .map(|st| {
                 format!(
                     "{}, {}; {} read from the read-only multicast group; {}",
@@ -142,8 +145,8 @@ pub fn host_checks() -> Vec<Check> {
 /// tear it all down: proof that the run's network layer can be set up here.
 fn attach_probe() -> Result<String, String> {
     let id = format!("doctor-{}", std::process::id());
-    let cg = crate::cgroup::RunCgroup::create(&id).map_err(|e| e.to_string())?;
-    let hooks = crate::bpf::NetworkHooks::attach(&cg, &id, &[], &[]).map_err(|e| {
+    let cg = cgroup::RunCgroup::create(&id).map_err(|e| e.to_string())?;
+    let hooks = bpf::NetworkHooks::attach(&cg, &id, &[], &[]).map_err(|e| {
         let mut s = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(c) = src {
@@ -155,7 +158,7 @@ fn attach_probe() -> Result<String, String> {
     });
     let result = match hooks {
         Ok(h) => {
-            let log = crate::audit::AuditLog::open(None).map_err(|e| e.to_string())?;
+            let log = AuditLog::open(None).map_err(|e| e.to_string())?;
             h.finish(&log)
                 .map(|_| "loaded, attached to a cgroup of its own, pinned, and removed".to_owned())
                 .map_err(|e| e.to_string())
@@ -163,7 +166,7 @@ fn attach_probe() -> Result<String, String> {
         Err(e) => Err(e),
     };
     cg.remove()
-        .and_then(crate::cgroup::Limits::remove)
+        .and_then(cgroup::Limits::remove)
         .map_err(|e| e.to_string())?;
     result
 }

@@ -21,7 +21,12 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use crate::cli::KernelStepsArgs;
-use crate::fs::OwnFs;
+use crate::exit;
+use crate::fs::{
+    grant_rights, handled_rights, hidden_mounts, machine_secrets, masks, FsSandbox, Mask, OwnFs,
+};
+use crate::kernel::Kernel;
+use crate::seccomp::combined;
 use crate::shown::say;
 
 /// Print the steps; returns the exit status.
@@ -34,47 +39,39 @@ pub fn run(args: &KernelStepsArgs) -> i32 {
         }
         Err(e) => {
             say!("lockrun: {e}");
-            crate::exit::SETUP
+            exit::SETUP
         }
     }
 }
 
 fn steps(args: &KernelStepsArgs) -> anyhow::Result<String> {
     let policy = super::run::load(&args.policy)?;
-    let fs = crate::fs::FsSandbox::prepare(&policy, &args.tmp, &policy.runs_dir())?;
+    let fs = FsSandbox::prepare(&policy, &args.tmp, &policy.runs_dir())?;
     let mut out = String::new();
     // A path with a newline cannot be a line; the bench's paths have none.
     let line = |p: &Path| !p.as_os_str().as_bytes().contains(&b'\n');
-    writeln!(out, "handled {:#x}", crate::fs::handled_rights())?;
+    writeln!(out, "handled {:#x}", handled_rights())?;
     for (path, grant) in fs.grants().iter().filter(|(p, _)| line(p)) {
-        writeln!(
-            out,
-            "rule {:#x} {}",
-            crate::fs::grant_rights(*grant),
-            path.display()
-        )?;
+        writeln!(out, "rule {:#x} {}", grant_rights(*grant), path.display())?;
     }
     for own in fs.own_filesystems() {
         writeln!(out, "own {:#x} {}", own.rights(), own.path().display())?;
     }
     writeln!(out, "queues {:#x}", OwnFs::MessageQueues.rights())?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for hidden in crate::fs::hidden_mounts(&mountinfo)
-        .iter()
-        .filter(|p| line(p))
-    {
+    for hidden in hidden_mounts(&mountinfo).iter().filter(|p| line(p)) {
         writeln!(out, "hide {}", hidden.display())?;
     }
-    for mask in crate::fs::masks(crate::fs::machine_secrets(), fs.writable_roots()) {
+    for mask in masks(machine_secrets(), fs.writable_roots()) {
         let (kind, path) = match &mask {
-            crate::fs::Mask::Dir(p) => ("dir", p),
-            crate::fs::Mask::File(p) => ("file", p),
+            Mask::Dir(p) => ("dir", p),
+            Mask::File(p) => ("file", p),
         };
         if line(path) {
             writeln!(out, "mask {kind} {}", path.display())?;
         }
     }
-    for i in crate::seccomp::combined(crate::kernel::Kernel::get().fallbacks())? {
+    for i in combined(Kernel::get().fallbacks())? {
         writeln!(out, "bpf {} {} {} {}", i.code, i.jt, i.jf, i.k)?;
     }
     Ok(out)

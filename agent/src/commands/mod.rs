@@ -13,20 +13,18 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command, PolicyCommand};
+use crate::run::nested;
 use crate::shown::say;
+use crate::{exit, log};
 
 /// Parse the command line and run the chosen command.
 #[must_use]
 pub fn main() -> ExitCode {
-    crate::log::init();
+    log::init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() {
-                crate::exit::USAGE
-            } else {
-                0
-            };
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
             let _ = e.print();
             return exit_code(code);
         }
@@ -37,9 +35,9 @@ pub fn main() -> ExitCode {
         cli.command,
         None | Some(Command::Gc(_) | Command::Doctor(_))
     ) {
-        if let Some(id) = crate::run::nested::enclosing_run() {
-            say!("{}", crate::run::nested::refusal(&id));
-            return exit_code(crate::exit::SETUP);
+        if let Some(id) = nested::enclosing_run() {
+            say!("{}", nested::refusal(&id));
+            return exit_code(exit::SETUP);
         }
     }
     let code = match cli.command {

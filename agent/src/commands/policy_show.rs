@@ -5,7 +5,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::cli::ShowArgs;
+use crate::exit;
+use crate::fs;
+use crate::kernel::Kernel;
+use crate::policy::{overlap, runs_later};
 use crate::policy::{PathSpec, Policy};
+use crate::seccomp;
 use crate::shown::say;
 
 /// Run `policy show`; returns the exit status.
@@ -24,7 +29,7 @@ pub fn run(args: &ShowArgs) -> i32 {
             Ok(r) => view.rules = Some(r),
             Err(e) => {
                 say!("lockrun: the Landlock rules cannot be built on this machine: {e}");
-                return crate::exit::SETUP;
+                return exit::SETUP;
             }
         }
     }
@@ -75,14 +80,14 @@ pub struct View<'a> {
 
 /// The Landlock rules the policy produces here, built exactly as a run builds
 /// them, with a stand-in temp dir (shown as `{tmp}`).
-fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
+fn rules(policy: &Policy) -> Result<Vec<(String, String)>, fs::FsError> {
     let scratch = std::env::temp_dir().join(format!("lockrun-policy-show-{}", std::process::id()));
     let tmp = scratch.join("tmp");
-    std::fs::create_dir_all(&tmp).map_err(|source| crate::fs::FsError::Open {
+    std::fs::create_dir_all(&tmp).map_err(|source| fs::FsError::Open {
         path: tmp.clone(),
         source,
     })?;
-    let built = crate::fs::FsSandbox::prepare(policy, &tmp, &policy.runs_dir());
+    let built = fs::FsSandbox::prepare(policy, &tmp, &policy.runs_dir());
     let _ = std::fs::remove_dir_all(&scratch);
     let fs = built?;
     let tmp = tmp.display().to_string();
@@ -93,14 +98,14 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
             let p = p.display().to_string();
             let p = if p == tmp { "{tmp}".to_owned() } else { p };
             let rights = match g {
-                crate::fs::Grant::Read => "read, execute, list",
-                crate::fs::Grant::ReadWrite => {
+                fs::Grant::Read => "read, execute, list",
+                fs::Grant::ReadWrite => {
                     "every right (read, write, create, remove, rename, link, special files, ioctl)"
                 }
-                crate::fs::Grant::Device => "read, write, ioctl (device)",
-                crate::fs::Grant::Tty => "read, write, ioctl (terminal)",
-                crate::fs::Grant::Stdio => "write, truncate (the caller's stdout or stderr)",
-                crate::fs::Grant::List => {
+                fs::Grant::Device => "read, write, ioctl (device)",
+                fs::Grant::Tty => "read, write, ioctl (terminal)",
+                fs::Grant::Stdio => "write, truncate (the caller's stdout or stderr)",
+                fs::Grant::List => {
                     "list only (the names; nothing beneath is readable unless listed here)"
                 }
             };
@@ -108,7 +113,7 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
         })
         .collect();
     let mounted = fs.own_filesystems();
-    for own in crate::fs::OwnFs::ALL {
+    for own in fs::OwnFs::ALL {
         let at = if mounted.contains(&own) {
             "mounted in its mount namespace"
         } else if own.reached_without_path() {
@@ -117,19 +122,19 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
             continue;
         };
         let (what, rights) = match own {
-            crate::fs::OwnFs::SharedMemory => (
+            fs::OwnFs::SharedMemory => (
                 "a tmpfs",
                 "every right (read, write, create, remove, rename, link, special files, ioctl)",
             ),
-            crate::fs::OwnFs::Terminals => (
+            fs::OwnFs::Terminals => (
                 "a devpts instance",
                 "list; read, write, ioctl (the run's terminals)",
             ),
-            crate::fs::OwnFs::MessageQueues => (
+            fs::OwnFs::MessageQueues => (
                 "its IPC namespace's mqueue filesystem",
                 "every right (open, send and receive, create, remove POSIX message queues)",
             ),
-            crate::fs::OwnFs::Processes => (
+            fs::OwnFs::Processes => (
                 "a procfs instance showing only the run's processes (hidepid=ptraceable)",
                 "read, execute, list",
             ),
@@ -146,7 +151,7 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, crate::fs::FsError> {
 /// Where the kernel has no Landlock device ioctl right, the device files
 /// a run cannot open ([`crate::kernel::Kernel::devices_only_in_dev`]).
 fn devices_outside_dev() -> Option<String> {
-    crate::kernel::Kernel::get().devices_only_in_dev().then(|| {
+    Kernel::get().devices_only_in_dev().then(|| {
         "device files anywhere but /dev, opened for nothing (this kernel has no Landlock device ioctl \
          right, ABI < 5: every other mount nodev in the run's mount namespace; EACCES, beneath the \
          writable paths too)"
@@ -161,16 +166,16 @@ impl<'a> View<'a> {
         writable.extend(policy.fs.writable.iter().map(ToString::to_string));
         writable.push(format!(
             "{}, the run's own (a tmpfs in a mount namespace of the run's, gone with it; the machine's, shared, when a writable path lies in or above it)",
-            crate::fs::OwnFs::SharedMemory.path().display()
+            fs::OwnFs::SharedMemory.path().display()
         ));
         writable.push(format!(
             "POSIX message queues, the run's own (its IPC namespace's, mounted on {} in its mount namespace where the machine has one, whose queues it hides)",
-            crate::fs::OwnFs::MessageQueues.path().display()
+            fs::OwnFs::MessageQueues.path().display()
         ));
         // A denied dir holding a writable one denies all of it but that
         // one, which is granted whole (crate::policy::overlap).
         let denied = |d: &PathSpec| {
-            let open = crate::policy::overlap::open_beneath(policy, d);
+            let open = overlap::open_beneath(policy, d);
             if open.is_empty() {
                 d.to_string()
             } else {
@@ -185,14 +190,14 @@ impl<'a> View<'a> {
         );
         deny_read.push(format!(
             "every mount of these, hidden (an empty read-only tmpfs over each in the run's mount namespace): {}",
-            crate::fs::HIDDEN_FS
+            fs::HIDDEN_FS
                 .iter()
                 .map(|h| format!("{} ({})", h.fstype, h.holds))
                 .collect::<Vec<_>>()
                 .join(", "),
         ));
         let mut secrets: Vec<(Vec<&str>, &str)> = Vec::new();
-        for m in &crate::fs::MACHINE_SECRETS {
+        for m in &fs::MACHINE_SECRETS {
             match secrets.last_mut() {
                 Some((paths, holds)) if *holds == m.holds => paths.push(m.path),
                 _ => secrets.push((vec![m.path], m.holds)),
@@ -212,7 +217,7 @@ impl<'a> View<'a> {
         ));
         deny_read.push(format!(
             "/dev, but listable, and readable: {} (a run is uid 0, and uid 0 owns the console, raw disks and the rest of /dev)",
-            crate::fs::DEV_READABLE
+            fs::DEV_READABLE
                 .map(|n| match n {
                     "shm" => "shm (the run's own, above)",
                     "pts" => "pts (the run's own terminals, a devpts instance of its mount namespace; else the machine's, listable only)",
@@ -223,17 +228,17 @@ impl<'a> View<'a> {
         deny_read.extend(devices_outside_dev());
         deny_read.push(format!(
             "{}, but the run's own: a procfs instance of its mount namespace that shows only the run's processes (hidepid=ptraceable); another run's command, the caller's and the machine's processes have no entry there",
-            crate::fs::OwnFs::Processes.path().display()
+            fs::OwnFs::Processes.path().display()
         ));
         deny_read.sort();
         deny_read.dedup();
-        let runs_later = crate::policy::runs_later::reached_by(policy)
+        let runs_later = runs_later::reached_by(policy)
             .iter()
             .map(ToString::to_string)
             .collect();
         let runs_dir = policy.runs_dir();
         let run_tmp = runs_dir.join("<run-id>/tmp");
-        let found = crate::fs::findings(policy, &run_tmp, &runs_dir);
+        let found = fs::findings(policy, &run_tmp, &runs_dir);
         let narrowed = found.narrowed.iter().map(ToString::to_string).collect();
         let crowded = found.crowded.iter().map(ToString::to_string).collect();
         Self {
@@ -245,7 +250,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: crate::seccomp::describe(crate::kernel::Kernel::get().fallbacks()),
+            seccomp: seccomp::describe(Kernel::get().fallbacks()),
             rules: None,
         }
     }

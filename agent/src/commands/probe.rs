@@ -8,6 +8,8 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use crate::exit;
+
 fn report(r: std::io::Result<()>) -> i32 {
     match r {
         Ok(()) => {
@@ -58,7 +60,7 @@ pub fn run(args: &[String]) -> i32 {
             }),
         other => {
             eprintln!("lockrun __probe: unknown probe `{other}`");
-            return crate::exit::USAGE;
+            return exit::USAGE;
         }
     };
     report(r)

@@ -517,37 +517,13 @@ impl Roots {
     }
 }
 
-/// A writable dir that Landlock cannot grant whole, because a denied path
-/// lies beneath it. Landlock only grants, and a right on a dir holds for
-/// everything beneath, so the dir's entries are granted one by one instead:
-/// they stay writable, but creating, removing or renaming an entry
-/// directly in the dir needs a right on the dir itself, which it lacks.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Narrowed {
-    #[serde(serialize_with = "crate::audit::lossy::path")]
-    pub dir: PathBuf,
-    /// The denied paths beneath it.
-    #[serde(serialize_with = "crate::audit::lossy::paths")]
-    pub denied: Vec<PathBuf>,
-}
+/// A writable dir that Landlock cannot grant whole, in the audit log's words.
+pub use crate::audit::Narrowed;
 
 /// `paths`, shown and joined with `, `.
 fn joined(paths: &[PathBuf]) -> String {
     let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     shown.join(", ")
-}
-
-impl std::fmt::Display for Narrowed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{dir} is writable but holds the denied {denied}: Landlock only grants, so nothing \
-             can be created, removed or renamed directly in {dir} (what is in it stays writable); \
-             keep what must not be read out of writable dirs",
-            dir = self.dir.display(),
-            denied = joined(&self.denied)
-        )
-    }
 }
 
 /// A directory listed on the way to a denied path that holds so many

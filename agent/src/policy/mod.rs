@@ -28,9 +28,9 @@ pub const LANDLOCK_ABI: u8 = 1;
 #[serde(rename_all = "snake_case", tag = "base", content = "path")]
 pub enum PathSpec {
     /// An absolute path (placeholders `{worktree}`, `{home}` and `{state}` already substituted).
-    Absolute(#[serde(serialize_with = "crate::audit::lossy::path")] PathBuf),
+    Absolute(#[serde(serialize_with = "crate::shown::lossy::path")] PathBuf),
     /// A path relative to the run's temp dir (`{tmp}` or `{tmp}/sub`).
-    RunTmp(#[serde(serialize_with = "crate::audit::lossy::path")] PathBuf),
+    RunTmp(#[serde(serialize_with = "crate::shown::lossy::path")] PathBuf),
 }
 
 impl PathSpec {
@@ -104,7 +104,7 @@ impl NetworkPolicy {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunSettings {
     /// Where run dirs live: `<state_dir>/runs/<id>`.
-    #[serde(serialize_with = "crate::audit::lossy::path")]
+    #[serde(serialize_with = "crate::shown::lossy::path")]
     pub state_dir: PathBuf,
     /// How long an idle proxy tunnel lives.
     #[serde(with = "secs")]
@@ -293,13 +293,13 @@ impl EnvTemplate {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Policy {
     /// The files merged into this policy, outermost first.
-    #[serde(serialize_with = "crate::audit::lossy::paths")]
+    #[serde(serialize_with = "crate::shown::lossy::paths")]
     pub sources: Vec<PathBuf>,
     /// The worktree: writable, canonical.
-    #[serde(serialize_with = "crate::audit::lossy::path")]
+    #[serde(serialize_with = "crate::shown::lossy::path")]
     pub worktree: PathBuf,
     /// The user's home, used by `{home}` and the default secrets.
-    #[serde(serialize_with = "crate::audit::lossy::path")]
+    #[serde(serialize_with = "crate::shown::lossy::path")]
     pub home: PathBuf,
     pub fs: FsPolicy,
     pub network: NetworkPolicy,

@@ -56,9 +56,8 @@
 //!
 //! Tunnels live while idle for `run.idle_tunnel` (default 900 s) and forward
 //! half-closes both ways; an idle tunnel holds no buffer (each direction
-//! borrows a 64 KiB one only while bytes flow: about 7.5 KiB resident per idle
-//! tunnel, client end included, measured by `tests/proxy.rs`
-//! `idle_tunnel_memory`). At most
+//! borrows a 64 KiB one only while bytes flow; `tests/proxy.rs`
+//! `idle_tunnel_memory` holds it to that). At most
 //! `run.max_connections` client connections are served at once.
 
 pub mod allowlist;
@@ -68,6 +67,9 @@ pub mod reach;
 pub mod request;
 pub mod resolver;
 pub mod server;
+
+#[cfg(test)]
+mod advised;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -147,8 +149,7 @@ impl ProxyConfig {
 
 /// A proxy serving one run, on a runtime of its own with a worker thread
 /// per CPU (at most [`PROXY_THREADS`]): the run's own runtime is one thread,
-/// and at 50 concurrent requests one thread was the bottleneck (the bench's
-/// requests/s at c=50 rose ~15% with two).
+/// which many concurrent requests would queue behind.
 pub struct RunningProxy {
     addr: SocketAddr,
     secret: String,

@@ -124,6 +124,9 @@ pub mod rules;
 pub use rules::{reap_stale, remove_beside, Refused, RunRules};
 
 use super::kernel::KernelAuditError;
+use crate::seccomp::scope::abstract_names_supervised;
+use crate::seccomp::Fallbacks;
+use crate::sys::has_effective_cap;
 
 /// The first login uid of lockrun's range: `0x8000_0000 | ino`.
 pub const LOGIN_UID_RANGE: u32 = 0x8000_0000;
@@ -154,7 +157,7 @@ pub enum SyscallAuditError {
     #[error(transparent)]
     Kernel(#[from] KernelAuditError),
     #[error("reading the live run cgroups: {0}")]
-    LiveRuns(crate::cgroup::CgroupError),
+    LiveRuns(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Why kernel audit's syscall records cannot stand in for Landlock's on
@@ -275,11 +278,10 @@ impl Reach {
     /// What kernel audit stands in for on a kernel of Landlock ABI `abi`
     /// (below 7), with the seccomp supervisor's `fallbacks`.
     #[must_use]
-    pub fn below_abi_7(abi: u8, fallbacks: crate::seccomp::Fallbacks) -> Self {
+    pub fn below_abi_7(abi: u8, fallbacks: Fallbacks) -> Self {
         Self {
             signals: abi == 6,
-            abstract_sockets: abi == 6
-                && !crate::seccomp::scope::abstract_names_supervised(fallbacks),
+            abstract_sockets: abi == 6 && !abstract_names_supervised(fallbacks),
         }
     }
 
@@ -378,7 +380,7 @@ pub fn probe() -> Result<Probe, Unusable> {
         if asked.features & rules::FEATURE_ONLY_UNSET_LOGINUID != 0 {
             return Err(Unusable::LoginUidFixed(Fixed::OnlyUnset));
         }
-        if !crate::sys::has_effective_cap(CAP_AUDIT_CONTROL).unwrap_or(false) {
+        if !has_effective_cap(CAP_AUDIT_CONTROL).unwrap_or(false) {
             return Err(Unusable::LoginUidFixed(Fixed::NoCapability));
         }
     }

@@ -15,10 +15,12 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use nix::sys::socket::{recv, send, setsockopt, sockopt, MsgFlags};
 
-use super::super::kernel::{
-    nl_message, nl_socket, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_ACK, NLM_F_REQUEST,
-};
 use super::{is_lockruns, Probe, SyscallAuditError, Unusable};
+use crate::audit::kernel::{
+    enable, nl_message, nl_socket, KernelAuditError, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_ACK,
+    NLM_F_REQUEST,
+};
+use crate::shown::say;
 
 const AUDIT_GET: u16 = 1000;
 const AUDIT_ADD_RULE: u16 = 1011;
@@ -548,7 +550,7 @@ impl RunRules {
         refused: &[Refused],
     ) -> Result<(Self, bool), SyscallAuditError> {
         if !probe.audit_on {
-            super::super::kernel::enable()?;
+            enable()?;
         }
         let mut added = Self {
             login_uid,
@@ -599,7 +601,7 @@ impl Drop for RunRules {
         let outcomes = match changes(AUDIT_DEL_RULE, &rules) {
             Ok(o) => o,
             Err(e) => {
-                crate::shown::say!(
+                say!(
                     "lockrun: warning: removing the run's kernel audit rules (login uid {}): {e} \
                      (`lockrun gc` will retry)",
                     self.login_uid
@@ -609,7 +611,7 @@ impl Drop for RunRules {
         };
         for (refused, outcome) in self.rules.iter().zip(outcomes) {
             if let Err(e) = outcome {
-                crate::shown::say!(
+                say!(
                     "lockrun: warning: removing the run's kernel audit rule (login uid {}, \
                      {refused}): {e} (`lockrun gc` will retry)",
                     self.login_uid
@@ -636,12 +638,12 @@ pub fn remove_beside(rules: RunRules) -> Option<std::thread::JoinHandle<()>> {
 /// their ids, asked after the rules are listed: a run adds its rules only
 /// once its cgroup is there). Nothing where the kernel has no audit. The
 /// login uid of each rule deleted, with what it recorded.
-pub fn reap_stale(
-    live: impl FnOnce() -> Result<Vec<u64>, crate::cgroup::CgroupError>,
+pub fn reap_stale<E: std::error::Error + Send + Sync + 'static>(
+    live: impl FnOnce() -> Result<Vec<u64>, E>,
 ) -> Result<Vec<(u32, Refused)>, SyscallAuditError> {
     let rules = match list() {
         Ok(r) => r,
-        Err(SyscallAuditError::Kernel(super::super::kernel::KernelAuditError::Syscall {
+        Err(SyscallAuditError::Kernel(KernelAuditError::Syscall {
             source: nix::Error::EPROTONOSUPPORT | nix::Error::ECONNREFUSED,
             ..
         })) => return Ok(Vec::new()),
@@ -652,7 +654,7 @@ pub fn reap_stale(
         return Ok(Vec::new());
     }
     let live: Vec<u32> = live()
-        .map_err(SyscallAuditError::LiveRuns)?
+        .map_err(|e| SyscallAuditError::LiveRuns(Box::new(e)))?
         .into_iter()
         .map(|id| id as u32)
         .collect();

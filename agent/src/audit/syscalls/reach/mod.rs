@@ -35,6 +35,7 @@ use super::super::kernel::AuditRecord;
 use super::super::{FsEvent, ScopeEvent, ScopeTarget};
 use super::records::Look;
 use super::Watch;
+use crate::cgroup::{membership, Membership};
 
 const SYSCALL: u16 = 1300;
 const SOCKADDR: u16 = 1306;
@@ -122,7 +123,7 @@ pub(in crate::audit) fn refusal(
 fn in_run(look: &dyn Look, pid: u32, watch: &Watch) -> Option<bool> {
     let run = watch.cgroup.as_deref()?;
     let cgroups = look.cgroups(pid)?;
-    Some(crate::cgroup::membership(&cgroups, run) == crate::cgroup::Membership::InRun)
+    Some(membership(&cgroups, run) == Membership::InRun)
 }
 
 /// The process a signal call's arguments name, where kernel audit noted
@@ -186,5 +187,4 @@ pub(in crate::audit) fn proc_entry(
 }
 
 #[cfg(test)]
-#[path = "reach_tests.rs"]
 mod tests;

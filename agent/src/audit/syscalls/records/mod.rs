@@ -740,5 +740,4 @@ fn clean(path: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "records_tests.rs"]
 mod tests;

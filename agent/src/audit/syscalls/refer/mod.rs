@@ -397,5 +397,4 @@ pub fn mount_dev(mountinfo: &str, id: u64) -> Option<(u32, u32)> {
 }
 
 #[cfg(test)]
-#[path = "refer_tests.rs"]
 mod tests;

@@ -1,0 +1,485 @@
+//! A forwarded absolute-form request: hop-by-hop headers dropped, the
+//! request relayed upstream on a pooled or fresh connection, and the
+//! response relayed back, its body framed as the upstream framed it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
+use tokio::net::TcpStream;
+
+use super::{dial_or_refuse, Refusal, Shared, HEAD_BUF};
+use crate::audit::ProxyVerdict;
+use crate::policy::Port;
+use crate::proxy::request::{Body, RequestHead};
+
+/// The longest chunk-size or trailer line accepted in a chunked body.
+const MAX_CHUNK_LINE: u64 = 4096;
+/// The largest upstream response head relayed.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// Hop-by-hop headers, never forwarded (plus those `Connection` names).
+const HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "proxy-connection",
+    "proxy-authorization",
+];
+
+fn hop_by_hop(headers: &[(String, Vec<u8>)]) -> Vec<String> {
+    let mut names: Vec<String> = HOP.iter().map(|s| (*s).to_owned()).collect();
+    for (n, v) in headers {
+        if n.eq_ignore_ascii_case("connection") {
+            for tok in String::from_utf8_lossy(v).split(',') {
+                let t = tok.trim().to_ascii_lowercase();
+                if !t.is_empty() && t != "content-length" && t != "transfer-encoding" {
+                    names.push(t);
+                }
+            }
+        }
+    }
+    names
+}
+
+fn keep_header(name: &str, hop: &[String]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !lower.starts_with("proxy-") && !hop.contains(&lower)
+}
+
+/// Forward one absolute-form request and relay the response, on an idle
+/// upstream connection from the pool when the request is safe to retry and
+/// one to a just-checked address is there, else on a fresh dial. Returns
+/// whether the client connection may carry on.
+pub(super) async fn forward(
+    shared: &Shared,
+    client: &mut BufReader<TcpStream>,
+    head: &RequestHead,
+    path: &str,
+    addrs: &[SocketAddr],
+    allowed_by: &str,
+) -> bool {
+    let target = head.target();
+    let mut pooled = if head.resendable() {
+        shared.pool.take(target, addrs)
+    } else {
+        shared.pool.close(target);
+        None
+    };
+    loop {
+        let reused = pooled.is_some();
+        let (upstream, dialed) = match pooled.take() {
+            Some(u) => u,
+            None => match dial_or_refuse(shared, client, head, addrs, allowed_by).await {
+                Some(u) => u,
+                None => return false,
+            },
+        };
+        match forward_inner(shared, client, head, path, upstream, reused).await {
+            Ok((status, keep, back)) => {
+                if let Some(up) = back {
+                    shared.pool.put(target, dialed, up);
+                }
+                shared.record(
+                    &head.method,
+                    Some(target),
+                    Some(dialed),
+                    ProxyVerdict::Allowed,
+                    allowed_by.to_owned(),
+                    status,
+                );
+                return keep && head.keep_alive;
+            }
+            // The upstream had closed the kept connection: once more, fresh.
+            Err(ForwardError::Stale) => {}
+            Err(ForwardError::BeforeResponse(status, why)) => {
+                // 400: the client's body did not come through as framed.
+                let verdict = if status == 400 {
+                    ProxyVerdict::BadRequest
+                } else {
+                    ProxyVerdict::UpstreamFailed
+                };
+                let failed = Refusal {
+                    status,
+                    reason: why,
+                    verdict,
+                    allowed_by: Some(allowed_by.to_owned()),
+                };
+                failed.answer(shared, client, head, Some(dialed)).await;
+                return false;
+            }
+            // Either side may have gone: the answer was relayed, in part.
+            Err(ForwardError::AfterResponse(status)) => {
+                shared.record(
+                    &head.method,
+                    Some(target),
+                    Some(dialed),
+                    ProxyVerdict::Allowed,
+                    format!("{allowed_by}; relay cut short"),
+                    status,
+                );
+                return false;
+            }
+        }
+    }
+}
+
+enum ForwardError {
+    /// A connection from the pool was closed or reset before any byte of a
+    /// response: nothing was sent to the client, the request may go again.
+    Stale,
+    /// Nothing was sent to the client yet: answer with this status.
+    BeforeResponse(u16, String),
+    /// The response head went out; the connection can only be closed.
+    AfterResponse(u16),
+}
+
+/// How a response body ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+#[allow(clippy::too_many_lines)] // request out, response back, in order
+async fn forward_inner(
+    shared: &Shared,
+    client: &mut BufReader<TcpStream>,
+    head: &RequestHead,
+    path: &str,
+    upstream: TcpStream,
+    reused: bool,
+) -> Result<(u16, bool, Option<TcpStream>), ForwardError> {
+    let before =
+        |status: u16| move |e: io::Error| ForwardError::BeforeResponse(status, e.to_string());
+    let sending = |e: io::Error| {
+        if reused {
+            ForwardError::Stale
+        } else {
+            ForwardError::BeforeResponse(502, e.to_string())
+        }
+    };
+    let target = head.target();
+    let authority = if target.port == Port::HTTP {
+        target.host.to_string()
+    } else {
+        target.to_string()
+    };
+    let hop = hop_by_hop(&head.headers);
+    let mut out = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", head.method).into_bytes();
+    for (n, v) in &head.headers {
+        if keep_header(n, &hop) {
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    // HTTP/1.1's default, a persistent connection: it may serve a later request.
+    out.extend_from_slice(b"\r\n");
+    let mut upstream = BufReader::with_capacity(HEAD_BUF, upstream);
+    upstream.write_all(&out).await.map_err(sending)?;
+    if head.expect_continue && head.body != Body::None {
+        client
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .map_err(before(400))?;
+    }
+    match head.body {
+        Body::None => {}
+        Body::Length(n) => copy_exact(client, &mut upstream, n, shared.idle)
+            .await
+            .map_err(before(400))?,
+        Body::Chunked => relay_chunked(client, &mut upstream, shared.idle)
+            .await
+            .map_err(before(400))?,
+    }
+    upstream.flush().await.map_err(sending)?;
+    if reused {
+        match tokio::time::timeout(shared.idle, upstream.fill_buf()).await {
+            Ok(Ok([]) | Err(_)) => return Err(ForwardError::Stale),
+            Ok(Ok(_)) => {}
+            Err(_) => {
+                return Err(ForwardError::BeforeResponse(
+                    504,
+                    "no response in time".into(),
+                ))
+            }
+        }
+    }
+
+    // The response head (skipping interim 1xx answers: we sent our own 100).
+    let (status, reason, headers, minor) = loop {
+        let resp = read_response_head(&mut upstream, shared.idle).await?;
+        if (100..200).contains(&resp.0) {
+            if resp.0 == 101 {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    "upstream switched protocols".into(),
+                ));
+            }
+            continue;
+        }
+        break resp;
+    };
+    let mut framing = if head.method == "HEAD" || status == 204 || status == 304 {
+        Framing::None
+    } else {
+        Framing::UntilClose
+    };
+    if framing != Framing::None {
+        let mut length: Option<u64> = None;
+        for (n, v) in &headers {
+            if n.eq_ignore_ascii_case("transfer-encoding") {
+                framing = if String::from_utf8_lossy(v)
+                    .trim()
+                    .eq_ignore_ascii_case("chunked")
+                {
+                    Framing::Chunked
+                } else {
+                    Framing::UntilClose
+                };
+                length = None;
+                break;
+            }
+            if n.eq_ignore_ascii_case("content-length") {
+                let parsed = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok());
+                match (parsed, length) {
+                    (Some(p), None) => length = Some(p),
+                    (Some(p), Some(l)) if p == l => {}
+                    _ => {
+                        return Err(ForwardError::BeforeResponse(
+                            502,
+                            "upstream sent an invalid Content-Length".into(),
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(l) = length {
+            framing = Framing::Length(l);
+        }
+    }
+    let keep = framing != Framing::UntilClose;
+    let hop = hop_by_hop(&headers);
+    // `hop` holds the `Connection` tokens too: `close` ends the upstream's.
+    let upstream_keeps = keep && minor == 1 && !hop.iter().any(|t| t == "close");
+    let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
+    for (n, v) in &headers {
+        if keep_header(n, &hop) {
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(if keep && head.keep_alive {
+        b"Connection: keep-alive\r\n\r\n"
+    } else {
+        b"Connection: close\r\n\r\n"
+    });
+    // The body bytes already read go out with the head, in one segment: a
+    // small response then costs the client one wake-up, not two.
+    let early = match framing {
+        Framing::Length(n) => upstream
+            .buffer()
+            .len()
+            .min(usize::try_from(n).unwrap_or(usize::MAX)),
+        Framing::UntilClose => upstream.buffer().len(),
+        Framing::None | Framing::Chunked => 0,
+    };
+    out.extend_from_slice(&upstream.buffer()[..early]);
+    upstream.consume(early);
+    client
+        .write_all(&out)
+        .await
+        .map_err(|_| ForwardError::AfterResponse(status))?;
+    let relayed = match framing {
+        Framing::None => Ok(()),
+        Framing::Length(n) => {
+            copy_exact(&mut upstream, client, n - early as u64, shared.idle).await
+        }
+        Framing::Chunked => relay_chunked(&mut upstream, client, shared.idle).await,
+        Framing::UntilClose => copy_until_close(&mut upstream, client, shared.idle).await,
+    };
+    relayed.map_err(|_| ForwardError::AfterResponse(status))?;
+    client
+        .flush()
+        .await
+        .map_err(|_| ForwardError::AfterResponse(status))?;
+    let back = (upstream_keeps && upstream.buffer().is_empty()).then(|| upstream.into_inner());
+    Ok((status, keep, back))
+}
+
+/// Status, reason, headers, and the HTTP/1.x minor version.
+type ResponseHead = (u16, String, Vec<(String, Vec<u8>)>, u8);
+
+async fn read_response_head<S: AsyncRead + Unpin>(
+    up: &mut BufReader<S>,
+    idle: Duration,
+) -> Result<ResponseHead, ForwardError> {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let avail = match tokio::time::timeout(idle, up.fill_buf()).await {
+            Err(_) => {
+                return Err(ForwardError::BeforeResponse(
+                    504,
+                    "no response in time".into(),
+                ))
+            }
+            Ok(Err(e)) => return Err(ForwardError::BeforeResponse(502, e.to_string())),
+            Ok(Ok([])) => {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    "closed without a response".into(),
+                ))
+            }
+            Ok(Ok(a)) => a,
+        };
+        let before = buf.len();
+        let take = avail.len().min(MAX_RESPONSE_HEAD + 1 - before);
+        buf.extend_from_slice(&avail[..take]);
+        let mut raw = [httparse::EMPTY_HEADER; 128];
+        let mut resp = httparse::Response::new(&mut raw);
+        match resp.parse(&buf) {
+            Ok(httparse::Status::Complete(n)) => {
+                up.consume(n - before);
+                let status = resp.code.unwrap_or(502);
+                let reason: String = resp
+                    .reason
+                    .unwrap_or("")
+                    .chars()
+                    .filter(|c| *c == ' ' || c.is_ascii_graphic())
+                    .collect();
+                let headers = resp
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                    .collect();
+                return Ok((status, reason, headers, resp.version.unwrap_or(0)));
+            }
+            Ok(httparse::Status::Partial) if buf.len() <= MAX_RESPONSE_HEAD => up.consume(take),
+            Ok(httparse::Status::Partial) => {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    "response head too large".into(),
+                ));
+            }
+            Err(e) => {
+                return Err(ForwardError::BeforeResponse(
+                    502,
+                    format!("malformed response: {e}"),
+                ))
+            }
+        }
+    }
+}
+
+fn idle_timeout() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "idle")
+}
+
+async fn copy_exact<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    mut n: u64,
+    idle: Duration,
+) -> io::Result<()> {
+    while n > 0 {
+        let avail = tokio::time::timeout(idle, r.fill_buf())
+            .await
+            .map_err(|_| idle_timeout())??;
+        if avail.is_empty() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let take = avail.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+        w.write_all(&avail[..take]).await?;
+        r.consume(take);
+        n -= take as u64;
+    }
+    Ok(())
+}
+
+async fn copy_until_close<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    idle: Duration,
+) -> io::Result<()> {
+    loop {
+        let avail = tokio::time::timeout(idle, r.fill_buf())
+            .await
+            .map_err(|_| idle_timeout())??;
+        if avail.is_empty() {
+            return Ok(());
+        }
+        let take = avail.len();
+        w.write_all(avail).await?;
+        r.consume(take);
+    }
+}
+
+async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, idle: Duration) -> io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    tokio::time::timeout(
+        idle,
+        (&mut *r).take(MAX_CHUNK_LINE).read_until(b'\n', &mut line),
+    )
+    .await
+    .map_err(|_| idle_timeout())??;
+    if !line.ends_with(b"\r\n") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad line in chunked body",
+        ));
+    }
+    Ok(line)
+}
+
+/// Relay a chunked body verbatim, parsing just enough to find its end.
+pub(super) async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    idle: Duration,
+) -> io::Result<()> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad chunk size");
+    loop {
+        let line = read_line(r, idle).await?;
+        let text = std::str::from_utf8(&line).map_err(|_| bad())?;
+        let size = text
+            .trim_end_matches("\r\n")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches([' ', '\t']);
+        if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let size = u64::from_str_radix(size, 16).map_err(|_| bad())?;
+        w.write_all(&line).await?;
+        if size == 0 {
+            loop {
+                let t = read_line(r, idle).await?;
+                w.write_all(&t).await?;
+                if t == b"\r\n" {
+                    return Ok(());
+                }
+            }
+        }
+        copy_exact(r, w, size, idle).await?;
+        let end = read_line(r, idle).await?;
+        if end != b"\r\n" {
+            return Err(bad());
+        }
+        w.write_all(&end).await?;
+    }
+}
