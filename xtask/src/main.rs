@@ -27,6 +27,8 @@
 mod bench;
 mod bench_proxy;
 mod kernels;
+#[cfg(test)]
+mod layers;
 #[path = "../../tests/support/leftovers.rs"]
 mod leftovers;
 mod tally;

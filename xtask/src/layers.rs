@@ -1,0 +1,379 @@
+//! The rule of layers (docs/architecture.md), checked on the agent's source:
+//! a top-level module of `agent/src` may use the modules of its own layer or
+//! below, never above, and no two top-level modules use each other, however
+//! indirectly. And the house's size rule: no source file over 900 lines.
+//!
+//! A use is any `crate::<module>` path outside a comment: in a `use` line,
+//! in a body, or in a string an attribute reads (`serialize_with = "crate::…"`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// From the bottom. Mirrors the table in docs/architecture.md.
+pub const LAYERS: &[&[&str]] = &[
+    &["sys", "shown", "log", "exit", "regular_file", "testing"],
+    &["kernel", "state"],
+    &["policy"],
+    &["audit"],
+    &[
+        "fs",
+        "seccomp",
+        "supervise",
+        "cgroup",
+        "bpf",
+        "proxy",
+        "gitguard",
+        "worktree_lock",
+        "terminal",
+    ],
+    &["run"],
+    &["commands", "cli", "main", "lib"],
+];
+
+/// The longest source file the house allows.
+pub const MAX_LINES: usize = 900;
+
+/// `src` without its comments (line, block, nested block); strings and
+/// chars are kept as they are, so a `//` inside a string stays.
+pub fn without_comments(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i..].starts_with(b"/*") {
+                    depth += 1;
+                    i += 2;
+                } else if b[i..].starts_with(b"*/") {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else if let Some(end) = raw_string_end(b, i).or_else(|| string_end(b, i)) {
+            out.extend_from_slice(&b[i..end]);
+            i = end;
+        } else if let Some(end) = char_end(b, i) {
+            out.extend_from_slice(&b[i..end]);
+            i = end;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The end of a raw string (`r"…"`, `r#"…"#`, `br"…"`) starting at `i`.
+fn raw_string_end(b: &[u8], i: usize) -> Option<usize> {
+    let ident_before = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+    if b.get(i) != Some(&b'r') || ident_before {
+        return None;
+    }
+    let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+    if b.get(i + 1 + hashes) != Some(&b'"') {
+        return None;
+    }
+    let close: Vec<u8> = std::iter::once(b'"')
+        .chain(std::iter::repeat_n(b'#', hashes))
+        .collect();
+    let body = i + 2 + hashes;
+    let at = b[body..].windows(close.len()).position(|w| w == close)?;
+    Some(body + at + close.len())
+}
+
+/// The end of a string (`"…"`, escapes honoured) starting at `i`.
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    while j < b.len() {
+        match b[j] {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+    Some(b.len())
+}
+
+/// The end of a char literal (`'x'`, `'\n'`, `'"'`) starting at `i`; a
+/// lifetime (`'a`) is none.
+fn char_end(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'\'') {
+        return None;
+    }
+    if b.get(i + 1) == Some(&b'\\') {
+        let close = b[i + 2..].iter().position(|&c| c == b'\'')?;
+        return Some(i + 2 + close + 1);
+    }
+    // One char, of any UTF-8 length, then the closing quote.
+    let rest = std::str::from_utf8(&b[i + 1..]).ok().or_else(|| {
+        // A cut inside a multi-byte char further on: take what parses.
+        let n =
+            (1..=4).find(|n| std::str::from_utf8(&b[i + 1..(i + 1 + n).min(b.len())]).is_ok())?;
+        std::str::from_utf8(&b[i + 1..i + 1 + n]).ok()
+    })?;
+    let c = rest.chars().next()?;
+    let after = i + 1 + c.len_utf8();
+    (b.get(after) == Some(&b'\'')).then_some(after + 1)
+}
+
+/// The top-level modules that `src` (comments removed) names through
+/// `crate::`, including each name of a `crate::{a, b::c}` group.
+pub fn crate_uses(src: &str) -> BTreeSet<String> {
+    let mut uses = BTreeSet::new();
+    let mut rest = src;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // e.g. `lockrun_crate::`
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let end = group
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(group.len(), |(i, _)| i);
+            let mut depth = 0;
+            let mut item = String::new();
+            for c in group[..end].chars().chain([',']) {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        uses.extend(first_segment(&item));
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+        } else {
+            uses.extend(first_segment(rest));
+        }
+    }
+    uses.remove("self");
+    uses
+}
+
+fn first_segment(path: &str) -> Option<String> {
+    let name: String = path
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// What breaks the rule in one tree of sources: each use of a module above,
+/// of a module no layer names, each cycle, each file too long.
+pub fn problems(files: &[(String, String)]) -> Vec<String> {
+    let layer: BTreeMap<&str, usize> = LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ms)| ms.iter().map(move |m| (*m, i)))
+        .collect();
+    let mut edges: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (path, src) in files {
+        let top = path
+            .split('/')
+            .next()
+            .unwrap_or(path)
+            .trim_end_matches(".rs")
+            .to_owned();
+        let lines = src.lines().count();
+        if lines > MAX_LINES {
+            out.push(format!("{path}: {lines} lines (at most {MAX_LINES})"));
+        }
+        for used in crate_uses(&without_comments(src)) {
+            if used != top {
+                edges
+                    .entry(top.clone())
+                    .or_default()
+                    .entry(used)
+                    .or_default()
+                    .insert(path.clone());
+            }
+        }
+    }
+    for (from, to) in &edges {
+        for (used, wheres) in to {
+            let wheres = wheres.iter().cloned().collect::<Vec<_>>().join(", ");
+            match (layer.get(from.as_str()), layer.get(used.as_str())) {
+                (Some(a), Some(b)) if b > a => out.push(format!(
+                    "{from} (layer {a}) uses {used} (layer {b}), above it: {wheres}"
+                )),
+                (Some(_), Some(_)) => {}
+                _ => out.push(format!(
+                    "{from} uses {used}: a module no layer names (xtask/src/layers.rs, docs/architecture.md): {wheres}"
+                )),
+            }
+        }
+    }
+    let mut cycles = BTreeSet::new();
+    for start in edges.keys() {
+        if let Some(cycle) = cycle_through(&edges, start) {
+            // One report per cycle, whichever module it is found from.
+            let mut key = cycle[..cycle.len() - 1].to_vec();
+            let min = key
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, m)| *m)
+                .map_or(0, |(i, _)| i);
+            key.rotate_left(min);
+            if cycles.insert(key) {
+                out.push(format!("cycle: {}", cycle.join(" -> ")));
+            }
+        }
+    }
+    out
+}
+
+/// The shortest path of uses from `start` back to itself, if any.
+fn cycle_through(
+    edges: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    start: &str,
+) -> Option<Vec<String>> {
+    let mut prev: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(at) = queue.pop_front() {
+        for next in edges.get(at).into_iter().flat_map(BTreeMap::keys) {
+            if next == start {
+                let mut path = vec![start.to_owned()];
+                let mut back = at;
+                while back != start {
+                    path.push(back.to_owned());
+                    back = prev[back];
+                }
+                path.push(start.to_owned());
+                path.reverse();
+                return Some(path);
+            }
+            if !prev.contains_key(next.as_str()) {
+                prev.insert(next, at);
+                queue.push_back(next);
+            }
+        }
+    }
+    None
+}
+
+/// Every `.rs` file under `root`, as (path relative to `root`, text).
+pub fn sources(root: &Path) -> std::io::Result<Vec<(String, String)>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(root).unwrap_or(&path);
+                files.push((
+                    rel.to_string_lossy().into_owned(),
+                    std::fs::read_to_string(&path)?,
+                ));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, src: &str) -> (String, String) {
+        (path.to_owned(), src.to_owned())
+    }
+
+    #[test]
+    fn the_agent_keeps_the_rule_of_layers_and_the_size_of_its_files() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src");
+        let problems = problems(&sources(&root).unwrap());
+        assert!(
+            problems.is_empty(),
+            "agent/src breaks the rule of layers (docs/architecture.md):\n  {}",
+            problems.join("\n  ")
+        );
+    }
+
+    #[test]
+    fn comments_are_not_uses_and_strings_are() {
+        let src = r#"
+            // crate::run is named in a comment
+            /* crate::bpf /* nested crate::cgroup */ still crate::fs */
+            #[serde(serialize_with = "crate::shown::path")]
+            let url = "http://x"; let q = '"'; let c = crate::sys::f();
+            fn f<'a>(x: &'a str) -> &'a str { crate::policy::g(x) }
+            use crate::{audit::{Event, Kind}, kernel, self as me};
+            my_crate::not_ours();
+        "#;
+        let uses = crate_uses(&without_comments(src));
+        let want: BTreeSet<String> = ["shown", "sys", "policy", "audit", "kernel"]
+            .map(String::from)
+            .into();
+        assert_eq!(uses, want);
+    }
+
+    #[test]
+    fn a_use_above_a_cycle_and_a_long_file_are_each_named() {
+        let long = "fn f() {}\n".repeat(MAX_LINES + 1);
+        let files = [
+            file("sys/mod.rs", "use crate::run::Thing;"),
+            file("fs/mod.rs", "use crate::cgroup::X;"),
+            file("cgroup/mod.rs", "fn g() { crate::bpf::h() }"),
+            file("bpf/mod.rs", "use crate::fs::Y;"),
+            file("policy/file.rs", &long),
+            file("run/mod.rs", "use crate::nowhere::Z; use crate::sys::W;"),
+        ];
+        let got = problems(&files);
+        assert_eq!(
+            got,
+            [
+                format!("policy/file.rs: {} lines (at most {MAX_LINES})", MAX_LINES + 1),
+                "run uses nowhere: a module no layer names (xtask/src/layers.rs, docs/architecture.md): run/mod.rs".to_owned(),
+                "sys (layer 0) uses run (layer 5), above it: sys/mod.rs".to_owned(),
+                "cycle: bpf -> fs -> cgroup -> bpf".to_owned(),
+                "cycle: run -> sys -> run".to_owned(),
+            ],
+            "{got:#?}"
+        );
+    }
+
+    #[test]
+    fn modules_of_one_layer_may_use_each_other_without_a_cycle() {
+        let files = [
+            file(
+                "supervise/mod.rs",
+                "use crate::seccomp::A; use crate::fs::B;",
+            ),
+            file("seccomp/mod.rs", "use crate::fs::C;"),
+            file("fs/mod.rs", "use crate::audit::D;"),
+        ];
+        assert_eq!(problems(&files), Vec::<String>::new());
+    }
+}
