@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::cgroup::{unified, PARENT};
+use crate::cgroup::PARENT;
+use crate::state::unified;
 
 /// lockrun's own locks, in the state dir.
 pub const LOCKS_DIR: &str = "worktrees";

@@ -261,7 +261,7 @@ fn consider(marked: &mut Marked, path: &Path, meta: &std::fs::Metadata) -> Resul
 /// run is let through.
 #[must_use]
 pub fn in_run(cgroups: &str, run: Option<&str>) -> bool {
-    use crate::cgroup::{membership, Membership};
+    use crate::state::{membership, Membership};
     run.is_none_or(|run| membership(cgroups, run) != Membership::Outside)
 }
 
@@ -530,7 +530,7 @@ mod tests {
         assert_eq!(std::fs::read(&outside).unwrap(), b"x");
         let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let armed = |writable: Vec<PathBuf>| Judge {
-            run_cgroup: crate::cgroup::unified(&mine).map(Into::into),
+            run_cgroup: crate::state::unified(&mine).map(Into::into),
             writable,
             audit: Arc::new(AuditLog::open(None).unwrap()),
         };

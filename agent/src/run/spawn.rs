@@ -9,8 +9,8 @@ use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use super::{RunError, Started};
 use crate::audit::kernel::KernelAudit;
 use crate::supervise::{Config, Supervisor};
-use crate::sys::supervisor_calls::recv_fds;
 use crate::sys::spawn::{self, Child, SpawnError};
+use crate::sys::supervisor_calls::recv_fds;
 use crate::sys::{ChildPlan, Report};
 
 /// The command, running, and what watches it.

@@ -5,11 +5,13 @@
 //! A leaf room: the mechanisms (the cgroup, the hooks) record and read
 //! owners through it, and `run` and `lockrun gc` build on it.
 
+pub mod membership;
 pub mod owner;
 pub mod run_dir;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use membership::{membership, unified, Membership};
 pub use owner::{CgroupOwner, Owner};
 pub use run_dir::{remove_old_spares, RunDir, RunDirError, SPARES, SPARES_KEPT};
 

@@ -26,9 +26,9 @@
 #![forbid(unsafe_code)]
 
 use super::{Reply, Shared, Task};
-use crate::cgroup::Membership;
+use crate::seccomp;
 use crate::seccomp::{SchedTarget, Widens};
-use crate::{cgroup, seccomp};
+use crate::state::{membership, Membership};
 
 /// Answer a notified scheduling call.
 pub fn handle(task: &Task<'_>, s: &Shared) -> Reply {
@@ -57,7 +57,7 @@ fn in_run(tid: i32, run: Option<&str>) -> Result<bool, super::Errno> {
         Err(_) => return Ok(false),
     };
     // Exactly the run's: the watchdog, beneath it, is lockrun's.
-    Ok(run.is_some_and(|run| cgroup::membership(&cgroups, run) == Membership::InRun))
+    Ok(run.is_some_and(|run| membership(&cgroups, run) == Membership::InRun))
 }
 
 #[cfg(test)]
@@ -66,7 +66,7 @@ mod tests {
     fn a_task_is_in_the_run_only_when_its_cgroup_is_the_runs() {
         let me = i32::try_from(std::process::id()).unwrap();
         let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let mine = crate::cgroup::unified(&mine).unwrap().to_owned();
+        let mine = crate::state::unified(&mine).unwrap().to_owned();
         assert_eq!(super::in_run(me, Some(&mine)), Ok(true));
         assert_eq!(super::in_run(me, Some("/lockrun/build-x/other")), Ok(false));
         assert_eq!(super::in_run(me, None), Ok(false));

@@ -68,8 +68,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::{Errno, Reply, Shared, Task};
 use crate::audit::{Event, ScopeEvent, ScopeTarget};
-use crate::cgroup::{self, Membership};
 use crate::seccomp::scope::{FIOSETOWN, F_SETOWN, OWNER_FCNTLS, SIOCSPGRP};
+use crate::state::{membership, Membership};
 use crate::sys::{self, supervisor_calls};
 
 /// `F_OWNER_TID`, `F_OWNER_PID`, `F_OWNER_PGRP`.
@@ -135,7 +135,7 @@ impl Held {
         Some(
             s.cgroup_path
                 .as_deref()
-                .map_or(Membership::Outside, |run| cgroup::membership(&cgroups, run)),
+                .map_or(Membership::Outside, |run| membership(&cgroups, run)),
         )
     }
 

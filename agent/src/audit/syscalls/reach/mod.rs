@@ -35,7 +35,7 @@ use super::super::kernel::AuditRecord;
 use super::super::{FsEvent, ScopeEvent, ScopeTarget};
 use super::records::Look;
 use super::Watch;
-use crate::cgroup::{membership, Membership};
+use crate::state::{membership, Membership};
 
 const SYSCALL: u16 = 1300;
 const SOCKADDR: u16 = 1306;
