@@ -30,6 +30,37 @@ pub const LAYERS: &[&[&str]] = &[
     &["commands", "cli", "main", "lib"],
 ];
 
+/// Uses that still break the rule, each with what keeps it (issue 57's
+/// remainder): not reported, and left out of the search for cycles, while
+/// they last; one that is gone must leave this list, so it only shrinks.
+pub const OWED: &[(&str, &str, &str)] = &[
+    (
+        "audit",
+        "seccomp",
+        "Widens: build.rs compiles seccomp/ on its own, so seccomp cannot name audit's vocabulary",
+    ),
+    (
+        "kernel",
+        "audit",
+        "the kernel-audit probe (audit::syscalls::probe) runs inside Kernel::get",
+    ),
+    (
+        "kernel",
+        "bpf",
+        "the unix guard's load probe runs inside Kernel::get",
+    ),
+    (
+        "kernel",
+        "seccomp",
+        "Fallbacks, compiled by build.rs with seccomp/, cannot move down yet",
+    ),
+    (
+        "cgroup",
+        "bpf",
+        "the build's parent cgroup is named by bpf::build_id, a hash of the program table",
+    ),
+];
+
 /// The longest source file the house allows.
 pub const MAX_LINES: usize = 900;
 
@@ -188,7 +219,7 @@ fn first_segment(path: &str) -> Option<String> {
 
 /// What breaks the rule in one tree of sources: each use of a module above,
 /// of a module no layer names, each cycle, each file too long.
-pub fn problems(files: &[(String, String)]) -> Vec<String> {
+pub fn problems(files: &[(String, String)], owed: &[(&str, &str, &str)]) -> Vec<String> {
     let layer: BTreeMap<&str, usize> = LAYERS
         .iter()
         .enumerate()
@@ -216,6 +247,17 @@ pub fn problems(files: &[(String, String)]) -> Vec<String> {
                     .or_default()
                     .insert(path.clone());
             }
+        }
+    }
+    for (from, to, why) in owed {
+        let still = edges.get(*from).is_some_and(|t| t.contains_key(*to));
+        if !still {
+            out.push(format!(
+                "{from} no longer uses {to}: take it off OWED in xtask/src/layers.rs ({why})"
+            ));
+        }
+        if let Some(t) = edges.get_mut(*from) {
+            t.remove(*to);
         }
     }
     for (from, to) in &edges {
@@ -313,7 +355,7 @@ mod tests {
     #[test]
     fn the_agent_keeps_the_rule_of_layers_and_the_size_of_its_files() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src");
-        let problems = problems(&sources(&root).unwrap());
+        let problems = problems(&sources(&root).unwrap(), OWED);
         assert!(
             problems.is_empty(),
             "agent/src breaks the rule of layers (docs/architecture.md):\n  {}",
@@ -350,7 +392,7 @@ mod tests {
             file("policy/file.rs", &long),
             file("run/mod.rs", "use crate::nowhere::Z; use crate::sys::W;"),
         ];
-        let got = problems(&files);
+        let got = problems(&files, &[]);
         assert_eq!(
             got,
             [
@@ -365,6 +407,19 @@ mod tests {
     }
 
     #[test]
+    fn an_owed_use_is_left_out_until_it_is_gone_and_then_named() {
+        let files = [
+            file("kernel.rs", "use crate::bpf::probe;"),
+            file("bpf/mod.rs", "use crate::kernel::Kernel;"),
+        ];
+        let owed = [("kernel", "bpf", "a probe"), ("sys", "run", "paid")];
+        assert_eq!(
+            problems(&files, &owed),
+            ["sys no longer uses run: take it off OWED in xtask/src/layers.rs (paid)"]
+        );
+    }
+
+    #[test]
     fn modules_of_one_layer_may_use_each_other_without_a_cycle() {
         let files = [
             file(
@@ -374,6 +429,6 @@ mod tests {
             file("seccomp/mod.rs", "use crate::fs::C;"),
             file("fs/mod.rs", "use crate::audit::D;"),
         ];
-        assert_eq!(problems(&files), Vec::<String>::new());
+        assert_eq!(problems(&files, &[]), Vec::<String>::new());
     }
 }
