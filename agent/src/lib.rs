@@ -10,7 +10,8 @@
 //! | the eBPF connect/sendmsg hooks, pinned, and their audit events | [`bpf`] |
 //! | the allowlisting proxy | [`proxy`] |
 //! | the audit log and end-of-run summary | [`audit`] |
-//! | the order of the steps of one run, and `gc` | [`run`] |
+//! | the order of the steps of one run, and what `gc` reaps in order | [`run`] |
+//! | run dirs, their owners and ages; where a task is against a run's cgroup | [`state`] |
 //! | lockrun's own warnings and debug lines on stderr (`LOCKRUN_LOG`) | [`log`] |
 //! | what the run chose (names, paths) made inert before a person's terminal shows it | [`shown`] |
 //! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |

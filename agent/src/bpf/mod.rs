@@ -65,7 +65,7 @@
 //! is free while `SLOT_OWNERS` still names a run is a killed lockrun's, and
 //! the next run takes it over at once when that run's cgroup is gone or
 //! empty, forgetting the run as `lockrun gc` would
-//! (`tests/ring_slots.rs`).
+//! (`tests/builds/ring_slots.rs`).
 //! Judging by the cgroup alone could not tell a killed run from one being
 //! set up (registered before its first process) or torn down (its cgroup
 //! removed before it is unregistered); a lock held by the lockrun can.

@@ -224,7 +224,7 @@ impl Shared {
     /// parent cgroup but not the pins, and a second set of programs there,
     /// whose maps know none of the first set's runs, would refuse them
     /// every connection. The second is refused instead, before it attaches
-    /// anything (`tests/second_bpffs.rs`).
+    /// anything (`tests/builds/second_bpffs.rs`).
     pub(super) fn ensure_attached(&self, parent: &Path) -> Result<(), BpfError> {
         use std::os::unix::fs::MetadataExt as _;
         let cg = fs::File::open(parent).map_err(|source| BpfError::Mkdir {

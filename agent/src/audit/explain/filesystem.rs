@@ -84,7 +84,7 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
         };
     }
     // Creating, removing or linking is checked on the directory, and that is
-    // the path Landlock names (audit/kernel.rs); other rights name the file.
+    // the path Landlock names (audit/kernel/); other rights name the file.
     let names_dir = ev
         .access
         .iter()

@@ -30,7 +30,7 @@ fn collects_a_real_landlock_denial_of_its_child() {
         return;
     }
     // Landlock's denial records are ABI 7's (Linux 6.15); below, the
-    // run's refused calls stand in (tested in tests/fs_refusals_seen.rs).
+    // run's refused calls stand in (tested in tests/refusals_seen/filesystem.rs).
     let abi = landlock_abi_version().unwrap_or(0);
     if abi < 7 {
         let _ = std::io::Write::write_all(
