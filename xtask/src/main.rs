@@ -140,7 +140,8 @@ enum Cmd {
         argv: Vec<std::ffi::OsString>,
     },
     /// Measure lockrun against bare and its peers (release build), in one run;
-    /// prints a Markdown report (also written to target/bench/report.md).
+    /// prints a Markdown report (also written to target/bench/report.md, and
+    /// as docs/performance.md).
     Bench {
         /// Repetitions per start-up figure.
         #[arg(long, default_value_t = 30)]
@@ -242,7 +243,41 @@ fn bench_cmd(root: &Path, reps: usize, proxy_only: bool) -> Result<ExitCode> {
     report.push('\n');
     report.push_str(&proxy);
     std::fs::write(root.join("target/bench/report.md"), &report)?;
+    std::fs::write(
+        root.join("docs/performance.md"),
+        performance_page(root, &report),
+    )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// docs/performance.md, whole: what the figures are, the run they come
+/// from (date, commit, load at its end), then the bench's report. Written
+/// by each `cargo xtask bench`; never edited by hand.
+fn performance_page(root: &Path, report: &str) -> String {
+    let out = |cmd: &mut Command| {
+        cmd.output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map_or_else(
+                || "unknown".to_owned(),
+                |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+            )
+    };
+    let date = out(Command::new("date").args(["-u", "+%Y-%m-%d"]));
+    let commit = out(Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(root));
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!(
+        "# Performance\n\n\
+         Written by `cargo xtask bench` (release build; lockrun against bare and its peers in one \
+         run), on {date} at {commit}, load average {load} at its end. Rows of one run compare; runs \
+         do not: the VM is shared and its host's load moves every figure. Re-run the bench to \
+         refresh this page; `cargo xtask bench --proxy-only` runs the proxy's part alone.\n\n{report}"
+    )
 }
 
 fn real_main() -> Result<ExitCode> {
