@@ -97,17 +97,14 @@ mod shared;
 mod tests;
 pub mod unix;
 
+use std::io;
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::{fs, io};
 
 use lockrun_common::{
     Endpoint, UnixPrefixKey, MAX_ALLOWED_ENDPOINTS, MAX_EXPOSED_PORTS, UNIX_PATH_MAX,
 };
-
-use crate::cgroup::check_run_id;
-use crate::sys::dir_names;
 
 use crate::cgroup;
 use crate::cgroup::CgroupError;
@@ -265,12 +262,6 @@ pub enum BpfError {
     },
 }
 
-/// The pin directory of one run: `/sys/fs/bpf/lockrun/<run-id>`.
-#[must_use]
-pub fn pin_dir(run_id: &str) -> PathBuf {
-    Path::new(BPFFS).join("lockrun").join(run_id)
-}
-
 /// Mount bpffs at [`BPFFS`] unless one is mounted there (checked once per
 /// process).
 pub fn ensure_bpffs() -> Result<(), BpfError> {
@@ -300,31 +291,6 @@ fn ensure_bpffs_now() -> Result<(), BpfError> {
         None::<&str>,
     )
     .map_err(BpfError::MountBpffs)
-}
-
-/// gc: remove a stale run's pins, which detaches its hooks. `Ok(false)` when there were none.
-pub fn unpin(run_id: &str) -> Result<bool, BpfError> {
-    check_run_id(run_id)?;
-    let dir = pin_dir(run_id);
-    // A run that never pinned anything (or an id bpffs cannot hold: it refuses
-    // names with a dot, EPERM) has nothing to unpin.
-    if !pinned_runs().iter().any(|r| r == run_id) {
-        return Ok(false);
-    }
-    match fs::remove_dir_all(&dir) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(BpfError::Unpin { path: dir, source }),
-    }
-}
-
-/// gc: the run ids that have pins under `/sys/fs/bpf/lockrun/` (empty when
-/// bpffs or the directory is absent).
-#[must_use]
-pub fn pinned_runs() -> Vec<String> {
-    dir_names(&Path::new(BPFFS).join("lockrun"), |id| {
-        check_run_id(id).is_ok()
-    })
 }
 
 /// Preflight (and `lockrun doctor`): the embedded object is there, bpffs is
