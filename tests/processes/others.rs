@@ -283,7 +283,8 @@ fn scheduling_of_another_runs_command_cannot_be_lowered() {
     });
     let pid = std::fs::read_to_string(&ready).unwrap().trim().to_owned();
     let before = Scheduling::of(&pid);
-    assert_eq!((before.nice, before.policy), (0, 0), "{before:?}");
+    // Whatever niceness the caller gave it, one it can still be lowered from.
+    assert!(before.nice < 19 && before.policy == 0, "{before:?}");
     assert_ne!(before.io, "idle", "{before:?}");
     let log = w.root.join("audit.jsonl");
     let ops = ["nice", "affinity", "sched_idle", "ioprio_idle"];
