@@ -58,6 +58,10 @@ pub(in crate::audit) use netlink::{
 };
 pub(in crate::audit) use records::{parse_record, AuditRecord};
 
+/// How long [`KernelAudit::finish`] waits for the reader to read the
+/// run's end mark.
+const MARK_WAIT: Duration = Duration::from_secs(2);
+
 /// The reader thread of one run.
 pub struct KernelAudit {
     child: Arc<AtomicU32>,
@@ -184,21 +188,42 @@ impl KernelAudit {
             .map(drop)
             .map_err(sys("send(AUDIT_USER)"))
         });
-        if sent.is_err() {
+        if let Err(e) = sent {
             self.stop.store(true, Ordering::SeqCst);
+            self.tell_unfinished(&format!(
+                "the end of the run could not be marked in it ({e})"
+            ));
         }
     }
 
     /// Wait until every record the kernel queued before the marker has been
-    /// read (bounded: 2 s), then stop.
+    /// read (bounded: [`MARK_WAIT`]), then stop. A reader that has not read
+    /// the mark by then is stopped, and the log says so: refusals of the
+    /// run's last moments may be missing, never silently.
     pub fn finish(mut self) {
         self.send_marker();
         if let Some(t) = self.thread.take() {
             // Disconnected when the reader returns; a timeout stops it.
-            let _ = self.done.recv_timeout(Duration::from_secs(2));
+            let waited = self.done.recv_timeout(MARK_WAIT);
             self.stop.store(true, Ordering::SeqCst);
             let _ = t.join();
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = waited {
+                self.tell_unfinished(&format!(
+                    "its end mark was not read within {} s",
+                    MARK_WAIT.as_secs()
+                ));
+            }
         }
+    }
+
+    fn tell_unfinished(&self, why: &str) {
+        self.log.record(Event::Notice {
+            layer: Layer::Filesystem,
+            message: format!(
+                "the kernel's audit records of this run were not all read: {why}; filesystem \
+                 refusals of its last moments may be missing from this log"
+            ),
+        });
     }
 }
 

@@ -477,3 +477,52 @@ fn hex_encoded_paths_are_decoded() {
     assert_eq!(r.fields["path"], "/tmp/a b.txt");
     assert_eq!(r.serial, 9);
 }
+
+/// A reader that has not read the run's end mark when `finish` stops
+/// waiting is stopped, and the log says refusals may be missing; one that
+/// read it (returned) adds nothing.
+#[test]
+fn a_reader_stopped_before_the_end_mark_is_told_in_the_log() {
+    let dir = std::env::temp_dir().join(format!("lockrun-kaudit-mark-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let told = |reads_the_mark: bool| -> String {
+        let path = dir.join(format!("{reads_the_mark}.jsonl"));
+        let log = Arc::new(AuditLog::open(Some(&path)).unwrap());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        let (_asked_tx, asked) = std::sync::mpsc::channel::<()>();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                // A slow reader runs until stopped; one that read the mark returns.
+                while !reads_the_mark && !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                drop(done_tx);
+            })
+        };
+        let reader = KernelAudit {
+            child: Arc::new(AtomicU32::new(0)),
+            calls: Arc::new(std::sync::OnceLock::new()),
+            stop,
+            thread: Some(thread),
+            done,
+            asked,
+            log: log.clone(),
+            marker: "lockrun-audit-sync-test".into(),
+            // As if sent: the test sends nothing to the kernel.
+            marker_sent: true,
+        };
+        reader.finish();
+        drop(log);
+        std::fs::read_to_string(&path).unwrap_or_default()
+    };
+    let slow = told(false);
+    assert!(
+        slow.contains("the kernel's audit records of this run were not all read: its end mark was not read within 2 s"),
+        "{slow}"
+    );
+    assert_eq!(told(true), "");
+    let _ = std::fs::remove_dir_all(&dir);
+}
