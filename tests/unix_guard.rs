@@ -28,7 +28,7 @@ use lockrun::audit::{Destination, Event, Record};
 use crate::support::{build, python, slow, world};
 use world::{s, World};
 
-const PROBE: &str = include_str!("support/scope_probe.py");
+const PROBE: &str = world::SCOPE_PROBE;
 
 /// What a kernel without the unix hooks may lack besides, which this test
 /// does not judge (Debian 12's 6.1 has Landlock ABI 2): accepted, so that
@@ -40,18 +40,7 @@ fn lockrun(w: &World, log: &Path, ops: &[&[&str]]) -> Command {
     for g in OTHER_GAPS {
         extra.extend(["--accept-gap", g]);
     }
-    let mut argv = vec![
-        python::python3().to_owned(),
-        "-c".to_owned(),
-        PROBE.to_owned(),
-    ];
-    for (i, op) in ops.iter().enumerate() {
-        if i > 0 {
-            argv.push(";".to_owned());
-        }
-        argv.extend(op.iter().map(|s| (*s).to_owned()));
-    }
-    let mut c = w.cmd(&extra, &argv);
+    let mut c = w.cmd(&extra, &world::probe_argv_of(PROBE, ops));
     c.env("LOCKRUN_TEST_NO_UNIX_HOOKS", "1");
     c
 }

@@ -26,7 +26,7 @@ use lockrun::audit::{Event, Record, ScopeTarget};
 use crate::support::{python, world};
 use world::{s, World};
 
-const PROBE: &str = include_str!("../support/scope_probe.py");
+const PROBE: &str = world::SCOPE_PROBE;
 
 /// Debian 12's Landlock ABI: no scoping.
 const ABI: &str = "2";
@@ -47,28 +47,7 @@ fn lockrun<S: AsRef<std::ffi::OsStr>>(w: &World, log: &Path, argv: &[S]) -> Comm
 }
 
 fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
-    let mut v = vec![
-        python::python3().to_owned(),
-        "-c".to_owned(),
-        PROBE.to_owned(),
-    ];
-    for (i, op) in ops.iter().enumerate() {
-        if i > 0 {
-            v.push(";".to_owned());
-        }
-        v.extend(op.iter().map(|s| (*s).to_owned()));
-    }
-    v
-}
-
-/// `sh -c SCRIPT` with the probe as `$0`: `python3 -c "$0" …` runs it.
-fn sh(script: &str) -> Vec<String> {
-    vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        script.replace("PROBE", &format!("{} -c \"$0\"", python::python3())),
-        PROBE.to_owned(),
-    ]
+    world::probe_argv_of(PROBE, ops)
 }
 
 fn checked(out: &Output) -> Vec<String> {
@@ -181,7 +160,9 @@ fn a_signal_to_a_process_outside_is_refused() {
         "for c in {}; do sleep 300 & PROBE signal $c $! 0 \\; signal $c $! 15; wait $!; echo status=$?; done",
         calls.join(" ")
     );
-    let out = lockrun(&w, &log, &sh(&script)).output().unwrap();
+    let out = lockrun(&w, &log, &world::scope_sh(&script))
+        .output()
+        .unwrap();
     let mut want = Vec::new();
     for _ in calls {
         want.extend(["ok", "ok", "status=143"]);
@@ -221,7 +202,9 @@ fn sigio_goes_to_no_process_outside() {
         "for h in {}; do sleep 300 & PROBE sigio $h $!; wait $!; echo status=$?; done",
         hows.join(" ")
     );
-    let out = lockrun(&w, &log, &sh(&script)).output().unwrap();
+    let out = lockrun(&w, &log, &world::scope_sh(&script))
+        .output()
+        .unwrap();
     let mut want = Vec::new();
     for _ in hows {
         want.extend(["ok", "status=157"]);
@@ -247,7 +230,7 @@ fn a_process_group_is_signalled_only_in_the_run() {
         "sleep 300 & trap '' USR1; PROBE kill0 10 \\; killpg {} 10; wait $!; echo status=$?",
         other.pid()
     );
-    let out = lockrun(&w, &log, &sh(&script))
+    let out = lockrun(&w, &log, &world::scope_sh(&script))
         .process_group(g)
         .output()
         .unwrap();
@@ -287,7 +270,9 @@ fn kill_minus_one_reaches_only_the_run() {
                   while [ \"$(cut -d' ' -f3 /proc/$p/stat)\" != T ]; do :; done; \
                   PROBE kill_every 18; \
                   while [ \"$(cut -d' ' -f3 /proc/$p/stat)\" = T ]; do :; done; echo continued; kill $p";
-    let out = lockrun(&w, &log, &sh(script)).output().unwrap();
+    let out = lockrun(&w, &log, &world::scope_sh(script))
+        .output()
+        .unwrap();
     assert_eq!(checked(&out), ["ok", "continued"]);
     assert_eq!(stopped.state(), 'T', "the outside process was continued");
     stopped.assert_alive();

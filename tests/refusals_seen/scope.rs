@@ -36,34 +36,13 @@ use lockrun::audit::{Event, Record, ScopeTarget};
 use crate::support::{python, world};
 use world::{assert_absent, notices, s, skip, World};
 
-const PROBE: &str = include_str!("../support/scope_probe.py");
+const PROBE: &str = world::SCOPE_PROBE;
 
 /// Landlock ABI 6: scoping, no denial logging.
 const ABI6: &str = "6";
 
 fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
-    let mut v = vec![
-        python::python3().to_owned(),
-        "-c".to_owned(),
-        PROBE.to_owned(),
-    ];
-    for (i, op) in ops.iter().enumerate() {
-        if i > 0 {
-            v.push(";".to_owned());
-        }
-        v.extend(op.iter().map(|s| (*s).to_owned()));
-    }
-    v
-}
-
-/// `sh -c SCRIPT` with the probe as `$0`: `PROBE` in it runs the probe.
-fn sh(script: &str) -> Vec<String> {
-    vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        script.replace("PROBE", &format!("{} -c \"$0\"", python::python3())),
-        PROBE.to_owned(),
-    ]
+    world::probe_argv_of(PROBE, ops)
 }
 
 /// As root, or a loud skip (runs, and the kernel's audit rules).
@@ -494,7 +473,7 @@ fn the_runs_own_child_and_sockets_are_reached_and_nothing_is_recorded() {
     let script = format!(
         "sleep 300 & PROBE signal tgkill $! 0 \\; signal kill $! 15 \\; abstract_own {own}; wait $!; echo status=$?"
     );
-    let out = run(&w, &log, Some(ABI6), &[], &sh(&script));
+    let out = run(&w, &log, Some(ABI6), &[], &world::scope_sh(&script));
     assert_eq!(checked(&out), ["ok", "ok", "ok", "status=143"]);
     let seen = seen(&log);
     assert!(seen.scope.is_empty(), "{seen:?}");

@@ -17,6 +17,8 @@ pub use super::skip::skip;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 pub const PROBE: &str = include_str!("probe.py");
+/// The probe of the scope tests: processes, groups and abstract sockets.
+pub const SCOPE_PROBE: &str = include_str!("scope_probe.py");
 
 /// One test's world, in `/tmp/lockrun-test-<name>-<pid>`, removed whole when it is
 /// dropped (no parent dir shared by the tests is left behind).
@@ -181,7 +183,12 @@ pub fn warnings(stderr: &str) -> Vec<&str> {
 }
 
 pub fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
-    let mut v = vec![python3().to_owned(), "-c".to_owned(), PROBE.to_owned()];
+    probe_argv_of(PROBE, ops)
+}
+
+/// `python3 -c PROBE op1 ; op2 …`: the ops, `;` between them, for `probe`.
+pub fn probe_argv_of(probe: &str, ops: &[&[&str]]) -> Vec<String> {
+    let mut v = vec![python3().to_owned(), "-c".to_owned(), probe.to_owned()];
     for (i, op) in ops.iter().enumerate() {
         if i > 0 {
             v.push(";".to_owned());
@@ -189,6 +196,17 @@ pub fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
         v.extend(op.iter().map(|s| (*s).to_owned()));
     }
     v
+}
+
+/// `sh -c SCRIPT` with the scope probe as `$0`: `PROBE` in the script runs
+/// it (`python3 -c "$0" …`).
+pub fn scope_sh(script: &str) -> Vec<String> {
+    vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        script.replace("PROBE", &format!("{} -c \"$0\"", python3())),
+        SCOPE_PROBE.to_owned(),
+    ]
 }
 
 pub fn assert_canary(path: &Path) {

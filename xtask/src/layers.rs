@@ -94,7 +94,7 @@ pub fn without_comments(src: &str) -> String {
         } else if let Some(end) = raw_string_end(b, i).or_else(|| string_end(b, i)) {
             out.extend_from_slice(&b[i..end]);
             i = end;
-        } else if let Some(end) = char_end(b, i) {
+        } else if let Some(end) = char_end(src, i) {
             out.extend_from_slice(&b[i..end]);
             i = end;
         } else {
@@ -141,7 +141,8 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
 
 /// The end of a char literal (`'x'`, `'\n'`, `'"'`) starting at `i`; a
 /// lifetime (`'a`) is none.
-fn char_end(b: &[u8], i: usize) -> Option<usize> {
+fn char_end(src: &str, i: usize) -> Option<usize> {
+    let b = src.as_bytes();
     if b.get(i) != Some(&b'\'') {
         return None;
     }
@@ -149,14 +150,9 @@ fn char_end(b: &[u8], i: usize) -> Option<usize> {
         let close = b[i + 2..].iter().position(|&c| c == b'\'')?;
         return Some(i + 2 + close + 1);
     }
-    // One char, of any UTF-8 length, then the closing quote.
-    let rest = std::str::from_utf8(&b[i + 1..]).ok().or_else(|| {
-        // A cut inside a multi-byte char further on: take what parses.
-        let n =
-            (1..=4).find(|n| std::str::from_utf8(&b[i + 1..(i + 1 + n).min(b.len())]).is_ok())?;
-        std::str::from_utf8(&b[i + 1..i + 1 + n]).ok()
-    })?;
-    let c = rest.chars().next()?;
+    // One char, of any UTF-8 length, then the closing quote (`i` is a
+    // quote, so `i + 1` is a char boundary).
+    let c = src[i + 1..].chars().next()?;
     let after = i + 1 + c.len_utf8();
     (b.get(after) == Some(&b'\'')).then_some(after + 1)
 }
