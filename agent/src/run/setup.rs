@@ -472,7 +472,7 @@ fn own_mounts(
             // The machine's own secrets, masked.
             if let Some(sealed) = sealed? {
                 for mask in masks(secrets, writable) {
-                    m.push(OwnMount::bind(sealed.over(&mask), mask.path())?);
+                    m.push(OwnMount::mask(sealed.over(&mask), mask.path())?);
                 }
             }
             Ok(m)

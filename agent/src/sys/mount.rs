@@ -37,6 +37,9 @@ pub(super) enum Mounted {
     Made(OwnedFd),
     /// A bind of a file whose inode has its rule already.
     Bind(std::ffi::CString),
+    /// A bind masking one of the machine's secrets: where the secret has
+    /// gone since lockrun looked, there is nothing left to mask.
+    Mask(std::ffi::CString),
 }
 
 /// A new filesystem: its type, its mount's attributes (`MOUNT_ATTR_*`) and
@@ -108,6 +111,19 @@ impl OwnMount {
         })
     }
 
+    /// A bind of `sealed` (lockrun's empty file or dir of mode 0000) over
+    /// one of the machine's secrets at `target`. Should the secret be gone
+    /// by the time the child mounts (removed since lockrun looked), the
+    /// mask is left out: what is absent cannot be read, and a secret made
+    /// after lockrun looked is unmasked either way. Any other failure,
+    /// `sealed` missing included, fails the run.
+    pub fn mask(sealed: &std::path::Path, target: &std::path::Path) -> io::Result<Self> {
+        Ok(Self {
+            what: Mounted::Mask(c_path(sealed)?),
+            target: c_path(target)?,
+        })
+    }
+
     /// Child side, in its new mount namespace, before the capabilities go:
     /// make every mount private, then mount each.
     /// Post-fork: no allocation.
@@ -130,24 +146,40 @@ impl OwnMount {
 
     fn mount(&self) -> io::Result<()> {
         match &self.what {
-            Mounted::Bind(source) => {
-                // SAFETY: mount(2) with NUL-terminated strings the plan owns,
-                // and NULL where it takes none.
-                zero(
-                    unsafe {
-                        libc::mount(
-                            source.as_ptr(),
-                            self.target.as_ptr(),
-                            std::ptr::null(),
-                            libc::MS_BIND,
-                            std::ptr::null(),
-                        )
-                    }
-                    .into(),
-                )
-            }
+            Mounted::Bind(source) => self.bind_onto_target(source),
+            Mounted::Mask(sealed) => match self.bind_onto_target(sealed) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && self.target_is_gone() => Ok(()),
+                r => r,
+            },
             Mounted::Made(mnt) => self.move_onto_target(mnt.as_raw_fd()),
         }
+    }
+
+    fn bind_onto_target(&self, source: &CStr) -> io::Result<()> {
+        // SAFETY: mount(2) with NUL-terminated strings the plan owns, and
+        // NULL where it takes none.
+        zero(
+            unsafe {
+                libc::mount(
+                    source.as_ptr(),
+                    self.target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            }
+            .into(),
+        )
+    }
+
+    /// Nothing at the target path (`lstat`'s `ENOENT`). Post-fork: no
+    /// allocation.
+    fn target_is_gone(&self) -> bool {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: lstat(2) of a NUL-terminated path into a stat buffer of
+        // the right size on this stack.
+        let r = unsafe { libc::lstat(self.target.as_ptr(), st.as_mut_ptr()) };
+        r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)
     }
 
     fn move_onto_target(&self, mnt: libc::c_int) -> io::Result<()> {
@@ -247,4 +279,78 @@ pub fn make_fs(fs: &NewFs) -> io::Result<OwnedFd> {
     // SAFETY: fsmount(2) of the context above, with integer flags.
     RawFd::new(unsafe { libc::syscall(libc::SYS_fsmount, ctx.0, libc::FSMOUNT_CLOEXEC, fs.attrs) })
         .map(RawFd::into_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OwnMount;
+
+    /// `mount_all` of `mounts` in a forked child, in a mount namespace of
+    /// its own: 0, or the errno it failed with; 100 when the first mount's
+    /// target is not then `first_is`'s inode.
+    fn mounted_in_a_child(mounts: &[OwnMount], first_is: &std::path::Path) -> i32 {
+        use std::os::unix::fs::MetadataExt as _;
+        let want = std::fs::metadata(first_is).map(|m| (m.dev(), m.ino())).ok();
+        let target = mounts[0].target.clone();
+        // SAFETY: the child makes syscalls only (no allocation) and leaves
+        // by _exit; the parent waits for it.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: unshare(2) with a flag; the child is single-threaded.
+            if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+                unsafe { libc::_exit(99) };
+            }
+            let code = OwnMount::mount_all(mounts).map_or_else(
+                |e| e.raw_os_error().unwrap_or(98),
+                |()| if inode_of(&target) == want { 0 } else { 100 },
+            );
+            // SAFETY: leaving the forked child without running the
+            // parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &raw mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "child status {status}");
+        libc::WEXITSTATUS(status)
+    }
+
+    /// The device and inode at `path`, if anything is there. Post-fork: no
+    /// allocation.
+    fn inode_of(path: &std::ffi::CStr) -> Option<(u64, u64)> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: stat(2) of a NUL-terminated path into a buffer of the
+        // right size.
+        if unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: filled by the successful stat above.
+        let st = unsafe { st.assume_init() };
+        Some((st.st_dev, st.st_ino))
+    }
+
+    /// A mask lies over the secret; a secret gone before the child mounts
+    /// leaves nothing to mask and the run goes on; lockrun's own sealed
+    /// file gone fails it.
+    #[test]
+    fn a_mask_over_a_secret_gone_since_lockrun_looked_is_left_out() {
+        let scratch = crate::testing::Scratch::new("sys-mask");
+        let dir = scratch.path();
+        let sealed = dir.join("sealed-file");
+        let secret = dir.join("secret");
+        std::fs::write(&sealed, "").unwrap();
+        std::fs::write(&secret, "key").unwrap();
+        let mask = |s: &std::path::Path, t: &std::path::Path| OwnMount::mask(s, t).unwrap();
+        assert_eq!(mounted_in_a_child(&[mask(&sealed, &secret)], &sealed), 0);
+        let gone = dir.join("gone");
+        assert_eq!(mounted_in_a_child(&[mask(&sealed, &gone)], &gone), 0);
+        assert_eq!(
+            mounted_in_a_child(&[mask(&dir.join("no-sealed"), &secret)], &sealed),
+            libc::ENOENT
+        );
+        // A bind that is not a mask fails where its target is gone.
+        let bind = OwnMount::bind(&sealed, &gone).unwrap();
+        assert_eq!(mounted_in_a_child(&[bind], &gone), libc::ENOENT);
+    }
 }
