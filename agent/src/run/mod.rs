@@ -1,7 +1,7 @@
 //! The one place that orders the steps of a run: [`execute`] runs them,
 //! in this order, each in a file named for its part (`setup`, `spawn`,
 //! `wait`, `teardown`). These numbers are the ones the trace lines
-//! (`RUST_LOG=debug`) give. Any setup failure refuses the run (exit 125,
+//! (`LOCKRUN_LOG=debug`) give. Any setup failure refuses the run (exit 125,
 //! one line naming what failed), and nothing runs.
 //!
 //! Setup ([`setup`]):
