@@ -24,5 +24,8 @@ mod support;
 // root's own `mod` lines are files beside it, as `support` is).
 mod agents {
     mod claude_code;
+    mod codex;
+    mod gemini;
+    mod opencode;
     pub mod setup;
 }

@@ -1,6 +1,6 @@
 //! Claude Code (`claude`) under the `claude-code` preset.
 
-use super::setup::{Agent, Cli, Protocol};
+use super::setup::{Agent, Cli, Protocol, API_URL};
 
 const CLI: Cli = Cli {
     package: "@anthropic-ai/claude-code",
@@ -20,7 +20,7 @@ fn claude_code_runs_unattended_and_its_tool_call_is_confined() {
     };
     let out = agent.run(
         &[
-            ("ANTHROPIC_BASE_URL", agent.api_url()),
+            ("ANTHROPIC_BASE_URL", API_URL.to_owned()),
             ("ANTHROPIC_API_KEY", "sk-ant-lockrun-test".to_owned()),
         ],
         &[

@@ -1,14 +1,16 @@
 """A model API of the test's own, for one agent CLI: `mock_api.py KIND IP PORT LOG COMMAND`.
 
-KIND is the protocol the CLI speaks (`anthropic`: the Messages API). The
+KIND is the protocol the CLI speaks: `anthropic` (the Messages API),
+`openai` (the Responses API), `gemini` (generateContent). The
 first request that offers a shell tool gets a reply that calls it with
-COMMAND; the request that carries that call's result gets a final text
+COMMAND (Codex 0.171 offers it only inside its JavaScript `exec` tool); the request that carries that call's result gets a final text
 reply, FINISHED; every other request (titles, quota checks) a short text.
 Each request is logged to LOG as one JSON line: method, path, Host, and
 what the model was given back of the tool (its output, as the agent saw it).
 """
 import http.server
 import json
+import subprocess
 import sys
 
 KIND, IP, PORT, LOG, COMMAND = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -50,8 +52,9 @@ def anthropic_reply(body):
     result = anthropic_tool_result(body)
     if result is not None:
         return {"turn": "final", "tool_output": result}, [{"type": "text", "text": FINISHED}], "end_turn"
-    if "Bash" in tools:
-        call = {"type": "tool_use", "id": "toolu_lockrun_1", "name": "Bash",
+    shell = next((t for t in tools if t in ("Bash", "bash")), None)
+    if shell:
+        call = {"type": "tool_use", "id": "toolu_lockrun_1", "name": shell,
                 "input": {"command": COMMAND, "description": "lockrun agent test"}}
         return {"turn": "tool_call"}, [call], "tool_use"
     return {"turn": "other"}, [{"type": "text", "text": "ok"}], "end_turn"
@@ -81,6 +84,130 @@ def anthropic_stream(blocks, stop, model):
     return sse(events)
 
 
+# --- OpenAI Responses API ---------------------------------------------------
+
+def openai_tool_output(body):
+    """The output of the tool calls handed back in the request's input, if any."""
+    out = None
+    for item in body.get("input") or []:
+        if not isinstance(item, dict) or not item.get("type", "").endswith("_call_output"):
+            continue
+        o = item.get("output")
+        if isinstance(o, dict):
+            o = o.get("content") or json.dumps(o)
+        if isinstance(o, list):
+            o = "".join(x.get("text", "") for x in o if isinstance(x, dict))
+        out = (out or "") + str(o)
+    return out
+
+
+# The shell tools of Codex versions, and their arguments.
+OPENAI_SHELLS = {
+    "shell_command": lambda c: {"command": c},
+    "exec_command": lambda c: {"cmd": c},
+    "shell": lambda c: {"command": ["bash", "-lc", c]},
+}
+
+
+def openai_tools(tools, prefix=""):
+    """The names of `tools`, a namespace's tools named `namespace.name`."""
+    names = []
+    for t in tools or []:
+        if not isinstance(t, dict):
+            continue
+        if t.get("type") == "namespace":
+            names += openai_tools(t.get("tools"), prefix + t.get("name", "") + ".")
+        elif t.get("name"):
+            names.append(prefix + t["name"])
+    return names
+
+
+def openai_reply(body):
+    """(log entry, output items) for one request."""
+    # Codex 0.171 offers its tools in an `additional_tools` input item.
+    offered = list(body.get("tools") or [])
+    for item in body.get("input") or []:
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            offered += item.get("tools") or []
+    tools = openai_tools(offered)
+    result = openai_tool_output(body)
+    if result is not None:
+        msg = {"type": "message", "role": "assistant", "id": "msg_lockrun_2",
+               "content": [{"type": "output_text", "text": FINISHED, "annotations": []}]}
+        return {"turn": "final", "tool_output": result}, [msg]
+    if "functions.exec" in tools:
+        # Code mode: the model writes JavaScript that calls the shell tool.
+        js = "const r = await tools.exec_command({cmd: %s});\ntext(r);\n" % json.dumps(COMMAND)
+        call = {"type": "custom_tool_call", "id": "ctc_lockrun_1", "call_id": "call_lockrun_1",
+                "name": "exec", "input": js}
+        return {"turn": "tool_call", "tools": tools}, [call]
+    for name, args in OPENAI_SHELLS.items():
+        if name in tools:
+            call = {"type": "function_call", "id": "fc_lockrun_1", "call_id": "call_lockrun_1",
+                    "name": name, "arguments": json.dumps(args(COMMAND))}
+            return {"turn": "tool_call", "tools": tools}, [call]
+    msg = {"type": "message", "role": "assistant", "id": "msg_lockrun_1",
+           "content": [{"type": "output_text", "text": "ok", "annotations": []}]}
+    return {"turn": "other", "tools": tools}, [msg]
+
+
+def openai_stream(items):
+    resp = {"id": "resp_lockrun", "object": "response", "status": "in_progress", "output": []}
+    events = [{"type": "response.created", "response": resp}]
+    for i, item in enumerate(items):
+        events.append({"type": "response.output_item.added", "output_index": i, "item": item})
+        if item["type"] == "message":
+            events.append({"type": "response.output_text.delta", "output_index": i,
+                           "item_id": item["id"], "content_index": 0,
+                           "delta": item["content"][0]["text"]})
+        events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+    done = dict(resp, status="completed", output=items,
+                usage={"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                       "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                       "total_tokens": 15})
+    events.append({"type": "response.completed", "response": done})
+    return sse(events)
+
+
+# --- Gemini generateContent -------------------------------------------------
+
+def gemini_tool_output(body):
+    out = None
+    contents = body.get("contents") or []
+    if contents:
+        for part in contents[-1].get("parts") or []:
+            fr = part.get("functionResponse") if isinstance(part, dict) else None
+            if fr:
+                out = (out or "") + json.dumps(fr.get("response"))
+    return out
+
+
+def gemini_reply(body):
+    """(log entry, parts) for one request."""
+    tools = [f.get("name") for t in body.get("tools") or [] for f in t.get("functionDeclarations") or []]
+    config = body.get("generationConfig") or body.get("config") or {}
+    if config.get("responseMimeType") == "application/json" or config.get("responseJsonSchema") \
+            or config.get("responseSchema"):
+        text = json.dumps({"reasoning": "the task is done", "next_speaker": "user"})
+        return {"turn": "json"}, [{"text": text}]
+    result = gemini_tool_output(body)
+    if result is not None:
+        return {"turn": "final", "tool_output": result}, [{"text": FINISHED}]
+    if "run_shell_command" in tools:
+        call = {"functionCall": {"name": "run_shell_command",
+                                 "args": {"command": COMMAND, "description": "lockrun agent test"}}}
+        return {"turn": "tool_call", "tools": tools}, [call]
+    return {"turn": "other", "tools": tools}, [{"text": "ok"}]
+
+
+def gemini_response(parts):
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
+                            "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5,
+                              "totalTokenCount": 15},
+            "modelVersion": "gemini-test"}
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -96,6 +223,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         log({"method": "GET", "path": self.path, "host": self.headers.get("Host")})
+        if self.path.split("?")[0].endswith("/models"):
+            self.send(200, "application/json", b'{"object":"list","data":[],"models":[]}')
+            return
         self.send(404, "application/json", b'{"error":"not here"}')
 
     def do_HEAD(self):
@@ -106,10 +236,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n)
         entry = {"method": "POST", "path": self.path, "host": self.headers.get("Host")}
+        encoding = self.headers.get("Content-Encoding")
+        if encoding:
+            # Codex sends its requests zstd-compressed.
+            entry["encoding"] = encoding
+            if encoding == "zstd":
+                raw = subprocess.run(["zstd", "-dc"], input=raw, capture_output=True).stdout
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {}
+            entry["undecoded"] = raw[:200].hex()
         if KIND == "anthropic" and self.path.split("?")[0].endswith("/v1/messages"):
             said, blocks, stop = anthropic_reply(body)
             entry.update(said)
@@ -122,6 +259,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
                        "content": blocks, "stop_reason": stop, "stop_sequence": None,
                        "usage": {"input_tokens": 10, "output_tokens": 5}}
                 self.send(200, "application/json", json.dumps(msg).encode())
+            return
+        path = self.path.split("?")[0]
+        if KIND == "openai" and path.endswith("/responses"):
+            said, items = openai_reply(body)
+            entry.update(said)
+            log(entry)
+            self.send(200, "text/event-stream", openai_stream(items))
+            return
+        if KIND == "gemini" and (":generateContent" in path or ":streamGenerateContent" in path):
+            said, parts = gemini_reply(body)
+            entry.update(said)
+            log(entry)
+            reply = json.dumps(gemini_response(parts))
+            if ":streamGenerateContent" in path:
+                self.send(200, "text/event-stream", ("data: %s\r\n\r\n" % reply).encode())
+            else:
+                self.send(200, "application/json", reply.encode())
+            return
+        if KIND == "gemini" and ":countTokens" in path:
+            log(entry)
+            self.send(200, "application/json", b'{"totalTokens": 10}')
             return
         if KIND == "anthropic" and "count_tokens" in self.path:
             log(entry)

@@ -21,10 +21,17 @@ const RANGE: Range = Range {
     count: 2,
 };
 
+/// One agent at a time: each is a node or native process tree that takes
+/// the machine's cores for seconds, and a run's timing is not what a test
+/// here judges.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// What the model API answers once the tool's output is back.
 pub const FINISHED: &str = "lockrun-agent-test: finished";
 /// The model API's name, reached through the proxy.
 const API_HOST: &str = "api.model.test";
+/// The model API's base URL, by name.
+pub const API_URL: &str = "http://api.model.test";
 /// A name that resolves to the same test host, not allowed.
 const UNLISTED: &str = "unlisted.test";
 
@@ -46,6 +53,10 @@ pub enum Protocol {
     None,
     /// Anthropic's Messages API.
     Anthropic,
+    /// The Responses API of `OpenAI`.
+    OpenAi,
+    /// Gemini's `generateContent`.
+    Gemini,
 }
 
 impl Protocol {
@@ -53,6 +64,8 @@ impl Protocol {
         match self {
             Self::None => "none",
             Self::Anthropic => "anthropic",
+            Self::OpenAi => "openai",
+            Self::Gemini => "gemini",
         }
     }
 }
@@ -120,6 +133,7 @@ fn installed(test: &str, cli: &Cli) -> Option<PathBuf> {
 
 /// One agent test's world and model API.
 pub struct Agent {
+    _turn: std::sync::MutexGuard<'static, ()>,
     cli: &'static Cli,
     bin: PathBuf,
     dir: Scratch,
@@ -134,6 +148,9 @@ impl Agent {
         if !can_netns(test) {
             return None;
         }
+        let turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let bin = installed(test, cli)?;
         let dir = Scratch::new("agent");
         for d in ["wt", "home/.ssh", "outside"] {
@@ -148,6 +165,7 @@ impl Agent {
             .unwrap();
         assert!(git.success());
         let mut agent = Self {
+            _turn: turn,
             cli,
             bin,
             etc_mark: PathBuf::from(format!(
@@ -203,9 +221,12 @@ impl Agent {
         self.host = Some(host);
     }
 
-    /// The model API's base URL, by name.
-    pub fn api_url(&self) -> String {
-        format!("http://{API_HOST}")
+    /// Write `file` (a path relative to the agent's own dir under the
+    /// state dir) with `text`: the setup a user makes once, logged in.
+    pub fn agent_file(&self, file: &str, text: &str) {
+        let path = self.state().join("agents").join(self.cli.preset).join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
     }
 
     pub fn wt(&self) -> PathBuf {
@@ -261,6 +282,9 @@ impl Agent {
             .arg(&self.bin)
             .args(args)
             .env("HOME", self.home())
+            // As a shell that changed into it says: opencode takes its
+            // project dir from PWD, not from its working directory.
+            .env("PWD", self.wt())
             .current_dir(self.wt())
             .stdin(Stdio::null());
         for (k, v) in env {
