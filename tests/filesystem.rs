@@ -5,6 +5,7 @@
 //!
 //! - `writes`: only in the worktree, the temp dir and `--allow-write` paths.
 //! - `reads`: everywhere but deny-read paths.
+//! - `listing`: every readable dir listable, above a denied path too.
 //! - `machine`: the machine's secrets, the kernel's log and filesystems, devices.
 //! - `metadata`: changed only inside the writable roots.
 //! - `crash`: a crash writes nothing outside.
@@ -20,6 +21,7 @@ mod filesystem {
     mod crash;
     mod fallbacks;
     mod git;
+    mod listing;
     mod machine;
     mod metadata;
     mod reads;

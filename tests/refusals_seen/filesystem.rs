@@ -173,8 +173,9 @@ fn below_abi_7_each_filesystem_refusal_is_seen_with_its_path_and_access() {
         one(&format!("{data}/secret/key"), "fs.read_file", "cat"),
         // A rename out of a dir outside the writable paths, as Landlock
         // names it: every right the file would gain; the data dir holds a
-        // denied path, so it has no rule of its own, and that is all.
-        (data.clone(), lacking(&[]), "mv".to_owned()),
+        // denied path, so its own rule is the listing right alone, and that
+        // is all it has.
+        (data.clone(), lacking(&LISTING), "mv".to_owned()),
         one(&format!("{data}/secret/run.sh"), "fs.execute", "sh"),
     ]
     .into();
@@ -185,7 +186,7 @@ fn below_abi_7_each_filesystem_refusal_is_seen_with_its_path_and_access() {
         "create a file in /usr (sh)".to_owned(),
         "make a dir in /usr (mkdir)".to_owned(),
         format!("read {data}/secret/key (cat)"),
-        format!("{} {data} (mv)", refused_as(&lacking(&[]))),
+        format!("{} {data} (mv)", refused_as(&lacking(&LISTING))),
         format!("run {data}/secret/run.sh (sh)"),
     ] {
         assert!(err.contains(&said), "{said} not in: {err}");
@@ -355,6 +356,10 @@ fn abis() -> (String, bool) {
 /// preset's reading ones).
 const READING: [&str; 3] = ["fs.execute", "fs.read_file", "fs.read_dir"];
 
+/// The right a dir on the way down to a denied path holds, and every dir
+/// beneath it, the denied ones too: listing.
+const LISTING: [&str; 1] = ["fs.read_dir"];
+
 /// Every right of [`RIGHTS`] but those in `has`: what Landlock names in a
 /// dir that holds `has` when a file would come from there into the
 /// worktree, which holds them all.
@@ -513,12 +518,12 @@ fn below_abi_7_links_landlock_refuses_with_exdev_are_seen_as_at_abi_7_and_other_
     want_probe.extend(["ok"; 3]);
     assert_eq!(below.probe, want_probe, "{below:?}");
     // Seen: the dir each link came from, with every right the file would
-    // gain in the worktree (all but the reading ones outside; all in a
-    // denied dir), as Landlock names them.
+    // gain in the worktree (all but the reading ones outside; all but
+    // listing in a denied dir), as Landlock names them.
     let python3 = || "python3".to_owned();
     let want: BTreeSet<Seen> = [
         (data.clone(), lacking(&READING), python3()),
-        (s(&secret).to_owned(), lacking(&[]), python3()),
+        (s(&secret).to_owned(), lacking(&LISTING), python3()),
     ]
     .into();
     assert_eq!(below.seen, want, "{below:?}");

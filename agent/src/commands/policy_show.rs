@@ -279,7 +279,7 @@ impl<'a> View<'a> {
         }
         let _ = writeln!(
             s,
-            "readable and executable: everything else, except (nor listable, nor beneath):"
+            "readable and executable: everything else, except (nothing in them read or run; their names listable, as every dir's are: Landlock cannot take the listing right away beneath /):"
         );
         for d in &self.deny_read {
             let _ = writeln!(s, "  {d}");

@@ -21,11 +21,13 @@
 //!   paths: the secret floor, `fs.deny_read`, and `<state>/runs` (other runs;
 //!   the run's own temp dir is granted again beneath it). Landlock only
 //!   allows, so a denied path is enforced by granting its siblings, on the way
-//!   down from each granted root; ancestors of a denied path get no rule of
-//!   their own and are therefore **not listable** (their entries stay
-//!   reachable by name). Inside a writable tree the same holds: the dirs
-//!   between a writable root and a denied path beneath it get no rule, so
-//!   new entries cannot be made directly in them (existing entries stay
+//!   down from each granted root; the ancestors of a denied path get the
+//!   listing right alone, so `ls /` and `find /` work. Landlock cannot take
+//!   a right away beneath a rule that grants it: the denied dirs beneath are
+//!   listable too (the names in `~/.ssh`, never what the files hold; an
+//!   `inotify` watch there stays refused, [`crate::supervise`]). Inside a
+//!   writable tree the dirs between a writable root and a denied path
+//!   beneath it get no write rule of their own, so new entries cannot be made directly in them (existing entries stay
 //!   writable); each run warns of such dirs before the command starts
 //!   ([`Narrowed`]). A listing that fails refuses the run.
 //! - **scoping**: no signals and no abstract unix socket connects to

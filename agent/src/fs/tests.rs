@@ -372,3 +372,22 @@ fn a_symlinked_denied_path_resolves_to_its_target_and_a_dangling_one_to_itself()
     .collect();
     assert_eq!(set, want);
 }
+
+/// The read walk lists the dirs on the way down to a denied path and
+/// grants each the listing right alone (so `ls /` works); the denied path
+/// gets no rule, its siblings their read rule.
+#[test]
+fn the_dirs_above_a_denied_path_are_listable_only() {
+    let grants = walked("/", &["/root/.ssh"], OwnFs::ALL.to_vec());
+    let of = |p: &str| {
+        grants
+            .iter()
+            .filter(|(q, _)| q == Path::new(p))
+            .map(|(_, g)| *g)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of("/"), [Grant::List]);
+    assert_eq!(of("/root"), [Grant::List]);
+    assert_eq!(of("/root/.ssh"), []);
+    assert_eq!(of("/etc"), [Grant::Read]);
+}

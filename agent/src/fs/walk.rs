@@ -311,6 +311,14 @@ impl Plan {
             Err(FsError::Open { source, .. }) => return Err(list_error(source)),
             Err(e) => return Err(e),
         };
+        if grant == Grant::Read {
+            // Listable, as every dir is outside the run: Landlock cannot
+            // take a right away beneath a rule that grants it, so this one
+            // also lets the denied entries beneath be listed (their names,
+            // never what they hold), which the read walk could only avoid
+            // by refusing `ls /`, `ls ~` and `find /` in every run.
+            self.add(root, &dir, Grant::List, true)?;
+        }
         if grant == Grant::ReadWrite {
             self.narrowed.push(Narrowed {
                 dir: root.to_path_buf(),

@@ -58,6 +58,11 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
     let path = Path::new(raw);
     let deny = ctx.deny_entry_for(path);
     if !is_write(&ev.access) {
+        if deny.is_none() && ev.access.iter().all(|a| a == "fs.read_dir") {
+            if let Some(below) = ctx.deny_entry_below(path) {
+                return listed_above(raw, below);
+            }
+        }
         return refused_read(raw, deny);
     }
     if let Some((entry, source)) = deny {
@@ -66,11 +71,7 @@ pub fn suggest_fs(ev: &FsEvent, ctx: &FsContext, is_dir: &dyn Fn(&Path) -> bool)
                 "{raw} is under the deny-read entry {} ({}); lockrun will not suggest making it \
                  writable.",
                 entry.display(),
-                match source {
-                    DenySource::SecretFloor => "a secret lockrun always denies",
-                    DenySource::Policy => "the run's policy",
-                    DenySource::StateDir => "lockrun's state dir",
-                }
+                source.said()
             ),
         };
     }
@@ -160,6 +161,24 @@ fn refused_read(raw: &str, deny: Option<&(PathBuf, DenySource)>) -> Suggestion {
                  which the log does not record."
             ),
         },
+    }
+}
+
+/// A refused listing of a dir above the deny-read entry `below`: what a
+/// lockrun build before the listing right was granted there did
+/// ([`crate::fs`]: the dirs on the way down to a denied path then got no
+/// rule of their own). Not the policy's doing, and not the case any more.
+fn listed_above(raw: &str, below: &(PathBuf, DenySource)) -> Suggestion {
+    Suggestion::Explain {
+        reason: format!(
+            "{raw} lies above the deny-read entry {} ({}): the lockrun that ran this gave the \
+             dirs on the way down to a denied path no listing right (Landlock only grants, so \
+             their entries were granted one by one around the denied one). Nothing in the policy \
+             refused it, and a run of a lockrun that grants those dirs the listing right (the \
+             names of the denied entries listed, never what they hold) lists it.",
+            below.0.display(),
+            below.1.said()
+        ),
     }
 }
 

@@ -110,6 +110,18 @@ pub enum DenySource {
     StateDir,
 }
 
+impl DenySource {
+    /// Where the entry comes from, in a reason's words.
+    #[must_use]
+    pub fn said(self) -> &'static str {
+        match self {
+            Self::SecretFloor => "a secret lockrun always denies",
+            Self::Policy => "the run's policy",
+            Self::StateDir => "lockrun's state dir",
+        }
+    }
+}
+
 /// What the filesystem suggestions need to know about the run's host.
 #[derive(Debug, Clone, Default)]
 pub struct FsContext {
@@ -128,6 +140,15 @@ impl FsContext {
             .iter()
             .filter(|(d, _)| path.starts_with(d))
             .max_by_key(|(d, _)| d.components().count())
+    }
+
+    /// The deny-read entry nearest beneath the dir `path`, if any lies
+    /// beneath it.
+    fn deny_entry_below(&self, path: &Path) -> Option<&(PathBuf, DenySource)> {
+        self.deny
+            .iter()
+            .filter(|(d, _)| d != path && d.starts_with(path))
+            .min_by_key(|(d, _)| d.components().count())
     }
 
     fn state_dir_for(&self, path: &Path) -> Option<&PathBuf> {

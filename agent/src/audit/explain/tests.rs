@@ -555,3 +555,33 @@ fn runs_are_split_and_grouped() {
         "{text}"
     );
 }
+
+/// A refused listing of a dir above a deny-read entry (what lockrun did
+/// before it granted those dirs the listing right) is explained as such,
+/// not as a refusal of unknown cause; a listing refused elsewhere still is
+/// one, and a read in that dir is not taken for a listing.
+#[test]
+fn a_refused_listing_above_a_denied_path_is_told_as_lockruns_own() {
+    for (dir, entry, source) in [
+        ("/", None, ""),
+        ("/home/u", None, "a secret lockrun always denies"),
+        ("/srv", Some("/srv/private"), "the run's policy"),
+        ("/var/lib", Some("/var/lib/lockrun"), "lockrun's state dir"),
+    ] {
+        let s = suggest_fs(&fs(Some(dir), &["fs.read_dir"]), &ctx(), &dirs);
+        let r = reason(&s);
+        assert!(matches!(s, Suggestion::Explain { .. }), "{s:?}");
+        assert!(
+            r.starts_with(&format!("{dir} lies above the deny-read entry ")) && r.contains(source),
+            "{dir}: {r}"
+        );
+        assert!(!r.contains("--deny-read flag"), "{r}");
+        if let Some(entry) = entry {
+            assert!(r.contains(&format!("entry {entry} (")), "{dir}: {r}");
+        }
+    }
+    let elsewhere = suggest_fs(&fs(Some("/opt/data"), &["fs.read_dir"]), &ctx(), &dirs);
+    assert!(reason(&elsewhere).contains("not under any deny-read entry"));
+    let read = suggest_fs(&fs(Some("/srv"), &["fs.read_file"]), &ctx(), &dirs);
+    assert!(reason(&read).contains("not under any deny-read entry"));
+}
