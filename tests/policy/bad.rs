@@ -11,15 +11,19 @@
 //! outside, with nothing run: no marker, no run dir.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::refused;
 use refused::{assert_refused, bounded, capped};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 
-/// How long one refusal may take at most (it takes milliseconds).
-const EACH: Duration = Duration::from_secs(5);
+/// How long one refusal may take at most (it takes milliseconds): a
+/// bound on a hang, not a measure of speed, stretched where the machine is
+/// slow (`tests/support/slow.rs`).
+fn each() -> Duration {
+    crate::support::slow::patience(Duration::from_secs(5))
+}
 
 /// One case's own dir: `wt`, `home`, `state`, and its files.
 struct Scratch(PathBuf);
@@ -253,7 +257,7 @@ fn one_case(n: usize, name: &str, given: &Given, want: &str) {
         .current_dir(&s.0);
     let got = bounded(c, Duration::from_secs(10));
     assert_refused(name, &got, &[want]);
-    assert!(got.took < EACH, "{name}: took {:?}", got.took);
+    assert!(got.took < each(), "{name}: took {:?}", got.took);
     assert!(!marker.exists(), "{name}: the command ran");
     assert_eq!(made_by_a_run(&s.0), None, "{name}: a run made it");
 }
@@ -261,7 +265,6 @@ fn one_case(n: usize, name: &str, given: &Given, want: &str) {
 #[test]
 fn every_bad_policy_is_refused_with_one_line_and_nothing_runs() {
     assert!(CASES.len() >= 75, "{} cases", CASES.len());
-    let started = Instant::now();
     // Every case is tried, and every failure named at the end.
     let mut failed = Vec::new();
     for (n, (name, given, want)) in CASES.iter().enumerate() {
@@ -280,11 +283,6 @@ fn every_bad_policy_is_refused_with_one_line_and_nothing_runs() {
         failed.len(),
         CASES.len(),
         failed.join("\n")
-    );
-    assert!(
-        started.elapsed() < Duration::from_mins(1),
-        "{:?}",
-        started.elapsed()
     );
 }
 
