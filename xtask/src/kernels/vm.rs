@@ -87,7 +87,6 @@ pub fn boot(
         .status()
         .context("mkfs.ext4 (e2fsprogs) for the guest's /tmp")?;
     anyhow::ensure!(mkfs.success(), "mkfs.ext4 of the guest's /tmp failed");
-    let _one_vm = vm_lock()?;
     let mut c = Command::new("setpriv");
     c.args(["--pdeathsig", "KILL", "--", QEMU])
         .args(accel(limits.cpus))
@@ -165,10 +164,11 @@ fn qemu_escape(p: &Path) -> String {
     p.display().to_string().replace(',', ",,")
 }
 
-/// Wait for the machine's one kernel VM slot: an exclusive lock on qemu's
+/// Wait until no other xtask runs kernel VMs on this machine (the one
+/// holding this boots its own, see `TOGETHER`): an exclusive lock on qemu's
 /// binary (which every such VM runs, and which is there to lock without a
 /// file of ours outside the project), held until dropped.
-fn vm_lock() -> Result<File> {
+pub fn lock() -> Result<File> {
     let path = which(QEMU).with_context(|| format!("{QEMU} not found"))?;
     let f = File::open(&path)?;
     if f.try_lock().is_err() {
