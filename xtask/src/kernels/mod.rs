@@ -330,7 +330,7 @@ fn run_suite(
         binaries.len(),
         limits.lsm.as_deref().unwrap_or(vm::LSM)
     );
-    let run = RunDir::new(out)?;
+    let run = RunDir::new(out, release)?;
     let mut results = Results::new(binaries);
     let outcome = boot(kernel, &run.0, binaries, Some(plan.lockrun), limits, |l| {
         println!("{}{l}", prefix.unwrap_or_default());
@@ -451,7 +451,7 @@ pub fn run_cmd(root: &Path, spec: &str, command: &[String], limit: Duration) -> 
     let (kernel, _) = kernel_of(&cache, spec)?;
     let out = out_dir(root);
     sweep_runs(&out);
-    let run = RunDir::new(&out)?;
+    let run = RunDir::new(&out, &kernel.release)?;
     let binaries = [TestBinary {
         label: "command".to_owned(),
         argv: command.iter().map(Into::into).collect(),
@@ -504,8 +504,11 @@ pub fn run_cmd(root: &Path, spec: &str, command: &[String], limit: Duration) -> 
 struct RunDir(PathBuf);
 
 impl RunDir {
-    fn new(out: &Path) -> Result<Self> {
-        let dir = out.join("runs").join(std::process::id().to_string());
+    /// `runs/<pid>-<name>`: this process's, one per kernel booted at once.
+    fn new(out: &Path, name: &str) -> Result<Self> {
+        let dir = out
+            .join("runs")
+            .join(format!("{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(Self(dir))
@@ -519,7 +522,7 @@ impl Drop for RunDir {
 }
 
 /// Remove what xtask processes that are gone (killed) left in `runs/`:
-/// each entry is named for its process (`<pid>`, `<pid>-records.jsonl`).
+/// each entry is named for its process (`<pid>-<kernel>`, `<pid>-records.jsonl`).
 fn sweep_runs(out: &Path) {
     for e in std::fs::read_dir(out.join("runs"))
         .into_iter()
