@@ -18,7 +18,7 @@ use crate::support::{build, net, net_world, python};
 /// `sock_create`, `ingress`, `egress`, and where the kernel has the unix
 /// hooks (Linux 6.7), `connect_unix`, `sendmsg_unix`.
 fn programs() -> usize {
-    if lockrun::kernel::Kernel::get().unix_hooks {
+    if lockrun::kernel::Features::get().unix_hooks {
         9
     } else {
         7
@@ -185,7 +185,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     // this build is judged as before.
     let mine = lockrun::bpf::shared_dir();
     assert!(mine.is_dir(), "{}", mine.display());
-    assert!(lockrun::cgroup::build_parent().unwrap().is_dir());
+    assert!(lockrun::bpf::build_parent().unwrap().is_dir());
     assert!(
         !out.contains(&format!("build {}", lockrun::bpf::build_id())),
         "{out}"

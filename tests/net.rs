@@ -631,7 +631,7 @@ fn the_run_cgroup_is_not_made_writable() {
         net::skip(T, "needs root");
         return;
     }
-    let cg = lockrun::cgroup::RunCgroup::create(&net::run_id(T)).unwrap();
+    let cg = lockrun::cgroup::RunCgroup::create(lockrun::bpf::build_id(), &net::run_id(T)).unwrap();
     for f in [
         "",
         "cgroup.procs",
@@ -661,7 +661,7 @@ fn helper_loader_that_gets_killed() {
     let Ok(run_id) = std::env::var("LOCKRUN_TEST_HELPER_RUN_ID") else {
         return;
     };
-    let cg = lockrun::cgroup::RunCgroup::create(&run_id).unwrap();
+    let cg = lockrun::cgroup::RunCgroup::create(lockrun::bpf::build_id(), &run_id).unwrap();
     let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[]).unwrap();
     println!("READY {}", cg.path().display());
     std::thread::sleep(std::time::Duration::from_mins(2));
@@ -686,7 +686,7 @@ fn helper_many_threads_attach_a_new_build() {
                 let (prefix, barrier) = (&prefix, &barrier);
                 s.spawn(move || {
                     let run_id = format!("{prefix}t{i}");
-                    let cg = lockrun::cgroup::RunCgroup::create(&run_id);
+                    let cg = lockrun::cgroup::RunCgroup::create(lockrun::bpf::build_id(), &run_id);
                     barrier.wait();
                     let cg = cg.map_err(|e| format!("cgroup: {e}"))?;
                     let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[])
@@ -746,7 +746,7 @@ fn a_new_build_attached_by_many_threads_at_once_loads_once() {
     let dir = build.dir();
     let mut programs = vec!["connect4", "ingress", "egress"];
     // The unix hooks where the kernel has them (Linux 6.7).
-    if lockrun::kernel::Kernel::get().unix_hooks {
+    if lockrun::kernel::Features::get().unix_hooks {
         programs.push("sendmsg_unix");
     }
     for program in programs {

@@ -16,7 +16,7 @@ use crate::support::net;
 /// links, where it stands in for those, are the kernel's whole, not the
 /// parent's: `link-guard_*`, left out.)
 fn programs() -> usize {
-    if lockrun::kernel::Kernel::get().unix_hooks {
+    if lockrun::kernel::Features::get().unix_hooks {
         9
     } else {
         7
@@ -40,7 +40,7 @@ fn hooks_are_attached_again_to_a_parent_made_again() {
     );
     run.finish();
     // Nothing runs: the parent can go, and its links with it.
-    let parent = lockrun::cgroup::build_parent().unwrap();
+    let parent = lockrun::bpf::build_parent().unwrap();
     let old_id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&parent).unwrap());
     match std::fs::remove_dir(&parent) {
         Ok(()) => {}

@@ -55,7 +55,8 @@ impl Run {
             return None;
         }
         let run_id = run_id(test);
-        let cg = RunCgroup::create(&run_id).expect("create the run cgroup");
+        let cg =
+            RunCgroup::create(lockrun::bpf::build_id(), &run_id).expect("create the run cgroup");
         let hooks = match NetworkHooks::attach(&cg, &run_id, allowed, unix_allowed) {
             Ok(h) => h,
             Err(BpfError::ObjectMissing) => {

@@ -41,23 +41,8 @@ pub const OWED: &[(&str, &str, &str)] = &[
     ),
     (
         "kernel",
-        "audit",
-        "the kernel-audit probe (audit::syscalls::probe) runs inside Kernel::get",
-    ),
-    (
-        "kernel",
-        "bpf",
-        "the unix guard's load probe runs inside Kernel::get",
-    ),
-    (
-        "kernel",
         "seccomp",
         "Fallbacks, compiled by build.rs with seccomp/, cannot move down yet",
-    ),
-    (
-        "cgroup",
-        "bpf",
-        "the build's parent cgroup is named by bpf::build_id, a hash of the program table",
     ),
 ];
 

@@ -21,8 +21,6 @@ use crate::cgroup::{check_run_id, RunCgroup};
 use super::events::drain;
 use super::shared::{Shared, SlotLock, UNIX_PREFIXES};
 use super::{endpoint_key, ensure_bpffs, prefix_keys, unix, BpfError, OBJECT};
-use crate::cgroup;
-use crate::kernel::Kernel;
 use crate::sys::bpf;
 
 /// Per-hook refusal counts read from `COUNTERS` (summed over CPUs).
@@ -113,7 +111,7 @@ impl NetworkHooks {
     /// `Supervised`).
     ///
     /// The hooks are the build's, attached once to the build's parent cgroup
-    /// ([`crate::cgroup::build_parent`]); they are checked to be attached
+    /// ([`super::build_parent`]); they are checked to be attached
     /// there (re-attached if not), and `cgroup` must be its child. The run is
     /// registered before this returns, and no task of the run exists yet.
     pub fn attach_with(
@@ -134,7 +132,7 @@ impl NetworkHooks {
         }
         ensure_bpffs()?;
         let mut shared = Shared::open_or_load(object)?;
-        let parent = cgroup::build_parent()?;
+        let parent = super::build_parent()?;
         if cgroup.path().parent() != Some(parent.as_path()) {
             return Err(BpfError::NotUnderParent {
                 cgroup: cgroup.path().to_path_buf(),
@@ -142,7 +140,7 @@ impl NetworkHooks {
             });
         }
         shared.ensure_attached(&parent)?;
-        if Kernel::get().unix_guard {
+        if super::load::unix_guard() {
             shared.ensure_guard()?;
         }
         let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;

@@ -14,7 +14,7 @@ use lockrun_common::{
 
 use super::shared::{new_ring, SLOT_OWNERS, UNIX_PREFIXES};
 use super::{btf, guard, unix, BpfError, BPFFS, SHARED_ROOT};
-use crate::kernel::Kernel;
+use crate::kernel::Features;
 use crate::sys::bpf;
 
 /// The programs: name (the object's section, or a hand-assembled unix hook),
@@ -90,7 +90,7 @@ pub(super) fn attached_programs() -> &'static [(&'static str, u32, u32)] {
 /// the kernel has no such hook (before Linux 6.7, [`crate::kernel`]),
 /// whose promise is then the seccomp supervisor's alone, or a gap.
 pub(super) fn programs_here() -> impl Iterator<Item = (&'static str, u32, u32)> {
-    let unix_hooks = Kernel::get().unix_hooks;
+    let unix_hooks = Features::get().unix_hooks;
     PROGRAMS.into_iter().filter(move |(_, _, attach)| {
         unix_hooks || !matches!(*attach, bpf::ATTACH_UNIX_CONNECT | bpf::ATTACH_UNIX_SENDMSG)
     })
@@ -222,7 +222,7 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         )?;
         pin(fd.as_fd(), name)?;
     }
-    if Kernel::get().unix_guard {
+    if unix_guard() {
         for (name, fd) in load_guard(&unix_maps)? {
             pin(fd.as_fd(), name)?;
         }
@@ -262,6 +262,15 @@ pub(super) fn guard_target(btf: &btf::Btf) -> Option<([u32; 2], guard::Layout)> 
         addr_name: btf.offset("unix_address", "name")?,
     };
     Some((ids, layout))
+}
+
+/// Whether this kernel's runs use lockrun's unix guard, asked once: where
+/// the kernel has no cgroup unix hooks, and the guard loads
+/// ([`unix_guard_loads`]); `crate::kernel::Kernel::unix_guard`.
+#[must_use]
+pub fn unix_guard() -> bool {
+    static USED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USED.get_or_init(|| !Features::get().unix_hooks && unix_guard_loads())
 }
 
 /// Whether lockrun's unix guard can be loaded here ([`guard`]): the

@@ -22,7 +22,7 @@
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` ([`SHARED_ROOT`]), and
 //! attached once, by links pinned there as `link-<program>-<parent id>`, to the build's
 //! parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`
-//! ([`crate::cgroup::build_parent`]). Every run's cgroup is made inside it, so
+//! ([`build_parent`]). Every run's cgroup is made inside it, so
 //! a run's processes are judged from their first instruction. The programs
 //! find the run's allow list, unix prefixes, counters and ring buffer by the
 //! cgroup id of the calling task (`RUNS`); a task of no registered run is
@@ -112,10 +112,10 @@ pub use attach::programs_attached_to;
 use attach::PARENT_LOCK_TIMEOUT;
 pub use events::{decode, decode_event};
 pub use hooks::{Counters, NetworkHooks};
-pub use load::unix_guard_loads;
+pub use load::{unix_guard, unix_guard_loads};
 pub use reap::{reap_other_builds, OtherBuild};
 pub use registry::{forget_gone_runs, forget_runs, registered_runs};
-pub use shared::{build_id, shared_dir};
+pub use shared::{build_id, build_parent, shared_dir};
 
 /// Where bpffs is mounted (and mounted by lockrun when it is not).
 pub const BPFFS: &str = "/sys/fs/bpf";
