@@ -19,12 +19,6 @@ mod unix;
 #[path = "src/bpf/guard.rs"]
 mod guard;
 
-/// The seccomp filter's module, compiled here too: the filter every run
-/// loads is built and compacted once here rather than at every run's start.
-#[allow(dead_code, unused_imports)]
-#[path = "src/seccomp/mod.rs"]
-mod seccomp;
-
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_ebpf_missing)");
     println!("cargo::rerun-if-changed=src/bpf/unix.rs");
@@ -67,20 +61,20 @@ fn main() {
     static_libgcc();
 }
 
-/// The combined seccomp filter, built by its own module
-/// (`seccomp::compile`), written to `$OUT_DIR/seccomp_filter.rs` as
+/// The combined seccomp filter for a kernel with every mechanism, built
+/// and compacted once here rather than at every run's start
+/// (`lockrun_seccomp::compile`), written to `$OUT_DIR/seccomp_filter.rs` as
 /// `(code, jt, jf, k)` tuples for `seccomp::combined` to embed (cfg
 /// `lockrun_seccomp_built`). Not for another architecture than this
-/// script's: the module's `target_arch` is this script's, so such a build
+/// script's: the crate's `target_arch` is this script's, so such a build
 /// compiles the filter at run time. An error is left to the run time too,
 /// where it refuses the run with its message.
 fn seccomp_filter() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_seccomp_built)");
-    println!("cargo::rerun-if-changed=src/seccomp");
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok(std::env::consts::ARCH) {
         return;
     }
-    let Ok(filter) = seccomp::compile() else {
+    let Ok(filter) = lockrun_seccomp::compile(lockrun_seccomp::Fallbacks::NONE) else {
         return;
     };
     let mut text = String::from("&[\n");

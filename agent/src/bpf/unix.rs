@@ -91,8 +91,8 @@ impl UnixMode {
 
     /// The supervised mode for this kernel's `fallbacks`.
     #[must_use]
-    pub fn supervised(fallbacks: crate::seccomp::Fallbacks) -> Self {
-        if crate::seccomp::scope::abstract_names_supervised(fallbacks) {
+    pub fn supervised(fallbacks: lockrun_seccomp::Fallbacks) -> Self {
+        if lockrun_seccomp::scope::abstract_names_supervised(fallbacks) {
             UnixMode::SupervisedAbstract
         } else {
             UnixMode::Supervised

@@ -10,7 +10,6 @@ use crate::fs;
 use crate::kernel::Features;
 use crate::policy::{overlap, runs_later};
 use crate::policy::{PathSpec, Policy};
-use crate::seccomp;
 use crate::shown::say;
 
 /// Run `policy show`; returns the exit status.
@@ -250,7 +249,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: seccomp::describe(Features::get().fallbacks()),
+            seccomp: lockrun_seccomp::describe::describe(Features::get().fallbacks()),
             rules: None,
         }
     }

@@ -29,7 +29,8 @@ mod syscall_audit;
 
 use std::fmt;
 
-use crate::seccomp::Fallbacks;
+use lockrun_seccomp::Fallbacks;
+
 use crate::sys;
 pub use syscall_audit::{Fixed, SyscallAudit, Unusable};
 

@@ -88,7 +88,7 @@ fn the_supervisor_holds_the_scoping_where_landlock_does_not() {
     assert!(!f.scoping && f.unix_addresses);
     assert_eq!(
         k(7, true, false).fallbacks(),
-        crate::seccomp::Fallbacks::NONE
+        lockrun_seccomp::Fallbacks::NONE
     );
 }
 

@@ -60,6 +60,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 
+use lockrun_seccomp::SeccompError;
+
 use crate::audit::{AuditError, AuditLog};
 use crate::bpf::BpfError;
 use crate::cgroup::CgroupError;
@@ -68,7 +70,6 @@ use crate::fs::FsError;
 use crate::kernel::{Features, Gap, Kernel};
 use crate::policy::Policy;
 use crate::proxy::ProxyError;
-use crate::seccomp::SeccompError;
 use crate::shown::say;
 use crate::state::{new_run_id, RunDirError};
 use crate::sys::{raise_nofile, Step};

@@ -50,8 +50,8 @@ use std::sync::{Mutex, PoisonError};
 
 use super::{Reply, Shared, Task};
 use crate::audit::{Event, ScopeEvent, ScopeTarget};
-use crate::seccomp::scope::abstract_names_supervised;
 use crate::sys;
+use lockrun_seccomp::scope::abstract_names_supervised;
 
 /// Abstract names one run may bind and reach.
 pub const MAX_NAMES: usize = 4096;

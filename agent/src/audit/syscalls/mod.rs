@@ -116,6 +116,9 @@
 
 use std::path::PathBuf;
 
+use lockrun_seccomp::scope::abstract_names_supervised;
+use lockrun_seccomp::Fallbacks;
+
 pub mod reach;
 pub mod records;
 pub mod refer;
@@ -125,8 +128,6 @@ pub use rules::{reap_stale, remove_beside, Refused, RunRules};
 
 use super::kernel::KernelAuditError;
 use crate::kernel::{Features, Fixed, SyscallAudit, Unusable};
-use crate::seccomp::scope::abstract_names_supervised;
-use crate::seccomp::Fallbacks;
 use crate::sys::has_effective_cap;
 
 /// The first login uid of lockrun's range: `0x8000_0000 | ino`.
