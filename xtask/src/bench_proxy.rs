@@ -787,8 +787,8 @@ impl TestHost {
             format!("lrbh{id}"),
             format!("lrbn{id}"),
         );
-        crate::leftovers::remove_dead("lrbench", "lrbh");
-        let holders = crate::leftovers::holders(&format!("{HERE_IP}/30"));
+        lockrun_leftovers::remove_dead("lrbench", "lrbh");
+        let holders = lockrun_leftovers::holders(&format!("{HERE_IP}/30"));
         if !holders.is_empty() {
             bail!("{HERE_IP}/30 is already held by {holders:?}: the bench's test host would not be the one reached");
         }
