@@ -129,7 +129,7 @@ fn read_ptr(a: &mut Asm, dst: u8, src: u8, off: i32, fail: Label) {
 /// Assemble the guard's program for `hook` ([`FUNCTIONS`]). One listing,
 /// kept in one piece so it reads like the program.
 #[must_use]
-#[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_lines)] // one listing, read as the program it assembles
 pub fn program(hook: Hook, maps: &UnixMaps, layout: &Layout) -> Vec<u64> {
     let mut a = Asm::default();
     let hook_id = hook as i32;

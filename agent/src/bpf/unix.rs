@@ -270,7 +270,7 @@ pub(crate) const JLE: u8 = 0xb5;
 /// Assemble the hook program for `hook` (`ConnectUnix` or `SendmsgUnix`).
 /// One straight-line listing, kept in one piece so it reads like the program.
 #[must_use]
-#[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_lines)] // one listing, read as the program it assembles
 pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     let mut a = Asm::default();
     let hook_id = hook as i32;
