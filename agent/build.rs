@@ -46,7 +46,7 @@ fn main() {
     if path.is_file() {
         let abs = path.canonicalize().unwrap_or(path);
         println!("cargo::rustc-env=LOCKRUN_EBPF_OBJECT={}", abs.display());
-        // The object's FNV-1a 64, part of the build id (lockrun::bpf::build_id):
+        // The object's FNV-1a 64, part of the build id (lockrun::bpf::shared::build_id):
         // computed here, not at every run's start.
         let bytes = std::fs::read(&abs).unwrap_or_default();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;

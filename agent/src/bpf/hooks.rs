@@ -111,7 +111,7 @@ impl NetworkHooks {
     /// `Supervised`).
     ///
     /// The hooks are the build's, attached once to the build's parent cgroup
-    /// ([`super::build_parent`]); they are checked to be attached
+    /// ([`super::shared::build_parent`]); they are checked to be attached
     /// there (re-attached if not), and `cgroup` must be its child. The run is
     /// registered before this returns, and no task of the run exists yet.
     pub fn attach_with(
@@ -132,7 +132,7 @@ impl NetworkHooks {
         }
         ensure_bpffs()?;
         let mut shared = Shared::open_or_load(object)?;
-        let parent = super::build_parent()?;
+        let parent = super::shared::build_parent()?;
         if cgroup.path().parent() != Some(parent.as_path()) {
             return Err(BpfError::NotUnderParent {
                 cgroup: cgroup.path().to_path_buf(),

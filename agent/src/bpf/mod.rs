@@ -22,7 +22,7 @@
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` ([`SHARED_ROOT`]), and
 //! attached once, by links pinned there as `link-<program>-<parent id>`, to the build's
 //! parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`
-//! ([`build_parent`]). Every run's cgroup is made inside it, so
+//! ([`shared::build_parent`]). Every run's cgroup is made inside it, so
 //! a run's processes are judged from their first instruction. The programs
 //! find the run's allow list, unix prefixes, counters and ring buffer by the
 //! cgroup id of the calling task (`RUNS`); a task of no registered run is
@@ -72,26 +72,26 @@
 //!
 //! A lockrun killed with SIGKILL leaves its processes confined (the
 //! attachment is the build's, the registration stays) until `lockrun gc`
-//! reaps the cgroup and forgets the run ([`forget_runs`]); a run whose
+//! reaps the cgroup and forgets the run ([`registry::forget_runs`]); a run whose
 //! processes are all gone (its watchdog killed them) gives up its slot to
 //! the next run that needs one.
 //!
 //! Each build keeps its pins and parent between runs; another build's are
 //! removed by `lockrun gc` once none of its runs is left
-//! ([`reap_other_builds`]).
+//! ([`reap::reap_other_builds`]).
 //!
 //! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
 //! builds made; [`unpin`] still removes them.
 
-mod attach;
+pub mod attach;
 pub mod btf;
-mod events;
+pub mod events;
 pub mod guard;
-mod hooks;
-mod load;
-mod reap;
-mod registry;
-mod shared;
+pub mod hooks;
+pub mod load;
+pub mod reap;
+pub mod registry;
+pub mod shared;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
@@ -108,14 +108,7 @@ use lockrun_common::{
 
 use crate::cgroup;
 use crate::cgroup::CgroupError;
-pub use attach::programs_attached_to;
 use attach::PARENT_LOCK_TIMEOUT;
-pub use events::{decode, decode_event};
-pub use hooks::{Counters, NetworkHooks};
-pub use load::{unix_guard, unix_guard_loads};
-pub use reap::{reap_other_builds, OtherBuild};
-pub use registry::{forget_gone_runs, forget_runs, registered_runs};
-pub use shared::{build_id, build_parent, shared_dir};
 
 /// Where bpffs is mounted (and mounted by lockrun when it is not).
 pub const BPFFS: &str = "/sys/fs/bpf";

@@ -2,7 +2,7 @@
 //!
 //! The eBPF network hooks ([`crate::bpf`]) are attached once per lockrun
 //! build to the parent, `build-<build-id>` ([`build_parent_of`]; the id is
-//! the hooks', `crate::bpf::build_id`, handed in by the caller), and judge every
+//! the hooks', `crate::bpf::shared::build_id`, handed in by the caller), and judge every
 //! run cgroup inside it; every process of the run must be in its cgroup from
 //! its first instruction: the command
 //! is forked straight into it (`clone3` with `CLONE_INTO_CGROUP` on
@@ -243,7 +243,7 @@ impl RunCgroup {
         let parent = parent.to_path_buf();
         let path = parent.join(run_id);
         // `lockrun gc` removes an empty parent of another build
-        // (`crate::bpf::reap_other_builds`): made again if it went between
+        // (`crate::bpf::reap::reap_other_builds`): made again if it went between
         // the two mkdirs.
         let mut attempts = 0;
         loop {

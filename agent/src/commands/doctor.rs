@@ -145,8 +145,8 @@ pub fn host_checks() -> Vec<Check> {
 /// tear it all down: proof that the run's network layer can be set up here.
 fn attach_probe() -> Result<String, String> {
     let id = format!("doctor-{}", std::process::id());
-    let cg = cgroup::RunCgroup::create(bpf::build_id(), &id).map_err(|e| e.to_string())?;
-    let hooks = bpf::NetworkHooks::attach(&cg, &id, &[], &[]).map_err(|e| {
+    let cg = cgroup::RunCgroup::create(bpf::shared::build_id(), &id).map_err(|e| e.to_string())?;
+    let hooks = bpf::hooks::NetworkHooks::attach(&cg, &id, &[], &[]).map_err(|e| {
         let mut s = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(c) = src {

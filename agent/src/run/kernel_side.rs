@@ -14,8 +14,9 @@ use crate::audit::kernel::KernelAudit;
 use crate::audit::syscalls::refer::Granted;
 use crate::audit::syscalls::{self, RunRules};
 use crate::audit::{AuditLog, Event, Layer};
+use crate::bpf::hooks::NetworkHooks;
+use crate::bpf::shared::build_id;
 use crate::bpf::unix::UnixMode;
-use crate::bpf::{self, NetworkHooks};
 use crate::cgroup::RunCgroup;
 use crate::fs::{grant_rights, handled_rights, FsSandbox, OwnFs};
 use crate::kernel::Gap;
@@ -103,10 +104,10 @@ fn kernel_side(
     let cgroup = if weaken_hooks {
         RunCgroup::create_outside_the_hooks(dir.id())
     } else {
-        RunCgroup::create(bpf::build_id(), dir.id())
+        RunCgroup::create(build_id(), dir.id())
     };
     #[cfg(not(feature = "weaken-for-tests"))]
-    let cgroup = RunCgroup::create(bpf::build_id(), dir.id());
+    let cgroup = RunCgroup::create(build_id(), dir.id());
     let mut cgroup = cgroup?;
     // Its task limit: a fork bomb stops there, not at the machine's pids;
     // its memory limit: the kernel's OOM killer acts in the run, not on

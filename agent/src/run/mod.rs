@@ -159,13 +159,13 @@ fn refusals_unseen(why: &str) -> String {
 /// This kernel, with the stand-ins for what it lacks, each asked once by
 /// the module that owns it: kernel audit's syscall records
 /// ([`audit::syscalls::stand_in`]) and lockrun's unix guard
-/// ([`bpf::unix_guard`]). What a run and `doctor` judge the promises by.
+/// ([`bpf::load::unix_guard`]). What a run and `doctor` judge the promises by.
 #[must_use]
 pub fn kernel() -> Kernel {
     Kernel::with_stand_ins(
         Features::get(),
         audit::syscalls::stand_in(),
-        bpf::unix_guard(),
+        bpf::load::unix_guard(),
     )
 }
 

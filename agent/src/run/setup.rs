@@ -14,7 +14,7 @@ use super::{core_dumps, gc, nested, RunError};
 use crate::audit::kernel::{KernelAudit, KernelAuditError};
 use crate::audit::syscalls::RunRules;
 use crate::audit::{AuditLog, Event, Layer};
-use crate::bpf::NetworkHooks;
+use crate::bpf::hooks::NetworkHooks;
 use crate::cgroup::RunCgroup;
 use crate::fs::links::{self, Judge, Marked};
 use crate::fs::{
