@@ -4,33 +4,24 @@
 //! `<workspace>/target/ebpf/bpfel-unknown-none/release/lockrun-ebpf`. When it
 //! is missing the agent still compiles, and loading the hooks fails with
 //! "run cargo xtask build" (cfg `lockrun_ebpf_missing`).
+//!
+//! It also hashes the unix programs (the crate `lockrun-unix`) into the
+//! build id and builds the seccomp filter every run loads (the crate
+//! `lockrun-seccomp`): both crates of the workspace, built for this script
+//! as for the agent.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// The hand-assembled unix hooks, compiled here too: their hash is part of
-/// the build id, computed once here rather than at every run's start.
-#[allow(dead_code)]
-#[path = "src/bpf/unix.rs"]
-mod unix;
-
-/// lockrun's unix guard, hashed likewise.
-#[allow(dead_code)]
-#[path = "src/bpf/guard.rs"]
-mod guard;
-
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_ebpf_missing)");
-    println!("cargo::rerun-if-changed=src/bpf/unix.rs");
-    println!("cargo::rerun-if-changed=src/bpf/guard.rs");
-    println!("cargo::rerun-if-changed=../ebpf/common/src");
     println!(
         "cargo::rustc-env=LOCKRUN_UNIX_PROGRAMS_HASH={:016x}",
-        unix::programs_hash()
+        lockrun_unix::programs_hash()
     );
     println!(
         "cargo::rustc-env=LOCKRUN_GUARD_PROGRAMS_HASH={:016x}",
-        guard::programs_hash()
+        lockrun_unix::guard::programs_hash()
     );
     seccomp_filter();
     println!("cargo::rerun-if-env-changed=LOCKRUN_EBPF_OBJECT");

@@ -9,8 +9,8 @@
 //! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
 //! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
-//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
-//! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`guard`]) |
+//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`lockrun_unix`]) |
+//! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`lockrun_unix::guard`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
 //! [`Event::KernelNetwork`] (the run's ring buffer) and a count (its
@@ -86,7 +86,6 @@
 pub mod attach;
 pub mod btf;
 pub mod events;
-pub mod guard;
 pub mod hooks;
 pub mod load;
 pub mod reap;
@@ -95,7 +94,6 @@ pub mod shared;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
-pub mod unix;
 
 use std::io;
 use std::net::SocketAddr;

@@ -42,10 +42,10 @@ pub(super) const OBJECT_HASH: &str = env!("LOCKRUN_EBPF_HASH");
 #[cfg(lockrun_ebpf_missing)]
 pub(super) const OBJECT_HASH: &str = "none";
 
-/// [`unix::programs_hash`], as the build script computed it.
+/// [`lockrun_unix::programs_hash`], as the build script computed it.
 pub(super) const UNIX_PROGRAMS_HASH: &str = env!("LOCKRUN_UNIX_PROGRAMS_HASH");
 
-/// [`guard::programs_hash`], as the build script computed it.
+/// [`lockrun_unix::guard::programs_hash`], as the build script computed it.
 pub(super) const GUARD_PROGRAMS_HASH: &str = env!("LOCKRUN_GUARD_PROGRAMS_HASH");
 
 /// Bumped whenever the maps the loader makes, or what it pins, change
@@ -95,7 +95,7 @@ pub(super) fn hash_build(programs: &[(&str, u32, u32)]) -> String {
         eat(&attach_type.to_le_bytes());
     }
     // The hand-assembled unix programs, hashed by the build script
-    // ([`unix::programs_hash`]).
+    // ([`lockrun_unix::programs_hash`]).
     eat(UNIX_PROGRAMS_HASH.as_bytes());
     // The unix guard, where this kernel needs it (its shape; the offsets
     // it reads are this boot's, and so are the pins).

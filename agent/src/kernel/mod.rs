@@ -12,7 +12,7 @@
 //! | ABI 5 (`IOCTL_DEV`) | 6.10 | device files opened only under `/dev`, where Landlock's rules name the few a run may open: every other mount `nodev` in the run's mount namespace ([`Kernel::devices_only_in_dev`]) |
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | the seccomp supervisor: signals ([`crate::supervise::scope`]); abstract names the run bound ([`crate::supervise::abstract_unix`]), where the kernel refuses the run's own unix connects (the unix hooks, or the unix guard) |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid: its filesystem refusals, and at ABI 6 its signals and abstract unix connects refused outside it ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`]. The processes Landlock hides from the run's `/proc` are recorded by nothing ([`crate::audit::syscalls::reach`]) |
-//! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`crate::bpf::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
+//! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`lockrun_unix::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
 //! it: a run with one is refused (exit 125, naming the promise and the
@@ -69,7 +69,7 @@ pub struct Kernel {
     /// show the run's filesystem refusals ([`crate::audit::syscalls::probe`]);
     /// `None` where Landlock logs them itself (not asked).
     pub syscall_audit: Option<Result<SyscallAudit, Unusable>>,
-    /// Without those: lockrun's unix guard loads ([`crate::bpf::guard`]).
+    /// Without those: lockrun's unix guard loads ([`lockrun_unix::guard`]).
     /// Not asked (false) where the hooks are.
     pub unix_guard: bool,
 }
@@ -113,7 +113,7 @@ pub enum Mechanism {
     /// `sendmsg_unix` hooks refusing the unix connects and sends a task of
     /// the run makes itself.
     SupervisorAndUnixHooks,
-    /// The seccomp supervisor, and lockrun's unix guard ([`crate::bpf::guard`])
+    /// The seccomp supervisor, and lockrun's unix guard ([`lockrun_unix::guard`])
     /// refusing them.
     SupervisorAndUnixGuard,
     /// Device files opened only under `/dev`: every other mount `nodev`

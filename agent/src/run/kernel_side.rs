@@ -9,6 +9,8 @@ use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use lockrun_unix::UnixMode;
+
 use super::{chain, RunError};
 use crate::audit::kernel::KernelAudit;
 use crate::audit::syscalls::refer::Granted;
@@ -16,7 +18,6 @@ use crate::audit::syscalls::{self, RunRules};
 use crate::audit::{AuditLog, Event, Layer};
 use crate::bpf::hooks::NetworkHooks;
 use crate::bpf::shared::build_id;
-use crate::bpf::unix::UnixMode;
 use crate::cgroup::RunCgroup;
 use crate::fs::{grant_rights, handled_rights, FsSandbox, OwnFs};
 use crate::kernel::Gap;

@@ -40,7 +40,7 @@
 //! result. The one continue that follows a memory read — a unix address that
 //! is not a pathname — is backed by the kernel: in supervised mode the unix
 //! hooks refuse every pathname a task of the run names itself
-//! ([`crate::bpf::unix`]), so swapping one in after the read gains nothing.
+//! ([`lockrun_unix`]), so swapping one in after the read gains nothing.
 //! Where Landlock does not scope abstract names, there is no such continue:
 //! the supervisor performs the connects to the run's own names
 //! ([`abstract_unix`]), and the kernel refuses every abstract name a task
@@ -89,7 +89,7 @@
 //!   or 14/26 without) is not notified — the length is all the filter can
 //!   see, and it keeps inet connects un-notified — so the unix hooks refuse it.
 //! - `sendmsg`/`sendmmsg` with a pathname `msg_name` are refused by the
-//!   hooks (or, before Linux 6.7, lockrun's unix guard, [`crate::bpf::guard`]): the address is user memory behind a pointer in a struct, and
+//!   hooks (or, before Linux 6.7, lockrun's unix guard, [`lockrun_unix::guard`]): the address is user memory behind a pointer in a struct, and
 //!   performing the call (iovecs, `SCM_RIGHTS`) would be a second kernel.
 //!   Connected sockets and `sendto` work. Without Landlock's scoping, so is
 //!   an abstract `msg_name`.
