@@ -4,39 +4,24 @@
 //! `<workspace>/target/ebpf/bpfel-unknown-none/release/lockrun-ebpf`. When it
 //! is missing the agent still compiles, and loading the hooks fails with
 //! "run cargo xtask build" (cfg `lockrun_ebpf_missing`).
+//!
+//! It also hashes the unix programs (the crate `lockrun-unix`) into the
+//! build id and builds the seccomp filter every run loads (the crate
+//! `lockrun-seccomp`): both crates of the workspace, built for this script
+//! as for the agent.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// The hand-assembled unix hooks, compiled here too: their hash is part of
-/// the build id, computed once here rather than at every run's start.
-#[allow(dead_code)]
-#[path = "src/bpf/unix.rs"]
-mod unix;
-
-/// lockrun's unix guard, hashed likewise.
-#[allow(dead_code)]
-#[path = "src/bpf/guard.rs"]
-mod guard;
-
-/// The seccomp filter's module, compiled here too: the filter every run
-/// loads is built and compacted once here rather than at every run's start.
-#[allow(dead_code, unused_imports)]
-#[path = "src/seccomp/mod.rs"]
-mod seccomp;
-
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_ebpf_missing)");
-    println!("cargo::rerun-if-changed=src/bpf/unix.rs");
-    println!("cargo::rerun-if-changed=src/bpf/guard.rs");
-    println!("cargo::rerun-if-changed=../ebpf/common/src");
     println!(
         "cargo::rustc-env=LOCKRUN_UNIX_PROGRAMS_HASH={:016x}",
-        unix::programs_hash()
+        lockrun_unix::programs_hash()
     );
     println!(
         "cargo::rustc-env=LOCKRUN_GUARD_PROGRAMS_HASH={:016x}",
-        guard::programs_hash()
+        lockrun_unix::guard::programs_hash()
     );
     seccomp_filter();
     println!("cargo::rerun-if-env-changed=LOCKRUN_EBPF_OBJECT");
@@ -52,7 +37,7 @@ fn main() {
     if path.is_file() {
         let abs = path.canonicalize().unwrap_or(path);
         println!("cargo::rustc-env=LOCKRUN_EBPF_OBJECT={}", abs.display());
-        // The object's FNV-1a 64, part of the build id (lockrun::bpf::build_id):
+        // The object's FNV-1a 64, part of the build id (lockrun::bpf::shared::build_id):
         // computed here, not at every run's start.
         let bytes = std::fs::read(&abs).unwrap_or_default();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -67,20 +52,20 @@ fn main() {
     static_libgcc();
 }
 
-/// The combined seccomp filter, built by its own module
-/// (`seccomp::compile`), written to `$OUT_DIR/seccomp_filter.rs` as
+/// The combined seccomp filter for a kernel with every mechanism, built
+/// and compacted once here rather than at every run's start
+/// (`lockrun_seccomp::compile`), written to `$OUT_DIR/seccomp_filter.rs` as
 /// `(code, jt, jf, k)` tuples for `seccomp::combined` to embed (cfg
 /// `lockrun_seccomp_built`). Not for another architecture than this
-/// script's: the module's `target_arch` is this script's, so such a build
+/// script's: the crate's `target_arch` is this script's, so such a build
 /// compiles the filter at run time. An error is left to the run time too,
 /// where it refuses the run with its message.
 fn seccomp_filter() {
     println!("cargo::rustc-check-cfg=cfg(lockrun_seccomp_built)");
-    println!("cargo::rerun-if-changed=src/seccomp");
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok(std::env::consts::ARCH) {
         return;
     }
-    let Ok(filter) = seccomp::compile() else {
+    let Ok(filter) = lockrun_seccomp::compile(lockrun_seccomp::Fallbacks::NONE) else {
         return;
     };
     let mut text = String::from("&[\n");

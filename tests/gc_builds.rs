@@ -1,6 +1,6 @@
 //! `lockrun gc` and other lockrun builds: each build pins its own programs,
 //! maps and rings, and attaches them to a parent cgroup of its own
-//! (`lockrun::bpf::reap_other_builds`). gc removes another build's parent and
+//! (`lockrun::bpf::reap::reap_other_builds`). gc removes another build's parent and
 //! pins once none of its runs is left, and touches nothing of a build whose
 //! run is live, nor anything of its own build.
 //!
@@ -18,7 +18,7 @@ use crate::support::{build, net, net_world, python};
 /// `sock_create`, `ingress`, `egress`, and where the kernel has the unix
 /// hooks (Linux 6.7), `connect_unix`, `sendmsg_unix`.
 fn programs() -> usize {
-    if lockrun::kernel::Kernel::get().unix_hooks {
+    if lockrun::kernel::Features::get().unix_hooks {
         9
     } else {
         7
@@ -70,7 +70,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     // binary may be the first to run a freshly built object.
     let own = w.cmd::<&str>(&[], &["true"]).output().unwrap();
     assert!(own.status.success(), "{own:?}");
-    assert!(lockrun::bpf::shared_dir().is_dir());
+    assert!(lockrun::bpf::shared::shared_dir().is_dir());
     let other = TestBuild::new("test");
     let allowed = TcpSink::bind("127.0.0.1");
     let refused = TcpSink::bind("127.0.0.1");
@@ -183,11 +183,11 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
 
     // Control: this build's parent and pins were not touched, and a run of
     // this build is judged as before.
-    let mine = lockrun::bpf::shared_dir();
+    let mine = lockrun::bpf::shared::shared_dir();
     assert!(mine.is_dir(), "{}", mine.display());
-    assert!(lockrun::cgroup::build_parent().unwrap().is_dir());
+    assert!(lockrun::bpf::shared::build_parent().unwrap().is_dir());
     assert!(
-        !out.contains(&format!("build {}", lockrun::bpf::build_id())),
+        !out.contains(&format!("build {}", lockrun::bpf::shared::build_id())),
         "{out}"
     );
     let w2 = World::new(T).unwrap();

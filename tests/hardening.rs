@@ -547,7 +547,7 @@ fn runs_one_after_another_and_at_once_all_end_and_leave_nothing() {
     }
     // Nothing left: each run's cgroup (named by its log), its run dir, and
     // every process that ran in it.
-    let parent = lockrun::cgroup::build_parent().unwrap();
+    let parent = lockrun::bpf::shared::build_parent().unwrap();
     for log in &logs {
         let first = std::fs::read_to_string(log).unwrap();
         let rec: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();

@@ -631,7 +631,8 @@ fn the_run_cgroup_is_not_made_writable() {
         net::skip(T, "needs root");
         return;
     }
-    let cg = lockrun::cgroup::RunCgroup::create(&net::run_id(T)).unwrap();
+    let cg = lockrun::cgroup::RunCgroup::create(lockrun::bpf::shared::build_id(), &net::run_id(T))
+        .unwrap();
     for f in [
         "",
         "cgroup.procs",
@@ -661,8 +662,8 @@ fn helper_loader_that_gets_killed() {
     let Ok(run_id) = std::env::var("LOCKRUN_TEST_HELPER_RUN_ID") else {
         return;
     };
-    let cg = lockrun::cgroup::RunCgroup::create(&run_id).unwrap();
-    let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[]).unwrap();
+    let cg = lockrun::cgroup::RunCgroup::create(lockrun::bpf::shared::build_id(), &run_id).unwrap();
+    let hooks = lockrun::bpf::hooks::NetworkHooks::attach(&cg, &run_id, &[], &[]).unwrap();
     println!("READY {}", cg.path().display());
     std::thread::sleep(std::time::Duration::from_mins(2));
     drop((hooks, cg));
@@ -686,10 +687,13 @@ fn helper_many_threads_attach_a_new_build() {
                 let (prefix, barrier) = (&prefix, &barrier);
                 s.spawn(move || {
                     let run_id = format!("{prefix}t{i}");
-                    let cg = lockrun::cgroup::RunCgroup::create(&run_id);
+                    let cg = lockrun::cgroup::RunCgroup::create(
+                        lockrun::bpf::shared::build_id(),
+                        &run_id,
+                    );
                     barrier.wait();
                     let cg = cg.map_err(|e| format!("cgroup: {e}"))?;
-                    let hooks = lockrun::bpf::NetworkHooks::attach(&cg, &run_id, &[], &[])
+                    let hooks = lockrun::bpf::hooks::NetworkHooks::attach(&cg, &run_id, &[], &[])
                         .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))?;
                     drop((hooks, cg));
                     Ok::<(), String>(())
@@ -746,7 +750,7 @@ fn a_new_build_attached_by_many_threads_at_once_loads_once() {
     let dir = build.dir();
     let mut programs = vec!["connect4", "ingress", "egress"];
     // The unix hooks where the kernel has them (Linux 6.7).
-    if lockrun::kernel::Kernel::get().unix_hooks {
+    if lockrun::kernel::Features::get().unix_hooks {
         programs.push("sendmsg_unix");
     }
     for program in programs {
@@ -817,7 +821,9 @@ fn hooks_outlive_a_sigkilled_loader() {
     // registered), and gc can find the run.
     let cg_id = lockrun::cgroup::run_cgroup_id(&run_id).unwrap();
     assert!(
-        lockrun::bpf::registered_runs().unwrap().contains(&cg_id),
+        lockrun::bpf::registry::registered_runs()
+            .unwrap()
+            .contains(&cg_id),
         "the killed run stays registered in the shared maps: its hooks judge by it"
     );
     assert!(lockrun::cgroup::runs().unwrap().contains(&run_id));
@@ -833,7 +839,9 @@ fn hooks_outlive_a_sigkilled_loader() {
     // gc: reap the cgroup, then forget the run in the shared maps.
     assert_eq!(lockrun::cgroup::reap(&run_id).unwrap(), Some(cg_id));
     assert!(!cg_path.exists());
-    lockrun::bpf::forget_runs(&[cg_id]).unwrap();
-    assert!(!lockrun::bpf::registered_runs().unwrap().contains(&cg_id));
+    lockrun::bpf::registry::forget_runs(&[cg_id]).unwrap();
+    assert!(!lockrun::bpf::registry::registered_runs()
+        .unwrap()
+        .contains(&cg_id));
     assert_eq!(lockrun::cgroup::reap(&run_id).unwrap(), None);
 }

@@ -491,7 +491,7 @@ fn moving_out_of_the_run_cgroup_and_bpf_are_refused() {
     let root = lockrun::cgroup::cgroup2_mount().unwrap();
     let sib = TestCgroup::new("lockrun-test");
     let parent = root.join(lockrun::cgroup::PARENT);
-    let build = lockrun::cgroup::build_parent().unwrap();
+    let build = lockrun::bpf::shared::build_parent().unwrap();
     let target = |cg: &Path| cg.join("cgroup.procs").display().to_string();
     let Some(o) = w.probe(
         &[],
@@ -518,7 +518,7 @@ fn moving_out_of_the_run_cgroup_and_bpf_are_refused() {
         o.lines[4],
         format!(
             "{} {}",
-            lockrun::cgroup::relative_path(&o.run_id),
+            lockrun::cgroup::relative_path(lockrun::bpf::shared::build_id(), &o.run_id),
             o.cgroup_id
         )
     );
@@ -696,7 +696,7 @@ fn killed_lockrun_takes_its_whole_run_with_it(test: &'static str, how: KillLockr
             .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
             .unwrap()
     };
-    let run_cgroup = lockrun::cgroup::relative_path(&run_id);
+    let run_cgroup = lockrun::cgroup::relative_path(lockrun::bpf::shared::build_id(), &run_id);
     for p in &pids {
         assert_eq!(cgroup_of(*p), run_cgroup, "process {p} of the run");
     }
@@ -835,7 +835,9 @@ fn a_run_whose_lockrun_and_watchdog_are_killed_stays_confined_until_gc() {
     );
     let cg_id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg).unwrap());
     assert!(
-        lockrun::bpf::registered_runs().unwrap().contains(&cg_id),
+        lockrun::bpf::registry::registered_runs()
+            .unwrap()
+            .contains(&cg_id),
         "the killed run stays registered: the hooks judge by it"
     );
     assert!(w.state.join("runs").join(&run_id).exists());
@@ -855,7 +857,9 @@ fn a_run_whose_lockrun_and_watchdog_are_killed_stays_confined_until_gc() {
     wait_for("the command's process to be gone", || gone(pid));
     assert_run_gone(&w.state, &run_id);
     assert!(
-        !lockrun::bpf::registered_runs().unwrap().contains(&cg_id),
+        !lockrun::bpf::registry::registered_runs()
+            .unwrap()
+            .contains(&cg_id),
         "gc forgot the run in the shared maps"
     );
     let n = rounds().len();

@@ -16,7 +16,7 @@ use crate::support::net;
 /// links, where it stands in for those, are the kernel's whole, not the
 /// parent's: `link-guard_*`, left out.)
 fn programs() -> usize {
-    if lockrun::kernel::Kernel::get().unix_hooks {
+    if lockrun::kernel::Features::get().unix_hooks {
         9
     } else {
         7
@@ -40,7 +40,7 @@ fn hooks_are_attached_again_to_a_parent_made_again() {
     );
     run.finish();
     // Nothing runs: the parent can go, and its links with it.
-    let parent = lockrun::cgroup::build_parent().unwrap();
+    let parent = lockrun::bpf::shared::build_parent().unwrap();
     let old_id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&parent).unwrap());
     match std::fs::remove_dir(&parent) {
         Ok(()) => {}
@@ -73,7 +73,7 @@ fn hooks_are_attached_again_to_a_parent_made_again() {
     let events = run.finish();
     assert_event(&events, cg, "connect4", &other.addr.to_string());
     // Only links for the parent as it is now stay pinned.
-    let links: Vec<String> = std::fs::read_dir(lockrun::bpf::shared_dir())
+    let links: Vec<String> = std::fs::read_dir(lockrun::bpf::shared::shared_dir())
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())

@@ -659,7 +659,7 @@ fn unix_addresses_of_inet_length_are_refused() {
     assert_eq!(r, ["errno=EPERM", "errno=EPERM", "ok"]);
     let log = std::fs::read_to_string(&audit).unwrap();
     // The cgroup unix hooks' refusals, or before 6.7 the unix guard's.
-    let (send, connect) = if lockrun::kernel::Kernel::get().unix_hooks {
+    let (send, connect) = if lockrun::kernel::Features::get().unix_hooks {
         ("sendmsg_unix", "connect_unix")
     } else {
         ("unix_guard_send", "unix_guard_connect")

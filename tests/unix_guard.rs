@@ -68,7 +68,7 @@ fn guard_refusals(log: &Path) -> Vec<(String, String)> {
 /// Where the guard does not load, assert that the run is refused, naming
 /// the promise, and say so; `true` where it loads.
 fn guard_loads(w: &World, log: &Path, test: &str) -> bool {
-    if lockrun::bpf::unix_guard_loads() {
+    if lockrun::bpf::load::unix_guard_loads() {
         return true;
     }
     let own = w.wt.join("own.sock");

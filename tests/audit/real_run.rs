@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{leftovers, python, skip};
+use crate::support::{python, skip};
 use python::python3;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
@@ -36,8 +36,8 @@ impl TestHost {
     fn start(root: &Path) -> Self {
         let ns = format!("lr-audit-{}", std::process::id());
         let (host_if, ns_if) = (format!("lra{}", std::process::id()), "eth0");
-        leftovers::remove_dead("lr-audit-", "lra");
-        let holders = leftovers::holders("10.214.7.0/30");
+        lockrun_leftovers::remove_dead("lr-audit-", "lra");
+        let holders = lockrun_leftovers::holders("10.214.7.0/30");
         assert!(
             holders.is_empty(),
             "10.214.7.0/30 is already held by {holders:?}: a test host made there would not be reached"

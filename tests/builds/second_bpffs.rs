@@ -207,7 +207,7 @@ fn a_lockrun_with_a_bpffs_of_its_own_breaks_no_other_run() {
     ));
     let connects = || std::fs::read_to_string(main.wt().join("connects")).unwrap_or_default();
     wait_for("the main run's first connect", || !connects().is_empty());
-    let attached = lockrun::bpf::programs_attached_to(&build.parent()).unwrap();
+    let attached = lockrun::bpf::attach::programs_attached_to(&build.parent()).unwrap();
 
     // The other lockrun: a mount namespace of its own, its own bpffs.
     let other = World::new("other");
@@ -219,7 +219,7 @@ fn a_lockrun_with_a_bpffs_of_its_own_breaks_no_other_run() {
     wait_for("more connects of the main run", || {
         connects().lines().count() >= seen + 5
     });
-    let programs_after = lockrun::bpf::programs_attached_to(&build.parent()).unwrap();
+    let programs_after = lockrun::bpf::attach::programs_attached_to(&build.parent()).unwrap();
     std::fs::write(main.wt().join("stop"), "").unwrap();
     let main_out = run.0.take().unwrap().wait_with_output().unwrap();
     let main_err = String::from_utf8_lossy(&main_out.stderr);

@@ -106,7 +106,7 @@ fn at_abi(mut c: Command, abi: Option<&str>) -> Command {
 
 /// The Landlock ABI a run at `abi` uses: the lower of it and the kernel's.
 fn abi_in_use(abi: Option<&str>) -> u8 {
-    let own = lockrun::kernel::Kernel::get().landlock_abi();
+    let own = lockrun::kernel::Features::get().landlock_abi();
     abi.map_or(own, |a| a.parse::<u8>().unwrap().min(own))
 }
 

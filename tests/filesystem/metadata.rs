@@ -70,7 +70,7 @@ fn xattr_absent(p: &std::path::Path) -> bool {
 /// hands its group to what is made in it, so `git init --shared` works.
 #[test]
 fn set_id_bits_cannot_be_set_even_in_the_worktree() {
-    use lockrun::seccomp::Widens::SetIdMode;
+    use lockrun_seccomp::deny_list::Widens::SetIdMode;
     use std::os::unix::fs::MetadataExt;
     let w = World::new("setid");
     let f = w.canary(&w.wt.join("tool"));

@@ -247,7 +247,7 @@ fn gc_removes_limit_cgroups_whose_run_is_gone_and_no_other() {
     let nested_orphan = format!("tasks-gc-nested-orphan-{pid}");
     let live = format!("tasks-gc-live-{pid}");
     // The control's run cgroup exists (young: gc's grace keeps it).
-    let live_cg = lockrun::cgroup::build_parent().unwrap().join(&live);
+    let live_cg = lockrun::bpf::shared::build_parent().unwrap().join(&live);
     std::fs::create_dir_all(&live_cg).unwrap();
     // Per v1 hierarchy: the root's `lockrun/`, and a `lockrun/` beneath a
     // cgroup a lockrun ran in (the test's own, as a CI job's would be).
@@ -338,7 +338,8 @@ impl AgedRuns {
     fn new(pid: u32) -> Self {
         let limited = |id: &str| {
             use lockrun::policy::{MemoryLimit, TaskLimit};
-            let mut run = lockrun::cgroup::RunCgroup::create(id).unwrap();
+            let mut run =
+                lockrun::cgroup::RunCgroup::create(lockrun::bpf::shared::build_id(), id).unwrap();
             run.limit_tasks(id, TaskLimit::At(16)).unwrap();
             run.limit_memory(id, MemoryLimit::Bytes(64 << 20)).unwrap();
             let ok = std::process::Command::new("touch")

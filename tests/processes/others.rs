@@ -209,7 +209,7 @@ fn limits_of_an_outside_process_cannot_be_lowered() {
         &log,
         &out,
         &format!("prlimit64 setting RLIMIT_NOFILE of pid {pid}"),
-        lockrun::seccomp::Widens::OtherLimits,
+        lockrun_seccomp::deny_list::Widens::OtherLimits,
     );
     // Control: outside, the same probe lowers it.
     assert_eq!(w.probe_outside(&[&["prlimit", &pid]]), ["ok"]);
@@ -312,7 +312,7 @@ fn scheduling_of_another_runs_command_cannot_be_lowered() {
         before,
         "the other run's command was lowered"
     );
-    let why = lockrun::seccomp::Widens::OtherScheduling;
+    let why = lockrun_seccomp::deny_list::Widens::OtherScheduling;
     let mut refused: Vec<(String, _)> = [
         "setpriority",
         "sched_setaffinity",
@@ -444,7 +444,7 @@ fn a_socket_cannot_share_a_port_held_outside() {
     assert_eq!(got, [20, 20, 20], "a socket of the run took its part");
     let refused = "setsockopt=errno=EPERM value=0 bind=errno=EADDRINUSE";
     assert_eq!(lines, [refused, refused, refused, "ready"]);
-    let why = lockrun::seccomp::Widens::SharedPort;
+    let why = lockrun_seccomp::deny_list::Widens::SharedPort;
     assert_eq!(
         w.refused_calls(&log, "python3"),
         [
@@ -549,7 +549,7 @@ fn a_lease_that_would_hold_back_writers_outside_is_refused() {
         &log,
         &out,
         "fcntl F_SETLEASE F_RDLCK",
-        lockrun::seccomp::Widens::Leases,
+        lockrun_seccomp::deny_list::Widens::Leases,
     );
     assert_canary(&victim);
     w.assert_no_run_dirs();

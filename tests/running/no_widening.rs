@@ -137,7 +137,7 @@ fn inet_protocols_the_kernel_would_load_are_refused_first() {
             .collect::<Vec<_>>(),
         ["errno=EPERM", "errno=EPERM", "ok", "ok", "ok"]
     );
-    let why = lockrun::seccomp::Widens::SocketProtocol;
+    let why = lockrun_seccomp::deny_list::Widens::SocketProtocol;
     assert_eq!(
         w.refused_calls(&log, "python3"),
         [
@@ -184,7 +184,7 @@ fn x32_calls_are_refused() {
         &log,
         &out,
         "x32-ABI call 0x40000027",
-        lockrun::seccomp::Widens::X32Abi,
+        lockrun_seccomp::deny_list::Widens::X32Abi,
     );
     w.assert_no_run_dirs();
 }

@@ -52,7 +52,11 @@ fn gc_reaps_run_cgroups_whose_lockrun_is_gone() {
     let unknown_busy = made.add("unknown-busy", None, true);
     let mut spared = sleep_in(&unknown_busy);
     // Made as a run makes its cgroup: this test process is its owner.
-    let live = lockrun::cgroup::RunCgroup::create(&HandMadeCgroups::id("live")).unwrap();
+    let live = lockrun::cgroup::RunCgroup::create(
+        lockrun::bpf::shared::build_id(),
+        &HandMadeCgroups::id("live"),
+    )
+    .unwrap();
     age(live.path());
 
     let out = Command::new(BIN)
@@ -120,7 +124,7 @@ struct HandMadeCgroups {
 
 impl HandMadeCgroups {
     fn new() -> Self {
-        let parent = lockrun::cgroup::build_parent().unwrap();
+        let parent = lockrun::bpf::shared::build_parent().unwrap();
         std::fs::create_dir_all(&parent).unwrap();
         Self {
             parent,

@@ -9,7 +9,6 @@
 //! - [`net_world`]: a world per network test through the real binary, with
 //!   the audit log's `kernel_network` events and what must be gone after.
 //! - [`proxy`]: scratch dirs and test hosts in network namespaces.
-//! - [`leftovers`]: namespaces and links a killed test process left behind.
 //! - [`build`]: a lockrun build of a test's own.
 //! - [`limits`]: what the task and memory limit tests read of a run.
 //! - [`refused`]: a lockrun that must refuse, run so it cannot hurt.
@@ -27,7 +26,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod build;
-pub mod leftovers;
 pub mod limits;
 pub mod net;
 pub mod net_world;

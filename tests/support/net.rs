@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lockrun::audit::{AuditLog, Event, KernelNetEvent, Record};
-use lockrun::bpf::{BpfError, NetworkHooks};
+use lockrun::bpf::hooks::NetworkHooks;
+use lockrun::bpf::BpfError;
 use lockrun::cgroup::RunCgroup;
 
 use super::python::python3_command;
@@ -55,7 +56,8 @@ impl Run {
             return None;
         }
         let run_id = run_id(test);
-        let cg = RunCgroup::create(&run_id).expect("create the run cgroup");
+        let cg = RunCgroup::create(lockrun::bpf::shared::build_id(), &run_id)
+            .expect("create the run cgroup");
         let hooks = match NetworkHooks::attach(&cg, &run_id, allowed, unix_allowed) {
             Ok(h) => h,
             Err(BpfError::ObjectMissing) => {
@@ -68,7 +70,9 @@ impl Run {
             Err(e) => panic!("attach: {e}\n{:?}", std::error::Error::source(&e)),
         };
         // The control for `assert_clean`: a live run is registered.
-        assert!(lockrun::bpf::registered_runs().unwrap().contains(&cg.id()));
+        assert!(lockrun::bpf::registry::registered_runs()
+            .unwrap()
+            .contains(&cg.id()));
         let audit_path = std::env::temp_dir().join(format!("{run_id}.audit.jsonl"));
         let _ = std::fs::remove_file(&audit_path);
         let audit = Arc::new(AuditLog::open(Some(&audit_path)).unwrap());
@@ -170,7 +174,7 @@ impl Run {
             self.cg_path.display()
         );
         assert!(
-            !lockrun::bpf::registered_runs()
+            !lockrun::bpf::registry::registered_runs()
                 .unwrap()
                 .contains(&self.cg_id),
             "the run is still registered in the shared hook maps"

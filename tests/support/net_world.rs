@@ -118,7 +118,7 @@ impl World {
         let run_id = self.run_id();
         assert_eq!(
             cg_path,
-            lockrun::cgroup::relative_path(&run_id),
+            lockrun::cgroup::relative_path(lockrun::bpf::shared::build_id(), &run_id),
             "the command ran in the run's own cgroup"
         );
         let o = Outcome {
@@ -291,7 +291,7 @@ pub fn probe_outside(ops: &[&[&str]]) -> Vec<String> {
 }
 
 pub fn run_cgroup(run_id: &str) -> PathBuf {
-    lockrun::cgroup::build_parent().unwrap().join(run_id)
+    lockrun::bpf::shared::build_parent().unwrap().join(run_id)
 }
 
 /// Nothing of the run is left: its cgroup, its run dir.

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use lockrun::policy::IpNet;
 
-use super::leftovers;
 use super::python::python3;
 pub use super::skip::skip;
 
@@ -115,9 +114,9 @@ impl TestHost {
         );
         let host_ip: IpAddr = format!("10.213.{octet}.1").parse().unwrap();
         let ns_ip: IpAddr = format!("10.213.{octet}.2").parse().unwrap();
-        leftovers::remove_dead("lrpx", "lrph");
+        lockrun_leftovers::remove_dead("lrpx", "lrph");
         let net = IpNet::parse(&format!("10.213.{octet}.0/30")).unwrap();
-        let holders = leftovers::holders(&net.to_string());
+        let holders = lockrun_leftovers::holders(&net.to_string());
         assert!(
             holders.is_empty(),
             "{net} is already held by {holders:?}: a test host made there would not be reached"

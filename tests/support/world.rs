@@ -113,7 +113,7 @@ impl World {
         &self,
         log: &std::path::Path,
         comm: &str,
-    ) -> Vec<(String, lockrun::seccomp::Widens)> {
+    ) -> Vec<(String, lockrun_seccomp::deny_list::Widens)> {
         std::fs::read_to_string(log)
             .unwrap()
             .lines()
@@ -412,7 +412,7 @@ pub fn assert_one_refused_call(
     log: &std::path::Path,
     out: &Output,
     call: &str,
-    why: lockrun::seccomp::Widens,
+    why: lockrun_seccomp::deny_list::Widens,
 ) {
     assert_eq!(w.refused_calls(log, "python3"), [(call.to_owned(), why)]);
     let stderr = String::from_utf8_lossy(&out.stderr);

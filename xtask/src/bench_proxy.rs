@@ -76,7 +76,7 @@ const IDLE_TARGET: usize = 10_000;
 
 /// Run the proxy bench with the `lockrun` binary at `lockrun`; scratch files
 /// go under `<workspace>/target/bench-proxy`. Returns a Markdown section.
-#[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_lines)] // each way to the upstream set up in turn, then the rounds over all of them
 pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
     if !is_root() {
         bail!("the proxy bench needs root (network namespaces, cgroups, BPF)");
@@ -787,8 +787,8 @@ impl TestHost {
             format!("lrbh{id}"),
             format!("lrbn{id}"),
         );
-        crate::leftovers::remove_dead("lrbench", "lrbh");
-        let holders = crate::leftovers::holders(&format!("{HERE_IP}/30"));
+        lockrun_leftovers::remove_dead("lrbench", "lrbh");
+        let holders = lockrun_leftovers::holders(&format!("{HERE_IP}/30"));
         if !holders.is_empty() {
             bail!("{HERE_IP}/30 is already held by {holders:?}: the bench's test host would not be the one reached");
         }

@@ -1,7 +1,9 @@
 //! The rule of layers (docs/architecture.md), checked on the agent's source:
 //! a top-level module of `agent/src` may use the modules of its own layer or
 //! below, never above, and no two top-level modules use each other, however
-//! indirectly. And the house's size rule: no source file over 900 lines.
+//! indirectly. And the house's size rules: no source file over 900 lines,
+//! and no function over 150 without a reason beside its
+//! `#[allow(clippy::too_many_lines)]`.
 //!
 //! A use is any `crate::<module>` path outside a comment: in a `use` line,
 //! in a body, or in a string an attribute reads (`serialize_with = "crate::…"`).
@@ -30,39 +32,48 @@ pub const LAYERS: &[&[&str]] = &[
     &["commands", "cli", "main", "lib"],
 ];
 
-/// Uses that still break the rule, each with what keeps it (issue 57's
-/// remainder): not reported, and left out of the search for cycles, while
-/// they last; one that is gone must leave this list, so it only shrinks.
-pub const OWED: &[(&str, &str, &str)] = &[
-    (
-        "audit",
-        "seccomp",
-        "Widens: build.rs compiles seccomp/ on its own, so seccomp cannot name audit's vocabulary",
-    ),
-    (
-        "kernel",
-        "audit",
-        "the kernel-audit probe (audit::syscalls::probe) runs inside Kernel::get",
-    ),
-    (
-        "kernel",
-        "bpf",
-        "the unix guard's load probe runs inside Kernel::get",
-    ),
-    (
-        "kernel",
-        "seccomp",
-        "Fallbacks, compiled by build.rs with seccomp/, cannot move down yet",
-    ),
-    (
-        "cgroup",
-        "bpf",
-        "the build's parent cgroup is named by bpf::build_id, a hash of the program table",
-    ),
-];
+/// Uses that break the rule for a while, each with what keeps it: not
+/// reported, and left out of the search for cycles, while they last; one
+/// that is gone must leave this list, so it only shrinks. None is owed now.
+pub const OWED: &[(&str, &str, &str)] = &[];
 
 /// The longest source file the house allows.
 pub const MAX_LINES: usize = 900;
+
+/// The longest function the house allows without a reason in the code.
+pub const MAX_FN_LINES: usize = 150;
+
+/// `src` with the text of its comments, strings and chars blanked and its
+/// newlines kept, so that braces count and lines stay where they were.
+fn blanked(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let blank = |out: &mut Vec<u8>, part: &[u8]| {
+        out.extend(part.iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }));
+    };
+    while i < b.len() {
+        let end = if b[i..].starts_with(b"//") {
+            i + b[i..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .unwrap_or(b.len() - i)
+        } else if b[i..].starts_with(b"/*") {
+            block_comment_end(b, i)
+        } else if let Some(end) = raw_string_end(b, i).or_else(|| string_end(b, i)) {
+            end
+        } else if let Some(end) = char_end(src, i) {
+            end
+        } else {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        };
+        blank(&mut out, &b[i..end]);
+        i = end;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
 
 /// `src` without its comments (line, block, nested block); strings and
 /// chars are kept as they are, so a `//` inside a string stays.
@@ -76,21 +87,7 @@ pub fn without_comments(src: &str) -> String {
                 i += 1;
             }
         } else if b[i..].starts_with(b"/*") {
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i..].starts_with(b"/*") {
-                    depth += 1;
-                    i += 2;
-                } else if b[i..].starts_with(b"*/") {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
+            i = block_comment_end(b, i);
         } else if let Some(end) = raw_string_end(b, i).or_else(|| string_end(b, i)) {
             out.extend_from_slice(&b[i..end]);
             i = end;
@@ -103,6 +100,26 @@ pub fn without_comments(src: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The end of a block comment (nested ones included) starting at `i`.
+fn block_comment_end(b: &[u8], mut i: usize) -> usize {
+    let mut depth = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"/*") {
+            depth += 1;
+            i += 2;
+        } else if b[i..].starts_with(b"*/") {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                break;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    i
 }
 
 /// The end of a raw string (`r"…"`, `r#"…"#`, `br"…"`) starting at `i`.
@@ -213,6 +230,91 @@ fn first_segment(path: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
+/// Each function of `src` longer than [`MAX_FN_LINES`] (from its `fn` line
+/// to its closing brace) with no reason beside an
+/// `#[allow(clippy::too_many_lines)]` above it: (name, first line, lines).
+pub fn long_functions_without_reason(src: &str) -> Vec<(String, usize, usize)> {
+    let code = blanked(src);
+    let lines: Vec<&str> = src.lines().collect();
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    let mut at = 0;
+    while let Some(found) = rest.find("fn ") {
+        let start = at + found;
+        rest = &rest[found + 3..];
+        at = start + 3;
+        let before = code[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let name: String = code[start + 3..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let Some(body) = body_span(&code, start + 3) else {
+            continue;
+        };
+        let first = code[..start].matches('\n').count();
+        let last = code[..body.1].matches('\n').count();
+        let len = last - first + 1;
+        if name.is_empty() || len <= MAX_FN_LINES || has_reason(&lines, first) {
+            continue;
+        }
+        out.push((name, first + 1, len));
+    }
+    out
+}
+
+/// The span of the body (`{` to its `}`) of the function whose signature
+/// starts at `from` in blanked code; none for a declaration without one.
+fn body_span(code: &str, from: usize) -> Option<(usize, usize)> {
+    let b = code.as_bytes();
+    let mut depth = 0i32;
+    let mut i = from;
+    let open = loop {
+        match *b.get(i)? {
+            b'(' | b'[' | b'<' => depth += 1,
+            // Not the `>` of a `->`.
+            b'>' if depth > 0 && b[i - 1] == b'-' => {}
+            b')' | b']' | b'>' if depth > 0 => depth -= 1,
+            b';' if depth == 0 => return None,
+            b'{' if depth == 0 => break i,
+            _ => {}
+        }
+        i += 1;
+    };
+    let mut braces = 0;
+    for (j, &c) in b.iter().enumerate().skip(open) {
+        match c {
+            b'{' => braces += 1,
+            b'}' => {
+                braces -= 1;
+                if braces == 0 {
+                    return Some((open, j));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether the attributes and docs right above line `first` (0-based)
+/// allow `clippy::too_many_lines` with a comment saying why.
+fn has_reason(lines: &[&str], first: usize) -> bool {
+    lines[..first]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .take_while(|l| l.starts_with("#[") || l.starts_with("//"))
+        .any(|l| {
+            l.starts_with("#[allow(clippy::too_many_lines)]")
+                && l.split_once("//")
+                    .is_some_and(|(_, why)| !why.trim().is_empty())
+        })
+}
+
 /// What breaks the rule in one tree of sources: each use of a module above,
 /// of a module no layer names, each cycle, each file too long.
 pub fn problems(files: &[(String, String)], owed: &[(&str, &str, &str)]) -> Vec<String> {
@@ -233,6 +335,12 @@ pub fn problems(files: &[(String, String)], owed: &[(&str, &str, &str)]) -> Vec<
         let lines = src.lines().count();
         if lines > MAX_LINES {
             out.push(format!("{path}: {lines} lines (at most {MAX_LINES})"));
+        }
+        for (name, line, len) in long_functions_without_reason(src) {
+            out.push(format!(
+                "{path}:{line}: fn {name} is {len} lines (over {MAX_FN_LINES}): split it, or say why \
+                 beside #[allow(clippy::too_many_lines)]"
+            ));
         }
         for used in crate_uses(&without_comments(src)) {
             if used != top {
@@ -357,6 +465,46 @@ mod tests {
             "agent/src breaks the rule of layers (docs/architecture.md):\n  {}",
             problems.join("\n  ")
         );
+    }
+
+    /// The crates beside the agent, below every layer (they name none of
+    /// its modules: each is a crate of its own), keep the size rules.
+    #[test]
+    fn the_crates_beside_the_agent_keep_the_size_of_their_files_and_functions() {
+        let mut long = Vec::new();
+        for dir in ["../seccomp/src", "../ebpf/unix/src"] {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+            for (path, src) in sources(&root).unwrap() {
+                let lines = src.lines().count();
+                if lines > MAX_LINES {
+                    long.push(format!("{dir}/{path}: {lines} lines (at most {MAX_LINES})"));
+                }
+                for (name, line, len) in long_functions_without_reason(&src) {
+                    long.push(format!(
+                        "{dir}/{path}:{line}: fn {name} is {len} lines, with no reason"
+                    ));
+                }
+            }
+        }
+        assert!(long.is_empty(), "{}", long.join(", "));
+    }
+
+    #[test]
+    fn a_long_function_needs_a_reason_beside_its_allow() {
+        let body = "    let x = \"}\"; // }\n".repeat(MAX_FN_LINES);
+        let long = |above: &str| format!("{above}\nfn long() -> Vec<u8> {{\n{body}}}\n");
+        assert_eq!(
+            long_functions_without_reason(&long("/// Docs.")),
+            [("long".to_owned(), 2, MAX_FN_LINES + 2)]
+        );
+        assert_eq!(
+            long_functions_without_reason(&long("#[allow(clippy::too_many_lines)]")).len(),
+            1
+        );
+        let reasoned = long("#[allow(clippy::too_many_lines)] // one table\n/// Docs.");
+        assert!(long_functions_without_reason(&reasoned).is_empty());
+        let short = "fn short(f: impl Fn() -> u8) -> u8 { f() }\ntrait T { fn d(); }\n";
+        assert!(long_functions_without_reason(short).is_empty());
     }
 
     #[test]

@@ -29,8 +29,6 @@ mod bench_proxy;
 mod kernels;
 #[cfg(test)]
 mod layers;
-#[path = "../../tests/support/leftovers.rs"]
-mod leftovers;
 mod tally;
 
 use std::ffi::OsStr;
@@ -594,27 +592,4 @@ fn ensure_bpffs() -> Result<()> {
         Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"].map(OsStr::new)),
         "mount -t bpf bpf /sys/fs/bpf",
     )
-}
-
-// tests/support/leftovers.rs is shared with the test binaries; its test
-// runs here, once.
-#[cfg(test)]
-mod leftovers_tests {
-    use crate::leftovers::owner;
-
-    #[test]
-    fn a_leftovers_owner_is_the_pid_in_its_name_and_only_that() {
-        assert_eq!(owner("lrpx5257-9", "lrpx"), Some(5257));
-        assert_eq!(owner("lrph4194304-23", "lrph"), Some(4_194_304));
-        assert_eq!(owner("lra812", "lra"), Some(812));
-        for (name, prefix) in [
-            ("lrpx-9", "lrpx"),
-            ("lrpxa12-1", "lrpx"),
-            ("lrbench12", "lrbh"),
-            ("eth0", "lrph"),
-            ("lrph", "lrph"),
-        ] {
-            assert_eq!(owner(name, prefix), None, "{name}");
-        }
-    }
 }

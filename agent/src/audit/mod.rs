@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::seccomp::Widens;
+use lockrun_seccomp::deny_list::Widens;
 
 mod causes;
 pub mod explain;

@@ -14,15 +14,14 @@ use lockrun_common::{
     COUNTER_LOST, MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_EXPOSED_PORTS, MAP_RUNS,
     MAX_ALLOWED_ENDPOINTS, MAX_EXPOSED_PORTS, MAX_UNIX_PREFIXES, UNIX_PATH_MAX,
 };
+use lockrun_unix::UnixMode;
 
 use crate::audit::{AuditLog, Event};
 use crate::cgroup::{check_run_id, RunCgroup};
 
 use super::events::drain;
 use super::shared::{Shared, SlotLock, UNIX_PREFIXES};
-use super::{endpoint_key, ensure_bpffs, prefix_keys, unix, BpfError, OBJECT};
-use crate::cgroup;
-use crate::kernel::Kernel;
+use super::{endpoint_key, ensure_bpffs, prefix_keys, BpfError, OBJECT};
 use crate::sys::bpf;
 
 /// Per-hook refusal counts read from `COUNTERS` (summed over CPUs).
@@ -102,18 +101,18 @@ impl NetworkHooks {
             allowed,
             &[],
             unix_allowed,
-            unix::UnixMode::Prefixes,
+            UnixMode::Prefixes,
         )
     }
 
     /// [`attach`](Self::attach), with the run's ports that this host's
     /// processes may reach over loopback (`exposed`, `network.expose`), and
     /// choosing how the unix hooks judge pathname destinations
-    /// ([`unix::UnixMode`]; a run with the seccomp supervisor uses
+    /// ([`UnixMode`]; a run with the seccomp supervisor uses
     /// `Supervised`).
     ///
     /// The hooks are the build's, attached once to the build's parent cgroup
-    /// ([`crate::cgroup::build_parent`]); they are checked to be attached
+    /// ([`super::shared::build_parent`]); they are checked to be attached
     /// there (re-attached if not), and `cgroup` must be its child. The run is
     /// registered before this returns, and no task of the run exists yet.
     pub fn attach_with(
@@ -122,7 +121,7 @@ impl NetworkHooks {
         allowed: &[SocketAddr],
         exposed: &[u16],
         unix_allowed: &[PathBuf],
-        unix_mode: unix::UnixMode,
+        unix_mode: UnixMode,
     ) -> Result<Self, BpfError> {
         check_run_id(run_id)?;
         let object = OBJECT.ok_or(BpfError::ObjectMissing)?;
@@ -134,7 +133,7 @@ impl NetworkHooks {
         }
         ensure_bpffs()?;
         let mut shared = Shared::open_or_load(object)?;
-        let parent = cgroup::build_parent()?;
+        let parent = super::shared::build_parent()?;
         if cgroup.path().parent() != Some(parent.as_path()) {
             return Err(BpfError::NotUnderParent {
                 cgroup: cgroup.path().to_path_buf(),
@@ -142,7 +141,7 @@ impl NetworkHooks {
             });
         }
         shared.ensure_attached(&parent)?;
-        if Kernel::get().unix_guard {
+        if super::load::unix_guard() {
             shared.ensure_guard()?;
         }
         let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;
@@ -186,7 +185,7 @@ impl NetworkHooks {
         allowed: &[SocketAddr],
         exposed: &[u16],
         unix_allowed: &[PathBuf],
-        unix_mode: unix::UnixMode,
+        unix_mode: UnixMode,
     ) -> Result<(), BpfError> {
         let cg = self.cgroup_id;
         let reg = |map: &'static str| {

@@ -11,10 +11,11 @@ use lockrun_common::{
     Hook, UnixPrefixKey, MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_EXPOSED_PORTS, MAP_RINGS,
     MAP_RUNS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES_ALL_RUNS,
 };
+use lockrun_unix::{guard, UnixMaps};
 
 use super::shared::{new_ring, SLOT_OWNERS, UNIX_PREFIXES};
-use super::{btf, guard, unix, BpfError, BPFFS, SHARED_ROOT};
-use crate::kernel::Kernel;
+use super::{btf, BpfError, BPFFS, SHARED_ROOT};
+use crate::kernel::Features;
 use crate::sys::bpf;
 
 /// The programs: name (the object's section, or a hand-assembled unix hook),
@@ -90,7 +91,7 @@ pub(super) fn attached_programs() -> &'static [(&'static str, u32, u32)] {
 /// the kernel has no such hook (before Linux 6.7, [`crate::kernel`]),
 /// whose promise is then the seccomp supervisor's alone, or a gap.
 pub(super) fn programs_here() -> impl Iterator<Item = (&'static str, u32, u32)> {
-    let unix_hooks = Kernel::get().unix_hooks;
+    let unix_hooks = Features::get().unix_hooks;
     PROGRAMS.into_iter().filter(move |(_, _, attach)| {
         unix_hooks || !matches!(*attach, bpf::ATTACH_UNIX_CONNECT | bpf::ATTACH_UNIX_SENDMSG)
     })
@@ -189,7 +190,7 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
             .find(|(n, _, _)| *n == name)
             .map_or(-1, |(_, fd, _)| fd.as_raw_fd())
     };
-    let unix_maps = unix::UnixMaps {
+    let unix_maps = UnixMaps {
         runs: fd_of(MAP_RUNS),
         unix_prefixes: prefixes.as_raw_fd(),
         rings: fd_of(MAP_RINGS),
@@ -197,8 +198,8 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
     };
     for (name, prog_type, attach_type) in programs_here() {
         let insns: Vec<u64> = match name {
-            "connect_unix" => unix::program(Hook::ConnectUnix, &unix_maps),
-            "sendmsg_unix" => unix::program(Hook::SendmsgUnix, &unix_maps),
+            "connect_unix" => lockrun_unix::program(Hook::ConnectUnix, &unix_maps),
+            "sendmsg_unix" => lockrun_unix::program(Hook::SendmsgUnix, &unix_maps),
             _ => {
                 let prog = obj.programs.get(name).ok_or(BpfError::Missing(name))?;
                 let function = obj
@@ -222,7 +223,7 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         )?;
         pin(fd.as_fd(), name)?;
     }
-    if Kernel::get().unix_guard {
+    if unix_guard() {
         for (name, fd) in load_guard(&unix_maps)? {
             pin(fd.as_fd(), name)?;
         }
@@ -245,7 +246,7 @@ pub(super) fn guard_btf() -> io::Result<btf::Btf> {
     btf::Btf::of_kernel(&guard::FUNCTIONS.map(|(_, f)| f), &GUARD_STRUCTS)
 }
 
-/// The vmlinux BTF ids of the guard's functions ([`guard::FUNCTIONS`]) and
+/// The vmlinux BTF ids of the guard's functions ([`lockrun_unix::guard::FUNCTIONS`]) and
 /// the struct offsets its programs read; `None` where this kernel's BTF
 /// lacks one (or there is none).
 pub(super) fn guard_target(btf: &btf::Btf) -> Option<([u32; 2], guard::Layout)> {
@@ -264,7 +265,16 @@ pub(super) fn guard_target(btf: &btf::Btf) -> Option<([u32; 2], guard::Layout)> 
     Some((ids, layout))
 }
 
-/// Whether lockrun's unix guard can be loaded here ([`guard`]): the
+/// Whether this kernel's runs use lockrun's unix guard, asked once: where
+/// the kernel has no cgroup unix hooks, and the guard loads
+/// ([`unix_guard_loads`]); `crate::kernel::Kernel::unix_guard`.
+#[must_use]
+pub fn unix_guard() -> bool {
+    static USED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USED.get_or_init(|| !Features::get().unix_hooks && unix_guard_loads())
+}
+
+/// Whether lockrun's unix guard can be loaded here ([`lockrun_unix::guard`]): the
 /// kernel's BTF names its functions and structs, and a `fmod_ret` program
 /// on each function loads (BPF trampolines; some kernels refuse every one).
 /// Asked at every run's start on a kernel without the unix hooks, so the
@@ -305,7 +315,7 @@ pub(super) const GUARD_ATTACH_WAIT: std::time::Duration = std::time::Duration::f
 pub(super) const GUARD_PROBE: &str = "unix-guard-probe";
 
 /// Assemble and load the guard's programs with the shared maps.
-pub(super) fn load_guard(maps: &unix::UnixMaps) -> Result<Vec<(&'static str, OwnedFd)>, BpfError> {
+pub(super) fn load_guard(maps: &UnixMaps) -> Result<Vec<(&'static str, OwnedFd)>, BpfError> {
     let btf = guard_btf().map_err(|source| BpfError::RawLoad {
         program: "guard_connect_unix",
         source,

@@ -9,8 +9,8 @@
 //! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
 //! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
-//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`unix`]) |
-//! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`guard`]) |
+//! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`lockrun_unix`]) |
+//! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`lockrun_unix::guard`]) |
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
 //! [`Event::KernelNetwork`] (the run's ring buffer) and a count (its
@@ -22,7 +22,7 @@
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` ([`SHARED_ROOT`]), and
 //! attached once, by links pinned there as `link-<program>-<parent id>`, to the build's
 //! parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`
-//! ([`crate::cgroup::build_parent`]). Every run's cgroup is made inside it, so
+//! ([`shared::build_parent`]). Every run's cgroup is made inside it, so
 //! a run's processes are judged from their first instruction. The programs
 //! find the run's allow list, unix prefixes, counters and ring buffer by the
 //! cgroup id of the calling task (`RUNS`); a task of no registered run is
@@ -72,30 +72,28 @@
 //!
 //! A lockrun killed with SIGKILL leaves its processes confined (the
 //! attachment is the build's, the registration stays) until `lockrun gc`
-//! reaps the cgroup and forgets the run ([`forget_runs`]); a run whose
+//! reaps the cgroup and forgets the run ([`registry::forget_runs`]); a run whose
 //! processes are all gone (its watchdog killed them) gives up its slot to
 //! the next run that needs one.
 //!
 //! Each build keeps its pins and parent between runs; another build's are
 //! removed by `lockrun gc` once none of its runs is left
-//! ([`reap_other_builds`]).
+//! ([`reap::reap_other_builds`]).
 //!
 //! Per-run pins under `/sys/fs/bpf/lockrun/<run-id>/` are what earlier
 //! builds made; [`unpin`] still removes them.
 
-mod attach;
+pub mod attach;
 pub mod btf;
-mod events;
-pub mod guard;
-mod hooks;
-mod load;
-mod reap;
-mod registry;
-mod shared;
+pub mod events;
+pub mod hooks;
+pub mod load;
+pub mod reap;
+pub mod registry;
+pub mod shared;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
-pub mod unix;
 
 use std::io;
 use std::net::SocketAddr;
@@ -108,14 +106,7 @@ use lockrun_common::{
 
 use crate::cgroup;
 use crate::cgroup::CgroupError;
-pub use attach::programs_attached_to;
 use attach::PARENT_LOCK_TIMEOUT;
-pub use events::{decode, decode_event};
-pub use hooks::{Counters, NetworkHooks};
-pub use load::unix_guard_loads;
-pub use reap::{reap_other_builds, OtherBuild};
-pub use registry::{forget_gone_runs, forget_runs, registered_runs};
-pub use shared::{build_id, shared_dir};
 
 /// Where bpffs is mounted (and mounted by lockrun when it is not).
 pub const BPFFS: &str = "/sys/fs/bpf";

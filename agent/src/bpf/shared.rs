@@ -19,7 +19,6 @@ use super::load::{
 };
 use super::registry::forget;
 use super::{BpfError, BPFFS, SHARED_ROOT};
-use crate::kernel::Kernel;
 use crate::sys::bpf;
 use crate::{cgroup, sys};
 
@@ -43,10 +42,10 @@ pub(super) const OBJECT_HASH: &str = env!("LOCKRUN_EBPF_HASH");
 #[cfg(lockrun_ebpf_missing)]
 pub(super) const OBJECT_HASH: &str = "none";
 
-/// [`unix::programs_hash`], as the build script computed it.
+/// [`lockrun_unix::programs_hash`], as the build script computed it.
 pub(super) const UNIX_PROGRAMS_HASH: &str = env!("LOCKRUN_UNIX_PROGRAMS_HASH");
 
-/// [`guard::programs_hash`], as the build script computed it.
+/// [`lockrun_unix::guard::programs_hash`], as the build script computed it.
 pub(super) const GUARD_PROGRAMS_HASH: &str = env!("LOCKRUN_GUARD_PROGRAMS_HASH");
 
 /// Bumped whenever the maps the loader makes, or what it pins, change
@@ -72,6 +71,12 @@ pub fn build_id() -> &'static str {
     })
 }
 
+/// This build's parent cgroup, `<cgroup2>/lockrun/build-<build-id>`, where
+/// the hooks are attached and every run's cgroup is made.
+pub fn build_parent() -> Result<PathBuf, cgroup::CgroupError> {
+    cgroup::build_parent_of(build_id())
+}
+
 /// [`build_id`] of this object and these `programs`.
 pub(super) fn hash_build(programs: &[(&str, u32, u32)]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -90,11 +95,11 @@ pub(super) fn hash_build(programs: &[(&str, u32, u32)]) -> String {
         eat(&attach_type.to_le_bytes());
     }
     // The hand-assembled unix programs, hashed by the build script
-    // ([`unix::programs_hash`]).
+    // ([`lockrun_unix::programs_hash`]).
     eat(UNIX_PROGRAMS_HASH.as_bytes());
     // The unix guard, where this kernel needs it (its shape; the offsets
     // it reads are this boot's, and so are the pins).
-    if Kernel::get().unix_guard {
+    if super::load::unix_guard() {
         eat(b"guard");
         eat(GUARD_PROGRAMS_HASH.as_bytes());
     }

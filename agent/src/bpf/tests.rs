@@ -11,7 +11,7 @@ use super::attach::{link_parent, link_pin};
 use super::events::{decode, decode_event};
 use super::load::PROGRAMS;
 use super::shared::{hash_build, GUARD_PROGRAMS_HASH, UNIX_PROGRAMS_HASH};
-use super::{endpoint_key, guard, prefix_keys, unix};
+use super::{endpoint_key, prefix_keys};
 use crate::sys::bpf;
 
 #[test]
@@ -37,11 +37,11 @@ fn the_build_id_has_the_unix_programs_as_this_build_assembles_them() {
     // script ran on other code would name its programs wrongly.
     assert_eq!(
         UNIX_PROGRAMS_HASH,
-        format!("{:016x}", unix::programs_hash())
+        format!("{:016x}", lockrun_unix::programs_hash())
     );
     assert_eq!(
         GUARD_PROGRAMS_HASH,
-        format!("{:016x}", guard::programs_hash())
+        format!("{:016x}", lockrun_unix::guard::programs_hash())
     );
 }
 

@@ -1,7 +1,8 @@
 //! The run's cgroup v2: `<cgroup2>/lockrun/build-<build-id>/<run-id>`.
 //!
 //! The eBPF network hooks ([`crate::bpf`]) are attached once per lockrun
-//! build to the parent, `build-<build-id>` ([`build_parent`]), and judge every
+//! build to the parent, `build-<build-id>` ([`build_parent_of`]; the id is
+//! the hooks', `crate::bpf::shared::build_id`, handed in by the caller), and judge every
 //! run cgroup inside it; every process of the run must be in its cgroup from
 //! its first instruction: the command
 //! is forked straight into it (`clone3` with `CLONE_INTO_CGROUP` on
@@ -53,13 +54,8 @@ pub const BUILD_PREFIX: &str = "build-";
 /// alone, and the hooks know the watchdog by no run.
 pub const WATCHDOG: &str = "watchdog";
 
-/// This build's parent cgroup, `<cgroup2>/lockrun/build-<build-id>`, where
-/// the hooks are attached and every run's cgroup is made.
-pub fn build_parent() -> Result<PathBuf, CgroupError> {
-    build_parent_of(crate::bpf::build_id())
-}
-
-/// Build `id`'s parent cgroup, `<cgroup2>/lockrun/build-<id>`.
+/// Build `id`'s parent cgroup, `<cgroup2>/lockrun/build-<id>`, where that
+/// build's hooks are attached and each of its runs' cgroups is made.
 pub fn build_parent_of(id: &str) -> Result<PathBuf, CgroupError> {
     Ok(cgroup2_mount()?
         .join(PARENT)
@@ -83,13 +79,10 @@ pub fn build_parents() -> Result<Vec<(String, PathBuf)>, CgroupError> {
         .collect())
 }
 
-/// A run's cgroup as `/proc/<pid>/cgroup` shows it: `/lockrun/build-<id>/<run-id>`.
+/// A run's cgroup as `/proc/<pid>/cgroup` shows it: `/lockrun/build-<build_id>/<run_id>`.
 #[must_use]
-pub fn relative_path(run_id: &str) -> String {
-    format!(
-        "/{PARENT}/{BUILD_PREFIX}{}/{run_id}",
-        crate::bpf::build_id()
-    )
+pub fn relative_path(build_id: &str, run_id: &str) -> String {
+    format!("/{PARENT}/{BUILD_PREFIX}{build_id}/{run_id}")
 }
 
 /// The directories that may hold run cgroups: every build's parent, and
@@ -231,9 +224,10 @@ pub struct RunCgroup {
 }
 
 impl RunCgroup {
-    /// Create `<cgroup2>/lockrun/build-<build-id>/<run_id>` ([`build_parent`]).
-    pub fn create(run_id: &str) -> Result<Self, CgroupError> {
-        Self::create_in(&build_parent()?, run_id)
+    /// Create `<cgroup2>/lockrun/build-<build_id>/<run_id>`
+    /// ([`build_parent_of`]).
+    pub fn create(build_id: &str, run_id: &str) -> Result<Self, CgroupError> {
+        Self::create_in(&build_parent_of(build_id)?, run_id)
     }
 
     /// TEST BUILDS ONLY (`weaken-for-tests`): a run cgroup outside the
@@ -249,7 +243,7 @@ impl RunCgroup {
         let parent = parent.to_path_buf();
         let path = parent.join(run_id);
         // `lockrun gc` removes an empty parent of another build
-        // (`crate::bpf::reap_other_builds`): made again if it went between
+        // (`crate::bpf::reap::reap_other_builds`): made again if it went between
         // the two mkdirs.
         let mut attempts = 0;
         loop {

@@ -22,7 +22,7 @@ use crate::audit::AuditLog;
 use crate::cli::DoctorArgs;
 use crate::kernel::{Gap, Kernel, Mechanism, Unheld};
 use crate::shown::say;
-use crate::{bpf, cgroup, fs};
+use crate::{bpf, cgroup, fs, run};
 
 /// Host support is missing for some promise.
 pub const HOST_LACKS: i32 = 3;
@@ -91,7 +91,7 @@ pub fn host_checks() -> Vec<Check> {
             .map(|()| "mounted at /sys/fs/bpf".to_owned())
             .map_err(|e| e.to_string()),
     ));
-    let kernel = Kernel::get();
+    let kernel = run::kernel();
     checks.push(check(
         "BPF cgroup hooks",
         if kernel.unix_hooks {
@@ -121,7 +121,7 @@ pub fn host_checks() -> Vec<Check> {
                     } else {
                         format!("audit daemon pid {}", st.daemon_pid)
                     },
-                    if Kernel::get().landlock_abi() >= 7 {
+                    if run::kernel().landlock_abi() >= 7 {
                         "Landlock denials"
                     } else {
                         "the records of the run's refused calls"
@@ -145,8 +145,8 @@ pub fn host_checks() -> Vec<Check> {
 /// tear it all down: proof that the run's network layer can be set up here.
 fn attach_probe() -> Result<String, String> {
     let id = format!("doctor-{}", std::process::id());
-    let cg = cgroup::RunCgroup::create(&id).map_err(|e| e.to_string())?;
-    let hooks = bpf::NetworkHooks::attach(&cg, &id, &[], &[]).map_err(|e| {
+    let cg = cgroup::RunCgroup::create(bpf::shared::build_id(), &id).map_err(|e| e.to_string())?;
+    let hooks = bpf::hooks::NetworkHooks::attach(&cg, &id, &[], &[]).map_err(|e| {
         let mut s = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(c) = src {
@@ -295,7 +295,7 @@ struct Report<'a> {
 /// Run `doctor`; returns the exit status.
 #[must_use]
 pub fn run(args: &DoctorArgs) -> i32 {
-    let kernel = Kernel::get();
+    let kernel = run::kernel();
     if !args.json {
         println!("lockrun doctor: what this host can enforce");
     }
@@ -439,7 +439,7 @@ fn canary() -> std::io::Result<Vec<Attempt>> {
             // What this kernel cannot hold is told above; the canary
             // proves what it does.
             .args(
-                Kernel::get()
+                run::kernel()
                     .gaps()
                     .into_iter()
                     .flat_map(|g| ["--accept-gap", g.name()]),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::audit::syscalls::reap_stale;
-use crate::bpf::{self, OtherBuild};
+use crate::bpf::reap::{self, OtherBuild};
 use crate::cli::GcArgs;
 use crate::exit;
 use crate::policy::{self, Overrides};
@@ -131,7 +131,7 @@ fn reap_stale_audit_rules() {
 /// Other lockrun builds' parent cgroups and pinned programs, where none of
 /// their runs is left; one line for each build found.
 fn reap_other_builds() {
-    match bpf::reap_other_builds() {
+    match reap::reap_other_builds() {
         Ok(builds) => {
             for b in builds {
                 match b {

@@ -25,7 +25,7 @@ use crate::exit;
 use crate::fs::{
     grant_rights, handled_rights, hidden_mounts, machine_secrets, masks, FsSandbox, Mask, OwnFs,
 };
-use crate::kernel::Kernel;
+use crate::kernel::Features;
 use crate::seccomp::combined;
 use crate::shown::say;
 
@@ -71,7 +71,7 @@ fn steps(args: &KernelStepsArgs) -> anyhow::Result<String> {
             writeln!(out, "mask {kind} {}", path.display())?;
         }
     }
-    for i in combined(Kernel::get().fallbacks())? {
+    for i in combined(Features::get().fallbacks())? {
         writeln!(out, "bpf {} {} {} {}", i.code, i.jt, i.jf, i.k)?;
     }
     Ok(out)

@@ -7,10 +7,9 @@ use std::path::Path;
 use crate::cli::ShowArgs;
 use crate::exit;
 use crate::fs;
-use crate::kernel::Kernel;
+use crate::kernel::Features;
 use crate::policy::{overlap, runs_later};
 use crate::policy::{PathSpec, Policy};
-use crate::seccomp;
 use crate::shown::say;
 
 /// Run `policy show`; returns the exit status.
@@ -151,7 +150,7 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, fs::FsError> {
 /// Where the kernel has no Landlock device ioctl right, the device files
 /// a run cannot open ([`crate::kernel::Kernel::devices_only_in_dev`]).
 fn devices_outside_dev() -> Option<String> {
-    Kernel::get().devices_only_in_dev().then(|| {
+    Features::get().devices_only_in_dev().then(|| {
         "device files anywhere but /dev, opened for nothing (this kernel has no Landlock device ioctl \
          right, ABI < 5: every other mount nodev in the run's mount namespace; EACCES, beneath the \
          writable paths too)"
@@ -250,7 +249,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: seccomp::describe(Kernel::get().fallbacks()),
+            seccomp: lockrun_seccomp::describe::describe(Features::get().fallbacks()),
             rules: None,
         }
     }

@@ -69,13 +69,13 @@ use landlock::{
 };
 use walk::{strictly_beneath, Plan};
 
-use crate::kernel::{Kernel, NoLandlock};
+use crate::kernel::{Features, NoLandlock};
 use crate::policy::Policy;
 
 /// The ABI whose rights lockrun handles: the kernel's
-/// ([`crate::kernel::Kernel::landlock`]), at most the newest lockrun knows.
+/// ([`crate::kernel::Features::landlock`]), at most the newest lockrun knows.
 fn abi() -> ABI {
-    match Kernel::get().landlock_abi() {
+    match Features::get().landlock_abi() {
         0 | 1 => ABI::V1,
         2 => ABI::V2,
         3 => ABI::V3,
@@ -88,7 +88,7 @@ fn abi() -> ABI {
 
 /// Whether the ABI in use scopes signals and abstract unix sockets (ABI 6).
 fn scoping() -> bool {
-    Kernel::get().landlock_abi() >= 6
+    Features::get().landlock_abi() >= 6
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -248,7 +248,7 @@ fn outermost<T>(mut items: Vec<T>, path: impl Fn(&T) -> &Path) -> Vec<T> {
 
 /// The Landlock ABI in use ([`crate::kernel`]), or why there is none.
 pub fn kernel_abi() -> Result<i32, FsError> {
-    Kernel::get()
+    Features::get()
         .landlock
         .map(i32::from)
         .map_err(FsError::Unavailable)

@@ -34,19 +34,18 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::overlap::{self, Entry, Origin};
-use super::{
-    EnvTemplate, FsPolicy, HostPattern, HostRule, IpNet, MemoryLimit, NetworkPolicy, PathSpec,
-    Policy, Port, PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
-};
+#[cfg(test)]
+use super::MemoryLimit;
+use super::{PathSpec, Policy, Port, TaskLimit};
+use merge::Lists;
 #[cfg(test)]
 use source::parse_text;
-use source::{read_source, Source};
 
+mod merge;
 mod source;
 
 /// The presets shipped in `policies/`, embedded so that `--policy NAME` works
@@ -269,304 +268,28 @@ pub struct Overrides {
     pub program: Option<std::ffi::OsString>,
 }
 
-#[allow(clippy::too_many_lines)] // one linear merge, key by key, in file order
 /// Build the effective policy from an optional policy file (a path, or a
-/// preset name) and the CLI overrides.
+/// preset name) and the CLI overrides, in steps ([`merge`]): the chain of
+/// files, base first; the worktree; the scalars of `[run]`, the state dir
+/// first; the lists of each file, then of the flags; then the refusals of
+/// a policy that contradicts itself.
 pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyError> {
     let home = home_dir();
-    let mut chain: Vec<Source> = Vec::new();
-    let mut next = Some((
-        policy.unwrap_or("default").to_owned(),
-        std::env::current_dir().ok(),
-    ));
-    while let Some((name, base)) = next.take() {
-        if chain.len() == MAX_EXTENDS {
-            return Err(PolicyError::TooDeep {
-                origin: chain[0].origin.clone(),
-            });
-        }
-        let by = chain.last().map(|s| s.origin.as_str());
-        let src = read_source(&name, base.as_deref(), by)?;
-        if chain.iter().any(|s| s.origin == src.origin) {
-            let mut names: Vec<&str> = chain.iter().map(|s| s.origin.as_str()).collect();
-            names.push(&src.origin);
-            return Err(PolicyError::Cycle {
-                origin: chain[0].origin.clone(),
-                chain: names.join(" -> "),
-            });
-        }
-        next = src.raw.extends.clone().map(|e| (e, src.dir.clone()));
-        chain.push(src);
-    }
-    chain.reverse(); // base first
-
-    let worktree_raw = match &over.worktree {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().map_err(|e| PolicyError::Worktree {
-            path: ".".into(),
-            source: e,
-        })?,
-    };
-    let worktree = worktree_raw
-        .canonicalize()
-        .map_err(|e| PolicyError::Worktree {
-            path: worktree_raw.clone(),
-            source: e,
-        })?;
-    if !worktree.is_dir() {
-        return Err(PolicyError::WorktreeNotDir(worktree));
-    }
-
-    // Scalars first: the state dir is a placeholder for the lists.
-    let mut state_dir = default_state_dir(&home);
-    let mut state_origin = Origin::Default;
-    let mut run = RunSettings {
-        state_dir: PathBuf::new(),
-        idle_tunnel: Duration::from_mins(15),
-        gc_grace: Duration::from_hours(2),
-        max_connections: 256,
-        landlock_abi: LANDLOCK_ABI,
-        accept_gaps: Vec::new(),
-        max_tasks: TaskLimit::DEFAULT,
-        max_memory: MemoryLimit::DEFAULT,
-    };
+    let chain = merge::chain(policy)?;
+    let worktree = merge::worktree(over)?;
+    let (run, state) = merge::run_settings(&chain, &worktree, &home, over)?;
+    let mut lists = Lists::new(&worktree);
     for s in &chain {
-        let ctx = Ctx {
-            origin: &s.origin,
-            worktree: &worktree,
-            home: &home,
-            state: None,
-        };
-        if let Some(d) = &s.raw.run.state_dir {
-            match ctx.path("run.state_dir", d)? {
-                PathSpec::Absolute(p) => {
-                    state_dir = p;
-                    state_origin = Origin::Key {
-                        key: "run.state_dir",
-                        file: s.origin.clone(),
-                    };
-                }
-                PathSpec::RunTmp(_) => {
-                    return Err(PolicyError::value(
-                        &s.origin,
-                        "run.state_dir",
-                        "cannot be under {tmp}",
-                    ))
-                }
-            }
-        }
-        if let Some(v) = s.raw.run.idle_tunnel_secs {
-            if v == 0 {
-                return Err(PolicyError::value(
-                    &s.origin,
-                    "run.idle_tunnel_secs",
-                    "must be at least 1",
-                ));
-            }
-            run.idle_tunnel = Duration::from_secs(v);
-        }
-        if let Some(v) = s.raw.run.gc_grace_secs {
-            run.gc_grace = Duration::from_secs(v);
-        }
-        if let Some(v) = s.raw.run.max_connections {
-            if v == 0 {
-                return Err(PolicyError::value(
-                    &s.origin,
-                    "run.max_connections",
-                    "must be at least 1",
-                ));
-            }
-            run.max_connections = v;
-        }
-        if let Some(v) = s.raw.run.landlock_abi {
-            if v == 0 {
-                return Err(PolicyError::value(
-                    &s.origin,
-                    "run.landlock_abi",
-                    "must be at least 1",
-                ));
-            }
-            run.landlock_abi = v;
-        }
-        for name in &s.raw.run.accept_gaps {
-            run.accept_gaps.push(
-                gap(name).map_err(|why| PolicyError::value(&s.origin, "run.accept_gaps", why))?,
-            );
-        }
-        if let Some(v) = &s.raw.run.max_tasks {
-            run.max_tasks =
-                task_limit(v).map_err(|why| PolicyError::value(&s.origin, "run.max_tasks", why))?;
-        }
-        if let Some(RawMemoryLimit::Text(v)) = &s.raw.run.max_memory {
-            run.max_memory = MemoryLimit::parse(v)
-                .map_err(|why| PolicyError::value(&s.origin, "run.max_memory", why))?;
-        }
+        lists.add_file(s, &worktree, &home, &state.path)?;
     }
-    for name in &over.accept_gaps {
-        run.accept_gaps
-            .push(gap(name).map_err(|message| PolicyError::Flag {
-                flag: "--accept-gap",
-                value: name.clone(),
-                message,
-            })?);
-    }
-    run.accept_gaps.sort();
-    run.accept_gaps.dedup();
-    if let Some(d) = &over.state_dir {
-        state_dir = absolute("--state-dir", d)?;
-        state_origin = Origin::Flag("--state-dir");
-    }
-    run.state_dir.clone_from(&state_dir);
-
-    let mut fs = FsPolicy::default();
-    let mut network = NetworkPolicy::default();
-    let mut env = BTreeMap::new();
-    // Where each path was written, for a message naming it.
-    let mut writable = vec![
-        Entry::new(Origin::Worktree, PathSpec::Absolute(worktree.clone())),
-        Entry::new(Origin::RunTmp, PathSpec::RunTmp(PathBuf::new())),
-    ];
-    let mut denied = Vec::new();
-    for s in &chain {
-        let ctx = Ctx {
-            origin: &s.origin,
-            worktree: &worktree,
-            home: &home,
-            state: Some(&state_dir),
-        };
-        let key = |key| Origin::Key {
-            key,
-            file: s.origin.clone(),
-        };
-        for w in &s.raw.filesystem.writable {
-            let w = ctx.path("filesystem.writable", w)?;
-            writable.push(Entry::new(key("filesystem.writable"), w.clone()));
-            fs.writable.push(w);
-        }
-        for d in &s.raw.filesystem.deny_read {
-            let d = ctx.path("filesystem.deny_read", d)?;
-            denied.push(Entry::new(key("filesystem.deny_read"), d.clone()));
-            fs.deny_read.push(d);
-        }
-        for a in &s.raw.network.allow {
-            let rule = HostRule::parse(a).map_err(|e| {
-                PolicyError::value(&s.origin, "network.allow", format!("`{a}`: {e}"))
-            })?;
-            network.allow.push(rule);
-        }
-        for d in &s.raw.network.deny {
-            let p = HostPattern::parse(d).map_err(|e| {
-                PolicyError::value(&s.origin, "network.deny", format!("`{d}`: {e}"))
-            })?;
-            network.deny.push(p);
-        }
-        for l in &s.raw.network.local {
-            network.local.push(
-                local_endpoint(l).map_err(|m| PolicyError::value(&s.origin, "network.local", m))?,
-            );
-        }
-        for &p in &s.raw.network.expose {
-            network.expose.push(
-                exposed_port(p).map_err(|m| PolicyError::value(&s.origin, "network.expose", m))?,
-            );
-        }
-        for p in &s.raw.network.private {
-            let private_net = IpNet::parse(&p.network).map_err(|e| {
-                PolicyError::value(&s.origin, "network.private.network", e.to_string())
-            })?;
-            let mut hosts = Vec::new();
-            for h in &p.hosts {
-                hosts.push(HostPattern::parse(h).map_err(|e| {
-                    PolicyError::value(&s.origin, "network.private.hosts", format!("`{h}`: {e}"))
-                })?);
-            }
-            if hosts.is_empty() {
-                return Err(PolicyError::value(
-                    &s.origin,
-                    "network.private.hosts",
-                    "name at least one host",
-                ));
-            }
-            network.private.push(PrivateGrant {
-                hosts,
-                network: private_net,
-            });
-        }
-        for (name, addrs) in &s.raw.network.resolve {
-            let key = "network.resolve";
-            let host = super::HostName::parse(name)
-                .map_err(|e| PolicyError::value(&s.origin, key, format!("`{name}`: {e}")))?;
-            let mut ips = Vec::new();
-            for a in addrs {
-                ips.push(a.parse::<std::net::IpAddr>().map_err(|_| {
-                    PolicyError::value(&s.origin, key, format!("`{a}` is not an IP address"))
-                })?);
-            }
-            if ips.is_empty() {
-                return Err(PolicyError::value(
-                    &s.origin,
-                    key,
-                    format!("`{name}`: give at least one address"),
-                ));
-            }
-            network.resolve.insert(host, ips);
-        }
-        for (k, v) in &s.raw.env {
-            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-                return Err(PolicyError::value(
-                    &s.origin,
-                    &format!("env.{k}"),
-                    "invalid environment variable",
-                ));
-            }
-            let v = v
-                .replace("{worktree}", &worktree.to_string_lossy())
-                .replace("{home}", &home.to_string_lossy());
-            env.insert(
-                k.clone(),
-                EnvTemplate(v.replace("{state}", &state_dir.to_string_lossy())),
-            );
-        }
-    }
-    for w in &over.allow_write {
-        let w = PathSpec::Absolute(absolute("--allow-write", w)?);
-        writable.push(Entry::new(Origin::Flag("--allow-write"), w.clone()));
-        fs.writable.push(w);
-    }
-    for d in &over.deny_read {
-        let d = PathSpec::Absolute(absolute("--deny-read", d)?);
-        denied.push(Entry::new(Origin::Flag("--deny-read"), d.clone()));
-        fs.deny_read.push(d);
-    }
-    for h in &over.allow_host {
-        let rule = HostRule::parse(h).map_err(|e| PolicyError::Flag {
-            flag: "--allow-host",
-            value: h.clone(),
-            message: e.to_string(),
-        })?;
-        network.allow.push(rule);
-    }
-    for l in &over.allow_local {
-        network
-            .local
-            .push(local_endpoint(l).map_err(|m| PolicyError::Flag {
-                flag: "--allow-local",
-                value: l.clone(),
-                message: m,
-            })?);
-    }
-    for e in &over.expose {
-        let port = e
-            .parse::<i64>()
-            .map_err(|_| format!("`{e}` is not a port number"))
-            .and_then(exposed_port)
-            .map_err(|m| PolicyError::Flag {
-                flag: "--expose",
-                value: e.clone(),
-                message: m,
-            })?;
-        network.expose.push(port);
-    }
+    lists.add_flags(over)?;
+    let Lists {
+        mut fs,
+        mut network,
+        env,
+        writable,
+        mut denied,
+    } = lists;
     fs.writable.sort();
     fs.writable.dedup();
     fs.deny_read.sort();
@@ -575,7 +298,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     network.local.dedup();
     network.expose.sort();
     network.expose.dedup();
-    overlap::outside_run_dirs(&worktree, &fs.writable, &state_dir)?;
+    overlap::outside_run_dirs(&worktree, &fs.writable, &state.path)?;
     denied.extend(
         Policy::secret_floor(&home)
             .into_iter()
@@ -583,7 +306,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
     );
     overlap::refuse_denied_writable(&denied, &writable)?;
     overlap::refuse_state_dir(
-        &Entry::new(state_origin, PathSpec::Absolute(state_dir.clone())),
+        &Entry::new(state.origin, PathSpec::Absolute(state.path.clone())),
         &home,
         over.program.as_deref(),
         &env,

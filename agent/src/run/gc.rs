@@ -5,7 +5,7 @@
 //!
 //! 1. run dirs whose lockrun is gone ([`gc`]), each with its run's cgroup
 //!    ([`crate::cgroup::reap`]), then the run's entries in the hooks'
-//!    shared maps ([`crate::bpf::forget_runs`], [`forget_gone_runs`]);
+//!    shared maps ([`crate::bpf::registry::forget_runs`], [`crate::bpf::registry::forget_gone_runs`]);
 //! 2. run cgroups no run dir accounts for ([`reap_orphan_cgroups`]);
 //! 3. the kernel audit rules of runs whose cgroup is gone
 //!    ([`crate::audit::syscalls::reap_stale`]);
@@ -14,7 +14,7 @@
 //! 5. spare run dirs older than the grace period
 //!    ([`crate::state::remove_old_spares`]);
 //! 6. other builds' parent cgroups and pinned programs
-//!    ([`crate::bpf::reap_other_builds`]);
+//!    ([`crate::bpf::reap::reap_other_builds`]);
 //! 7. worktree locks no run holds ([`crate::worktree_lock::sweep`]).
 //!
 //! A run's start sweeps too ([`sweep_at_start`]): step 1 alone, without
@@ -94,7 +94,7 @@ fn sweep(runs_dir: &Path, grace: Duration, owners_of_young: bool) -> std::io::Re
         report.reaped.push(path);
     }
     // Their entries in the kernel's shared maps, exactly those.
-    if let Err(e) = bpf::forget_runs(&reaped_cgroups) {
+    if let Err(e) = bpf::registry::forget_runs(&reaped_cgroups) {
         say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
@@ -166,16 +166,16 @@ pub fn reap_orphan_cgroups(grace: Duration) -> std::io::Result<OrphanReport> {
             report.reaped.push(cg.run_id);
         }
     }
-    if let Err(e) = bpf::forget_runs(&reaped_ids) {
+    if let Err(e) = bpf::registry::forget_runs(&reaped_ids) {
         say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
     Ok(report)
 }
 
 /// `lockrun gc`: also forget registered runs whose cgroup is gone by other
-/// means (see [`crate::bpf::forget_gone_runs`]).
+/// means (see [`crate::bpf::registry::forget_gone_runs`]).
 pub fn forget_gone_runs() {
-    if let Err(e) = bpf::forget_gone_runs() {
+    if let Err(e) = bpf::registry::forget_gone_runs() {
         say!("lockrun: warning: gc: the shared hook maps: {}", chain(&e));
     }
 }

@@ -9,16 +9,18 @@ use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use lockrun_unix::UnixMode;
+
 use super::{chain, RunError};
 use crate::audit::kernel::KernelAudit;
 use crate::audit::syscalls::refer::Granted;
 use crate::audit::syscalls::{self, RunRules};
 use crate::audit::{AuditLog, Event, Layer};
-use crate::bpf::unix::UnixMode;
-use crate::bpf::NetworkHooks;
+use crate::bpf::hooks::NetworkHooks;
+use crate::bpf::shared::build_id;
 use crate::cgroup::RunCgroup;
 use crate::fs::{grant_rights, handled_rights, FsSandbox, OwnFs};
-use crate::kernel::{Gap, Kernel};
+use crate::kernel::Gap;
 use crate::policy::Policy;
 use crate::proxy::{ProxyConfig, RunningProxy, SystemResolver};
 use crate::seccomp::combined;
@@ -78,7 +80,7 @@ fn kernel_side(
     audit: &Arc<AuditLog>,
 ) -> Result<KernelSide, RunError> {
     // 3. the seccomp filters (the Landlock ruleset is on its way, above).
-    let seccomp = combined(Kernel::get().fallbacks())?;
+    let seccomp = combined(super::kernel().fallbacks())?;
     tracing::debug!("3. seccomp filter compiled");
     // The supervised filter's listener travels from the child to lockrun
     // through this socketpair (SCM_RIGHTS), after the child loaded it.
@@ -103,10 +105,10 @@ fn kernel_side(
     let cgroup = if weaken_hooks {
         RunCgroup::create_outside_the_hooks(dir.id())
     } else {
-        RunCgroup::create(dir.id())
+        RunCgroup::create(build_id(), dir.id())
     };
     #[cfg(not(feature = "weaken-for-tests"))]
-    let cgroup = RunCgroup::create(dir.id());
+    let cgroup = RunCgroup::create(build_id(), dir.id());
     let mut cgroup = cgroup?;
     // Its task limit: a fork bomb stops there, not at the machine's pids;
     // its memory limit: the kernel's OOM killer acts in the run, not on
@@ -159,7 +161,7 @@ fn kernel_side(
             &allowed,
             &exposed,
             &unix_allowed,
-            UnixMode::supervised(Kernel::get().fallbacks()),
+            UnixMode::supervised(super::kernel().fallbacks()),
         )?;
         h.spawn_audit_reader(audit.clone())?;
         tracing::debug!("6. run registered in the hooks");
@@ -232,7 +234,7 @@ pub(super) fn refused_calls_seen(
     (writable, fs): (&[PathBuf], &FsSandbox),
     audit: &AuditLog,
 ) -> Result<Option<RunRules>, RunError> {
-    let kernel = Kernel::get();
+    let kernel = super::kernel();
     let Some(probe) = kernel.refusals_by_syscall_audit() else {
         // Landlock logs them itself; or they cannot be shown, which the
         // policy accepts or (a caller that may not ask) is refused here.

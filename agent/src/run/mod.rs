@@ -60,18 +60,20 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 
+use lockrun_seccomp::SeccompError;
+
 use crate::audit::{AuditError, AuditLog};
 use crate::bpf::BpfError;
 use crate::cgroup::CgroupError;
 use crate::exit;
 use crate::fs::FsError;
-use crate::kernel::{Gap, Kernel};
+use crate::kernel::{Features, Gap, Kernel};
 use crate::policy::Policy;
 use crate::proxy::ProxyError;
-use crate::seccomp::SeccompError;
 use crate::shown::say;
 use crate::state::{new_run_id, RunDirError};
 use crate::sys::{raise_nofile, Step};
+use crate::{audit, bpf};
 use setup::SetUp;
 use spawn::Spawned;
 use teardown::Ended;
@@ -154,6 +156,19 @@ fn refusals_unseen(why: &str) -> String {
     )
 }
 
+/// This kernel, with the stand-ins for what it lacks, each asked once by
+/// the module that owns it: kernel audit's syscall records
+/// ([`audit::syscalls::stand_in`]) and lockrun's unix guard
+/// ([`bpf::load::unix_guard`]). What a run and `doctor` judge the promises by.
+#[must_use]
+pub fn kernel() -> Kernel {
+    Kernel::with_stand_ins(
+        Features::get(),
+        audit::syscalls::stand_in(),
+        bpf::load::unix_guard(),
+    )
+}
+
 /// The refusal of a run on a kernel that cannot hold `gaps`, one line.
 fn gaps_refused(gaps: &[Gap]) -> String {
     let each: Vec<String> = gaps
@@ -162,7 +177,7 @@ fn gaps_refused(gaps: &[Gap]) -> String {
             format!(
                 "{}: {g} (this kernel lacks {})",
                 g.name(),
-                Kernel::get().lacks(*g)
+                kernel().lacks(*g)
             )
         })
         .collect();

@@ -14,7 +14,7 @@ use super::{core_dumps, gc, nested, RunError};
 use crate::audit::kernel::{KernelAudit, KernelAuditError};
 use crate::audit::syscalls::RunRules;
 use crate::audit::{AuditLog, Event, Layer};
-use crate::bpf::NetworkHooks;
+use crate::bpf::hooks::NetworkHooks;
 use crate::cgroup::RunCgroup;
 use crate::fs::links::{self, Judge, Marked};
 use crate::fs::{
@@ -22,7 +22,7 @@ use crate::fs::{
     ReadWalk, Sealed,
 };
 use crate::gitguard::{GitGuard, TakeError};
-use crate::kernel::{Gap, Kernel};
+use crate::kernel::Gap;
 use crate::policy::{runs_later, Policy};
 use crate::proxy::RunningProxy;
 use crate::shown::say;
@@ -171,7 +171,7 @@ pub(super) fn setup(
         cgroup_id: cgroup.id(),
         cgroup_path: cgroup.seen_in_proc(),
         audit: audit.clone(),
-        fallbacks: Kernel::get().fallbacks(),
+        fallbacks: super::kernel().fallbacks(),
     };
     tracing::debug!("3. Landlock ruleset received");
     // 7. below Landlock ABI 7, the run's refused calls from kernel audit
@@ -210,7 +210,7 @@ pub(super) fn setup(
     let (mut plan, report) = ChildPlan::new(
         Restrict {
             ruleset,
-            log_denials: Kernel::get().landlock_abi() >= 7,
+            log_denials: super::kernel().landlock_abi() >= 7,
         },
         seccomp,
         listener_tx,
@@ -225,7 +225,7 @@ pub(super) fn setup(
         source,
     })?;
     // Without Landlock's device ioctl right: device files only under /dev.
-    if Kernel::get().devices_only_in_dev() {
+    if super::kernel().devices_only_in_dev() {
         plan.keep_devices_in_dev();
     }
 
@@ -348,7 +348,7 @@ fn tell_accepted(policy: &Policy, accepted_gaps: Vec<Gap>, audit: &AuditLog) {
         let message = format!(
             "this kernel cannot hold a promise, which the policy accepts ({}): {gap} (this kernel lacks {})",
             gap.name(),
-            Kernel::get().lacks(gap)
+            super::kernel().lacks(gap)
         );
         say!("lockrun: warning: {message}");
         audit.record(Event::Notice {
@@ -566,7 +566,7 @@ fn gaps_accepted(policy: &Policy) -> Result<Vec<Gap>, RunError> {
     if !has_effective_cap(CAP_SYS_ADMIN).unwrap_or(true) {
         return Ok(Vec::new());
     }
-    let (accepted, refused): (Vec<_>, Vec<_>) = Kernel::get()
+    let (accepted, refused): (Vec<_>, Vec<_>) = super::kernel()
         .gaps()
         .into_iter()
         .partition(|g| policy.run.accept_gaps.contains(g));

@@ -16,7 +16,7 @@ use super::{chain, exit_code, Started};
 use crate::audit::kernel::KernelAudit;
 use crate::audit::syscalls::{remove_beside, RunRules};
 use crate::audit::{AuditLog, Event, Layer};
-use crate::bpf::NetworkHooks;
+use crate::bpf::hooks::NetworkHooks;
 use crate::cgroup::RunCgroup;
 use crate::exit;
 use crate::fs::links::Marked;

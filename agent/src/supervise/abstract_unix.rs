@@ -30,8 +30,8 @@
 //! is an inet one's (16 or 28), a `sendmsg` with a `msg_name`, an address
 //! swapped in after the read — the kernel refuses, for any abstract name a
 //! task of the run names itself: the cgroup unix hooks (6.7) in the run's
-//! mode ([`crate::bpf::unix`]), or lockrun's unix guard where they are not
-//! there ([`crate::bpf::guard`]). So nothing is let through after a read.
+//! mode ([`lockrun_unix`]), or lockrun's unix guard where they are not
+//! there ([`lockrun_unix::guard`]). So nothing is let through after a read.
 //!
 //! # Known limits
 //! - A name the run bound, whose socket it then closed, and which a process
@@ -50,8 +50,8 @@ use std::sync::{Mutex, PoisonError};
 
 use super::{Reply, Shared, Task};
 use crate::audit::{Event, ScopeEvent, ScopeTarget};
-use crate::seccomp::scope::abstract_names_supervised;
 use crate::sys;
+use lockrun_seccomp::scope::abstract_names_supervised;
 
 /// Abstract names one run may bind and reach.
 pub const MAX_NAMES: usize = 4096;

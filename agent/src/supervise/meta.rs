@@ -20,9 +20,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use super::resolve::{self, Errno, Object, Roots, Unplaced};
 use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
-use crate::seccomp;
-use crate::seccomp::Widens;
 use crate::sys::supervisor_calls;
+use lockrun_seccomp::deny_list::{set_id_refused, Widens};
 
 pub(super) const PATH_MAX: usize = 4096;
 const XATTR_NAME_MAX: usize = 255;
@@ -105,9 +104,9 @@ impl Action {
 }
 
 /// The call as registers describe it (no memory read yet).
-#[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_lines)] // one arm per call, in one table
 pub fn decode(nr: i64, a: [u64; 6]) -> Result<(Target, Action), Errno> {
-    use crate::seccomp::{SYS_FCHMODAT2, SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
+    use lockrun_seccomp::{SYS_FCHMODAT2, SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
     let cwd = libc::AT_FDCWD;
     let path = |dirfd: i32, p: u64, follow: bool| Target::Path {
         dirfd,
@@ -520,7 +519,7 @@ fn run(task: &Task<'_>, roots: &Roots) -> Result<(), Fail> {
     }
     if let Op::Chmod(mode) = op {
         let is_dir = matches!(obj, Object::Dir(_));
-        if seccomp::set_id_refused(u64::from(mode), is_dir) {
+        if set_id_refused(u64::from(mode), is_dir) {
             return Err(Fail::SetId(format!(
                 "{} to mode 0{:o} on {}{}",
                 chmod_name(task.nr()),
@@ -607,7 +606,7 @@ mod tests {
     #[test]
     fn decodes_register_arguments() {
         let t = decode(
-            crate::seccomp::SYS_FCHMODAT2,
+            lockrun_seccomp::SYS_FCHMODAT2,
             [3, 0x1000, 0o755, 0x100, 0, 0],
         )
         .unwrap();
@@ -646,7 +645,7 @@ mod tests {
 
     #[test]
     fn every_notified_metadata_call_decodes() {
-        for nr in crate::seccomp::NOTIFY_METADATA {
+        for nr in lockrun_seccomp::notify::NOTIFY_METADATA {
             assert_ne!(decode(*nr, [0; 6]).err(), Some(libc::ENOSYS), "nr {nr}");
         }
     }

@@ -40,7 +40,7 @@
 //! result. The one continue that follows a memory read — a unix address that
 //! is not a pathname — is backed by the kernel: in supervised mode the unix
 //! hooks refuse every pathname a task of the run names itself
-//! ([`crate::bpf::unix`]), so swapping one in after the read gains nothing.
+//! ([`lockrun_unix`]), so swapping one in after the read gains nothing.
 //! Where Landlock does not scope abstract names, there is no such continue:
 //! the supervisor performs the connects to the run's own names
 //! ([`abstract_unix`]), and the kernel refuses every abstract name a task
@@ -89,7 +89,7 @@
 //!   or 14/26 without) is not notified — the length is all the filter can
 //!   see, and it keeps inet connects un-notified — so the unix hooks refuse it.
 //! - `sendmsg`/`sendmmsg` with a pathname `msg_name` are refused by the
-//!   hooks (or, before Linux 6.7, lockrun's unix guard, [`crate::bpf::guard`]): the address is user memory behind a pointer in a struct, and
+//!   hooks (or, before Linux 6.7, lockrun's unix guard, [`lockrun_unix::guard`]): the address is user memory behind a pointer in a struct, and
 //!   performing the call (iovecs, `SCM_RIGHTS`) would be a second kernel.
 //!   Connected sockets and `sendto` work. Without Landlock's scoping, so is
 //!   an abstract `msg_name`.
@@ -125,9 +125,11 @@ use std::sync::Arc;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use crate::audit::{AuditLog, Event, SyscallEvent};
-use crate::seccomp;
-use crate::seccomp::{Fallbacks, Widens, NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_WATCH};
 use crate::sys::supervisor_calls::{self, Notif};
+use lockrun_seccomp::deny_list::{path_arg, Widens};
+use lockrun_seccomp::notify::{NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_WATCH};
+use lockrun_seccomp::refused::refused_call;
+use lockrun_seccomp::Fallbacks;
 use resolve::{Errno, Roots};
 
 /// What the supervisor is told about the run.
@@ -506,7 +508,7 @@ fn handle(s: &Arc<Shared>, n: Notif) {
         sched::handle(&task, s)
     } else if let Some(reply) = fallback(&task, s, nr) {
         reply
-    } else if let Some((call, why)) = seccomp::refused_call(nr, task.args()) {
+    } else if let Some((call, why)) = refused_call(nr, task.args()) {
         refuse_call(&task, call, why)
     } else if nr == libc::SYS_ioctl {
         meta::handle(&task, &s.fs_roots)
@@ -535,7 +537,7 @@ fn fallback(task: &Task<'_>, s: &Shared, nr: i64) -> Option<Reply> {
 /// nothing).
 pub(crate) fn refuse_call(task: &Task<'_>, call: String, why: Widens) -> Reply {
     let s = task.s;
-    let named = seccomp::path_arg(task.nr())
+    let named = path_arg(task.nr())
         .and_then(|i| task.read_cstr(task.args()[i], meta::PATH_MAX).ok())
         .map(|p| String::from_utf8_lossy(&p).into_owned());
     let call = match named {

@@ -26,8 +26,8 @@
 use std::os::fd::AsFd;
 
 use super::{Reply, Task};
-use crate::seccomp::Widens;
 use crate::sys::supervisor_calls;
+use lockrun_seccomp::deny_list::Widens;
 
 /// Answer a notified `setsockopt(fd, SOL_SOCKET, SO_REUSEADDR | SO_REUSEPORT, optval, optlen)`.
 #[must_use]

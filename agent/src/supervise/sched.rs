@@ -26,14 +26,14 @@
 #![forbid(unsafe_code)]
 
 use super::{Reply, Shared, Task};
-use crate::seccomp;
-use crate::seccomp::{SchedTarget, Widens};
 use crate::state::{membership, Membership};
+use lockrun_seccomp::deny_list::Widens;
+use lockrun_seccomp::notify::{sched_target, SchedTarget};
 
 /// Answer a notified scheduling call.
 pub fn handle(task: &Task<'_>, s: &Shared) -> Reply {
     let why = Widens::OtherScheduling;
-    match seccomp::sched_target(task.nr(), task.args()) {
+    match sched_target(task.nr(), task.args()) {
         // Never notified; and the kernel decides on the caller itself.
         None | Some(SchedTarget::Caller) => Reply::Continue,
         Some(SchedTarget::Many(call)) => super::refuse_call(task, call, why),

@@ -68,9 +68,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::{Errno, Reply, Shared, Task};
 use crate::audit::{Event, ScopeEvent, ScopeTarget};
-use crate::seccomp::scope::{FIOSETOWN, F_SETOWN, OWNER_FCNTLS, SIOCSPGRP};
 use crate::state::{membership, Membership};
 use crate::sys::{self, supervisor_calls};
+use lockrun_seccomp::scope::{FIOSETOWN, F_SETOWN, OWNER_FCNTLS, SIOCSPGRP};
 
 /// `F_OWNER_TID`, `F_OWNER_PID`, `F_OWNER_PGRP`.
 const OWNER_TID: i32 = 0;

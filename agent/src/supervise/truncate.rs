@@ -42,8 +42,8 @@ use super::meta::{self, Fail, Target};
 use super::resolve::{Errno, Object};
 use super::{Reply, Task};
 use crate::audit::{Event, FsEvent};
-use crate::seccomp;
 use crate::sys::supervisor_calls;
+use lockrun_seccomp::fallback::truncating;
 
 /// A call the seccomp program handed over for want of the truncate right,
 /// as its registers say.
@@ -57,7 +57,7 @@ enum Call {
 
 impl Call {
     fn decode(nr: i64, a: [u64; 6]) -> Option<Self> {
-        if !seccomp::truncating(nr, a) {
+        if !truncating(nr, a) {
             return None;
         }
         match nr {

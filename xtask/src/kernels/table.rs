@@ -431,5 +431,4 @@ pub fn table_cmd(root: &Path, results: Option<PathBuf>, check: bool) -> Result<E
 }
 
 #[cfg(test)]
-#[path = "table_tests.rs"]
 mod tests;

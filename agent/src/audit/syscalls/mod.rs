@@ -116,6 +116,9 @@
 
 use std::path::PathBuf;
 
+use lockrun_seccomp::scope::abstract_names_supervised;
+use lockrun_seccomp::Fallbacks;
+
 pub mod reach;
 pub mod records;
 pub mod refer;
@@ -124,8 +127,7 @@ pub mod rules;
 pub use rules::{reap_stale, remove_beside, Refused, RunRules};
 
 use super::kernel::KernelAuditError;
-use crate::seccomp::scope::abstract_names_supervised;
-use crate::seccomp::Fallbacks;
+use crate::kernel::{Features, Fixed, SyscallAudit, Unusable};
 use crate::sys::has_effective_cap;
 
 /// The first login uid of lockrun's range: `0x8000_0000 | ino`.
@@ -158,91 +160,6 @@ pub enum SyscallAuditError {
     Kernel(#[from] KernelAuditError),
     #[error("reading the live run cgroups: {0}")]
     LiveRuns(Box<dyn std::error::Error + Send + Sync>),
-}
-
-/// Why kernel audit's syscall records cannot stand in for Landlock's on
-/// this host ([`probe`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unusable {
-    /// No kernel audit (`CONFIG_AUDIT`): no `/proc/self/loginuid`, or no
-    /// audit netlink.
-    NoAudit,
-    /// lockrun runs in a user namespace other than the machine's: kernel
-    /// audit takes rules and login uids from the initial one only.
-    UserNamespace,
-    /// Kernel audit could not be asked (errno).
-    NotReachable { errno: i32 },
-    /// Audit is locked (`auditctl -e 2`): no rule may be added until boot.
-    Locked,
-    /// lockrun's own login uid is set, and the command could not set its own.
-    LoginUidFixed(Fixed),
-    /// A rule `-a task,never` of the host's: the processes it matches get
-    /// no syscall records at all.
-    TaskNever,
-    /// A rule of the host's `exclude` list that may drop the records of
-    /// type `msgtype` (0: any type) this needs.
-    Excluded { msgtype: u32 },
-    /// A test build told so (`LOCKRUN_TEST_SYSCALL_AUDIT=off`).
-    OffForTests,
-}
-
-/// Why a login uid, once set, stays as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fixed {
-    /// The kernel's audit feature `loginuid_immutable` is on.
-    Immutable,
-    /// The kernel's audit feature `only_unset_loginuid` is on.
-    OnlyUnset,
-    /// lockrun lacks `CAP_AUDIT_CONTROL`.
-    NoCapability,
-}
-
-impl std::fmt::Display for Unusable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NoAudit => f.write_str("the kernel has no audit (CONFIG_AUDIT)"),
-            Self::UserNamespace => f.write_str(
-                "lockrun runs in a user namespace of its own, and kernel audit takes rules and \
-                 login uids from the machine's only",
-            ),
-            Self::NotReachable { errno } => write!(
-                f,
-                "kernel audit could not be asked: {}",
-                nix::Error::from_raw(*errno)
-            ),
-            Self::Locked => f.write_str(
-                "kernel audit is locked (enabled 2, `auditctl -e 2`): no rule may be added until \
-                 the next boot",
-            ),
-            Self::LoginUidFixed(how) => write!(
-                f,
-                "lockrun's login uid is set, and the run cannot take one of its own: {}",
-                match how {
-                    Fixed::Immutable => "the audit feature loginuid_immutable is on",
-                    Fixed::OnlyUnset => "the audit feature only_unset_loginuid is on",
-                    Fixed::NoCapability => "lockrun lacks CAP_AUDIT_CONTROL",
-                }
-            ),
-            Self::TaskNever => f.write_str(
-                "the host's audit rules leave processes out of syscall auditing (`-a task,never`)",
-            ),
-            Self::Excluded { msgtype: 0 } => {
-                f.write_str("an exclude rule of the host's audit rules may drop the records needed")
-            }
-            Self::Excluded { msgtype } => write!(
-                f,
-                "an exclude rule of the host's audit rules drops the records of type {msgtype}"
-            ),
-            Self::OffForTests => f.write_str("turned off in this test build"),
-        }
-    }
-}
-
-/// What [`probe`] found where kernel audit can be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Probe {
-    /// Audit is on (`enabled` 1); if off, a run turns it on first.
-    pub audit_on: bool,
 }
 
 /// What the reader needs to take a run's records: its login uid, its
@@ -338,13 +255,32 @@ pub fn is_lockruns(uid: u32) -> bool {
     (LOGIN_UID_RANGE..LOGIN_UID_UNSET).contains(&uid)
 }
 
+/// Whether kernel audit's syscall records stand in for Landlock's denial
+/// logging on this kernel, asked once: `None` where Landlock logs its
+/// denials itself, or is not there ([`Features::wants_syscall_audit`]);
+/// else what [`probe`] found (`crate::kernel::Kernel::syscall_audit`).
+#[must_use]
+pub fn stand_in() -> Option<Result<SyscallAudit, Unusable>> {
+    static ANSWER: std::sync::OnceLock<Option<Result<SyscallAudit, Unusable>>> =
+        std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        Features::get().wants_syscall_audit().then(|| {
+            #[cfg(feature = "weaken-for-tests")]
+            if std::env::var("LOCKRUN_TEST_SYSCALL_AUDIT").as_deref() == Ok("off") {
+                return Err(Unusable::OffForTests);
+            }
+            probe()
+        })
+    })
+}
+
 /// Whether kernel audit's syscall records can stand in for Landlock's
 /// denial logging here, asked before a run: lockrun's login uid and user
 /// namespace, audit's status (on, off or locked), its features where the
 /// login uid is set, and the host's rules (`AUDIT_LIST_RULES`). Three
 /// questions to the kernel, whose answers come from threads it starts for
 /// them; asked only below Landlock ABI 7.
-pub fn probe() -> Result<Probe, Unusable> {
+pub fn probe() -> Result<SyscallAudit, Unusable> {
     let login_uid = match std::fs::read_to_string("/proc/self/loginuid") {
         Ok(s) => s.trim().parse::<u32>().unwrap_or(LOGIN_UID_UNSET),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::NoAudit),
@@ -387,7 +323,7 @@ pub fn probe() -> Result<Probe, Unusable> {
     if let Some(why) = asked.rules.iter().find_map(rules::HostRule::silences) {
         return Err(why);
     }
-    Ok(Probe {
+    Ok(SyscallAudit {
         audit_on: asked.enabled == 1,
     })
 }

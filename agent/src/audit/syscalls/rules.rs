@@ -15,11 +15,12 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use nix::sys::socket::{recv, send, setsockopt, sockopt, MsgFlags};
 
-use super::{is_lockruns, Probe, SyscallAuditError, Unusable};
+use super::{is_lockruns, SyscallAuditError};
 use crate::audit::kernel::{
     enable, nl_message, nl_socket, KernelAuditError, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_ACK,
     NLM_F_REQUEST,
 };
+use crate::kernel::{SyscallAudit, Unusable};
 use crate::shown::say;
 
 const AUDIT_GET: u16 = 1000;
@@ -546,7 +547,7 @@ impl RunRules {
     /// one that fails is removed again.
     pub fn add(
         login_uid: u32,
-        probe: Probe,
+        probe: SyscallAudit,
         refused: &[Refused],
     ) -> Result<(Self, bool), SyscallAuditError> {
         if !probe.audit_on {

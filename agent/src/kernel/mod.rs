@@ -12,7 +12,7 @@
 //! | ABI 5 (`IOCTL_DEV`) | 6.10 | device files opened only under `/dev`, where Landlock's rules name the few a run may open: every other mount `nodev` in the run's mount namespace ([`Kernel::devices_only_in_dev`]) |
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | the seccomp supervisor: signals ([`crate::supervise::scope`]); abstract names the run bound ([`crate::supervise::abstract_unix`]), where the kernel refuses the run's own unix connects (the unix hooks, or the unix guard) |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid: its filesystem refusals, and at ABI 6 its signals and abstract unix connects refused outside it ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`]. The processes Landlock hides from the run's `/proc` are recorded by nothing ([`crate::audit::syscalls::reach`]) |
-//! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`crate::bpf::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
+//! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`lockrun_unix::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
 //! it: a run with one is refused (exit 125, naming the promise and the
@@ -25,11 +25,14 @@
 //! attached), so that an older kernel's mechanisms are tested on this one
 //! too.
 
-use crate::audit::syscalls;
-use crate::audit::syscalls::{Probe as SyscallAudit, Unusable};
-use crate::seccomp::Fallbacks;
-use crate::{bpf, sys};
+mod syscall_audit;
+
 use std::fmt;
+
+use lockrun_seccomp::Fallbacks;
+
+use crate::sys;
+pub use syscall_audit::{Fixed, SyscallAudit, Unusable};
 
 /// The newest Landlock ABI lockrun knows; a newer kernel's is used as this.
 pub const LANDLOCK_NEWEST: u8 = 7;
@@ -37,7 +40,23 @@ pub const LANDLOCK_NEWEST: u8 = 7;
 /// Why the supervisor holds a scoping promise, as `doctor` says it.
 const NO_SCOPING: &str = "no Landlock scoping: ABI < 6";
 
-/// What this kernel offers.
+/// What this kernel has of its own, asked by this module: Landlock and
+/// the cgroup unix hooks. What lockrun has in place of a missing one is
+/// asked by the module that owns it, above this one ([`Kernel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// The Landlock ABI lockrun uses here: the kernel's, at most
+    /// [`LANDLOCK_NEWEST`]; `Err` when Landlock is not there at all.
+    pub landlock: Result<u8, NoLandlock>,
+    /// The cgroup hooks on unix sockets' addresses (`connect_unix`,
+    /// `sendmsg_unix`, Linux 6.7): a program of their attach type loads.
+    pub unix_hooks: bool,
+}
+
+/// What this kernel offers: its [`Features`], and the stand-ins lockrun
+/// has where one is missing, each asked by its owner (kernel audit's
+/// syscall records by `crate::audit::syscalls`, the unix guard by
+/// `crate::bpf`) and handed in ([`Kernel::with_stand_ins`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kernel {
     /// The Landlock ABI lockrun uses here: the kernel's, at most
@@ -50,7 +69,7 @@ pub struct Kernel {
     /// show the run's filesystem refusals ([`crate::audit::syscalls::probe`]);
     /// `None` where Landlock logs them itself (not asked).
     pub syscall_audit: Option<Result<SyscallAudit, Unusable>>,
-    /// Without those: lockrun's unix guard loads ([`crate::bpf::guard`]).
+    /// Without those: lockrun's unix guard loads ([`lockrun_unix::guard`]).
     /// Not asked (false) where the hooks are.
     pub unix_guard: bool,
 }
@@ -94,7 +113,7 @@ pub enum Mechanism {
     /// `sendmsg_unix` hooks refusing the unix connects and sends a task of
     /// the run makes itself.
     SupervisorAndUnixHooks,
-    /// The seccomp supervisor, and lockrun's unix guard ([`crate::bpf::guard`])
+    /// The seccomp supervisor, and lockrun's unix guard ([`lockrun_unix::guard`])
     /// refusing them.
     SupervisorAndUnixGuard,
     /// Device files opened only under `/dev`: every other mount `nodev`
@@ -131,12 +150,12 @@ pub enum NoLandlock {
     NotBuilt,
 }
 
-impl Kernel {
-    /// This kernel, asked once.
+impl Features {
+    /// This kernel's, asked once.
     #[must_use]
     pub fn get() -> Self {
-        static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
-        *KERNEL.get_or_init(Self::probe)
+        static FEATURES: std::sync::OnceLock<Features> = std::sync::OnceLock::new();
+        *FEATURES.get_or_init(Self::probe)
     }
 
     fn probe() -> Self {
@@ -158,21 +177,86 @@ impl Kernel {
                 lower => Ok(lower.map_or(v, |lower| lower.min(v))),
             }
         });
-        let syscall_audit = landlock.is_ok_and(|v| v < 7).then(|| {
-            #[cfg(feature = "weaken-for-tests")]
-            if std::env::var("LOCKRUN_TEST_SYSCALL_AUDIT").as_deref() == Ok("off") {
-                return Err(Unusable::OffForTests);
-            }
-            syscalls::probe()
-        });
         let unix_hooks = unix_hooks_load();
         #[cfg(feature = "weaken-for-tests")]
         let unix_hooks = unix_hooks && std::env::var_os("LOCKRUN_TEST_NO_UNIX_HOOKS").is_none();
         Self {
             landlock,
             unix_hooks,
-            unix_guard: !unix_hooks && bpf::unix_guard_loads(),
+        }
+    }
+
+    /// The Landlock ABI in use, 0 where there is none.
+    #[must_use]
+    pub fn landlock_abi(&self) -> u8 {
+        self.landlock.unwrap_or(0)
+    }
+
+    /// Whether kernel audit's syscall records are asked to stand in for
+    /// Landlock's denial logging: below ABI 7, where there is Landlock.
+    #[must_use]
+    pub fn wants_syscall_audit(&self) -> bool {
+        self.landlock.is_ok_and(|v| v < 7)
+    }
+
+    /// What the seccomp supervisor stands in for here, for want of the
+    /// kernel's own mechanism.
+    #[must_use]
+    pub fn fallbacks(&self) -> Fallbacks {
+        Fallbacks {
+            truncate: self.landlock_abi() < 3,
+            scoping: self.landlock.is_ok() && self.landlock_abi() < 6,
+            unix_addresses: !self.unix_hooks,
+        }
+    }
+
+    /// Whether the run opens device files only under `/dev`, for want of
+    /// Landlock's device ioctl right (ABI < 5, Linux < 6.10): the child
+    /// marks every other mount of its namespace `nodev`
+    /// ([`crate::sys::ChildPlan`]). Under `/dev` Landlock's rules let a run
+    /// open only null, zero, full, the terminals (each granted the ioctl
+    /// right where the kernel has it) and random, urandom (whose ioctls do
+    /// nothing without `CAP_SYS_ADMIN` but read the entropy count, as
+    /// `/proc/sys/kernel/random/entropy_avail` does); a device file
+    /// elsewhere, which the run could read, and so drive by ioctl, is
+    /// refused at its open (`EACCES`), beneath a writable root too.
+    ///
+    /// Not the supervisor, judging each `ioctl` by what its descriptor is:
+    /// the kernel looks the descriptor up again after the supervisor lets
+    /// the call go on, and a thread of the command sharing its descriptor
+    /// table could put a device there in between; and every `ioctl`
+    /// (`isatty`) would wait on a round trip to lockrun.
+    #[must_use]
+    pub fn devices_only_in_dev(&self) -> bool {
+        self.landlock_abi() < 5
+    }
+}
+
+impl Kernel {
+    /// `features`, with what the owners of the stand-ins found: whether
+    /// kernel audit's syscall records can be used (`None` where not asked:
+    /// [`Features::wants_syscall_audit`]), and whether lockrun's unix guard
+    /// is used (false where the unix hooks are).
+    #[must_use]
+    pub fn with_stand_ins(
+        features: Features,
+        syscall_audit: Option<Result<SyscallAudit, Unusable>>,
+        unix_guard: bool,
+    ) -> Self {
+        Self {
+            landlock: features.landlock,
+            unix_hooks: features.unix_hooks,
             syscall_audit,
+            unix_guard,
+        }
+    }
+
+    /// The kernel's own features.
+    #[must_use]
+    pub fn features(&self) -> Features {
+        Features {
+            landlock: self.landlock,
+            unix_hooks: self.unix_hooks,
         }
     }
 
@@ -202,7 +286,7 @@ impl Kernel {
     /// The Landlock ABI in use, 0 where there is none.
     #[must_use]
     pub fn landlock_abi(&self) -> u8 {
-        self.landlock.unwrap_or(0)
+        self.features().landlock_abi()
     }
 
     /// Each promise that depends on the kernel, and what holds it here:
@@ -373,36 +457,18 @@ impl Kernel {
         )
     }
 
-    /// What the seccomp supervisor stands in for here, for want of the
-    /// kernel's own mechanism.
+    /// What the seccomp supervisor stands in for here
+    /// ([`Features::fallbacks`]).
     #[must_use]
     pub fn fallbacks(&self) -> Fallbacks {
-        Fallbacks {
-            truncate: self.landlock_abi() < 3,
-            scoping: self.landlock.is_ok() && self.landlock_abi() < 6,
-            unix_addresses: !self.unix_hooks,
-        }
+        self.features().fallbacks()
     }
 
-    /// Whether the run opens device files only under `/dev`, for want of
-    /// Landlock's device ioctl right (ABI < 5, Linux < 6.10): the child
-    /// marks every other mount of its namespace `nodev`
-    /// ([`crate::sys::ChildPlan`]). Under `/dev` Landlock's rules let a run
-    /// open only null, zero, full, the terminals (each granted the ioctl
-    /// right where the kernel has it) and random, urandom (whose ioctls do
-    /// nothing without `CAP_SYS_ADMIN` but read the entropy count, as
-    /// `/proc/sys/kernel/random/entropy_avail` does); a device file
-    /// elsewhere, which the run could read, and so drive by ioctl, is
-    /// refused at its open (`EACCES`), beneath a writable root too.
-    ///
-    /// Not the supervisor, judging each `ioctl` by what its descriptor is:
-    /// the kernel looks the descriptor up again after the supervisor lets
-    /// the call go on, and a thread of the command sharing its descriptor
-    /// table could put a device there in between; and every `ioctl`
-    /// (`isatty`) would wait on a round trip to lockrun.
+    /// Whether the run opens device files only under `/dev`
+    /// ([`Features::devices_only_in_dev`]).
     #[must_use]
     pub fn devices_only_in_dev(&self) -> bool {
-        self.landlock_abi() < 5
+        self.features().devices_only_in_dev()
     }
 
     /// The promises this kernel leaves without a mechanism.
@@ -566,295 +632,5 @@ impl fmt::Display for Gap {
                  as long as an inet one, or by sendmsg(2)"
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_landlock_abi_leaves_the_gaps_of_the_rights_it_lacks() {
-        let gaps = |abi, unix_hooks, unix_guard| {
-            Kernel {
-                landlock: Ok(abi),
-                unix_hooks,
-                unix_guard,
-                syscall_audit: (abi < 7).then_some(Err(Unusable::NoAudit)),
-            }
-            .gaps()
-        };
-        assert_eq!(gaps(7, true, false), vec![]);
-        assert_eq!(gaps(6, true, false), vec![Gap::FilesystemRefusalsUnseen]);
-        // The supervisor holds the scoping, where the kernel refuses the
-        // run's own unix connects (hooks or guard).
-        // The supervisor holds truncate, `nodev` the device ioctls.
-        let older = vec![Gap::FilesystemRefusalsUnseen];
-        assert_eq!(gaps(2, true, false), older);
-        assert_eq!(gaps(2, false, true), older);
-        assert_eq!(
-            gaps(2, false, false),
-            vec![
-                Gap::AbstractUnixScope,
-                Gap::UnixAddresses,
-                Gap::FilesystemRefusalsUnseen
-            ]
-        );
-        assert_eq!(gaps(7, false, false), vec![Gap::UnixAddresses]);
-    }
-
-    /// Without Landlock's scoping the supervisor holds it, and `doctor`
-    /// names it; the fallbacks follow what the kernel lacks.
-    #[test]
-    fn the_supervisor_holds_the_scoping_where_landlock_does_not() {
-        let k = |abi, unix_hooks, unix_guard| Kernel {
-            landlock: Ok(abi),
-            unix_hooks,
-            unix_guard,
-            syscall_audit: None,
-        };
-        let by = |k: Kernel, promise: &str| {
-            k.promises()
-                .into_iter()
-                .find(|h| h.promise.starts_with(promise))
-                .unwrap()
-                .by
-        };
-        let old = k(2, true, false);
-        assert_eq!(
-            by(old, "no signal"),
-            Ok(Held::new(
-                Mechanism::Supervisor,
-                "the seccomp supervisor (no Landlock scoping: ABI < 6)"
-            ))
-        );
-        assert_eq!(
-            by(old, "no abstract"),
-            Ok(Held::new(
-                Mechanism::SupervisorAndUnixHooks,
-                "the seccomp supervisor, and the cgroup connect_unix and sendmsg_unix hooks \
-                (no Landlock scoping: ABI < 6)"
-            ))
-        );
-        assert_eq!(
-            by(k(2, false, true), "no abstract").map(|h| h.mechanism),
-            Ok(Mechanism::SupervisorAndUnixGuard)
-        );
-        assert_eq!(
-            by(k(7, false, true), "pathname unix").map(|h| h.mechanism),
-            Ok(Mechanism::SupervisorAndUnixGuard)
-        );
-        assert_eq!(
-            by(k(7, true, false), "no signal"),
-            Ok(Held::new(
-                Mechanism::Landlock,
-                "Landlock signal scoping (ABI 7)"
-            ))
-        );
-        assert_eq!(
-            by(k(2, false, false), "no abstract"),
-            Err(Unheld::Gap(Gap::AbstractUnixScope))
-        );
-        let f = old.fallbacks();
-        assert!(f.scoping && !f.unix_addresses);
-        let f = k(7, false, true).fallbacks();
-        assert!(!f.scoping && f.unix_addresses);
-        assert_eq!(
-            k(7, true, false).fallbacks(),
-            crate::seccomp::Fallbacks::NONE
-        );
-    }
-
-    /// Where an older ABI lacks a right, the promise names what holds it
-    /// instead; where the ABI has it, Landlock.
-    #[test]
-    fn an_older_abi_names_what_stands_in_for_a_missing_right() {
-        let by = |abi, promise: &str| {
-            Kernel {
-                landlock: Ok(abi),
-                unix_hooks: true,
-                unix_guard: false,
-                syscall_audit: None,
-            }
-            .promises()
-            .into_iter()
-            .find(|h| h.promise.starts_with(promise))
-            .map(|h| h.by)
-            .unwrap()
-        };
-        let truncated = "no file outside the writable roots truncated";
-        let ioctl = "no ioctl on a device outside the writable roots";
-        assert_eq!(
-            by(2, truncated),
-            Ok(Held::new(
-                Mechanism::Supervisor,
-                "the seccomp supervisor (no Landlock truncate right: ABI < 3)"
-            ))
-        );
-        assert_eq!(
-            by(3, truncated),
-            Ok(Held::new(
-                Mechanism::Landlock,
-                "Landlock truncate right (ABI 3)"
-            ))
-        );
-        let nodev = by(4, ioctl).unwrap();
-        assert_eq!(nodev.mechanism, Mechanism::NodevMounts);
-        assert!(nodev.how.starts_with("device files only under /dev"));
-        assert_eq!(
-            by(5, ioctl),
-            Ok(Held::new(
-                Mechanism::Landlock,
-                "Landlock device ioctl right (ABI 5)"
-            ))
-        );
-        let k = |abi| Kernel {
-            landlock: Ok(abi),
-            unix_hooks: true,
-            unix_guard: false,
-            syscall_audit: None,
-        };
-        assert!(k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
-        assert!(k(4).devices_only_in_dev() && !k(5).devices_only_in_dev());
-    }
-
-    #[test]
-    fn below_abi_7_kernel_audits_syscall_records_hold_the_refusals_where_they_can() {
-        let kernel = |abi, syscall_audit| Kernel {
-            landlock: Ok(abi),
-            unix_hooks: true,
-            unix_guard: false,
-            syscall_audit,
-        };
-        let on = Some(Ok(SyscallAudit { audit_on: true }));
-        let fs = |k: &Kernel| {
-            k.promises()
-                .into_iter()
-                .find(|h| h.promise == "every filesystem refusal recorded")
-                .map(|h| h.by)
-        };
-        // Held by the syscall records below ABI 7.
-        let k = kernel(6, on);
-        assert_eq!(k.gaps(), vec![]);
-        assert_eq!(
-            fs(&k),
-            Some(Ok(Held::new(
-                Mechanism::SyscallAudit,
-                "kernel audit's syscall records of the run's login uid (no Landlock \
-                     denial logging: ABI < 7)"
-            )))
-        );
-        assert!(k.refusals_by_syscall_audit().is_some());
-        // By Landlock from ABI 7, whatever was found of kernel audit.
-        let k = kernel(7, on);
-        assert_eq!(
-            fs(&k),
-            Some(Ok(Held::new(
-                Mechanism::Landlock,
-                "Landlock denial logging to kernel audit (ABI 7)"
-            )))
-        );
-        assert!(k.refusals_by_syscall_audit().is_none());
-        // Where kernel audit cannot be used, the gap stays and says why.
-        let k = kernel(2, Some(Err(Unusable::Locked)));
-        assert!(k.gaps().contains(&Gap::FilesystemRefusalsUnseen));
-        assert_eq!(
-            k.lacks(Gap::FilesystemRefusalsUnseen),
-            "Landlock's denial logging (ABI 7, Linux 6.15), and kernel audit's syscall records \
-             cannot stand in here: kernel audit is locked (enabled 2, `auditctl -e 2`): no rule \
-             may be added until the next boot"
-        );
-        assert_eq!(k.lacks(Gap::Truncate), Gap::Truncate.lacks());
-    }
-
-    /// The refused reaches outside the run: Landlock's logging records
-    /// them; below it, what stands in says what it leaves unrecorded; at
-    /// ABI 6 without kernel audit, the gap of the filesystem refusals.
-    #[test]
-    fn below_abi_7_what_records_the_refused_reaches_says_what_it_leaves_out() {
-        let by = |abi, syscall_audit| {
-            Kernel {
-                landlock: Ok(abi),
-                unix_hooks: true,
-                unix_guard: false,
-                syscall_audit,
-            }
-            .promises()
-            .into_iter()
-            .find(|h| h.promise == "every refused reach outside the run recorded")
-            .map(|h| h.by.map(|held| held.how))
-            .unwrap()
-        };
-        let on = Some(Ok(SyscallAudit { audit_on: true }));
-        let off = Some(Err(Unusable::NoAudit));
-        let unseen = "; not the processes outside the run hidden from its /proc: no record \
-                      names them";
-        assert_eq!(
-            by(7, None),
-            Ok("Landlock denial logging to kernel audit (ABI 7)".to_owned())
-        );
-        assert_eq!(
-            by(6, on),
-            Ok(format!(
-                "kernel audit's syscall records of the run's login uid (no Landlock denial \
-                 logging: ABI < 7){unseen}"
-            ))
-        );
-        assert_eq!(by(6, off), Err(Unheld::Gap(Gap::FilesystemRefusalsUnseen)));
-        for audit in [on, off] {
-            assert_eq!(
-                by(2, audit),
-                Ok(format!(
-                    "the seccomp supervisor (no Landlock scoping: ABI < 6){unseen}"
-                ))
-            );
-        }
-    }
-
-    /// `doctor --json` names the mechanisms so, and the kernel table
-    /// (`cargo xtask kernels table`) reads them by these names.
-    #[test]
-    fn a_mechanism_is_named_in_snake_case() {
-        for (m, name) in [
-            (Mechanism::Landlock, "landlock"),
-            (Mechanism::Supervisor, "supervisor"),
-            (
-                Mechanism::SupervisorAndUnixHooks,
-                "supervisor_and_unix_hooks",
-            ),
-            (
-                Mechanism::SupervisorAndUnixGuard,
-                "supervisor_and_unix_guard",
-            ),
-            (Mechanism::NodevMounts, "nodev_mounts"),
-            (Mechanism::SyscallAudit, "syscall_audit"),
-        ] {
-            assert_eq!(
-                serde_json::to_string(&m).unwrap_or_default(),
-                format!("\"{name}\"")
-            );
-        }
-    }
-
-    #[test]
-    fn a_release_is_compared_by_its_major_and_minor() {
-        assert!(release_at_least("6.12.117+deb13-amd64", (6, 7)));
-        assert!(release_at_least("6.7.0", (6, 7)));
-        assert!(release_at_least("7.0.1-arch1", (6, 7)));
-        assert!(!release_at_least("6.1.0-57-amd64", (6, 7)));
-        assert!(!release_at_least("5.19.17", (6, 7)));
-        assert!(!release_at_least("", (6, 7)));
-    }
-
-    #[test]
-    fn a_gap_is_named_as_a_policy_writes_it() {
-        for g in Gap::ALL {
-            assert_eq!(Gap::named(g.name()), Some(g));
-            assert_eq!(
-                serde_json::to_string(&g).unwrap_or_default(),
-                format!("\"{}\"", g.name())
-            );
-        }
-        assert_eq!(Gap::named("everything"), None);
     }
 }

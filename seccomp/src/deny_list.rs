@@ -435,7 +435,7 @@ pub(super) fn terminal_rules() -> Result<Vec<SeccompRule>, SeccompError> {
     Ok(tty)
 }
 
-/// The seccompiler-built parts of [`combined`], in its order: the calls
+/// The seccompiler-built parts of [`crate::compile`], in its order: the calls
 /// refused and reported (→ the supervisor, which answers EPERM), then
 /// `clone3` and friends → ENOSYS.
 pub(super) fn filters() -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {

@@ -45,13 +45,13 @@ pub const NOTIFY_METADATA: &[i64] = &[
 ];
 
 /// `inotify_add_watch`, performed by the supervisor, which refuses a watch
-/// on a denied path ([`crate::supervise::watch`]): Landlock does not check
+/// on a denied path (`lockrun::supervise::watch`): Landlock does not check
 /// watches, and a watch on a directory names what appears in it.
 pub const NOTIFY_WATCH: i64 = libc::SYS_inotify_add_watch;
 
 /// `setsockopt(fd, SOL_SOCKET, optname, …)` with one of these options goes
 /// to the supervisor, which refuses turning on port sharing for inet
-/// sockets and performs the rest ([`crate::supervise::reuse`]).
+/// sockets and performs the rest (`lockrun::supervise::reuse`).
 pub const NOTIFY_SOCKOPTS: [u32; 2] = [libc::SO_REUSEADDR as u32, libc::SO_REUSEPORT as u32];
 
 /// `file_setattr` (Linux 6.17; one number on every arch).
@@ -212,7 +212,7 @@ pub const INET_ADDRLENS: [u32; 2] = [16, 28];
 /// - `ioctl` with a command of [`NOTIFY_IOCTLS`] → notify;
 /// - `connect(fd, addr, addrlen)` → notify unless `addrlen` is 16 or 28
 ///   (TCP/UDP to an inet address keeps its speed; a unix address of exactly
-///   that length is refused by the unix hooks, see [`crate::bpf::unix`]);
+///   that length is refused by the unix hooks, see `lockrun::bpf::unix`);
 /// - `sendto(fd, buf, len, flags, addr, addrlen)` → notify when `addr` is not
 ///   NULL and `addrlen` is not 16 or 28;
 /// - `setsockopt(fd, SOL_SOCKET, SO_REUSEADDR | SO_REUSEPORT)` → notify;

@@ -1,5 +1,5 @@
 //! lockrun's unix guard: what the cgroup `connect_unix`/`sendmsg_unix`
-//! hooks do for a run ([`super::unix`], supervised mode), on a kernel that
+//! hooks do for a run ([`crate`], supervised mode), on a kernel that
 //! has no such hooks (before Linux 6.7; Debian 12's 6.1).
 //!
 //! Without them a task of the run could reach a unix socket outside its
@@ -26,8 +26,8 @@
 //! The supervisor makes the legitimate ones from outside the run's cgroup,
 //! which the guard lets through (a task whose cgroup is no run's passes, as
 //! in the unix hooks): pathnames under the worktree and the run's temp dir
-//! ([`crate::supervise::unix`]), and the abstract names the run bound
-//! ([`crate::supervise::abstract_unix`]). A connected datagram socket's
+//! (`lockrun::supervise::unix`), and the abstract names the run bound
+//! (`lockrun::supervise::abstract_unix`). A connected datagram socket's
 //! sends to its peer pass: the connect was judged.
 //!
 //! They find the run as the unix hooks do (`RUNS` by the calling task's
@@ -35,14 +35,14 @@
 //! [`Denial`](lockrun_common::Denial) of [`Hook::GuardConnectUnix`] or
 //! [`Hook::GuardSendUnix`], with the target's bound address), and return
 //! `-EPERM`. They read the kernel's structs at offsets taken from its BTF
-//! ([`Layout`], [`super::btf`]) with `bpf_probe_read_kernel`. Loaded once per
+//! ([`Layout`], `lockrun::bpf::btf`) with `bpf_probe_read_kernel`. Loaded once per
 //! build and boot, attached by links pinned beside the programs: global,
 //! not per cgroup, they judge only tasks of this build's runs.
 //!
-//! Loaded only where the unix hooks are missing ([`crate::kernel::Kernel`]);
+//! Loaded only where the unix hooks are missing (`lockrun::kernel::Kernel`);
 //! where the kernel refuses the programs (no BTF, no trampolines: this VM
 //! kind's kernel answers `EPERM` for every trampoline), their promise is a
-//! gap ([`crate::kernel::Gap::UnixAddresses`]).
+//! gap (`lockrun::kernel::Gap::UnixAddresses`).
 
 // BPF instruction fields are fixed-width two's-complement encodings, and every
 // offset here is a small constant or a struct offset of the kernel's: the
@@ -58,7 +58,7 @@ use lockrun_common::{
     denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_MODE_SUPERVISED, UNIX_PATH_MAX,
 };
 
-use super::unix::{
+use crate::{
     count, Asm, Label, UnixMaps, FP, GET_CURRENT_CGROUP_ID, GET_CURRENT_COMM, GET_CURRENT_PID_TGID,
     JA, JEQ, JGT, JLE, JNE, JSET, MAP_LOOKUP_ELEM, PROBE_READ_KERNEL, R0, R1, R2, R3, R4, R6, R7,
     R8, RINGBUF_OUTPUT,
@@ -129,7 +129,7 @@ fn read_ptr(a: &mut Asm, dst: u8, src: u8, off: i32, fail: Label) {
 /// Assemble the guard's program for `hook` ([`FUNCTIONS`]). One listing,
 /// kept in one piece so it reads like the program.
 #[must_use]
-#[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_lines)] // one listing, read as the program it assembles
 pub fn program(hook: Hook, maps: &UnixMaps, layout: &Layout) -> Vec<u64> {
     let mut a = Asm::default();
     let hook_id = hook as i32;
@@ -264,7 +264,7 @@ pub fn program(hook: Hook, maps: &UnixMaps, layout: &Layout) -> Vec<u64> {
 
 /// The FNV-1a 64 of both programs, assembled with stand-in map fds and
 /// [`Layout::STAND_IN`]: what they contribute to the build id, computed by
-/// the build script as [`super::unix::programs_hash`] is.
+/// the build script as [`crate::programs_hash`] is.
 #[must_use]
 pub fn programs_hash() -> u64 {
     let stand_in = UnixMaps {

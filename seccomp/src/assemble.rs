@@ -10,7 +10,7 @@ use super::fallback::fallback_filter;
 use super::notify::{notify_filter, NOTIFY_JUDGED, NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_WATCH};
 use super::{compact, Fallbacks, SeccompError};
 
-/// [`combined`] with `fallbacks`, built and compacted now.
+/// [`crate::compile`] with `fallbacks`, built and compacted now.
 pub(super) fn compile_with(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
     let out = compact::compact(&uncompacted(fallbacks)?);
     // BPF_MAXINSNS: the kernel refuses a longer classic program.
@@ -20,7 +20,7 @@ pub(super) fn compile_with(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompEr
     Ok(out)
 }
 
-/// [`combined`] as built, before [`compact::compact`] makes it smaller.
+/// [`crate::compile`] as built, before [`compact::compact`] makes it smaller.
 pub(super) fn uncompacted(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
     let (parts, decided) = parts(fallbacks)?;
     let mut out = front(&decided);
@@ -28,7 +28,7 @@ pub(super) fn uncompacted(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompErr
     Ok(out)
 }
 
-/// The parts of [`combined`] in order, and every syscall number any
+/// The parts of [`crate::compile`] in order, and every syscall number any
 /// of them decides on (the others it allows).
 pub(super) fn parts(fallbacks: Fallbacks) -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     let (mut parts, mut decided) = filters()?;
@@ -45,7 +45,7 @@ pub(super) fn parts(fallbacks: Fallbacks) -> Result<(Vec<BpfProgram>, Vec<i64>),
     Ok((parts, decided))
 }
 
-/// The first instructions of [`combined`]: the architecture (any other is
+/// The first instructions of [`crate::compile`]: the architecture (any other is
 /// killed), then on `x86_64` every x32-ABI call handed to the supervisor,
 /// which refuses it with EPERM and reports it ([`refused_call`]), then a
 /// binary search over `decided`, the calls some part decides on; only
@@ -171,6 +171,7 @@ pub(super) const fn arg_hi(i: u32) -> u32 {
     20 + 8 * i
 }
 
-pub(super) fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
+#[must_use]
+pub fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
     seccompiler::sock_filter { code, jt, jf, k }
 }

@@ -2,7 +2,7 @@
 //! Landlock's scoping (ABI < 6, Linux < 6.12; Debian 12's 6.1 has ABI 2)
 //! the calls that deliver a signal to a process the caller names, or that
 //! bind an abstract unix socket's name, go to the supervisor
-//! ([`crate::supervise::scope`], [`crate::supervise::abstract_unix`]).
+//! (`lockrun::supervise::scope`, `lockrun::supervise::abstract_unix`).
 //!
 //! - **Signals**: `kill`, `tkill`, `tgkill`, `rt_sigqueueinfo`,
 //!   `rt_tgsigqueueinfo`, `pidfd_send_signal` — every one, signal 0
@@ -15,12 +15,13 @@
 //!   the supervisor learns the abstract names the run binds (an abstract
 //!   name of exactly 13 or 25 bytes is bound unseen and is then reachable by
 //!   no connect of the run: the kernel refuses the run's own, see
-//!   [`crate::bpf::unix`]).
+//!   `lockrun::bpf::unix`).
 
 use seccompiler::BpfProgram;
 
 use super::assemble::{arg_lo, insn, JA, JEQ_K, LD_W_ABS, RET_K, RET_USER_NOTIF};
-use super::{Fallbacks, INET_ADDRLENS};
+use super::notify::INET_ADDRLENS;
+use super::Fallbacks;
 
 /// The calls that signal a process the caller names, handed over whole.
 pub const SIGNAL_CALLS: &[(i64, &str)] = &[
@@ -153,7 +154,7 @@ mod tests {
 
     /// Each case's verdict from the whole program with `fallbacks`.
     fn check(fallbacks: Fallbacks, cases: &[(i64, [u64; 6], u32, &str)]) {
-        let p = super::super::combined(fallbacks).unwrap();
+        let p = crate::compile(fallbacks).unwrap();
         for (nr, args, want, what) in cases {
             assert_eq!(run(&p, *nr, *args), *want, "{fallbacks:?}: {what}");
         }
@@ -267,7 +268,7 @@ mod tests {
     #[test]
     fn the_front_knows_the_fallback_calls() {
         for f in [SCOPING, UNIX] {
-            let all = super::super::combined(f).unwrap();
+            let all = crate::compile(f).unwrap();
             let (parts, _) = super::super::assemble::parts(f).unwrap();
             let parts = super::super::assemble::chain(&parts).unwrap();
             for nr in 0..1024 {

@@ -9,6 +9,7 @@ use std::process::Command;
 
 /// The pid a name of the form `<prefix><pid>` or `<prefix><pid>-<n>` was
 /// made by.
+#[must_use]
 pub fn owner(name: &str, prefix: &str) -> Option<u32> {
     let rest = name.strip_prefix(prefix)?;
     let digits = rest.split('-').next()?;
@@ -64,6 +65,28 @@ pub fn remove_dead(ns_prefix: &str, link_prefix: &str) {
 
 /// The links holding an address in `net` (a CIDR): a test host made there
 /// while one is would not be the host reached.
+#[must_use]
 pub fn holders(net: &str) -> Vec<String> {
     names(&["-o", "addr", "show", "to", net])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owner;
+
+    #[test]
+    fn a_leftovers_owner_is_the_pid_in_its_name_and_only_that() {
+        assert_eq!(owner("lrpx5257-9", "lrpx"), Some(5257));
+        assert_eq!(owner("lrph4194304-23", "lrph"), Some(4_194_304));
+        assert_eq!(owner("lra812", "lra"), Some(812));
+        for (name, prefix) in [
+            ("lrpx-9", "lrpx"),
+            ("lrpxa12-1", "lrpx"),
+            ("lrbench12", "lrbh"),
+            ("eth0", "lrph"),
+            ("lrph", "lrph"),
+        ] {
+            assert_eq!(owner(name, prefix), None, "{name}");
+        }
+    }
 }

@@ -2,8 +2,9 @@
 //! (seccomp-bpf, Linux 3.5; filters compiled with seccompiler, for the
 //! architecture chosen at build time).
 //!
-//! Compiled in the parent, loaded in the child (see [`crate::sys`]) as one
-//! program ([`combined`]). It opens with a front that kills any other
+//! Compiled in lockrun's parent process (or by its build script), loaded in
+//! the child (`lockrun::sys`) as one program ([`compile`]; lockrun's
+//! `seccomp::combined` takes the one its build script compiled). It opens with a front that kills any other
 //! architecture, hands every x32-ABI call to the supervisor to be refused,
 //! and sends only the calls a part decides on to the three default-allow
 //! parts:
@@ -41,7 +42,7 @@
 //!    may lower those of every uid-0 process: `RLIMIT_CPU` kills it past
 //!    the signal scoping, `RLIMIT_NOFILE` starves it). These
 //!    are handed over (`USER_NOTIF`) only to be seen: the supervisor decides
-//!    on the registers alone ([`refused_call`]), records the call and
+//!    on the registers alone ([`refused::refused_call`]), records the call and
 //!    answers `EPERM`, so the user learns what a tool was refused
 //!    (`lockrun: 1 system call refused …: unshare (bwrap)`). If lockrun is
 //!    gone, the kernel fails them with `ENOSYS`.
@@ -51,32 +52,32 @@
 //!    makes glibc fall back to `clone` / callers to `openat`, whose
 //!    arguments *are* checked — so threads and fork keep working.
 //!
-//! The last part, [`notify_filter`], hands syscalls to lockrun's supervisor
-//! (`SECCOMP_RET_USER_NOTIF`, Linux 5.0; see [`crate::supervise`]): the
+//! The last part, [`notify::notify_filter`], hands syscalls to lockrun's supervisor
+//! (`SECCOMP_RET_USER_NOTIF`, Linux 5.0; see `lockrun::supervise`): the
 //! metadata calls Landlock does not cover, the scheduling calls that name
-//! another task than the caller ([`NOTIFY_SCHED`]), and `connect`/`sendto` whose
+//! another task than the caller ([`notify::NOTIFY_SCHED`]), and `connect`/`sendto` whose
 //! address length is not that of an inet address. The chmod family is
 //! there whatever its mode: the supervisor refuses set-id bits itself
-//! ([`set_id_refused`]), because only it knows the target, and a directory
+//! ([`deny_list::set_id_refused`]), because only it knows the target, and a directory
 //! may keep `S_ISGID` (`git init --shared`, `mkdir -m 2775`). Each part's
 //! verdict is final, and the earlier parts decide on other calls or
-//! arguments (the supervisor asks [`refused_call`] before it performs an
+//! arguments (the supervisor asks [`refused::refused_call`] before it performs an
 //! `ioctl`), so what they refuse stays refused.
 //!
 //! On a kernel that lacks a mechanism lockrun relies on ([`Fallbacks`],
-//! [`crate::kernel::Kernel::fallbacks`]), a part more, [`fallback_filter`],
+//! `lockrun::kernel::Features::fallbacks`), a part more, [`fallback::fallback_filter`],
 //! hands the supervisor the calls that mechanism would have judged: without
 //! Landlock's scoping (ABI < 6), the signals a caller aims at a process it
 //! names, the owners of a file's `SIGIO`, and the binds of unix addresses
 //! ([`scope`]).
 
-mod assemble;
+pub mod assemble;
 mod compact;
-mod deny_list;
-mod describe;
-mod fallback;
-mod notify;
-mod refused;
+pub mod deny_list;
+pub mod describe;
+pub mod fallback;
+pub mod notify;
+pub mod refused;
 pub mod scope;
 #[cfg(test)]
 mod tests;
@@ -84,16 +85,6 @@ mod tests;
 use seccompiler::{BpfProgram, TargetArch};
 
 use assemble::compile_with;
-#[cfg(lockrun_seccomp_built)]
-use assemble::insn;
-pub use deny_list::{path_arg, set_id_refused, Widens};
-pub use describe::{describe, describe_fallbacks};
-pub use fallback::{truncating, TRUNCATING_OPENS};
-pub use notify::{
-    notify_filter, sched_target, SchedCall, SchedTarget, INET_ADDRLENS, NOTIFY_IOCTLS,
-    NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_SOCKOPTS, NOTIFY_WATCH, SYS_FILE_SETATTR,
-};
-pub use refused::refused_call;
 
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
@@ -112,56 +103,15 @@ pub enum SeccompError {
     TooLong(usize),
 }
 
-/// Every filter of a run as one program, in this order: the [`front`]
-/// (architecture, x32, and a search that lets every call no part decides
-/// on through at once), the deny list (reported), then `clone3`/`openat2`
-/// → ENOSYS, then [`notify_filter`]. Loaded as one
-/// filter (with the notification listener), because each filter the
-/// kernel loads costs its own allocation, conversion, JIT and action-cache
-/// emulation, and every syscall of the command
-/// then runs one program instead of three.
-///
-/// Same verdicts as the parts loaded separately would give, because no
-/// two parts decide on the same call except in order: the reported part's
-/// calls and arguments no other part names
-/// (`the_reported_calls_are_notified_by_no_other_part`: `ioctl` is in both,
-/// with other commands); the ENOSYS calls are in no other part. A part's
-/// verdict other than allow is final, and a part that allows falls through
-/// to the next.
-///
-/// Where the kernel lacks a mechanism the supervisor stands in for
-/// ([`Fallbacks`]), the program has a part more ([`fallback_filter`]), and
-/// is built now rather than taken as the build script made it. It comes
-/// last, so it sees only what every other part allowed; where it hands
-/// over a call an earlier part also takes with other arguments (`open`,
-/// `openat`: a set-id mode, refused; `O_TRUNC` without write access,
-/// truncated beneath a writable root), the supervisor asks
-/// [`refused_call`] first, so what the reported part refuses stays refused
-/// (`truncating_agrees_with_the_filter`).
-pub fn combined(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
-    if fallbacks != Fallbacks::NONE {
-        return compile_with(fallbacks);
-    }
-    #[cfg(lockrun_seccomp_built)]
-    {
-        Ok(BUILT
-            .iter()
-            .map(|&(code, jt, jf, k)| insn(code, jt, jf, k))
-            .collect())
-    }
-    #[cfg(not(lockrun_seccomp_built))]
-    compile()
-}
-
 /// The promises of the kernel's own mechanisms that the supervisor holds
-/// instead on a kernel without them ([`crate::kernel`]): each names calls
-/// handed to the supervisor by [`fallback_filter`]. (The device ioctl
+/// instead on a kernel without them (`lockrun::kernel`): each names calls
+/// handed to the supervisor by [`fallback::fallback_filter`]. (The device ioctl
 /// right, ABI 5, is stood in for by the mounts of the run's namespace, not
-/// here: [`crate::kernel::Kernel::devices_only_in_dev`].)
+/// here: `lockrun::kernel::Features::devices_only_in_dev`.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[allow(clippy::struct_excessive_bools)] // one flag per missing mechanism, each its own calls
 pub struct Fallbacks {
-    /// No Landlock truncate right (ABI 3): [`TRUNCATING_OPENS`] and `truncate`.
+    /// No Landlock truncate right (ABI 3): [`fallback::TRUNCATING_OPENS`] and `truncate`.
     pub truncate: bool,
     /// No Landlock scoping of signals and abstract unix sockets (ABI 6).
     pub scoping: bool,
@@ -178,16 +128,36 @@ impl Fallbacks {
     };
 }
 
-/// [`combined`] as the build script compiled it, from this very module
-/// (agent/build.rs compiles it too): `(code, jt, jf, k)`, so that no run
-/// builds and compacts it at start-up.
-#[cfg(lockrun_seccomp_built)]
-#[allow(clippy::unreadable_literal)]
-const BUILT: &[(u16, u8, u8, u32)] = include!(concat!(env!("OUT_DIR"), "/seccomp_filter.rs"));
-
-/// [`combined`] for a kernel with every mechanism, built and compacted now.
-pub fn compile() -> Result<BpfProgram, SeccompError> {
-    compile_with(Fallbacks::NONE)
+/// Every filter of a run as one program, in this order: the [`assemble::front`]
+/// (architecture, x32, and a search that lets every call no part decides
+/// on through at once), the deny list (reported), then `clone3`/`openat2`
+/// → ENOSYS, then [`notify::notify_filter`]. Loaded as one
+/// filter (with the notification listener), because each filter the
+/// kernel loads costs its own allocation, conversion, JIT and action-cache
+/// emulation, and every syscall of the command
+/// then runs one program instead of three.
+///
+/// Same verdicts as the parts loaded separately would give, because no
+/// two parts decide on the same call except in order: the reported part's
+/// calls and arguments no other part names
+/// (`the_reported_calls_are_notified_by_no_other_part`: `ioctl` is in both,
+/// with other commands); the ENOSYS calls are in no other part. A part's
+/// verdict other than allow is final, and a part that allows falls through
+/// to the next.
+///
+/// Where the kernel lacks a mechanism the supervisor stands in for
+/// ([`Fallbacks`]), the program has a part more ([`fallback::fallback_filter`]). It
+/// comes last, so it sees only what every other part allowed; where it hands
+/// over a call an earlier part also takes with other arguments (`open`,
+/// `openat`: a set-id mode, refused; `O_TRUNC` without write access,
+/// truncated beneath a writable root), the supervisor asks
+/// [`refused::refused_call`] first, so what the reported part refuses stays refused
+/// (`truncating_agrees_with_the_filter`).
+///
+/// Built and compacted now, for a kernel that lacks the mechanisms of
+/// `fallbacks` ([`Fallbacks::NONE`]: none).
+pub fn compile(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompError> {
+    compile_with(fallbacks)
 }
 
 /// `fchmodat2` (Linux 6.6; one number on every arch, and missing from the

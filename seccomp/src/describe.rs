@@ -88,7 +88,7 @@ pub(super) fn describe_always() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// What the part of [`fallback_filter`] adds on this kernel, for people
+/// What the part of [`super::fallback::fallback_filter`] adds on this kernel, for people
 /// (`lockrun policy show`), as [`describe`]'s lines: nothing where the
 /// kernel has every mechanism.
 #[must_use]

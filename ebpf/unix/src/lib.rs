@@ -1,3 +1,8 @@
+//! The unix programs lockrun assembles itself, instructions only: loaded
+//! by `lockrun::bpf`, and hashed into the build id by lockrun's build
+//! script. The unix guard, for kernels without the hooks below, is
+//! [`guard`].
+//!
 //! The `cgroup/connect_unix` and `cgroup/sendmsg_unix` hooks (kernel 6.7),
 //! assembled here because aya 0.14 can neither parse nor load programs of
 //! those attach types. Like the object's programs they are verified once per
@@ -9,7 +14,7 @@
 //! uses it. The calling task's cgroup id is looked up in `RUNS`:
 //! - **not a run** (no entry): lockrun's seccomp supervisor, connecting for
 //!   the command from outside after resolving the path itself (see
-//!   [`crate::supervise`]), passes. A run's tasks cannot leave their cgroup
+//!   `lockrun::supervise`), passes. A run's tasks cannot leave their cgroup
 //!   (Landlock denies writes to cgroupfs), and a run is in `RUNS` from
 //!   before its first task until after its cgroup is removed.
 //! - **a run**: judged by its [`RunConfig::unix_mode`](lockrun_common::RunConfig).
@@ -20,7 +25,7 @@
 //! domain (ABI 6, Linux 6.12); before, the run's mode says so
 //! (`UNIX_MODE_ABSTRACT`), and every abstract name a task of the run names
 //! itself is refused: the supervisor connects to the names the run bound
-//! ([`crate::supervise::abstract_unix`]), and this is what keeps an
+//! (`lockrun::supervise::abstract_unix`), and this is what keeps an
 //! address it did not see (length 16 or 28, `sendmsg`, swapped in after
 //! its read) from reaching one bound outside. A pathname destination:
 //! - supervised mode (what `lockrun run` uses): refused — every legitimate
@@ -52,6 +57,8 @@
     clippy::cast_lossless
 )]
 
+pub mod guard;
+
 use lockrun_common::{
     denial_offset as off, Hook, AF_UNIX, COUNTER_LOST, UNIX_MODE_ABSTRACT, UNIX_MODE_PREFIXES,
     UNIX_MODE_SUPERVISED, UNIX_PATH_MAX,
@@ -74,7 +81,7 @@ pub enum UnixMode {
     Supervised,
     /// All refused, and every abstract name too: the seccomp supervisor
     /// connects for the command to the abstract names the run bound
-    /// (no Landlock scoping, [`crate::supervise::abstract_unix`]).
+    /// (no Landlock scoping, `lockrun::supervise::abstract_unix`).
     SupervisedAbstract,
 }
 
@@ -91,8 +98,8 @@ impl UnixMode {
 
     /// The supervised mode for this kernel's `fallbacks`.
     #[must_use]
-    pub fn supervised(fallbacks: crate::seccomp::Fallbacks) -> Self {
-        if crate::seccomp::scope::abstract_names_supervised(fallbacks) {
+    pub fn supervised(fallbacks: lockrun_seccomp::Fallbacks) -> Self {
+        if lockrun_seccomp::scope::abstract_names_supervised(fallbacks) {
             UnixMode::SupervisedAbstract
         } else {
             UnixMode::Supervised
@@ -270,7 +277,7 @@ pub(crate) const JLE: u8 = 0xb5;
 /// Assemble the hook program for `hook` (`ConnectUnix` or `SendmsgUnix`).
 /// One straight-line listing, kept in one piece so it reads like the program.
 #[must_use]
-#[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_lines)] // one listing, read as the program it assembles
 pub fn program(hook: Hook, maps: &UnixMaps) -> Vec<u64> {
     let mut a = Asm::default();
     let hook_id = hook as i32;
@@ -447,9 +454,9 @@ pub(crate) fn count(a: &mut Asm, maps: &UnixMaps, cgroup_at: i16, at: i16, skip:
 
 /// The FNV-1a 64 of both programs, assembled with stand-in map fds, by
 /// whole instructions: what they contribute to the build id
-/// (`crate::bpf::build_id`). Computed by the build script, which compiles
-/// this file too, so that no run assembles them just to name its build;
-/// `crate::bpf`'s tests check the two agree.
+/// (`lockrun::bpf::shared::build_id`). Computed by lockrun's build script,
+/// which uses this crate too, so that no run assembles them just to name
+/// its build; `lockrun::bpf`'s tests check the two agree.
 #[must_use]
 pub fn programs_hash() -> u64 {
     let stand_in = UnixMaps {

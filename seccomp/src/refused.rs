@@ -4,11 +4,11 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::assemble::X32_SYSCALL_BIT;
+use super::deny_list::Widens;
 use super::deny_list::{
     CLONE_NS_FLAGS, CREATES, CREATING_FLAGS, DENY_ALWAYS, F_SETLEASE, F_UNLCK, INET_PROTOCOLS,
     NETLINK_ROUTE, SET_ID_BITS, SOCKET_FAMILIES, TERMINAL_IOCTLS,
 };
-use super::Widens;
 
 /// What a notification of the reported part (or the front's x32 test)
 /// refused, and how it would widen the sandbox, for the audit: `None` when

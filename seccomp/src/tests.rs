@@ -12,7 +12,7 @@ const AND_K: u16 = 0x54;
 
 /// Run a classic-BPF filter on a `seccomp_data` (the opcodes lockrun's
 /// and seccompiler's filters use; any other fails the test).
-pub(in crate::seccomp) fn run(p: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
+pub(crate) fn run(p: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
     let mut data = Vec::new();
     data.extend_from_slice(&u32::try_from(nr).unwrap_or(u32::MAX).to_le_bytes());
     data.extend_from_slice(&AUDIT_ARCH.to_le_bytes());
@@ -56,7 +56,7 @@ pub(in crate::seccomp) fn run(p: &[seccompiler::sock_filter], nr: i64, args: [u6
 fn notify_filter_decides_on_registers() {
     const A: u32 = RET_ALLOW;
     const N: u32 = RET_USER_NOTIF;
-    let p = super::notify_filter();
+    let p = crate::notify::notify_filter();
     let c = libc::SYS_connect;
     assert_eq!(run(&p, c, [3, 0x1000, 16, 0, 0, 0]), A, "sockaddr_in");
     assert_eq!(run(&p, c, [3, 0x1000, 28, 0, 0, 0]), A, "sockaddr_in6");
@@ -68,10 +68,13 @@ fn notify_filter_decides_on_registers() {
     assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1_0000_0000, 110]), N, "high half");
     assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1000, 16]), A);
     assert_eq!(run(&p, s, [3, 1, 1, 0, 0x1000, 20]), N);
-    for nr in super::NOTIFY_METADATA.iter().chain([&super::NOTIFY_WATCH]) {
+    for nr in crate::notify::NOTIFY_METADATA
+        .iter()
+        .chain([&crate::notify::NOTIFY_WATCH])
+    {
         assert_eq!(run(&p, *nr, [0; 6]), N, "nr {nr}");
     }
-    for cmd in super::NOTIFY_IOCTLS {
+    for cmd in crate::notify::NOTIFY_IOCTLS {
         assert_eq!(
             run(&p, libc::SYS_ioctl, [0, u64::from(*cmd), 0, 0, 0, 0]),
             N
@@ -96,15 +99,15 @@ fn notify_filter_decides_on_registers() {
 }
 
 /// The filter notifies a scheduling call exactly when
-/// [`super::sched_target`] says it names another than the caller, for
+/// [`crate::notify::sched_target`] says it names another than the caller, for
 /// the registers each call reads and junk in their high halves.
 #[test]
 fn sched_target_agrees_with_the_filter() {
     const A: u32 = RET_ALLOW;
     const N: u32 = RET_USER_NOTIF;
-    use super::SchedTarget;
-    let p = super::notify_filter();
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    use crate::notify::SchedTarget;
+    let p = crate::notify::notify_filter();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     let values = [
         0,
         1,
@@ -116,20 +119,23 @@ fn sched_target_agrees_with_the_filter() {
         0x1_0000_0000,
         0x7_0000_0002,
     ];
-    for c in super::NOTIFY_SCHED {
+    for c in crate::notify::NOTIFY_SCHED {
         let nr = c.nr;
         for a0 in values {
             for a1 in values {
                 let args = [a0, a1, 19, 0, 0, 0];
-                let target = super::sched_target(nr, args).unwrap();
+                let target = crate::notify::sched_target(nr, args).unwrap();
                 let want = if target == SchedTarget::Caller { A } else { N };
                 assert_eq!(run(&p, nr, args), want, "nr {nr} {args:?} {target:?}");
                 assert_eq!(run(&all, nr, args), want, "combined: nr {nr} {args:?}");
             }
         }
     }
-    assert_eq!(super::sched_target(libc::SYS_getpriority, [0; 6]), None);
-    let t = |nr, a0, a1| super::sched_target(nr, [a0, a1, 19, 0, 0, 0]).unwrap();
+    assert_eq!(
+        crate::notify::sched_target(libc::SYS_getpriority, [0; 6]),
+        None
+    );
+    let t = |nr, a0, a1| crate::notify::sched_target(nr, [a0, a1, 19, 0, 0, 0]).unwrap();
     let s = libc::SYS_setpriority;
     assert_eq!(t(s, 0, 0), SchedTarget::Caller);
     assert_eq!(t(s, 0x1_0000_0000, 0), SchedTarget::Caller, "an int");
@@ -169,7 +175,7 @@ fn sched_target_agrees_with_the_filter() {
 
 #[test]
 fn notify_filter_jumps_stay_inside() {
-    let p = super::notify_filter();
+    let p = crate::notify::notify_filter();
     for (i, f) in p.iter().enumerate() {
         if f.code == JEQ_K {
             assert!(i + 1 + usize::from(f.jt.max(f.jf)) < p.len(), "insn {i}");
@@ -194,10 +200,10 @@ fn chain_turns_each_allow_but_the_last_into_a_jump_to_the_next_part() {
     assert_eq!((c[5].code, c[5].k), (JA, 0));
     assert_eq!((c[2].code, c[2].k), (RET_K, 0x0005_0001));
     assert_eq!((c[7].code, c[7].k), (RET_K, RET_ALLOW));
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     // After the front, only the last part may allow; every jump of the
     // parts lands inside the program.
-    let tail = super::notify_filter().len();
+    let tail = crate::notify::notify_filter().len();
     let (_, decided) = parts(super::Fallbacks::NONE).unwrap();
     let front = front(&decided).len();
     for (i, f) in all.iter().enumerate().skip(front) {
@@ -213,27 +219,6 @@ fn chain_turns_each_allow_but_the_last_into_a_jump_to_the_next_part() {
     }
 }
 
-/// The filter every run loads is the one this module builds: the build
-/// script's copy (compiled from this file) is not stale, and the build
-/// embedded it (on the build's own architecture it always does).
-#[test]
-fn the_filter_a_run_loads_is_the_one_this_module_builds() {
-    let key = |p: &[seccompiler::sock_filter]| -> Vec<(u16, u8, u8, u32)> {
-        p.iter().map(|f| (f.code, f.jt, f.jf, f.k)).collect()
-    };
-    let loaded = super::combined(super::Fallbacks::NONE).unwrap_or_else(|e| panic!("{e}"));
-    let built = super::compile().unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(key(&loaded), key(&built));
-    // A fact of the build, checked where the tests run.
-    #[allow(clippy::assertions_on_constants)]
-    {
-        assert!(
-            cfg!(lockrun_seccomp_built),
-            "the build script did not build the filter"
-        );
-    }
-}
-
 #[test]
 fn filters_compile_for_this_arch() {
     let (f, _) = filters().unwrap_or_else(|e| panic!("{e}"));
@@ -246,13 +231,15 @@ fn filters_compile_for_this_arch() {
 /// whole mount family, including the calls newer kernels added to it.
 #[test]
 fn every_call_of_the_deny_list_is_handed_to_the_supervisor() {
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     for (nr, name, _) in DENY_ALWAYS {
         for a in [[0; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]] {
             assert_eq!(run(&all, *nr, a), RET_USER_NOTIF, "{name} {a:?}");
         }
         assert_eq!(
-            super::refused_call(*nr, [0; 6]).map(|(c, _)| c).as_deref(),
+            crate::refused::refused_call(*nr, [0; 6])
+                .map(|(c, _)| c)
+                .as_deref(),
             Some(*name)
         );
     }
@@ -278,7 +265,7 @@ fn every_call_of_the_deny_list_is_handed_to_the_supervisor() {
 /// undo it, pass.
 #[test]
 fn terminal_ioctls_that_read_or_undo_pass() {
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
         (
             libc::SYS_ioctl,
@@ -301,7 +288,7 @@ fn terminal_ioctls_that_read_or_undo_pass() {
 /// being what the kernel reads.
 #[test]
 fn inet_sockets_are_refused_by_their_protocol() {
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
         (
             libc::SYS_socket,
@@ -346,7 +333,7 @@ fn inet_sockets_are_refused_by_their_protocol() {
         [10, 1, 0x1_0000_0006, 0, 0, 0],
     ] {
         assert_eq!(run(&all, libc::SYS_socket, args), RET_ALLOW, "{args:?}");
-        assert!(super::refused_call(libc::SYS_socket, args).is_none());
+        assert!(crate::refused::refused_call(libc::SYS_socket, args).is_none());
     }
 }
 
@@ -354,7 +341,7 @@ fn inet_sockets_are_refused_by_their_protocol() {
 /// what made them so; the same calls with allowed arguments pass.
 #[test]
 fn calls_refused_by_their_arguments_are_reported_with_them() {
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     let sigchld = libc::SIGCHLD as u64;
     let newuser = libc::CLONE_NEWUSER as u64 | libc::CLONE_NEWNET as u64 | sigchld;
     let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
@@ -422,13 +409,15 @@ fn calls_refused_by_their_arguments_are_reported_with_them() {
             "mknodat with mode 02644",
         ),
     ];
-    assert_eq!(super::path_arg(libc::SYS_openat), Some(1));
-    assert_eq!(super::path_arg(libc::SYS_mknodat), Some(1));
-    assert_eq!(super::path_arg(libc::SYS_fchmodat), None);
+    assert_eq!(crate::deny_list::path_arg(libc::SYS_openat), Some(1));
+    assert_eq!(crate::deny_list::path_arg(libc::SYS_mknodat), Some(1));
+    assert_eq!(crate::deny_list::path_arg(libc::SYS_fchmodat), None);
     for (nr, args, shown) in reported {
         assert_eq!(run(&all, *nr, *args), RET_USER_NOTIF, "{shown}");
         assert_eq!(
-            super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
+            crate::refused::refused_call(*nr, *args)
+                .map(|(c, _)| c)
+                .as_deref(),
             Some(*shown)
         );
     }
@@ -441,18 +430,20 @@ fn calls_refused_by_their_arguments_are_reported_with_them() {
         RET_USER_NOTIF
     );
     assert_eq!(
-        super::refused_call(libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
+        crate::refused::refused_call(libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0]),
         None
     );
 }
 
 /// Each case's verdict from the whole program, and the call
-/// [`super::refused_call`] names for it (none when allowed).
+/// [`crate::refused::refused_call`] names for it (none when allowed).
 fn check_cases(all: &[seccompiler::sock_filter], cases: &[(i64, [u64; 6], u32, Option<&str>)]) {
     for (nr, args, verdict, shown) in cases {
         assert_eq!(run(all, *nr, *args), *verdict, "{nr} {args:?}");
         assert_eq!(
-            super::refused_call(*nr, *args).map(|(c, _)| c).as_deref(),
+            crate::refused::refused_call(*nr, *args)
+                .map(|(c, _)| c)
+                .as_deref(),
             *shown,
             "{nr} {args:?}"
         );
@@ -464,7 +455,7 @@ fn check_cases(all: &[seccompiler::sock_filter], cases: &[(i64, [u64; 6], u32, O
 /// process's limits is refused; one's own (pid 0) and reading pass.
 #[test]
 fn leases_and_others_limits_are_refused_but_ones_own() {
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     let cases: &[(i64, [u64; 6], u32, Option<&str>)] = &[
         (
             libc::SYS_prlimit64,
@@ -536,16 +527,16 @@ fn leases_and_others_limits_are_refused_but_ones_own() {
 /// which may be garbage (rustc's jemalloc opens /proc files so).
 #[test]
 fn a_mode_is_judged_only_when_the_call_creates() {
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     for flags in [0, 0o2_000_000, 0o200_000] {
         let args = [3, 0x1000, flags, 0o5007, 0, 0];
         assert_eq!(run(&all, libc::SYS_openat, args), RET_ALLOW);
-        assert_eq!(super::refused_call(libc::SYS_openat, args), None);
+        assert_eq!(crate::refused::refused_call(libc::SYS_openat, args), None);
     }
     let tmpfile = [3, 0x1000, 0o2020_0002, 0o2600, 0, 0];
     assert_eq!(run(&all, libc::SYS_openat, tmpfile), RET_USER_NOTIF);
     assert_eq!(
-        super::refused_call(libc::SYS_openat, tmpfile)
+        crate::refused::refused_call(libc::SYS_openat, tmpfile)
             .map(|(c, _)| c)
             .as_deref(),
         Some("openat with mode 02600")
@@ -554,13 +545,13 @@ fn a_mode_is_judged_only_when_the_call_creates() {
 
 /// The supervisor takes a notification for a refusal exactly when the
 /// reported part (or, for x32, the front) gave it: for every number up
-/// to 1024 and arguments that take each branch, [`super::refused_call`]
+/// to 1024 and arguments that take each branch, [`crate::refused::refused_call`]
 /// names a call if and only if the filter handed it over as refused.
 #[test]
 fn refused_call_agrees_with_the_filter() {
     let (parts, _) = parts(super::Fallbacks::NONE).unwrap();
     let reported = &parts[0];
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     let args: &[[u64; 6]] = &[
         [0; 6],
         [u64::MAX; 6],
@@ -612,7 +603,7 @@ fn refused_call_agrees_with_the_filter() {
     for nr in 0..1024 {
         for a in args {
             let handed = run(reported, nr, *a) == RET_USER_NOTIF;
-            let named = super::refused_call(nr, *a);
+            let named = crate::refused::refused_call(nr, *a);
             assert_eq!(handed, named.is_some(), "nr {nr} args {a:?}: {named:?}");
             if handed {
                 assert_eq!(run(&all, nr, *a), RET_USER_NOTIF, "nr {nr} {a:?}");
@@ -623,15 +614,15 @@ fn refused_call_agrees_with_the_filter() {
     for nr in [0, libc::SYS_getpid, libc::SYS_fchmodat, 547] {
         let x32 = nr | 0x4000_0000;
         assert_eq!(run(&all, x32, [0; 6]), RET_USER_NOTIF);
-        let (call, why) = super::refused_call(x32, [0; 6]).unwrap();
-        assert_eq!(why, super::Widens::X32Abi);
+        let (call, why) = crate::refused::refused_call(x32, [0; 6]).unwrap();
+        assert_eq!(why, crate::deny_list::Widens::X32Abi);
         assert_eq!(call, format!("x32-ABI call {x32:#x}"));
     }
 }
 
 #[test]
 fn set_id_bits_are_refused_but_set_group_id_on_a_directory() {
-    use super::set_id_refused;
+    use crate::deny_list::set_id_refused;
     assert!(set_id_refused(0o4755, false));
     assert!(set_id_refused(0o4755, true));
     assert!(set_id_refused(0o2755, false));
@@ -645,26 +636,26 @@ fn set_id_bits_are_refused_but_set_group_id_on_a_directory() {
 }
 
 /// No call the notifying part hands over for the supervisor to perform
-/// is one [`super::refused_call`] names (the supervisor relies on it to
+/// is one [`crate::refused::refused_call`] names (the supervisor relies on it to
 /// ask that after `connect`, `sendto` and the metadata calls), and the
 /// notifying part hands over none of the reported part's refusals.
 #[test]
 fn the_reported_calls_are_notified_by_no_other_part() {
-    let notify = super::notify_filter();
+    let notify = crate::notify::notify_filter();
     let mut args: Vec<[u64; 6]> = vec![[0; 6], [u64::MAX; 6], [3, 0o4755, 0o6755, 0o4755, 0, 0]];
-    for cmd in super::NOTIFY_IOCTLS {
+    for cmd in crate::notify::NOTIFY_IOCTLS {
         args.push([3, u64::from(*cmd), 0, 0, 0, 0]);
     }
     for (cmd, arg, _, _) in TERMINAL_IOCTLS {
         args.push([3, *cmd, arg.unwrap_or(0), 0, 0, 0]);
     }
-    for nr in super::NOTIFY_METADATA
+    for nr in crate::notify::NOTIFY_METADATA
         .iter()
         .chain(&super::notify::NOTIFY_JUDGED)
     {
         for a in &args {
             let notified = run(&notify, *nr, *a) == RET_USER_NOTIF;
-            let refused = super::refused_call(*nr, *a).is_some();
+            let refused = crate::refused::refused_call(*nr, *a).is_some();
             assert!(
                 !(notified && refused),
                 "{nr} {a:?} is both reported and supervised"
@@ -686,7 +677,7 @@ fn the_reported_calls_are_notified_by_no_other_part() {
 /// argument-dependent branch, the program answers as the parts alone.
 #[test]
 fn the_front_only_adds_the_x32_refusal() {
-    let all = super::combined(super::Fallbacks::NONE).unwrap();
+    let all = crate::compile(super::Fallbacks::NONE).unwrap();
     let (parts, _) = parts(super::Fallbacks::NONE).unwrap();
     let parts = chain(&parts).unwrap();
     let args: &[[u64; 6]] = &[
@@ -712,7 +703,7 @@ fn the_front_only_adds_the_x32_refusal() {
         differ += usize::from(run(&parts, nr, [0; 6]) != RET_ALLOW);
     }
     // Each unconditional one answers other than allow with zero arguments.
-    let always = DENY_ALWAYS.len() + super::NOTIFY_METADATA.len() + 3;
+    let always = DENY_ALWAYS.len() + crate::notify::NOTIFY_METADATA.len() + 3;
     assert!(
         differ >= always,
         "only {differ} numbers decided by the parts"

@@ -11,7 +11,7 @@ use super::assemble::{
 };
 use super::{scope, Fallbacks};
 
-/// The part of [`combined`] that hands the supervisor the calls a kernel's
+/// The part of [`crate::compile`] that hands the supervisor the calls a kernel's
 /// missing mechanism would have judged ([`Fallbacks`]), and the calls it
 /// decides on; allows every other. One section per mechanism, each handing
 /// over its calls and going on to the next with every other: the scoping
@@ -73,7 +73,7 @@ pub fn truncating(nr: i64, args: [u64; 6]) -> bool {
 
 /// [`fallback_filter`]'s section for [`Fallbacks::truncate`]: every
 /// `truncate`, and the opens [`truncating`] names, to the supervisor
-/// ([`crate::supervise::truncate`]), which truncates, or opens and hands
+/// (`lockrun::supervise::truncate`), which truncates, or opens and hands
 /// over the descriptor, only beneath a writable root.
 pub(super) fn truncate_section(p: &mut BpfProgram, decided: &mut Vec<i64>) {
     let nr = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
@@ -147,8 +147,8 @@ mod tests {
             ..super::Fallbacks::NONE
         };
         let (part, decided) = super::fallback_filter(fallbacks);
-        let all = super::super::combined(fallbacks).unwrap();
-        let none = super::super::combined(super::Fallbacks::NONE).unwrap();
+        let all = crate::compile(fallbacks).unwrap();
+        let none = crate::compile(super::Fallbacks::NONE).unwrap();
         let mut cases: Vec<(i64, [u64; 6])> = vec![
             (libc::SYS_truncate, [0x1000, 0, 0, 0, 0, 0]),
             (libc::SYS_truncate, [u64::MAX; 6]),
@@ -222,7 +222,7 @@ mod tests {
             scoping: true,
             unix_addresses: true,
         };
-        let all = super::super::combined(every).unwrap();
+        let all = crate::compile(every).unwrap();
         assert!(all.len() <= 4096);
         let (part, _) = super::fallback_filter(every);
         for (i, f) in part.iter().enumerate() {
