@@ -403,6 +403,22 @@ fn promises(file: &Path, release: &str) -> Value {
     })
 }
 
+/// The entries of the host's `/tmp` that the plan's binaries, their
+/// working dirs and `lockrun` lie in (`fresh` for `/tmp/fresh/agent`).
+fn under_tmp(binaries: &[TestBinary], lockrun: Option<&Path>) -> Vec<std::ffi::OsString> {
+    let paths = binaries
+        .iter()
+        .flat_map(|b| [Path::new(&b.argv[0]), b.cwd.as_path()])
+        .chain(lockrun);
+    let mut names: Vec<_> = paths
+        .filter_map(|p| p.strip_prefix("/tmp").ok()?.iter().next())
+        .map(std::ffi::OsStr::to_os_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Boot `kernel` to run `binaries` (the plan) in the run dir `run`, after
 /// `lockrun doctor --json` if given `lockrun`.
 fn boot(
@@ -433,6 +449,14 @@ fn boot(
         conf.extend(suite::sh_quote(std::ffi::OsStr::from_bytes(v)));
         conf.push(b'\n');
     }
+    // The guest's /tmp is a disk of its own, over the host's: what the plan
+    // runs from there (a clone in /tmp, a target dir) stays in sight.
+    conf.extend_from_slice(b"KEEP_TMP=(");
+    for name in under_tmp(binaries, lockrun) {
+        conf.extend(suite::sh_quote(&name));
+        conf.push(b' ');
+    }
+    conf.extend_from_slice(b")\n");
     std::fs::write(share.join("guest.conf"), conf)?;
     let vm_limits = vm::Limits {
         memory: MEMORY.to_owned(),

@@ -11,6 +11,7 @@
 # "end <n> <exit status> <uptime>", "done".
 X=/run/xtask
 . $X/guest.conf   # RELEASE MODULES TOTAL LIMIT (seconds per command) LOCKRUN (may be empty)
+#                   KEEP_TMP: the host's /tmp entries the plan runs from
 exec 3>$X/output
 uptime_s() { local up _; read -r up _ < /proc/uptime; echo "$up"; }
 status() { echo "$*" >> $X/status; }
@@ -28,9 +29,17 @@ m bpf mode=700 /sys/fs/bpf
 m debugfs rw /sys/kernel/debug
 m tracefs rw /sys/kernel/tracing
 # /tmp: ext4 on /dev/vdb (made by xtask), as this machine's /tmp is.
-# (ext4 is loaded by stage 1.)
+# (ext4 is loaded by stage 1.) What the plan runs from in the host's /tmp
+# (a clone there, its target dir) is bound back over it.
+if [ ${#KEEP_TMP[@]} -gt 0 ]; then
+  mkdir -p /run/host-tmp && mount --bind /tmp /run/host-tmp
+fi
 { mount -t ext4 /dev/vdb /tmp 2>&3 && chmod 1777 /tmp; } ||
   { echo "xtask-guest: ext4 /tmp failed; a tmpfs instead" >&3; m tmpfs mode=1777,nosuid /tmp; }
+for k in "${KEEP_TMP[@]}"; do
+  mkdir -p "/tmp/$k" && mount --bind "/run/host-tmp/$k" "/tmp/$k" ||
+    echo "xtask-guest: the host's /tmp/$k is out of sight" >&3
+done
 for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
   echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || echo "xtask-guest: cgroup controller $c not enabled" >&3
 done
