@@ -15,9 +15,9 @@
 //!
 //! The agent and its tests are built for the host's target named
 //! explicitly (`--target x86_64-unknown-linux-gnu`), linked statically
-//! (`crt-static`: a static-pie against glibc). A dynamically linked lockrun
-//! spent ~0.4 ms of each run's start-up in the dynamic loader (mapping
-//! libc and libm, ~3.7k relocations) before its `main`. Naming the target
+//! (`crt-static`: a static-pie against glibc): a dynamically linked
+//! lockrun spends part of each run's start-up in the dynamic loader
+//! (mapping libc and libm, their relocations) before its `main`. Naming the target
 //! keeps the flag off the build scripts and proc-macros, which must stay
 //! dynamic. glibc's `files` and `dns` lookups (the home directory,
 //! `getaddrinfo`) are built into its static library; another NSS module
@@ -214,10 +214,9 @@ fn bench_cmd(root: &Path, reps: usize, proxy_only: bool) -> Result<ExitCode> {
     build(root, true)?;
     ensure_bpffs()?;
     // Measured as installed, as the peers are: a copy of the
-    // binary (what `install` and `cargo install` make). Run from the
-    // linker's own output file, each start took ~0.2 ms longer here
-    // than from a copy of it in the same dir (`--version`, 300
-    // shuffled rounds).
+    // binary (what `install` and `cargo install` make): run from the
+    // linker's own output file, each start is measurably slower than
+    // from a copy of it.
     let lockrun = installed_copy(
         &agent_bin_dir(root, true).join("lockrun"),
         &root.join("target/bench/bin"),
