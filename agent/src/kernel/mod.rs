@@ -26,6 +26,8 @@
 //! too.
 
 mod syscall_audit;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 
