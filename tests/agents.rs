@@ -27,5 +27,6 @@ mod agents {
     mod codex;
     mod gemini;
     mod opencode;
+    mod qwen_code;
     pub mod setup;
 }

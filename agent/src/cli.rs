@@ -73,7 +73,7 @@ pub struct PolicyArgs {
     /// The worktree: the one directory the command may write besides its temp dir [default: .]
     #[arg(long, value_name = "DIR")]
     pub worktree: Option<PathBuf>,
-    /// A policy file, or the name of a preset (default, claude-code, codex, gemini, opencode).
+    /// A policy file, or the name of a preset (default, claude-code, codex, gemini, opencode, qwen-code).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<String>,
     /// Also allow writing beneath PATH (repeatable).

@@ -1,7 +1,8 @@
 """A model API of the test's own, for one agent CLI: `mock_api.py KIND IP PORT LOG COMMAND`.
 
 KIND is the protocol the CLI speaks: `anthropic` (the Messages API),
-`openai` (the Responses API), `gemini` (generateContent). The
+`openai` (the Responses API), `chat` (OpenAI's Chat Completions),
+`gemini` (generateContent). The
 first request that offers a shell tool gets a reply that calls it with
 COMMAND (Codex 0.171 offers it only inside its JavaScript `exec` tool); the request that carries that call's result gets a final text
 reply, FINISHED; every other request (titles, quota checks) a short text.
@@ -169,6 +170,57 @@ def openai_stream(items):
     return sse(events)
 
 
+# --- OpenAI Chat Completions -------------------------------------------------
+
+def chat_tool_output(body):
+    """The content of the tool messages after the last assistant message, if any."""
+    out = None
+    for m in reversed(body.get("messages") or []):
+        if not isinstance(m, dict) or m.get("role") != "tool":
+            break
+        c = m.get("content")
+        if isinstance(c, list):
+            c = "".join(x.get("text", "") for x in c if isinstance(x, dict))
+        out = str(c) + (out or "")
+    return out
+
+
+def chat_reply(body):
+    """(log entry, assistant message, finish reason) for one request."""
+    tools = [(t.get("function") or {}).get("name") for t in body.get("tools") or []
+             if isinstance(t, dict)]
+    result = chat_tool_output(body)
+    if result is not None:
+        return {"turn": "final", "tool_output": result}, {"content": FINISHED}, "stop"
+    if (body.get("response_format") or {}).get("type") in ("json_object", "json_schema"):
+        text = json.dumps({"reasoning": "the task is done", "next_speaker": "user"})
+        return {"turn": "json"}, {"content": text}, "stop"
+    if "run_shell_command" in tools:
+        args = {"command": COMMAND, "description": "lockrun agent test"}
+        call = {"index": 0, "id": "call_lockrun_1", "type": "function",
+                "function": {"name": "run_shell_command", "arguments": json.dumps(args)}}
+        return {"turn": "tool_call", "tools": tools}, {"tool_calls": [call]}, "tool_calls"
+    return {"turn": "other", "tools": tools}, {"content": "ok"}, "stop"
+
+
+def chat_body(message, finish, model, stream):
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    head = {"id": "chatcmpl-lockrun", "created": 0, "model": model}
+    if not stream:
+        msg = dict({"role": "assistant", "content": None}, **message)
+        for c in msg.get("tool_calls") or []:
+            c.pop("index", None)
+        return "application/json", json.dumps(dict(head, object="chat.completion", usage=usage, choices=[
+            {"index": 0, "message": msg, "finish_reason": finish}])).encode()
+    chunk = dict(head, object="chat.completion.chunk")
+    events = [dict(chunk, choices=[{"index": 0, "delta": dict({"role": "assistant"}, **message),
+                                    "finish_reason": None}]),
+              dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": finish}]),
+              dict(chunk, choices=[], usage=usage)]
+    data = "".join("data: %s\n\n" % json.dumps(e) for e in events) + "data: [DONE]\n\n"
+    return "text/event-stream", data.encode()
+
+
 # --- Gemini generateContent -------------------------------------------------
 
 def gemini_tool_output(body):
@@ -266,6 +318,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             entry.update(said)
             log(entry)
             self.send(200, "text/event-stream", openai_stream(items))
+            return
+        if KIND == "chat" and path.endswith("/chat/completions"):
+            said, message, finish = chat_reply(body)
+            entry.update(said)
+            log(entry)
+            self.send(200, *chat_body(message, finish, body.get("model", "chat-test"),
+                                      bool(body.get("stream"))))
             return
         if KIND == "gemini" and (":generateContent" in path or ":streamGenerateContent" in path):
             said, parts = gemini_reply(body)

@@ -55,6 +55,8 @@ pub enum Protocol {
     Anthropic,
     /// The Responses API of `OpenAI`.
     OpenAi,
+    /// The Chat Completions API of `OpenAI`.
+    Chat,
     /// Gemini's `generateContent`.
     Gemini,
 }
@@ -65,6 +67,7 @@ impl Protocol {
             Self::None => "none",
             Self::Anthropic => "anthropic",
             Self::OpenAi => "openai",
+            Self::Chat => "chat",
             Self::Gemini => "gemini",
         }
     }

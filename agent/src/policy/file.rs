@@ -59,6 +59,10 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("codex", include_str!("../../../policies/codex.toml")),
     ("gemini", include_str!("../../../policies/gemini.toml")),
     ("opencode", include_str!("../../../policies/opencode.toml")),
+    (
+        "qwen-code",
+        include_str!("../../../policies/qwen-code.toml"),
+    ),
 ];
 
 /// The most a policy file may hold: far more than any policy needs, and
