@@ -148,8 +148,8 @@ enum Cmd {
         #[arg(long)]
         proxy_only: bool,
     },
-    /// Run each cargo-fuzz target (request head, host:port, address guard)
-    /// for a while; non-zero on a finding. Installs cargo-fuzz if missing.
+    /// Run each cargo-fuzz target (request head, host:port, address guard,
+    /// DNS query, first-bytes sniffer) for a while; non-zero on a finding. Installs cargo-fuzz if missing.
     Fuzz {
         /// Seconds per target.
         #[arg(long, default_value_t = 20)]
@@ -419,7 +419,13 @@ fn cargo(dir: &Path) -> Command {
 }
 
 /// The cargo-fuzz targets under fuzz/.
-const FUZZ_TARGETS: &[&str] = &["request_head", "authority", "address_guard"];
+const FUZZ_TARGETS: &[&str] = &[
+    "request_head",
+    "authority",
+    "address_guard",
+    "dns_query",
+    "sniff",
+];
 
 /// Run every fuzz target for `seconds` (libFuzzer needs the nightly toolchain).
 fn fuzz(root: &Path, seconds: u64) -> Result<()> {

@@ -27,6 +27,8 @@ fn proxy(host: &str, port: u16, why: &Reason) -> ProxyEvent {
         reason: why.to_string(),
         status: 403,
         verdict: why.verdict(),
+        via: Some(crate::audit::ProxyVia::Connect),
+        basis: None,
     }
 }
 

@@ -66,6 +66,15 @@ pub const MAX_EXPOSED_PORTS: u32 = 64;
 /// Capacity of [`MAP_EXPOSED_PORTS`], over all concurrent runs.
 pub const MAX_EXPOSED_PORTS_ALL_RUNS: u32 = 8192;
 
+/// The network the run's resolver draws its answers from (issue 59):
+/// 198.18.0.0/15, set aside for benchmarking (RFC 2544) and never routed.
+/// An allowed name gets one address of it, stable for the run; the connect
+/// hooks bring a TCP connect to one of them to the run's transparent
+/// listener, and the proxy maps it back to the name.
+pub const FAKE_V4_NET: [u8; 4] = [198, 18, 0, 0];
+/// The prefix length of [`FAKE_V4_NET`].
+pub const FAKE_V4_PREFIX: u8 = 15;
+
 /// Endpoints one run may be allowed.
 pub const MAX_ALLOWED_ENDPOINTS: u32 = 256;
 /// Capacity of [`MAP_ALLOWED_ENDPOINTS`], over all concurrent runs.
