@@ -89,6 +89,7 @@ pub mod events;
 pub mod hooks;
 pub mod load;
 pub mod reap;
+pub mod redirect;
 pub mod registry;
 pub mod shared;
 #[cfg(test)]
@@ -233,6 +234,8 @@ pub enum BpfError {
         program: &'static str,
         parent: PathBuf,
     },
+    #[error("the run's transparent listener and resolver must be on one IPv4 loopback address, with ports: {0:?}")]
+    RedirectEndpoints(hooks::RedirectTo),
     #[error("more than {MAX_ALLOWED_ENDPOINTS} allowed endpoints")]
     TooManyEndpoints,
     #[error("more than {MAX_EXPOSED_PORTS} exposed ports")]

@@ -67,6 +67,7 @@ pub mod reach;
 pub mod request;
 pub mod resolver;
 pub mod server;
+pub mod transparent;
 
 #[cfg(test)]
 mod advised;

@@ -162,6 +162,7 @@ fn kernel_side(
             &exposed,
             &unix_allowed,
             UnixMode::supervised(super::kernel().fallbacks()),
+            None,
         )?;
         h.spawn_audit_reader(audit.clone())?;
         tracing::debug!("6. run registered in the hooks");
