@@ -275,11 +275,14 @@ fn is_v6(hook: Hook) -> bool {
 }
 
 /// For a run whose [`RunConfig`] carries redirect ports: bring a TCP
-/// connect to the fake range (`198.18.0.0/15`, as IPv4 or v4-mapped) to
-/// the run's transparent listener, and a TCP connect or UDP connect or
-/// datagram to port 53 to its resolver, keeping where it was meant to go
-/// in [`ORIGINALS`]. Whether it did; nothing else is redirected (MPTCP,
-/// other UDP, an IP literal outside the range: refused as before).
+/// connect to the fake range (`198.18.0.0/15`) to the run's transparent
+/// listener, and a TCP connect or UDP connect or datagram to port 53 to
+/// its resolver, each to an IPv4 destination (or v4-mapped, from an IPv6
+/// socket), keeping where it was meant to go in [`ORIGINALS`]. Whether it
+/// did; nothing else is redirected (other UDP, an IP literal outside the
+/// range, any IPv6 destination: refused as before). MPTCP connects through
+/// its first subflow, a TCP socket (the hook sees `IPPROTO_TCP`), and is
+/// redirected as TCP is: it ends at the listener, which speaks no MPTCP.
 #[inline(always)]
 fn redirect(
     ctx: &SockAddrContext,
@@ -296,11 +299,16 @@ fn redirect(
     if !cfg.redirects() {
         return false;
     }
+    // IPv4, or v4-mapped on an IPv6 socket, only: an IPv6 destination
+    // rewritten to a mapped address is refused by the kernel's UDP
+    // (`ENOTSUPP`, "currently unsupported"), and there is no fake IPv6 range.
+    if ep.family != AF_INET {
+        return false;
+    }
     let tcp = sock_type == kind::STREAM && protocol == kind::TCP;
     let udp = sock_type == kind::DGRAM && protocol == kind::UDP;
     let connect = matches!(hook, Hook::Connect4 | Hook::Connect6);
-    let fake =
-        ep.family == AF_INET && is_fake_v4([ep.addr[0], ep.addr[1], ep.addr[2], ep.addr[3]]);
+    let fake = is_fake_v4([ep.addr[0], ep.addr[1], ep.addr[2], ep.addr[3]]);
     let (kind, port) = if tcp && connect && fake {
         (REDIRECT_TRANSPARENT, cfg.transparent_port)
     } else if ((tcp && connect) || udp) && ep.port == DNS_PORT {
