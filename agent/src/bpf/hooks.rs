@@ -89,7 +89,7 @@ pub struct RedirectTo {
 impl RedirectTo {
     /// The endpoints as the hooks take them: IPv4 loopback, one address,
     /// non-zero ports.
-    fn checked(self) -> Result<Self, BpfError> {
+    pub(super) fn checked(self) -> Result<Self, BpfError> {
         match (self.transparent, self.resolver) {
             (SocketAddr::V4(t), SocketAddr::V4(r))
                 if t.ip().is_loopback() && t.ip() == r.ip() && t.port() != 0 && r.port() != 0 =>
@@ -101,7 +101,7 @@ impl RedirectTo {
     }
 
     /// The run's [`RunConfig`] with these endpoints.
-    fn config(self, slot: u32, unix_mode: u32) -> RunConfig {
+    pub(super) fn config(self, slot: u32, unix_mode: u32) -> RunConfig {
         let ip = match self.transparent {
             SocketAddr::V4(a) => a.ip().octets(),
             SocketAddr::V6(_) => [0; 4],

@@ -13,6 +13,7 @@
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | the seccomp supervisor: signals ([`crate::supervise::scope`]); abstract names the run bound ([`crate::supervise::abstract_unix`]), where the kernel refuses the run's own unix connects (the unix hooks, or the unix guard) |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid: its filesystem refusals, and at ABI 6 its signals and abstract unix connects refused outside it ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`]. The processes Landlock hides from the run's `/proc` are recorded by nothing ([`crate::audit::syscalls::reach`]) |
 //! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`lockrun_unix::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
+//! | cgroup `recvmsg4`/`6` (5.2), `getpeername4`/`6` hooks, `sock_ops` | 5.8 | runs go without transparent redirection ([`redirect`]): their connects are judged as before, a client that ignores the proxy variables is refused, not let through; `doctor` says so |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
 //! it: a run with one is refused (exit 125, naming the promise and the

@@ -465,6 +465,28 @@ pub struct UnixPrefixKey {
     pub path: [u8; UNIX_PATH_MAX],
 }
 
+#[cfg(test)]
+mod tests {
+    use super::is_fake_v4;
+
+    #[test]
+    fn the_fake_range_is_198_18_0_0_slash_15() {
+        for a in [[198, 18, 0, 0], [198, 18, 0, 7], [198, 19, 255, 255]] {
+            assert!(is_fake_v4(a), "{a:?}");
+        }
+        for a in [
+            [198, 17, 255, 255],
+            [198, 20, 0, 0],
+            [197, 18, 0, 1],
+            [199, 18, 0, 1],
+            [127, 0, 0, 1],
+            [198, 50, 0, 1],
+        ] {
+            assert!(!is_fake_v4(a), "{a:?}");
+        }
+    }
+}
+
 #[cfg(feature = "user")]
 mod user {
     // SAFETY: plain `#[repr(C)]` integers and byte arrays, no padding, every bit pattern valid.
