@@ -1,5 +1,5 @@
 //! The run's name table: each allowed name the run's resolver answered
-//! gets one address of [`FAKE_V4_NET`]/[`FAKE_V4_PREFIX`] (198.18.0.0/15,
+//! gets one address of [`FAKE_V4_NET`]/[`FAKE_V4_PREFIX_LEN`] (198.18.0.0/15,
 //! RFC 2544, never routed), stable for the run, and the proxy maps a
 //! connection to that address back to the name (issue 59). The kernel's
 //! connect hooks send every TCP connect to that network to the proxy's
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Mutex, PoisonError};
 
-use lockrun_common::{FAKE_V4_NET, FAKE_V4_PREFIX};
+use lockrun_common::{FAKE_V4_NET, FAKE_V4_PREFIX_LEN};
 
 use crate::policy::HostName;
 
@@ -45,7 +45,7 @@ fn base() -> u32 {
 
 /// The network's mask.
 fn mask() -> u32 {
-    u32::MAX << (32 - u32::from(FAKE_V4_PREFIX))
+    u32::MAX << (32 - u32::from(FAKE_V4_PREFIX_LEN))
 }
 
 /// `addr` is in 198.18.0.0/15 (an IPv4-mapped IPv6 form counts as its IPv4 address).

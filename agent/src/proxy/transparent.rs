@@ -40,13 +40,13 @@ use super::sniff::{sniff, Sniffed, MAX_SNIFF};
 use crate::audit::{Event, ProxyBasis, ProxyEvent, ProxyVerdict, ProxyVia};
 use crate::policy::{HostName, Port};
 
-/// Where a connection the kernel brought to the transparent listener was
-/// headed. Implemented by the kernel side (`bpf::redirect::Redirects`).
+/// Where an accepted transparent connection was meant to go, as the kernel
+/// recorded it when the run's client connected: taken once (read and
+/// forgotten) by the client's address (`peer`) and the listener's (`local`);
+/// `None` when the kernel recorded nothing for that pair, or recorded it for
+/// another run (the connection is then not the run's and is refused).
+/// Implemented by the kernel side ([`crate::bpf::redirect::Redirects`]).
 pub trait Originals: Send + Sync + 'static {
-    /// The destination the client asked for, for the accepted connection
-    /// from `peer` (the client's address) to `local` (the listener's):
-    /// taken, so asked once per connection. `None` when the kernel did not
-    /// bring this connection from the run.
     fn take(&self, peer: SocketAddr, local: SocketAddr) -> Option<SocketAddr>;
 }
 
