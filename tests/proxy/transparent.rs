@@ -277,3 +277,109 @@ async fn fronted_connections_are_refused() {
         fronted.reason
     );
 }
+
+/// As through a `CONNECT` tunnel: 2 MiB that cannot be mistaken go up and
+/// come back behind the test host's prefix, byte for byte, with the
+/// half-close in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_transfer_crosses_intact_both_ways() {
+    let test = "a_large_transfer_crosses_intact_both_ways";
+    if !can_netns(test) {
+        return;
+    }
+    let (_th, p) = eof_host();
+    let headed = Arc::new(Headed::default());
+    assert!(p
+        .proxy
+        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
+    let fake = lookup(&p, "eof.test", 1).await.1.unwrap();
+    let data: Vec<u8> = (0..2 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let to = SocketAddr::new(IpAddr::V4(fake), 9000);
+    let reply = exchange(&p, Some((&headed, to)), &data).await.unwrap();
+    let prefix = format!("got {} bytes: ", data.len());
+    assert_eq!(reply.len(), prefix.len() + data.len());
+    assert_eq!(&reply[..prefix.len()], prefix.as_bytes());
+    assert!(reply[prefix.len()..] == data[..], "the bytes differ");
+}
+
+/// A client that waits before its first byte is not cut off (the first
+/// bytes are awaited as long as the tunnel may idle): 12 s, then a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_start_lives_past_eleven_seconds() {
+    let test = "a_quiet_start_lives_past_eleven_seconds";
+    if !can_netns(test) {
+        return;
+    }
+    let mut th = TestHost::new(RANGE);
+    th.serve_http();
+    let p = Proxy::start(granted(&th, "web.test", 80), |c| c.transparent = true);
+    let headed = Arc::new(Headed::default());
+    assert!(p
+        .proxy
+        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
+    let fake = lookup(&p, "web.test", 1).await.1.unwrap();
+    let to = SocketAddr::new(IpAddr::V4(fake), 80);
+    let mut s = connect_to(&p, Some((&headed, to))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    s.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: web.test\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = String::from_utf8_lossy(&read_all(&mut s).await.unwrap()).into_owned();
+    assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
+    assert!(reply.ends_with("hello from the test host\n"), "{reply}");
+}
+
+/// A name allowed by a wildcard is relayed; a name whose answer the address
+/// guard refuses (loopback, here) is refused with the guard's reason, as
+/// through `CONNECT`; a denied name never gets an address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcards_and_the_address_guard_as_for_connect() {
+    let test = "wildcards_and_the_address_guard_as_for_connect";
+    if !can_netns(test) {
+        return;
+    }
+    let mut th = TestHost::new(RANGE);
+    th.serve_until_eof();
+    let ip = [th.ns_ip];
+    let loopback = ["127.0.0.1".parse().unwrap()];
+    let mut network = crate::policy(
+        &["*.wild.test:9000", "loop.test:9000"],
+        &[("a.wild.test", &ip), ("loop.test", &loopback)],
+        Some((&["*.wild.test"], th.net)),
+    );
+    network
+        .deny
+        .push(lockrun::policy::HostPattern::parse("bad.wild.test").unwrap());
+    let p = Proxy::start(network, |c| c.transparent = true);
+    let headed = Arc::new(Headed::default());
+    assert!(p
+        .proxy
+        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
+    let wild = lookup(&p, "a.wild.test", 1).await.1.unwrap();
+    let looped = lookup(&p, "loop.test", 1).await.1.unwrap();
+    assert_eq!(lookup(&p, "bad.wild.test", 1).await, (3, None));
+    let at = |a: Ipv4Addr| SocketAddr::new(IpAddr::V4(a), 9000);
+    let got = exchange(&p, Some((&headed, at(wild))), b"hi").await;
+    assert_eq!(got.unwrap(), b"got 2 bytes: hi");
+    assert_reset(
+        exchange(&p, Some((&headed, at(looped))), b"hi").await,
+        "loopback answer",
+    );
+    let events = p.events();
+    let t = transparent(&events);
+    assert_eq!(t.len(), 2, "{t:#?}");
+    assert_eq!(t[0].verdict, ProxyVerdict::Allowed);
+    assert!(t[0].reason.contains("*.wild.test:9000"), "{}", t[0].reason);
+    assert!(
+        matches!(t[1].verdict, ProxyVerdict::Address { addr, range: Some(_), .. } if addr == loopback[0]),
+        "{t:#?}"
+    );
+    let dns: Vec<_> = events
+        .iter()
+        .filter(|e| e.via == Some(ProxyVia::Dns))
+        .map(|e| (e.host.as_str(), e.verdict))
+        .collect();
+    assert_eq!(dns, [("bad.wild.test", ProxyVerdict::Denied)]);
+}

@@ -149,7 +149,8 @@ enum Cmd {
         proxy_only: bool,
     },
     /// Run each cargo-fuzz target (request head, host:port, address guard,
-    /// DNS query, first-bytes sniffer) for a while; non-zero on a finding. Installs cargo-fuzz if missing.
+    /// DNS query, first-bytes sniffer) for a while; non-zero on a finding.
+    /// Installs cargo-fuzz if missing.
     Fuzz {
         /// Seconds per target.
         #[arg(long, default_value_t = 20)]

@@ -28,6 +28,24 @@
 //! Every decision is an [`Event::Proxy`](crate::audit::Event::Proxy) in the
 //! audit log.
 //!
+//! ## Clients that ignore the proxy variables (issue 59)
+//! Where the kernel can redirect ([`crate::kernel::redirect`]), a run's
+//! proxy also serves:
+//! - the run's resolver ([`dns`], UDP and TCP on one port of `127.0.0.1`),
+//!   where the hooks bring the run's DNS: an allowed name gets an address
+//!   of 198.18.0.0/15 from the run's [`names`] table, any other name
+//!   NXDOMAIN; nothing is forwarded;
+//! - the transparent listener ([`transparent`]), where the hooks bring a
+//!   TCP connect to such an address: the kernel's record of where it was
+//!   headed ([`transparent::Originals`]) gives the address, the table its
+//!   name, and gates 3–6 judge that name and the port as for `CONNECT`;
+//!   the client's first bytes are [sniffed](sniff) before they go
+//!   upstream, and a TLS server name or HTTP `Host` naming another host
+//!   refuses the connection (fronted).
+//!
+//! Each record says how the connection came (`via`) and, on the
+//! transparent path, what the decision rested on (`basis`).
+//!
 //! ## Only the run may use its proxy
 //! The proxy listens on `127.0.0.1` on an ephemeral port, which any local
 //! process could reach. So each run gets a random 128-bit secret, and every
@@ -40,6 +58,9 @@
 //! authentication) first asks without them, gets the 407 challenge, and
 //! asks again with them. A 407 is recorded in the audit log but is not a
 //! policy refusal, and the end-of-run summary does not count it.
+//! `NODE_USE_ENV_PROXY=1` makes Node's built-in `fetch` (22.21, 24.5 and
+//! later) use them too. The transparent path needs no secret: only a
+//! connection the kernel brought from the run has an original there.
 //!
 //! ## Using it from the run flow
 //! ```no_run
