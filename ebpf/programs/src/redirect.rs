@@ -1,6 +1,6 @@
-//! Redirection, for a run whose [`RunConfig`](lockrun_common::RunConfig) carries redirect ports (see
-//! the crate's doc): the connect and sendmsg hooks' rewrite, `recvmsg`,
-//! `getpeername` and `sock_ops`.
+//! Redirection, for a run whose [`RunConfig`](lockrun_common::RunConfig)
+//! carries redirect ports (see the crate's doc): the connect and sendmsg
+//! hooks' rewrite, `recvmsg`, `getpeername` and `sock_ops`.
 
 use aya_ebpf::{
     helpers::bpf_get_socket_cookie,
@@ -9,8 +9,8 @@ use aya_ebpf::{
     programs::{SockAddrContext, SockOpsContext},
 };
 use lockrun_common::{
-    is_fake_v4, Endpoint, Hook, Original, Transparent, TransparentKey, AF_INET,
-    AF_INET6, DNS_PORT, MAX_ORIGINALS, MAX_TRANSPARENT, REDIRECT_RESOLVER, REDIRECT_TRANSPARENT,
+    is_fake_v4, Endpoint, Hook, Original, Transparent, TransparentKey, AF_INET, AF_INET6, DNS_PORT,
+    MAX_ORIGINALS, MAX_TRANSPARENT, REDIRECT_RESOLVER, REDIRECT_TRANSPARENT,
 };
 
 use crate::{kind, port_of, ALLOW, RUNS};
@@ -36,9 +36,9 @@ fn is_v6(hook: Hook) -> bool {
     matches!(hook, Hook::Connect6 | Hook::Sendmsg6)
 }
 
-/// For a run whose [`RunConfig`](lockrun_common::RunConfig) carries redirect ports: bring a TCP
-/// connect to the fake range (`198.18.0.0/15`) to the run's transparent
-/// listener, and a TCP connect or UDP connect or datagram to port 53 to
+/// For a run whose [`RunConfig`](lockrun_common::RunConfig) carries
+/// redirect ports: bring a TCP connect to the fake range (`198.18.0.0/15`)
+/// to the run's transparent listener, and a TCP connect or UDP connect or datagram to port 53 to
 /// its resolver, each to an IPv4 destination (or v4-mapped, from an IPv6
 /// socket), keeping where it was meant to go in [`ORIGINALS`]. Whether it
 /// did; nothing else is redirected (other UDP, an IP literal outside the
