@@ -177,9 +177,16 @@ impl NetworkHooks {
         redirect: Option<RedirectTo>,
     ) -> Result<Self, BpfError> {
         check_run_id(run_id)?;
-        let redirect = match redirect {
-            Some(r) if crate::kernel::redirect().is_ok() => Some(r.checked()?),
-            _ => None,
+        let redirect = match (redirect, crate::kernel::redirect()) {
+            (Some(r), Ok(())) => Some(r.checked()?),
+            (Some(_), Err(needs)) => {
+                tracing::info!(
+                    "run {run_id}: transparent redirection is not on this kernel ({needs}): \
+                     the run goes without it"
+                );
+                None
+            }
+            (None, _) => None,
         };
         let mut allowed = allowed.to_vec();
         if let Some(r) = &redirect {

@@ -105,7 +105,7 @@ pub fn host_checks() -> Vec<Check> {
         attach_probe(),
     ));
     checks.push(Check {
-        what: "redirect hooks",
+        what: "transparent redirection",
         // Not a promise: without it a run is judged as before (fail
         // closed), so its absence is said, not counted as a miss.
         ok: true,

@@ -23,8 +23,9 @@
 //! Test builds (`weaken-for-tests`) may lower the Landlock ABI used,
 //! `LOCKRUN_TEST_LANDLOCK_ABI=N`, and pretend the kernel has no cgroup unix
 //! hooks, `LOCKRUN_TEST_NO_UNIX_HOOKS=1` (they are then neither loaded nor
-//! attached), so that an older kernel's mechanisms are tested on this one
-//! too.
+//! attached), or none of the hooks redirection needs,
+//! `LOCKRUN_TEST_NO_REDIRECT=1` ([`redirect`]), so that an older kernel's
+//! mechanisms are tested on this one too.
 
 mod syscall_audit;
 #[cfg(test)]
