@@ -94,7 +94,8 @@ const go = (u) => fetch(u).then(async r => `${r.status} ${(await r.text()).trim(
         getent hosts unlisted.test; echo "getent_unlisted=$?"
         echo "curl=$(curl -sS --noproxy '*' http://web.test/hello.txt 2>&1)"
         curl -sS --noproxy '*' -o /dev/null http://unlisted.test/ 2>/dev/null; echo "curl_unlisted=$?"
-        echo "curl_port=$(curl -sS --noproxy '*' -o /dev/null http://web.test:81/ 2>&1; echo " $?")"
+        said=$(curl -sS --noproxy '*' -o /dev/null http://web.test:81/ 2>&1); rc=$?
+        echo "curl_port=$(echo "$said" | tr -d '\n') $rc"
         curl -sS --noproxy '*' -o /dev/null http://{literal}/hello.txt 2>/dev/null; echo "curl_literal=$?"
         {py}
         if command -v node >/dev/null; then node "$WT/fetch.js"; else echo node_allowed=absent; fi
