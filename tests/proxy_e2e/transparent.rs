@@ -462,3 +462,140 @@ fn ssh_reaches_an_allowed_host_port() {
         SocketAddr::new(ip, 22)
     ));
 }
+
+/// `git clone` over SSH from a real `sshd` on the test host, with
+/// `git.test:22` allowed and no proxy variables: the repository arrives;
+/// the same from `git.test:2222` (the allowed name's other port) does not.
+/// `cargo xtask test` installs openssh-server where it is missing.
+#[test]
+fn git_clones_over_ssh_from_an_allowed_host() {
+    let test = "git_clones_over_ssh_from_an_allowed_host";
+    if !can_redirect(test) {
+        return;
+    }
+    let sshd = "/usr/sbin/sshd";
+    if !std::path::Path::new(sshd).exists() {
+        skip(test, "sshd is not installed (cargo xtask test installs it)");
+        return;
+    }
+    let (mut th, mut net) = web_host();
+    net.allow_on("git.test", 22, th.ns_ip);
+    let dir = th.dir.0.clone();
+    let sh = |args: &[&str]| crate::support::proxy::sh(args);
+    // The server: its host key, the client's key authorized, a repository.
+    let host_key = dir.join("host_key");
+    sh(&[
+        "ssh-keygen",
+        "-q",
+        "-t",
+        "ed25519",
+        "-N",
+        "",
+        "-f",
+        host_key.to_str().unwrap(),
+    ]);
+    let sb = Sandbox::new(&net);
+    let client_key = sb.wt().join("id");
+    sh(&[
+        "ssh-keygen",
+        "-q",
+        "-t",
+        "ed25519",
+        "-N",
+        "",
+        "-f",
+        client_key.to_str().unwrap(),
+    ]);
+    let authorized = dir.join("authorized_keys");
+    std::fs::copy(sb.wt().join("id.pub"), &authorized).unwrap();
+    let src = dir.join("src");
+    let s = src.to_str().unwrap();
+    sh(&["git", "init", "-q", "-b", "main", s]);
+    std::fs::write(src.join("README"), "cloned over ssh from inside lockrun\n").unwrap();
+    sh(&["git", "-C", s, "add", "README"]);
+    sh(&[
+        "git",
+        "-C",
+        s,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "first",
+    ]);
+    let bare = dir.join("repo.git");
+    sh(&["git", "clone", "-q", "--bare", s, bare.to_str().unwrap()]);
+    let config = dir.join("sshd_config");
+    std::fs::write(
+        &config,
+        format!(
+            "ListenAddress {}:22\nHostKey {}\nAuthorizedKeysFile {}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+            th.ns_ip,
+            host_key.display(),
+            authorized.display()
+        ),
+    )
+    .unwrap();
+    // sshd's privilege separation needs its directory.
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let log = std::fs::File::create(dir.join("sshd.log")).unwrap();
+    let child = std::process::Command::new("ip")
+        .args(["netns", "exec", &th.ns, sshd, "-D", "-e", "-f"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    th.servers.push(child);
+    th.wait_port(22);
+
+    let ssh = format!(
+        "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=10",
+        client_key.display()
+    );
+    let repo = bare.display();
+    let out = sb.run(&format!(
+        r#"
+        {UNPROXIED}
+        export GIT_SSH_COMMAND="{ssh}"
+        git clone -q root@git.test:{repo} "$WT/clone" 2>"$WT/clone.err"; echo "clone=$?"
+        git clone -q ssh://root@git.test:2222{repo} "$WT/other" 2>"$WT/other.err"; echo "other=$?"
+        "#
+    ));
+    let stdout = text(&out.stdout);
+    let err = |f: &str| std::fs::read_to_string(sb.wt().join(f)).unwrap_or_default();
+    assert_eq!(
+        field(&stdout, "clone"),
+        "0",
+        "{}\nsshd: {}",
+        err("clone.err"),
+        std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.wt().join("clone/README")).unwrap(),
+        "cloned over ssh from inside lockrun\n"
+    );
+    assert_eq!(field(&stdout, "other"), "128", "{}", err("other.err"));
+    assert!(
+        err("other.err").contains("Connection reset by peer"),
+        "{}",
+        err("other.err")
+    );
+    assert!(!sb.wt().join("other/README").exists());
+    let events = sb.proxy_events();
+    let t = transparent(&events);
+    assert!(
+        t.iter().any(|e| e.verdict == ProxyVerdict::Allowed
+            && e.host == "git.test"
+            && e.port == 22
+            && e.basis == Some(ProxyBasis::ResolvedName)),
+        "{t:#?}"
+    );
+    assert!(
+        t.iter()
+            .any(|e| e.verdict == ProxyVerdict::PortNotAllowed && e.port == 2222),
+        "{t:#?}"
+    );
+}

@@ -300,6 +300,7 @@ fn real_main() -> Result<ExitCode> {
             args,
         } => {
             let obj = build(&root, release)?;
+            ensure_test_tools()?;
             let mut c = suite_cargo(&root, release, &obj);
             if !kernel.is_empty() {
                 let limits = kernels::RunLimits {
@@ -535,6 +536,49 @@ fn ensure_tools() -> Result<()> {
         run(
             Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", TOOLCHAIN]),
             "rustup component add rust-src",
+        )?;
+    }
+    Ok(())
+}
+
+/// What the suite runs besides what the build needs: `sshd`, the real SSH
+/// server `tests/proxy_e2e/transparent.rs` clones a repository from over
+/// SSH, inside a network namespace of the test's own (the package's
+/// service, where the host starts one, is not what the test uses).
+fn ensure_test_tools() -> Result<()> {
+    if Path::new("/usr/sbin/sshd").exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing openssh-server (the SSH tests' server)");
+    let install = || {
+        Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "openssh-server",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+    };
+    if !install().is_ok_and(|s| s.success()) {
+        run(
+            Command::new("apt-get").arg("update").arg("-qq"),
+            "apt-get update",
+        )?;
+        run(
+            Command::new("apt-get")
+                .args([
+                    "install",
+                    "-y",
+                    "-qq",
+                    "--no-install-recommends",
+                    "openssh-server",
+                ])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install openssh-server",
         )?;
     }
     Ok(())
