@@ -383,3 +383,59 @@ async fn wildcards_and_the_address_guard_as_for_connect() {
         .collect();
     assert_eq!(dns, [("bad.wild.test", ProxyVerdict::Denied)]);
 }
+
+/// The tunnel's idle limit holds on the transparent path too, also while
+/// the proxy still waits for the client's first bytes: within it, a
+/// request is relayed (the control); past it, the connection is closed and
+/// the test host hears nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_idle_limit_is_enforced() {
+    let test = "transparent_a_short_idle_limit_is_enforced";
+    if !can_netns(test) {
+        return;
+    }
+    let mut th = TestHost::new(RANGE);
+    th.serve_http();
+    let p = Proxy::start(granted(&th, "web.test", 80), |c| {
+        c.transparent = true;
+        c.idle_tunnel = Duration::from_secs(2);
+    });
+    let headed = Arc::new(Headed::default());
+    assert!(p
+        .proxy
+        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
+    let fake = lookup(&p, "web.test", 1).await.1.unwrap();
+    let to = SocketAddr::new(IpAddr::V4(fake), 80);
+    let mut s = connect_to(&p, Some((&headed, to))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: web.test\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = String::from_utf8_lossy(&read_all(&mut s).await.unwrap()).into_owned();
+    assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
+    let mut s = connect_to(&p, Some((&headed, to))).await.unwrap();
+    let mut b = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(6), s.read(&mut b))
+        .await
+        .expect("the connection outlived its idle limit")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    let _ = s
+        .write_all(b"GET /secret.txt HTTP/1.0\r\nHost: web.test\r\n\r\n")
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!th.requests().iter().any(|l| l.contains("secret")));
+    // Both recorded as relayed by the name: the second by the name alone.
+    let events = p.events();
+    let bases: Vec<_> = transparent(&events)
+        .iter()
+        .map(|e| (e.verdict, e.basis))
+        .collect();
+    assert_eq!(
+        bases,
+        [
+            (ProxyVerdict::Allowed, Some(ProxyBasis::Host)),
+            (ProxyVerdict::Allowed, Some(ProxyBasis::ResolvedName))
+        ]
+    );
+}
