@@ -16,13 +16,21 @@ use crate::support::{build, net, net_world, python};
 
 /// One cgroup link per program: `connect4`/`6`, `sendmsg4`/`6`,
 /// `sock_create`, `ingress`, `egress`, and where the kernel has the unix
-/// hooks (Linux 6.7), `connect_unix`, `sendmsg_unix`.
+/// hooks (Linux 6.7), `connect_unix`, `sendmsg_unix`, and where it has
+/// redirection's (5.8), `recvmsg4`/`6`, `getpeername4`/`6`, `sock_ops`.
 fn programs() -> usize {
-    if lockrun::kernel::Features::get().unix_hooks {
-        9
+    let unix = if lockrun::kernel::Features::get().unix_hooks {
+        2
     } else {
-        7
-    }
+        0
+    };
+    // recvmsg4/6, getpeername4/6, sock_ops, where redirection is possible.
+    let redirect = if lockrun::kernel::redirect().is_ok() {
+        5
+    } else {
+        0
+    };
+    7 + unix + redirect
 }
 
 use std::process::Stdio;

@@ -30,6 +30,7 @@ mod support;
 mod proxy {
     mod connections;
     mod requests;
+    mod transparent;
 }
 
 use std::collections::BTreeMap;

@@ -29,6 +29,7 @@ mod support;
 mod proxy_e2e {
     mod bypass_and_inbound;
     mod requests;
+    mod transparent;
 }
 
 use std::fmt::Write as _;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lockrun::audit::{AuditLog, Event, KernelNetEvent, Record};
-use lockrun::bpf::hooks::NetworkHooks;
+use lockrun::bpf::hooks::{NetworkHooks, RedirectTo};
 use lockrun::bpf::BpfError;
 use lockrun::cgroup::RunCgroup;
 
@@ -51,6 +51,17 @@ pub struct Run {
 impl Run {
     /// `None` (after printing the skip) when this machine cannot run kernel tests.
     pub fn start(test: &str, allowed: &[SocketAddr], unix_allowed: &[PathBuf]) -> Option<Self> {
+        Self::start_with(test, allowed, unix_allowed, None)
+    }
+
+    /// [`Self::start`], with the run's connects redirected to `redirect`
+    /// (`None`: as `start`).
+    pub fn start_with(
+        test: &str,
+        allowed: &[SocketAddr],
+        unix_allowed: &[PathBuf],
+        redirect: Option<RedirectTo>,
+    ) -> Option<Self> {
         if !nix::unistd::Uid::effective().is_root() {
             skip(test, "needs root (cgroup v2 + bpf)");
             return None;
@@ -58,7 +69,15 @@ impl Run {
         let run_id = run_id(test);
         let cg = RunCgroup::create(lockrun::bpf::shared::build_id(), &run_id)
             .expect("create the run cgroup");
-        let hooks = match NetworkHooks::attach(&cg, &run_id, allowed, unix_allowed) {
+        let hooks = match NetworkHooks::attach_with(
+            &cg,
+            &run_id,
+            allowed,
+            &[],
+            unix_allowed,
+            lockrun_unix::UnixMode::Prefixes,
+            redirect,
+        ) {
             Ok(h) => h,
             Err(BpfError::ObjectMissing) => {
                 skip(

@@ -6,7 +6,7 @@
  *                               GET /small -> 2 bytes, GET /big -> 512 MiB,
  *                               persistent unless asked to close;
  *                               port 81: accepts and holds connections.
- *   load HOST PORT PATH C SECS [PROXY]
+ *   load HOST PORT PATH C SECS [PROXY]   (HOST: an address, or NAME=ADDRESS)
  *                               C threads, each: new TCP connection, one
  *                               GET, read the whole response, close (RST);
  *                               for SECS. Direct to HOST:PORT, or through
@@ -322,7 +322,17 @@ static int load(int argc, char **argv) {
 		die("usage: load HOST PORT PATH C SECS [PROXY]");
 	raise_nofile();
 	signal(SIGPIPE, SIG_IGN);
-	const char *host = argv[2], *path = argv[4];
+	/* HOST may be NAME=ADDRESS: dial ADDRESS, name NAME in the request (the
+	 * transparent path, whose proxy refuses a Host other than the name the
+	 * address was handed out for). */
+	char name_buf[256];
+	const char *host = argv[2], *path = argv[4], *dial = argv[2];
+	const char *eq = strchr(argv[2], '=');
+	if (eq) {
+		snprintf(name_buf, sizeof name_buf, "%.*s", (int)(eq - argv[2]), argv[2]);
+		host = name_buf;
+		dial = eq + 1;
+	}
 	int port = atoi(argv[3]), c = atoi(argv[5]);
 	double secs = atof(argv[6]);
 	struct proxy px;
@@ -341,7 +351,7 @@ static int load(int argc, char **argv) {
 		} else {
 			l->dst.sin_family = AF_INET;
 			l->dst.sin_port = htons((uint16_t)port);
-			if (inet_pton(AF_INET, host, &l->dst.sin_addr) != 1)
+			if (inet_pton(AF_INET, dial, &l->dst.sin_addr) != 1)
 				die("direct host is not an IPv4 address");
 			l->req_len = (size_t)snprintf(l->req, sizeof l->req,
 						      "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",

@@ -148,8 +148,9 @@ enum Cmd {
         #[arg(long)]
         proxy_only: bool,
     },
-    /// Run each cargo-fuzz target (request head, host:port, address guard)
-    /// for a while; non-zero on a finding. Installs cargo-fuzz if missing.
+    /// Run each cargo-fuzz target (request head, host:port, address guard,
+    /// DNS query, first-bytes sniffer) for a while; non-zero on a finding.
+    /// Installs cargo-fuzz if missing.
     Fuzz {
         /// Seconds per target.
         #[arg(long, default_value_t = 20)]
@@ -299,6 +300,7 @@ fn real_main() -> Result<ExitCode> {
             args,
         } => {
             let obj = build(&root, release)?;
+            ensure_test_tools()?;
             let mut c = suite_cargo(&root, release, &obj);
             if !kernel.is_empty() {
                 let limits = kernels::RunLimits {
@@ -419,7 +421,13 @@ fn cargo(dir: &Path) -> Command {
 }
 
 /// The cargo-fuzz targets under fuzz/.
-const FUZZ_TARGETS: &[&str] = &["request_head", "authority", "address_guard"];
+const FUZZ_TARGETS: &[&str] = &[
+    "request_head",
+    "authority",
+    "address_guard",
+    "dns_query",
+    "sniff",
+];
 
 /// Run every fuzz target for `seconds` (libFuzzer needs the nightly toolchain).
 fn fuzz(root: &Path, seconds: u64) -> Result<()> {
@@ -528,6 +536,49 @@ fn ensure_tools() -> Result<()> {
         run(
             Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", TOOLCHAIN]),
             "rustup component add rust-src",
+        )?;
+    }
+    Ok(())
+}
+
+/// What the suite runs besides what the build needs: `sshd`, the real SSH
+/// server `tests/proxy_e2e/transparent.rs` clones a repository from over
+/// SSH, inside a network namespace of the test's own (the package's
+/// service, where the host starts one, is not what the test uses).
+fn ensure_test_tools() -> Result<()> {
+    if Path::new("/usr/sbin/sshd").exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing openssh-server (the SSH tests' server)");
+    let install = || {
+        Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "openssh-server",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+    };
+    if !install().is_ok_and(|s| s.success()) {
+        run(
+            Command::new("apt-get").arg("update").arg("-qq"),
+            "apt-get update",
+        )?;
+        run(
+            Command::new("apt-get")
+                .args([
+                    "install",
+                    "-y",
+                    "-qq",
+                    "--no-install-recommends",
+                    "openssh-server",
+                ])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install openssh-server",
         )?;
     }
     Ok(())

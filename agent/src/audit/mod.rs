@@ -199,9 +199,93 @@ pub struct ProxyEvent {
     /// Why, as the proxy decided it: what the summary and `lockrun audit`
     /// go by.
     pub verdict: ProxyVerdict,
+    /// How the connection came to the proxy. Absent in the logs of a
+    /// lockrun before transparent redirection (all came by the proxy URL:
+    /// `method` tells `CONNECT` from a forwarded request), and for a
+    /// request that never said what it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<ProxyVia>,
+    /// What a transparent connection's decision rested on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<ProxyBasis>,
+}
+
+/// How a connection (or a query) came to the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyVia {
+    /// A `CONNECT` request, by the proxy URL.
+    Connect,
+    /// A forwarded plain-HTTP request, by the proxy URL.
+    Forward,
+    /// A connect the kernel brought to the proxy: the client named an
+    /// address the run's resolver had handed out.
+    Transparent,
+    /// A query to the run's resolver (`host` is the name asked for; no port).
+    Dns,
+}
+
+/// What a transparent connection was judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyBasis {
+    /// The name the run's resolver handed out the address for (the client
+    /// sent no TLS `ClientHello` or HTTP request naming a host: SSH, a
+    /// database, or nothing yet).
+    ResolvedName,
+    /// That name, and the TLS `ClientHello`'s server name, which must be it.
+    Sni,
+    /// That name, and the HTTP request's `Host`, which must be it.
+    Host,
+}
+
+impl fmt::Display for ProxyBasis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ResolvedName => "the name resolved",
+            Self::Sni => "TLS server name",
+            Self::Host => "HTTP Host",
+        })
+    }
 }
 
 impl ProxyEvent {
+    /// What it was for, as reports name it: `host:port`, or `name (DNS)`
+    /// for a query the run's resolver refused.
+    #[must_use]
+    pub fn target(&self) -> String {
+        let host = if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match self.via {
+            Some(ProxyVia::Dns) => format!("{host} (DNS)"),
+            _ => format!("{host}:{}", self.port),
+        }
+    }
+
+    /// How it was decided, as `lockrun audit` says it: `CONNECT → 403: …`,
+    /// `transparent, by TLS server name → closed: …`, `DNS query →
+    /// NXDOMAIN: …`.
+    #[must_use]
+    pub fn detail(&self) -> String {
+        match (self.via, self.basis) {
+            (Some(ProxyVia::Dns), _) => format!("DNS query → NXDOMAIN: {}", self.reason),
+            (Some(ProxyVia::Transparent), basis) => {
+                let by = basis.map(|b| format!(", by {b}")).unwrap_or_default();
+                let end = if self.verdict.allowed() && self.verdict != ProxyVerdict::UpstreamFailed
+                {
+                    "relayed"
+                } else {
+                    "closed"
+                };
+                format!("transparent{by} → {end}: {}", self.reason)
+            }
+            _ => format!("{} → {}: {}", self.method, self.status, self.reason),
+        }
+    }
+
     /// Refused by the proxy: a request the policy, the address guard or the
     /// proxy itself turned away. Not a client's first try without the
     /// credentials (git asks once without them, then with them), and not a
@@ -254,6 +338,14 @@ pub enum ProxyVerdict {
     BadRequest,
     /// Over the run's connection cap (`run.max_connections`).
     Overloaded,
+    /// A transparent connection whose first bytes named another host (TLS
+    /// server name, HTTP `Host`) than the name its address was handed out
+    /// for: a fronted connection.
+    Fronted,
+    /// A connection to the run's transparent listener that the kernel did
+    /// not bring from the run (another process of this host), or that came
+    /// before the proxy could tell.
+    Unattributed,
 }
 
 impl ProxyVerdict {

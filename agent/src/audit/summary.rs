@@ -182,7 +182,7 @@ impl Tally {
                 t.inbound_per_cpu = *per_cpu;
             }
             Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
-                let key = bounded(&format!("{}:{}", p.host, p.port));
+                let key = bounded(&p.target());
                 let full = t.upstream.len() >= MAX_TARGETS;
                 match t.upstream.get_mut(&key) {
                     Some(e) => {
@@ -202,7 +202,7 @@ impl Tally {
                 let key = if p.host.is_empty() {
                     format!("({})", bounded(&p.reason))
                 } else {
-                    bounded(&format!("{}:{}", p.host, p.port))
+                    bounded(&p.target())
                 };
                 t.proxy.seen(key, "");
             }

@@ -455,6 +455,8 @@ fn proxy(host: &str, port: u16, verdict: ProxyVerdict, reason: &str, status: u16
         reason: reason.into(),
         status,
         verdict,
+        via: None,
+        basis: None,
     })
 }
 

@@ -20,8 +20,10 @@ use crate::audit::{AuditLog, Event};
 use crate::cgroup::{check_run_id, RunCgroup};
 
 use super::events::drain;
+use super::redirect::Redirects;
 use super::shared::{Shared, SlotLock, UNIX_PREFIXES};
 use super::{endpoint_key, ensure_bpffs, prefix_keys, BpfError, OBJECT};
+use crate::proxy::transparent::Originals;
 use crate::sys::bpf;
 
 /// Per-hook refusal counts read from `COUNTERS` (summed over CPUs).
@@ -68,8 +70,50 @@ pub struct NetworkHooks {
     exposed: Vec<RunPort>,
     prefixes: Vec<aya::maps::lpm_trie::Key<PrefixData>>,
     registered: bool,
+    /// Where the run's connects are redirected, when they are.
+    redirect: Option<RedirectTo>,
     reader: Option<tokio::task::JoinHandle<()>>,
     finished: bool,
+}
+
+/// Where a run's connects are brought ([`NetworkHooks::attach_with`]): the
+/// proxy's transparent listener (TCP to the fake range) and the run's
+/// resolver (TCP and UDP to port 53, the same port number for both). Both
+/// on `127.0.0.1`, the same address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedirectTo {
+    pub transparent: SocketAddr,
+    pub resolver: SocketAddr,
+}
+
+impl RedirectTo {
+    /// The endpoints as the hooks take them: IPv4 loopback, one address,
+    /// non-zero ports.
+    pub(super) fn checked(self) -> Result<Self, BpfError> {
+        match (self.transparent, self.resolver) {
+            (SocketAddr::V4(t), SocketAddr::V4(r))
+                if t.ip().is_loopback() && t.ip() == r.ip() && t.port() != 0 && r.port() != 0 =>
+            {
+                Ok(self)
+            }
+            _ => Err(BpfError::RedirectEndpoints(self)),
+        }
+    }
+
+    /// The run's [`RunConfig`] with these endpoints.
+    pub(super) fn config(self, slot: u32, unix_mode: u32) -> RunConfig {
+        let ip = match self.transparent {
+            SocketAddr::V4(a) => a.ip().octets(),
+            SocketAddr::V6(_) => [0; 4],
+        };
+        RunConfig {
+            slot,
+            unix_mode,
+            redirect_ip4: ip,
+            transparent_port: self.transparent.port(),
+            resolver_port: self.resolver.port(),
+        }
+    }
 }
 
 /// The data of a `UNIX_PREFIXES` key: the cgroup id, then the path bytes.
@@ -102,6 +146,7 @@ impl NetworkHooks {
             &[],
             unix_allowed,
             UnixMode::Prefixes,
+            None,
         )
     }
 
@@ -109,7 +154,14 @@ impl NetworkHooks {
     /// processes may reach over loopback (`exposed`, `network.expose`), and
     /// choosing how the unix hooks judge pathname destinations
     /// ([`UnixMode`]; a run with the seccomp supervisor uses
-    /// `Supervised`).
+    /// `Supervised`), and, with `redirect`, bringing the run's connects to
+    /// its proxy ([`RedirectTo`]): a TCP connect to the fake range
+    /// (`198.18.0.0/15`) to the transparent listener, a TCP connect or UDP
+    /// datagram to port 53 to the resolver. Both endpoints are allowed too
+    /// (the resolver's replies pass `ingress`). On a kernel without the
+    /// hooks this needs ([`crate::kernel::redirect`]) the run
+    /// goes on without redirection, as with `None`
+    /// ([`Self::originals`] is then `None`).
     ///
     /// The hooks are the build's, attached once to the build's parent cgroup
     /// ([`super::shared::build_parent`]); they are checked to be attached
@@ -122,8 +174,29 @@ impl NetworkHooks {
         exposed: &[u16],
         unix_allowed: &[PathBuf],
         unix_mode: UnixMode,
+        redirect: Option<RedirectTo>,
     ) -> Result<Self, BpfError> {
         check_run_id(run_id)?;
+        let redirect = match (redirect, crate::kernel::redirect()) {
+            (Some(r), Ok(())) => Some(r.checked()?),
+            (Some(_), Err(needs)) => {
+                tracing::info!(
+                    "run {run_id}: transparent redirection is not on this kernel ({needs}): \
+                     the run goes without it"
+                );
+                None
+            }
+            (None, _) => None,
+        };
+        let mut allowed = allowed.to_vec();
+        if let Some(r) = &redirect {
+            for a in [r.transparent, r.resolver] {
+                if !allowed.contains(&a) {
+                    allowed.push(a);
+                }
+            }
+        }
+        let allowed = &allowed[..];
         let object = OBJECT.ok_or(BpfError::ObjectMissing)?;
         if allowed.len() > MAX_ALLOWED_ENDPOINTS as usize {
             return Err(BpfError::TooManyEndpoints);
@@ -167,6 +240,7 @@ impl NetworkHooks {
             exposed: Vec::new(),
             prefixes: Vec::new(),
             registered: false,
+            redirect,
             reader: None,
             finished: false,
         };
@@ -252,10 +326,14 @@ impl NetworkHooks {
             .runs
             .insert(
                 cg,
-                RunConfig {
-                    slot: self.slot,
-                    unix_mode: unix_mode.raw(),
-                },
+                self.redirect.map_or(
+                    RunConfig {
+                        slot: self.slot,
+                        unix_mode: unix_mode.raw(),
+                        ..RunConfig::default()
+                    },
+                    |r| r.config(self.slot, unix_mode.raw()),
+                ),
                 0,
             )
             .map_err(reg(MAP_RUNS))?;
@@ -320,6 +398,23 @@ impl NetworkHooks {
             }
         }));
         Ok(())
+    }
+
+    /// Where the run's transparent connections were meant to go, for the
+    /// proxy ([`Redirects`]); `None` when the run's connects are not
+    /// redirected (no [`RedirectTo`], or a kernel without the hooks), or
+    /// the shared map cannot be opened (then the proxy refuses every
+    /// transparent connection).
+    #[must_use]
+    pub fn originals(&self) -> Option<Arc<dyn Originals>> {
+        let r = self.redirect?;
+        match Redirects::open(&self.shared.dir, self.cgroup_id, r.transparent) {
+            Ok(o) => Some(Arc::new(o)),
+            Err(e) => {
+                tracing::warn!("run {}: the transparent connections' map: {e}", self.run_id);
+                None
+            }
+        }
     }
 
     /// Read the counters now (the run's entry, summed over CPUs).

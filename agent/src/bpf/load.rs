@@ -8,8 +8,8 @@ use std::{fs, io};
 
 use aya::maps::MapData;
 use lockrun_common::{
-    Hook, UnixPrefixKey, MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_EXPOSED_PORTS, MAP_RINGS,
-    MAP_RUNS, MAX_RING_SLOTS, MAX_UNIX_PREFIXES_ALL_RUNS,
+    Hook, UnixPrefixKey, MAP_ALLOWED_ENDPOINTS, MAP_COUNTERS, MAP_EXPOSED_PORTS, MAP_ORIGINALS,
+    MAP_RINGS, MAP_RUNS, MAP_TRANSPARENT, MAX_RING_SLOTS, MAX_UNIX_PREFIXES_ALL_RUNS,
 };
 use lockrun_unix::{guard, UnixMaps};
 
@@ -20,7 +20,7 @@ use crate::sys::bpf;
 
 /// The programs: name (the object's section, or a hand-assembled unix hook),
 /// program type, attach type.
-pub(super) const PROGRAMS: [(&str, u32, u32); 9] = [
+pub(super) const PROGRAMS: [(&str, u32, u32); 14] = [
     (
         "connect4",
         bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
@@ -62,7 +62,41 @@ pub(super) const PROGRAMS: [(&str, u32, u32); 9] = [
         bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
         bpf::ATTACH_UNIX_SENDMSG,
     ),
+    (
+        "recvmsg4",
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_UDP4_RECVMSG,
+    ),
+    (
+        "recvmsg6",
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_UDP6_RECVMSG,
+    ),
+    (
+        "getpeername4",
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_INET4_GETPEERNAME,
+    ),
+    (
+        "getpeername6",
+        bpf::PROG_TYPE_CGROUP_SOCK_ADDR,
+        bpf::ATTACH_INET6_GETPEERNAME,
+    ),
+    ("sock_ops", bpf::PROG_TYPE_SOCK_OPS, bpf::ATTACH_SOCK_OPS),
 ];
+
+/// Whether `attach_type` is one of the hooks only redirection uses
+/// ([`crate::kernel::redirect`]).
+fn redirect_only(attach_type: u32) -> bool {
+    matches!(
+        attach_type,
+        bpf::ATTACH_UDP4_RECVMSG
+            | bpf::ATTACH_UDP6_RECVMSG
+            | bpf::ATTACH_INET4_GETPEERNAME
+            | bpf::ATTACH_INET6_GETPEERNAME
+            | bpf::ATTACH_SOCK_OPS
+    )
+}
 
 /// The programs a run's hooks are: every one of [`PROGRAMS`] (all are
 /// loaded and pinned), except in a TEST BUILD (`weaken-for-tests`) told by
@@ -89,11 +123,15 @@ pub(super) fn attached_programs() -> &'static [(&'static str, u32, u32)] {
 
 /// The programs this kernel takes: [`PROGRAMS`], but the unix hooks where
 /// the kernel has no such hook (before Linux 6.7, [`crate::kernel`]),
-/// whose promise is then the seccomp supervisor's alone, or a gap.
+/// whose promise is then the seccomp supervisor's alone, or a gap; and but
+/// the hooks only redirection uses where the kernel lacks one
+/// ([`crate::kernel::redirect`]: its runs go without redirection).
 pub(super) fn programs_here() -> impl Iterator<Item = (&'static str, u32, u32)> {
     let unix_hooks = Features::get().unix_hooks;
+    let redirect = crate::kernel::redirect().is_ok();
     PROGRAMS.into_iter().filter(move |(_, _, attach)| {
-        unix_hooks || !matches!(*attach, bpf::ATTACH_UNIX_CONNECT | bpf::ATTACH_UNIX_SENDMSG)
+        (unix_hooks || !matches!(*attach, bpf::ATTACH_UNIX_CONNECT | bpf::ATTACH_UNIX_SENDMSG))
+            && (redirect || !redirect_only(*attach))
     })
 }
 
@@ -148,6 +186,8 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
         MAP_COUNTERS,
         MAP_RUNS,
         MAP_RINGS,
+        MAP_ORIGINALS,
+        MAP_TRANSPARENT,
     ] {
         let m = obj.maps.remove(name).ok_or(BpfError::Missing(name))?;
         let fd = if name == MAP_RINGS {

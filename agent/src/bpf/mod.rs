@@ -6,11 +6,19 @@
 //! |---|---|---|
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | the endpoints of `ALLOWED_ENDPOINTS` (the proxy, `network.local`) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | the same, for unconnected UDP |
+//! | the same four, for a run with [`hooks::RedirectTo`] | 4.17, 4.18 | besides: a TCP connect to the fake range `198.18.0.0/15` brought to the run's transparent listener, DNS (TCP and UDP to port 53) to its resolver; IPv4 or v4-mapped destinations only |
+//! | `cgroup/recvmsg4`, `cgroup/recvmsg6` | 5.2 | a redirected UDP socket: a datagram from the resolver shows the original server as its source |
+//! | `cgroup/getpeername4`, `cgroup/getpeername6` | 5.8 | a redirected socket: its original destination as its peer |
+//! | `sockops` at `BPF_SOCK_OPS_TCP_CONNECT_CB` | 4.13 | a transparent connection's client side recorded for the proxy ([`redirect::Redirects`]) |
 //! | `cgroup/sock_create` | 4.10 | inet sockets of three kinds only: TCP, MPTCP, UDP (the address hooks miss ways out of others on 6.18: `sendto` on an ICMP ping socket, `connect` on a UDP-Lite one) |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | packets of the run's sockets only from and to loopback: nothing from outside reaches a port the command listens on (no address hook sees an accepted connection) |
 //! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`lockrun_unix`]) |
 //! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`lockrun_unix::guard`]) |
+//!
+//! Where the kernel lacks one of the last three ([`crate::kernel::redirect`]),
+//! they are neither loaded nor attached, and a run goes without
+//! redirection: every connect judged as without [`hooks::RedirectTo`].
 //!
 //! Everything else fails with `EPERM`, and each refusal becomes an
 //! [`Event::KernelNetwork`] (the run's ring buffer) and a count (its
@@ -89,6 +97,7 @@ pub mod events;
 pub mod hooks;
 pub mod load;
 pub mod reap;
+pub mod redirect;
 pub mod registry;
 pub mod shared;
 #[cfg(test)]
@@ -233,6 +242,8 @@ pub enum BpfError {
         program: &'static str,
         parent: PathBuf,
     },
+    #[error("the run's transparent listener and resolver must be on one IPv4 loopback address, with ports: {0:?}")]
+    RedirectEndpoints(hooks::RedirectTo),
     #[error("more than {MAX_ALLOWED_ENDPOINTS} allowed endpoints")]
     TooManyEndpoints,
     #[error("more than {MAX_EXPOSED_PORTS} exposed ports")]

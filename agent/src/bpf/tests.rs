@@ -129,3 +129,48 @@ fn an_abstract_name_refused_is_a_scope_refusal() {
         }
     );
 }
+
+#[test]
+fn redirect_endpoints_are_one_ipv4_loopback_address_with_ports() {
+    use super::hooks::RedirectTo;
+    let to = |t: &str, r: &str| RedirectTo {
+        transparent: t.parse().unwrap(),
+        resolver: r.parse().unwrap(),
+    };
+    let ok = to("127.0.0.1:4000", "127.0.0.1:5353");
+    assert_eq!(ok.checked().unwrap(), ok);
+    let cfg = ok.config(3, 1);
+    assert_eq!(
+        (cfg.slot, cfg.unix_mode, cfg.redirect_ip4),
+        (3, 1, [127, 0, 0, 1])
+    );
+    assert_eq!((cfg.transparent_port, cfg.resolver_port), (4000, 5353));
+    assert!(cfg.redirects());
+    for (what, bad) in [
+        ("IPv6", to("[::1]:4000", "[::1]:5353")),
+        ("two addresses", to("127.0.0.1:4000", "127.0.0.2:5353")),
+        ("not loopback", to("192.0.2.1:4000", "192.0.2.1:5353")),
+        ("no port", to("127.0.0.1:0", "127.0.0.1:5353")),
+        ("no resolver port", to("127.0.0.1:4000", "127.0.0.1:0")),
+    ] {
+        assert!(
+            matches!(bad.checked(), Err(super::BpfError::RedirectEndpoints(_))),
+            "{what}"
+        );
+    }
+    assert!(!lockrun_common::RunConfig::default().redirects());
+}
+
+#[test]
+fn an_original_endpoint_is_the_socket_address_it_was() {
+    use super::redirect::socket_addr;
+    for a in ["198.18.0.7:443", "[2001:db8::1]:53", "10.255.255.53:53"] {
+        let a: SocketAddr = a.parse().unwrap();
+        assert_eq!(socket_addr(&endpoint_key(&a)), a);
+    }
+    let mapped: SocketAddr = "[::ffff:198.18.0.7]:443".parse().unwrap();
+    assert_eq!(
+        socket_addr(&endpoint_key(&mapped)),
+        "198.18.0.7:443".parse().unwrap()
+    );
+}

@@ -104,6 +104,21 @@ pub fn host_checks() -> Vec<Check> {
         },
         attach_probe(),
     ));
+    checks.push(Check {
+        what: "transparent redirection",
+        // Not a promise: without it a run is judged as before (fail
+        // closed), so its absence is said, not counted as a miss.
+        ok: true,
+        detail: match crate::kernel::redirect() {
+            Ok(()) => "the cgroup recvmsg4/6, getpeername4/6 and sock_ops hooks".to_owned(),
+            Err(needs) => format!(
+                "not on this kernel ({needs}): runs go without it, clients that ignore the \
+                 proxy variables are refused"
+            ),
+        },
+        needed_for: "network: clients that ignore the proxy variables brought to the proxy, \
+                     the run's DNS answered by lockrun",
+    });
     checks.push(check(
         "kernel audit",
         "audit: filesystem refusals in the log",

@@ -13,6 +13,7 @@
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | the seccomp supervisor: signals ([`crate::supervise::scope`]); abstract names the run bound ([`crate::supervise::abstract_unix`]), where the kernel refuses the run's own unix connects (the unix hooks, or the unix guard) |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid: its filesystem refusals, and at ABI 6 its signals and abstract unix connects refused outside it ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`]. The processes Landlock hides from the run's `/proc` are recorded by nothing ([`crate::audit::syscalls::reach`]) |
 //! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`lockrun_unix::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
+//! | cgroup `recvmsg4`/`6` (5.2), `getpeername4`/`6` hooks, `sock_ops` | 5.8 | runs go without transparent redirection ([`redirect`]): their connects are judged as before, a client that ignores the proxy variables is refused, not let through; `doctor` says so |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
 //! it: a run with one is refused (exit 125, naming the promise and the
@@ -22,8 +23,9 @@
 //! Test builds (`weaken-for-tests`) may lower the Landlock ABI used,
 //! `LOCKRUN_TEST_LANDLOCK_ABI=N`, and pretend the kernel has no cgroup unix
 //! hooks, `LOCKRUN_TEST_NO_UNIX_HOOKS=1` (they are then neither loaded nor
-//! attached), so that an older kernel's mechanisms are tested on this one
-//! too.
+//! attached), or none of the hooks redirection needs,
+//! `LOCKRUN_TEST_NO_REDIRECT=1` ([`redirect`]), so that an older kernel's
+//! mechanisms are tested on this one too.
 
 mod syscall_audit;
 #[cfg(test)]
@@ -504,6 +506,55 @@ fn unix_hooks_load() -> bool {
         c"GPL",
     )
     .is_ok()
+}
+
+/// Whether the run's connects can be brought to its proxy here (the
+/// transparent path and the run's resolver, `crate::bpf::hooks::RedirectTo`),
+/// asked once: the hooks it takes are `cgroup/recvmsg4`, `recvmsg6` (5.2),
+/// `cgroup/getpeername4`, `getpeername6` (5.8) and `sock_ops` (4.13), with
+/// `bpf_get_socket_cookie` in `sock_addr` (5.0) and `sock_ops` (5.0)
+/// programs. On a release of 5.8 or later, without asking; before, whether
+/// the smallest program of the getpeername hook's attach type loads. `Err`
+/// says what is missing, as `lockrun doctor` says it: a run there goes
+/// without redirection (every connect judged as before: fail closed).
+///
+/// Test builds (`weaken-for-tests`): `LOCKRUN_TEST_NO_REDIRECT=1` pretends
+/// the kernel has none of it.
+pub fn redirect() -> Result<(), &'static str> {
+    static REDIRECT: std::sync::OnceLock<Result<(), &'static str>> = std::sync::OnceLock::new();
+    *REDIRECT.get_or_init(|| {
+        #[cfg(feature = "weaken-for-tests")]
+        if std::env::var_os("LOCKRUN_TEST_NO_REDIRECT").is_some() {
+            return Err(REDIRECT_NEEDS);
+        }
+        redirect_hooks_load().then_some(()).ok_or(REDIRECT_NEEDS)
+    })
+}
+
+/// What [`redirect`] needs, as `doctor` says it.
+pub const REDIRECT_NEEDS: &str =
+    "needs the cgroup getpeername4/6 hooks, Linux 5.8, and recvmsg4/6, sock_ops";
+
+fn redirect_hooks_load() -> bool {
+    /// `BPF_MOV64_IMM(BPF_REG_0, 1)`, `BPF_EXIT_INSN()`.
+    const ALLOW: [u64; 2] = [0x0000_0001_0000_00b7, 0x95];
+    use crate::sys::bpf::{
+        prog_load, ATTACH_INET4_GETPEERNAME, ATTACH_SOCK_OPS, ATTACH_UDP4_RECVMSG,
+        PROG_TYPE_CGROUP_SOCK_ADDR, PROG_TYPE_SOCK_OPS,
+    };
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if release_at_least(&release, (5, 8)) {
+        return true;
+    }
+    [
+        (PROG_TYPE_CGROUP_SOCK_ADDR, ATTACH_INET4_GETPEERNAME),
+        (PROG_TYPE_CGROUP_SOCK_ADDR, ATTACH_UDP4_RECVMSG),
+        (PROG_TYPE_SOCK_OPS, ATTACH_SOCK_OPS),
+    ]
+    .into_iter()
+    .all(|(ty, at)| prog_load(ty, &ALLOW, at, "lockrun_probe", c"GPL").is_ok())
 }
 
 /// Whether a kernel release (`6.12.117+deb13-amd64`) is `at_least` a

@@ -27,6 +27,8 @@ fn proxy(host: &str, port: u16, why: &Reason) -> ProxyEvent {
         reason: why.to_string(),
         status: 403,
         verdict: why.verdict(),
+        via: Some(crate::audit::ProxyVia::Connect),
+        basis: None,
     }
 }
 
@@ -261,4 +263,88 @@ fn upstream_failures_are_listed_apart_from_refusals() {
     assert!(!r1.contains("allow = [\"api.example.com"), "{text}");
     assert!(r2.contains("nothing refused"), "{text}");
     assert!(r2.ends_with(&format!("{said}\n")), "{text}");
+}
+
+/// `lockrun audit` on the transparent path and the run's resolver: each
+/// refusal says how it came and what it rested on; a name the resolver
+/// refused is advised by name (the port comes with the connect), a
+/// fronted connection gets no line; a record of an older lockrun (no
+/// `via`) still reads as before.
+#[test]
+fn transparent_and_dns_refusals_say_how_they_came() {
+    use crate::audit::{ProxyBasis, ProxyVia};
+    let line = |e: ProxyEvent| Record {
+        ts_ms: 0,
+        event: Event::Proxy(e),
+        run: None,
+        seq: None,
+    };
+    let mut dns = not_listed("unlisted.example", 0);
+    dns.method = String::new();
+    dns.status = 0;
+    dns.via = Some(ProxyVia::Dns);
+    let mut port = proxy(
+        "git.example",
+        2222,
+        &Reason::PortNotAllowed {
+            host: "git.example".into(),
+            port: Port::new(2222).unwrap(),
+            allowed: "22".into(),
+        },
+    );
+    port.method = String::new();
+    port.status = 0;
+    port.via = Some(ProxyVia::Transparent);
+    port.basis = Some(ProxyBasis::ResolvedName);
+    let mut fronted = port.clone();
+    fronted.port = 443;
+    fronted.verdict = ProxyVerdict::Fronted;
+    fronted.basis = Some(ProxyBasis::Sni);
+    fronted.reason = "the connection to git.example named evil.example (TLS server name): \
+                      fronted, refused"
+        .into();
+    assert_eq!(dns.target(), "unlisted.example (DNS)");
+    assert_eq!(
+        port.detail(),
+        "transparent, by the name resolved → closed: git.example is allowed only on port(s) 22, \
+         not 2222"
+    );
+    let s = suggest_proxy(&dns);
+    assert_eq!(
+        allow(&s),
+        (
+            "[network]\nallow = [\"unlisted.example\"]",
+            Some("--allow-host unlisted.example:443")
+        )
+    );
+    assert!(matches!(suggest_proxy(&fronted), Suggestion::Never { .. }));
+    let runs = summarize(
+        &[line(dns), line(port), line(fronted)],
+        |_, _| FsContext::default(),
+        &|_: &Path| false,
+    );
+    let text = render_text(&runs);
+    assert!(
+        text.contains("unlisted.example (DNS) — DNS query → NXDOMAIN: unlisted.example is not in the allowlist"),
+        "{text}"
+    );
+    assert!(
+        text.contains("git.example:2222 — transparent, by the name resolved → closed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("git.example:443 — transparent, by TLS server name → closed"),
+        "{text}"
+    );
+    // An older lockrun's line, without the new fields.
+    let old = r#"{"ts_ms":1,"event":"proxy","method":"CONNECT","host":"a.example","port":443,"dialed":null,"allowed":false,"reason":"a.example is not in the allowlist","status":403,"verdict":{"kind":"not_listed"}}"#;
+    let r: Record = serde_json::from_str(old).unwrap();
+    let Event::Proxy(p) = r.event else {
+        panic!("{old}")
+    };
+    assert_eq!((p.via, p.basis), (None, None));
+    assert_eq!(
+        p.detail(),
+        "CONNECT → 403: a.example is not in the allowlist"
+    );
 }

@@ -110,6 +110,26 @@ pub fn check_name(net: &NetworkPolicy, name: &HostName, port: Port) -> Verdict {
     }
 }
 
+/// Judge a name on no particular port, as the run's resolver does: allowed
+/// when no `deny` pattern covers it and some `allow` rule does (on any of
+/// its ports; the port is judged when the run connects). The rule is the
+/// first that covers it.
+#[must_use]
+pub fn check_any_port(net: &NetworkPolicy, name: &HostName) -> Verdict {
+    if let Some(d) = net.deny.iter().find(|d| d.matches(name)) {
+        return Verdict::Deny(Reason::Denied {
+            host: name.to_string(),
+            pattern: d.clone(),
+        });
+    }
+    match net.allow.iter().find(|r| r.pattern.matches(name)) {
+        Some(r) => Verdict::Allow(r.clone()),
+        None => Verdict::Deny(Reason::NotListed {
+            host: name.to_string(),
+        }),
+    }
+}
+
 /// The name an IP literal is listed under in a policy, if it can be listed
 /// (IPv4 only: an IPv6 literal cannot be written as a host pattern).
 #[must_use]
@@ -198,6 +218,30 @@ mod tests {
         ));
         assert!(matches!(
             check_name(&pol, &n("nope.example"), p(443)),
+            Verdict::Deny(Reason::NotListed { .. })
+        ));
+    }
+
+    #[test]
+    fn any_port() {
+        let pol = net(
+            &["plain.example:80", "*.example.org:22"],
+            &["evil.example.org"],
+        );
+        assert!(matches!(
+            check_any_port(&pol, &n("plain.example")),
+            Verdict::Allow(_)
+        ));
+        assert!(matches!(
+            check_any_port(&pol, &n("a.example.org")),
+            Verdict::Allow(_)
+        ));
+        assert!(matches!(
+            check_any_port(&pol, &n("evil.example.org")),
+            Verdict::Deny(Reason::Denied { .. })
+        ));
+        assert!(matches!(
+            check_any_port(&pol, &n("example.org")),
             Verdict::Deny(Reason::NotListed { .. })
         ));
     }

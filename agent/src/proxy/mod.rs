@@ -28,6 +28,24 @@
 //! Every decision is an [`Event::Proxy`](crate::audit::Event::Proxy) in the
 //! audit log.
 //!
+//! ## Clients that ignore the proxy variables (issue 59)
+//! Where the kernel can redirect ([`crate::kernel::redirect`]), a run's
+//! proxy also serves:
+//! - the run's resolver ([`dns`], UDP and TCP on one port of `127.0.0.1`),
+//!   where the hooks bring the run's DNS: an allowed name gets an address
+//!   of 198.18.0.0/15 from the run's [`names`] table, any other name
+//!   NXDOMAIN; nothing is forwarded;
+//! - the transparent listener ([`transparent`]), where the hooks bring a
+//!   TCP connect to such an address: the kernel's record of where it was
+//!   headed ([`transparent::Originals`]) gives the address, the table its
+//!   name, and gates 3–6 judge that name and the port as for `CONNECT`;
+//!   the client's first bytes are [sniffed](sniff) before they go
+//!   upstream, and a TLS server name or HTTP `Host` naming another host
+//!   refuses the connection (fronted).
+//!
+//! Each record says how the connection came (`via`) and, on the
+//! transparent path, what the decision rested on (`basis`).
+//!
 //! ## Only the run may use its proxy
 //! The proxy listens on `127.0.0.1` on an ephemeral port, which any local
 //! process could reach. So each run gets a random 128-bit secret, and every
@@ -40,6 +58,9 @@
 //! authentication) first asks without them, gets the 407 challenge, and
 //! asks again with them. A 407 is recorded in the audit log but is not a
 //! policy refusal, and the end-of-run summary does not count it.
+//! `NODE_USE_ENV_PROXY=1` makes Node's built-in `fetch` (22.21, 24.5 and
+//! later) use them too. The transparent path needs no secret: only a
+//! connection the kernel brought from the run has an original there.
 //!
 //! ## Using it from the run flow
 //! ```no_run
@@ -61,12 +82,16 @@
 //! `run.max_connections` client connections are served at once.
 
 pub mod allowlist;
+pub mod dns;
 pub mod guard;
+pub mod names;
 pub mod pool;
 pub mod reach;
 pub mod request;
 pub mod resolver;
 pub mod server;
+pub mod sniff;
+pub mod transparent;
 
 #[cfg(test)]
 mod advised;
@@ -117,6 +142,10 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// Where to listen (port 0: ephemeral). Loopback only.
     pub listen: SocketAddr,
+    /// Also start the run's resolver and transparent listener (on
+    /// ephemeral ports of the same address), for the kernel to bring the
+    /// run's DNS and connects to.
+    pub transparent: bool,
 }
 
 impl ProxyConfig {
@@ -143,6 +172,7 @@ impl ProxyConfig {
             head_timeout: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(10),
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            transparent: false,
         }
     }
 }
@@ -158,6 +188,19 @@ pub struct RunningProxy {
     /// Taken at shutdown or drop: a runtime dropped the usual way would
     /// block, which an async context forbids.
     runtime: Option<tokio::runtime::Runtime>,
+    /// The resolver and transparent listener, when started.
+    transparent: Option<TransparentSide>,
+}
+
+/// The resolver and the transparent listener of a run's proxy.
+struct TransparentSide {
+    listener: SocketAddr,
+    resolver: SocketAddr,
+    state: Arc<transparent::Transparent>,
+    dns: Arc<dns::Dns>,
+    /// The resolver's UDP and TCP loops and the listener's accept loop:
+    /// aborted at shutdown, which closes their sockets and connections.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The most worker threads a run's proxy gets.
@@ -197,7 +240,14 @@ impl RunningProxy {
             tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?
         };
         let (stop, stopped) = tokio::sync::oneshot::channel();
+        let start_transparent = config.transparent;
+        let network = config.network.clone();
         let shared = Arc::new(server::Shared::new(config, &secret));
+        let side = if start_transparent {
+            Some(start_side(&runtime, addr.ip(), network, &shared)?)
+        } else {
+            None
+        };
         let task = runtime.spawn(server::serve(listener, shared, stopped));
         Ok(Self {
             addr,
@@ -205,7 +255,29 @@ impl RunningProxy {
             stop: Some(stop),
             task,
             runtime: Some(runtime),
+            transparent: side,
         })
+    }
+
+    /// The transparent listener's endpoint (`None` when not started).
+    #[must_use]
+    pub fn transparent_addr(&self) -> Option<SocketAddr> {
+        self.transparent.as_ref().map(|t| t.listener)
+    }
+
+    /// The run's resolver's endpoint, UDP and TCP (`None` when not started).
+    #[must_use]
+    pub fn resolver_addr(&self) -> Option<SocketAddr> {
+        self.transparent.as_ref().map(|t| t.resolver)
+    }
+
+    /// Where the kernel says a transparent connection was headed. Until
+    /// set, every transparent connection is refused; set once (`false`
+    /// when it was set already or the listener was not started).
+    pub fn set_originals(&self, originals: Arc<dyn transparent::Originals>) -> bool {
+        self.transparent
+            .as_ref()
+            .is_some_and(|t| t.state.originals.set(originals).is_ok())
     }
 
     /// The listening endpoint (for the kernel allow map).
@@ -233,6 +305,9 @@ impl RunningProxy {
         }
         v.push(("NO_PROXY".to_owned(), String::new()));
         v.push(("no_proxy".to_owned(), String::new()));
+        // Node's built-in fetch (22.21, 24.5 and later) uses the variables
+        // only when told to.
+        v.push(("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned()));
         v
     }
 
@@ -242,6 +317,15 @@ impl RunningProxy {
             let _ = stop.send(());
         }
         let _ = (&mut self.task).await;
+        if let Some(side) = self.transparent.take() {
+            for t in &side.tasks {
+                t.abort();
+            }
+            for t in side.tasks {
+                let _ = t.await;
+            }
+            side.dns.finish();
+        }
         // Every task has ended (serve closes its connections before it
         // returns); Drop lets the workers go without waiting for them.
     }
@@ -255,6 +339,46 @@ impl Drop for RunningProxy {
             rt.shutdown_background();
         }
     }
+}
+
+/// Bind the resolver and the transparent listener on `ip` and start them
+/// on `runtime`.
+fn start_side(
+    runtime: &tokio::runtime::Runtime,
+    ip: IpAddr,
+    network: NetworkPolicy,
+    shared: &Arc<server::Shared>,
+) -> Result<TransparentSide, ProxyError> {
+    let table = Arc::new(names::NameTable::new());
+    let any = SocketAddr::new(ip, 0);
+    let bind_err = |source| ProxyError::Bind { addr: any, source };
+    let (udp, tcp) = dns::bind(ip).map_err(bind_err)?;
+    let resolver = udp.local_addr().map_err(ProxyError::LocalAddr)?;
+    let std_listener = std::net::TcpListener::bind(any).map_err(bind_err)?;
+    std_listener.set_nonblocking(true).map_err(bind_err)?;
+    unpaced(&std_listener);
+    let listener = std_listener.local_addr().map_err(ProxyError::LocalAddr)?;
+    let state = Arc::new(transparent::Transparent::new(
+        Arc::clone(shared),
+        Arc::clone(&table),
+    ));
+    let dns = Arc::new(dns::Dns::new(network, table, Arc::clone(&shared.audit)));
+    let _entered = runtime.enter();
+    let udp = tokio::net::UdpSocket::from_std(udp).map_err(bind_err)?;
+    let tcp = tokio::net::TcpListener::from_std(tcp).map_err(bind_err)?;
+    let tl = tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?;
+    let tasks = vec![
+        runtime.spawn(dns::serve_udp(udp, Arc::clone(&dns))),
+        runtime.spawn(dns::serve_tcp(tcp, Arc::clone(&dns))),
+        runtime.spawn(transparent::serve(tl, Arc::clone(&state))),
+    ];
+    Ok(TransparentSide {
+        listener,
+        resolver,
+        state,
+        dns,
+        tasks,
+    })
 }
 
 /// The congestion control of the client leg, inherited by every connection

@@ -16,7 +16,7 @@ use crate::audit::kernel::KernelAudit;
 use crate::audit::syscalls::refer::Granted;
 use crate::audit::syscalls::{self, RunRules};
 use crate::audit::{AuditLog, Event, Layer};
-use crate::bpf::hooks::NetworkHooks;
+use crate::bpf::hooks::{NetworkHooks, RedirectTo};
 use crate::bpf::shared::build_id;
 use crate::cgroup::RunCgroup;
 use crate::fs::{grant_rights, handled_rights, FsSandbox, OwnFs};
@@ -126,8 +126,12 @@ fn kernel_side(
 
     // 5. the proxy, when the policy allows any host; its endpoint is the one
     //    way out the hooks allow, beside the policy's loopback endpoints.
+    //    Where the kernel can redirect, with the run's resolver and
+    //    transparent listener, where the hooks bring the run's DNS and its
+    //    connects to the addresses that resolver hands out.
     let proxy = if policy.network.needs_proxy() {
-        let config = ProxyConfig::from_policy(policy, audit.clone(), Arc::new(SystemResolver));
+        let mut config = ProxyConfig::from_policy(policy, audit.clone(), Arc::new(SystemResolver));
+        config.transparent = !weaken_hooks && crate::kernel::redirect().is_ok();
         Some(RunningProxy::start(config)?)
     } else {
         None
@@ -155,6 +159,12 @@ fn kernel_side(
         // Supervised: the seccomp supervisor resolves and performs the
         // command's pathname connects; the hooks refuse any it names itself.
         let exposed: Vec<u16> = policy.network.expose.iter().map(|p| p.get()).collect();
+        let redirect = proxy.as_ref().and_then(|p| {
+            Some(RedirectTo {
+                transparent: p.transparent_addr()?,
+                resolver: p.resolver_addr()?,
+            })
+        });
         let mut h = NetworkHooks::attach_with(
             &cgroup,
             dir.id(),
@@ -162,7 +172,12 @@ fn kernel_side(
             &exposed,
             &unix_allowed,
             UnixMode::supervised(super::kernel().fallbacks()),
+            redirect,
         )?;
+        // Before the command starts: until then the listener refuses all.
+        if let (Some(p), Some(originals)) = (&proxy, h.originals()) {
+            p.set_originals(originals);
+        }
         h.spawn_audit_reader(audit.clone())?;
         tracing::debug!("6. run registered in the hooks");
         Some(h)

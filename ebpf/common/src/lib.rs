@@ -25,6 +25,8 @@
 //! | `SLOT_OWNERS` (shared, loader only) | `BPF_MAP_TYPE_HASH` | `u32` slot | `u64` cgroup id of the run holding it | loader: claimed with `BPF_NOEXIST`, released at teardown |
 //! | `ring-<slot>` (pinned with the programs) | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records | kernel, one per refusal |
 //! | [`MAP_EXPOSED_PORTS`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_EXPOSED_PORTS_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`RunPort`] | `u8` (1 = exposed) | loader, before the command starts (`network.expose`); removed at teardown |
+//! | [`MAP_ORIGINALS`] (object, shared) | `BPF_MAP_TYPE_LRU_HASH`, [`MAX_ORIGINALS`] entries | `u64` socket cookie | [`Original`] | kernel: a run's connect or datagram redirected (its RunConfig carries redirect ports) |
+//! | [`MAP_TRANSPARENT`] (object, shared) | `BPF_MAP_TYPE_LRU_HASH`, [`MAX_TRANSPARENT`] entries | [`TransparentKey`] | [`Transparent`] | kernel (`sock_ops`, a redirected TCP connect's SYN); read and deleted by the proxy on accept |
 //! | `UNIX_PREFIXES` (shared, created by the loader) | `BPF_MAP_TYPE_LPM_TRIE`, [`MAX_UNIX_PREFIXES_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`UnixPrefixKey`] | `u8` (1 = allowed) | loader: per run, the directories (with trailing `/`) whose pathname sockets it may reach |
 //!
 //! A task whose cgroup has no entry is refused every inet destination and
@@ -121,8 +123,10 @@ impl RunPort {
     }
 }
 
-/// Value of [`MAP_RUNS`]: where the run's refusals go and how its unix
-/// hooks judge pathname destinations its tasks name.
+/// Value of [`MAP_RUNS`]: where the run's refusals go, how its unix
+/// hooks judge pathname destinations its tasks name, and where its
+/// connects are redirected (16 bytes; the hand-assembled unix programs read
+/// the first two fields at offsets 0 and 4).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunConfig {
@@ -131,6 +135,92 @@ pub struct RunConfig {
     /// [`UNIX_MODE_PREFIXES`], or [`UNIX_MODE_SUPERVISED`] with or without
     /// [`UNIX_MODE_ABSTRACT`].
     pub unix_mode: u32,
+    /// The IPv4 address of the run's transparent listener and resolver
+    /// (network order; `127.0.0.1`).
+    pub redirect_ip4: [u8; 4],
+    /// The port of the run's transparent listener (host order): a TCP
+    /// connect to [`is_fake_v4`] goes there. 0: no redirection at all (the
+    /// hooks judge the run exactly as without these fields).
+    pub transparent_port: u16,
+    /// The port of the run's resolver (host order, TCP and UDP): a connect
+    /// or datagram to port 53 goes there. 0 with `transparent_port`.
+    pub resolver_port: u16,
+}
+
+impl RunConfig {
+    /// Whether the run's connects are redirected.
+    #[must_use]
+    pub const fn redirects(&self) -> bool {
+        self.transparent_port != 0 && self.resolver_port != 0
+    }
+}
+
+/// The first address of the range the run's resolver hands out for allowed
+/// names, `198.18.0.0/15` (RFC 2544: benchmarking, never routed).
+pub const FAKE_V4_NET: [u8; 4] = [198, 18, 0, 0];
+/// The prefix length of [`FAKE_V4_NET`].
+pub const FAKE_V4_PREFIX_LEN: u8 = 15;
+
+/// Whether an IPv4 address (network order) is in `198.18.0.0/15`.
+#[must_use]
+pub const fn is_fake_v4(a: [u8; 4]) -> bool {
+    a[0] == FAKE_V4_NET[0] && a[1] & 0xfe == FAKE_V4_NET[1]
+}
+
+/// The DNS port: a run's TCP connect or datagram to it is its resolver's.
+pub const DNS_PORT: u16 = 53;
+
+/// Name of the map from a redirected socket (its cookie, `bpf_get_socket_cookie`)
+/// to where it was meant to go ([`Original`]).
+pub const MAP_ORIGINALS: &str = "ORIGINALS";
+/// Capacity of [`MAP_ORIGINALS`] (LRU), over all concurrent runs.
+pub const MAX_ORIGINALS: u32 = 65536;
+/// Name of the map from a transparent connection's client side
+/// ([`TransparentKey`]) to where it was meant to go ([`Transparent`]).
+pub const MAP_TRANSPARENT: &str = "TRANSPARENT";
+/// Capacity of [`MAP_TRANSPARENT`] (LRU), over all concurrent runs.
+pub const MAX_TRANSPARENT: u32 = 65536;
+
+/// [`Original::kind`]: a TCP connect to the fake range, now to the run's
+/// transparent listener.
+pub const REDIRECT_TRANSPARENT: u32 = 1;
+/// [`Original::kind`]: a connect or datagram to port 53, now to the run's resolver.
+pub const REDIRECT_RESOLVER: u32 = 2;
+
+/// Value of [`MAP_ORIGINALS`]: where a redirected socket of a run was meant
+/// to go. 32 bytes. `endpoint` as the socket named it: an IPv4 socket's as
+/// [`Endpoint::v4`], an IPv6 socket's with its 16 bytes unmodified (family
+/// [`AF_INET6`], a v4-mapped address too), so the hooks can show it back.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Original {
+    pub endpoint: Endpoint,
+    /// [`REDIRECT_TRANSPARENT`] or [`REDIRECT_RESOLVER`].
+    pub kind: u32,
+    /// The run's cgroup id (of the task that connected).
+    pub cgroup_id: u64,
+}
+
+/// Key of [`MAP_TRANSPARENT`]: the client side of a transparent
+/// connection, as the listener sees its peer. 24 bytes: the client's
+/// address and port (as [`Endpoint::v6`] keys them: v4-mapped as IPv4),
+/// the listener's port (host order), 2 zero bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TransparentKey {
+    pub client: Endpoint,
+    pub listener_port: u16,
+    pub _pad: [u8; 2],
+}
+
+/// Value of [`MAP_TRANSPARENT`]: where the connection was meant to go (as
+/// [`Endpoint::v6`] keys it), and the run whose socket made it. 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transparent {
+    pub original: Endpoint,
+    pub _pad: u32,
+    pub cgroup_id: u64,
 }
 
 /// Unix hooks judge a pathname by text: absolute, no `.`/`..`, under the
@@ -357,7 +447,10 @@ const _: () = {
     assert!(core::mem::size_of::<RunPort>() == 16);
     assert!(core::mem::size_of::<RunCounters>() == 8 * COUNTER_SLOTS as usize);
     assert!(core::mem::size_of::<UnixPrefixKey>() == 4 + 8 + UNIX_PATH_MAX);
-    assert!(core::mem::size_of::<RunConfig>() == 8);
+    assert!(core::mem::size_of::<RunConfig>() == 16);
+    assert!(core::mem::size_of::<Original>() == 32);
+    assert!(core::mem::size_of::<TransparentKey>() == 24);
+    assert!(core::mem::size_of::<Transparent>() == 32);
 };
 
 /// Key of `UNIX_PREFIXES` (`BPF_MAP_TYPE_LPM_TRIE` layout): `prefix_len: u32`
@@ -370,6 +463,28 @@ pub struct UnixPrefixKey {
     pub prefix_len: u32,
     pub cgroup_id: u64,
     pub path: [u8; UNIX_PATH_MAX],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_fake_v4;
+
+    #[test]
+    fn the_fake_range_is_198_18_0_0_slash_15() {
+        for a in [[198, 18, 0, 0], [198, 18, 0, 7], [198, 19, 255, 255]] {
+            assert!(is_fake_v4(a), "{a:?}");
+        }
+        for a in [
+            [198, 17, 255, 255],
+            [198, 20, 0, 0],
+            [197, 18, 0, 1],
+            [199, 18, 0, 1],
+            [127, 0, 0, 1],
+            [198, 50, 0, 1],
+        ] {
+            assert!(!is_fake_v4(a), "{a:?}");
+        }
+    }
 }
 
 #[cfg(feature = "user")]
@@ -392,7 +507,16 @@ mod user {
     // SAFETY: a u64, a u16 and explicit zero padding, size checked at compile time.
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::RunPort {}
-    // SAFETY: two u32, no padding.
+    // SAFETY: two u32, four bytes, two u16: no padding (size checked at compile time).
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::RunConfig {}
+    // SAFETY: an Endpoint, a u32 and a u64: no padding (size checked at compile time).
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::Original {}
+    // SAFETY: an Endpoint, a u16 and explicit zero padding (size checked at compile time).
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::TransparentKey {}
+    // SAFETY: an Endpoint, explicit padding and a u64 (size checked at compile time).
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::Transparent {}
 }

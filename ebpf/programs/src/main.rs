@@ -9,6 +9,33 @@
 //! |---|---|---|
 //! | `cgroup/connect4`, `cgroup/connect6` | 4.17 | `connect(2)` (TCP, UDP, ICMP ping, TFO, io_uring) |
 //! | `cgroup/sendmsg4`, `cgroup/sendmsg6` | 4.18 | `sendto`/`sendmsg` with an address on an unconnected UDP socket |
+//! | `cgroup/recvmsg4`, `cgroup/recvmsg6` | 5.2 | `recvfrom`/`recvmsg` on a UDP socket: the source address the caller is shown |
+//! | `cgroup/getpeername4`, `cgroup/getpeername6` | 5.8 | `getpeername(2)`: the peer the caller is shown |
+//! | `sockops` (`BPF_SOCK_OPS_TCP_CONNECT_CB`) | 4.13 | a TCP socket about to send its SYN, its local port chosen |
+//!
+//! # Redirection (a run whose `RunConfig` carries redirect ports)
+//! The connect hooks bring a TCP connect to the fake range `198.18.0.0/15`
+//! to the run's transparent listener, and a TCP connect or a UDP connect or
+//! datagram to port 53 to its resolver (both `127.0.0.1`; IPv4 destinations,
+//! or v4-mapped from an IPv6 socket), after `ALLOWED_ENDPOINTS` and before
+//! refusing; `sendmsg` the UDP ones. Where each was meant to go is kept by
+//! the socket's cookie (`bpf_get_socket_cookie`, in `sock_addr` and
+//! `sock_ops` programs since before 5.2) in `ORIGINALS`; `recvmsg` shows a
+//! datagram from the resolver as from that server, `getpeername` the
+//! original peer; `sock_ops` records a transparent connection's client side
+//! in `TRANSPARENT` for the proxy, which takes it on accept and checks its
+//! cgroup id. A run without redirect ports is judged exactly as before.
+//!
+//! Why not socket-local storage (`BPF_MAP_TYPE_SK_STORAGE`, freed with the
+//! socket): the kernel creates such a map only with BTF for its key and
+//! value (`bpf_local_storage_map_alloc_check`), and this loader loads raw,
+//! without BTF. A cookie is never reused while the system runs, so an
+//! `ORIGINALS` entry that outlives its socket is inert until the LRU map
+//! pushes it out. The LRU maps are shared by all runs: a run that makes
+//! tens of thousands of redirected sockets at once can push out another
+//! run's entries (that run's client then sees the listener's address, its
+//! DNS reply's source mismatches, its proxy refuses the connection): it
+//! fails closed, never open.
 //!
 //! | `cgroup/sock_create` | 4.10 | every inet socket: only TCP, MPTCP and UDP ones are made |
 //! | `cgroup_skb/ingress`, `cgroup_skb/egress` | 4.10 | every packet to or from a socket of a run: only loopback peers |
@@ -91,6 +118,9 @@ use lockrun_common::{
     MAX_ALLOWED_ENDPOINTS_ALL_RUNS, MAX_EXPOSED_PORTS_ALL_RUNS, MAX_RING_SLOTS, MAX_RUNS,
     UNIX_PATH_MAX,
 };
+
+mod redirect;
+use redirect::redirect;
 
 const ALLOW: i32 = 1;
 const DENY: i32 = 0;
@@ -224,9 +254,10 @@ fn judge_v6(ctx: &SockAddrContext, hook: Hook) -> i32 {
 
 #[inline(always)]
 fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -> i32 {
+    // SAFETY: helper without arguments.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let key = RunEndpoint {
-        // SAFETY: helper without arguments.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        cgroup_id,
         endpoint: *ep,
         _pad: 0,
     };
@@ -239,6 +270,9 @@ fn judge(ctx: &SockAddrContext, hook: Hook, ep: &Endpoint, raw_addr: [u8; 16]) -
         let sa = &*ctx.sock_addr;
         (sa.user_family, sa.type_, sa.protocol)
     };
+    if redirect(ctx, hook, cgroup_id, ep, raw_addr, (sock_type, protocol)) {
+        return ALLOW;
+    }
     let family = if family == u32::from(AF_INET6) {
         AF_INET6
     } else {

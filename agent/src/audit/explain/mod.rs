@@ -28,7 +28,7 @@ pub(crate) mod tests;
 pub use filesystem::{suggest_fs, suggest_scope};
 pub use network::{suggest_kernel, suggest_proxy};
 pub use render::render_text;
-use render::{layer_name, show_dest, show_host};
+use render::{layer_name, show_dest};
 
 /// Whether a run's lines are the ones lockrun wrote, as far as this
 /// reading could tell ([`crate::audit::seal`]).
@@ -531,8 +531,8 @@ fn summarize_run(events: &[&Event], ctx: &FsContext, is_dir: &dyn Fn(&Path) -> b
                 run.inbound_per_cpu = *per_cpu;
             }
             Event::Proxy(p) if p.verdict == ProxyVerdict::UpstreamFailed => {
-                let target = format!("{}:{}", show_host(&p.host), p.port);
-                let detail = format!("{} → {}: {}", p.method, p.status, p.reason);
+                let target = p.target();
+                let detail = p.detail();
                 match run
                     .upstream_failures
                     .iter_mut()
@@ -573,13 +573,9 @@ fn refusal<'e>(
     is_dir: &dyn Fn(&Path) -> bool,
 ) -> Option<(Layer, String, String, Option<&'e str>, Suggestion)> {
     Some(match event {
-        Event::Proxy(p) if p.refused() => (
-            Layer::Proxy,
-            format!("{}:{}", show_host(&p.host), p.port),
-            format!("{} → {}: {}", p.method, p.status, p.reason),
-            None,
-            suggest_proxy(p),
-        ),
+        Event::Proxy(p) if p.refused() => {
+            (Layer::Proxy, p.target(), p.detail(), None, suggest_proxy(p))
+        }
         Event::KernelNetwork(k) => (
             Layer::KernelNetwork,
             match (k.inbound_peer(), k.outbound_packet_peer()) {

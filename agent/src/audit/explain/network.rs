@@ -80,6 +80,20 @@ pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
                 ev.reason
             ),
         },
+        ProxyVerdict::Fronted => Suggestion::Never {
+            reason: format!(
+                "the connection went to the address of {host}, but its first bytes named another \
+                 host ({}); the proxy relays a connection only to the host it names. Allow the \
+                 host the program really wants, and let it look that name up.",
+                ev.reason
+            ),
+        },
+        ProxyVerdict::Unattributed => Suggestion::Explain {
+            reason: "a connection reached the run's transparent listener that the kernel did not \
+                     bring from the run (another process of this host); no policy line changes \
+                     that."
+                .into(),
+        },
         ProxyVerdict::Allowed | ProxyVerdict::UpstreamFailed => Suggestion::Explain {
             reason: format!(
                 "the policy allowed it; the upstream failed ({}). No policy line changes that.",
@@ -96,15 +110,26 @@ fn allow_host(host: &str, port: u16) -> Suggestion {
             reason: format!("`{host}` is not a valid host name; nothing to allow."),
         };
     };
-    let rule = if port == 443 {
+    // Port 0: a name the run's resolver refused, on no port yet.
+    let rule = if port == 443 || port == 0 {
         name.to_string()
     } else {
         format!("{name}:{port}")
     };
+    let (flag, note) = if port == 0 {
+        (
+            format!("--allow-host {name}:443"),
+            Some(format!(
+                "the run looked {name} up and the run's resolver refused it; allow it on the port                  the program connects to (443 for HTTPS)."
+            )),
+        )
+    } else {
+        (format!("--allow-host {name}:{port}"), None)
+    };
     Suggestion::Allow {
         policy: format!("[network]\nallow = [\"{rule}\"]"),
-        flag: Some(format!("--allow-host {name}:{port}")),
-        note: None,
+        flag: Some(flag),
+        note,
     }
 }
 

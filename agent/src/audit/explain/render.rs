@@ -27,14 +27,6 @@ pub(super) fn show_dest(d: &Destination) -> String {
     }
 }
 
-pub(super) fn show_host(h: &str) -> String {
-    if h.contains(':') && !h.starts_with('[') {
-        format!("[{h}]")
-    } else {
-        h.to_owned()
-    }
-}
-
 /// One line of the report: what the log holds was chosen in part by the
 /// run (process names, paths, hosts), so it is made inert first
 /// ([`crate::shown`]).

@@ -18,7 +18,7 @@ use super::pool::Pool;
 use super::request::{parse_head, HeadError, Host, Kind, RequestHead, Target, MAX_HEAD};
 use super::resolver::Resolver;
 use super::ProxyConfig;
-use crate::audit::{AuditLog, Event, ProxyEvent, ProxyVerdict};
+use crate::audit::{AuditLog, Event, ProxyEvent, ProxyVerdict, ProxyVia};
 use crate::policy::{HostName, HostRule, NetworkPolicy};
 
 mod forward;
@@ -27,7 +27,7 @@ mod tests;
 mod tunnel;
 
 use forward::forward;
-pub use tunnel::{tunnel, TUNNEL_BUF};
+pub use tunnel::{tunnel, tunnel_gated, TUNNEL_BUF};
 
 /// The read buffer of a connection's request and response heads.
 pub const HEAD_BUF: usize = 8 * 1024;
@@ -36,22 +36,22 @@ const OVERFLOW_ANSWERS: usize = 64;
 
 /// State shared by every connection of one proxy.
 pub(crate) struct Shared {
-    network: NetworkPolicy,
-    idle: Duration,
-    head_timeout: Duration,
-    connect_timeout: Duration,
-    max_connections: usize,
-    audit: Arc<AuditLog>,
-    resolver: Arc<dyn Resolver>,
-    own: OwnAddresses,
+    pub(super) network: NetworkPolicy,
+    pub(super) idle: Duration,
+    pub(super) head_timeout: Duration,
+    pub(super) connect_timeout: Duration,
+    pub(super) max_connections: usize,
+    pub(super) audit: Arc<AuditLog>,
+    pub(super) resolver: Arc<dyn Resolver>,
+    pub(super) own: OwnAddresses,
     /// The base64 token expected after `Basic `.
-    token: Vec<u8>,
-    slots: Arc<Semaphore>,
-    overflow: Arc<Semaphore>,
+    pub(super) token: Vec<u8>,
+    pub(super) slots: Arc<Semaphore>,
+    pub(super) overflow: Arc<Semaphore>,
     /// Connections dropped unanswered, past the overflow answers.
-    dropped: AtomicU64,
+    pub(super) dropped: AtomicU64,
     /// Idle upstream connections of forwarded requests.
-    pool: Pool,
+    pub(super) pool: Pool,
 }
 
 impl Shared {
@@ -91,6 +91,12 @@ impl Shared {
             reason,
             status,
             verdict,
+            via: match method {
+                "" => None,
+                "CONNECT" => Some(ProxyVia::Connect),
+                _ => Some(ProxyVia::Forward),
+            },
+            basis: None,
         }));
     }
 
@@ -413,18 +419,18 @@ async fn refuse_and_close(client: &mut BufReader<TcpStream>, status: u16, reason
 /// in words, and as the audit log's verdict.
 #[derive(Debug)]
 pub(crate) struct Refusal {
-    status: u16,
-    reason: String,
-    verdict: ProxyVerdict,
+    pub(super) status: u16,
+    pub(super) reason: String,
+    pub(super) verdict: ProxyVerdict,
     /// For a failure after the policy allowed the request: the words of
     /// the rule that allowed it ("allowed by" and the rule), which its
     /// record says first.
-    allowed_by: Option<String>,
+    pub(super) allowed_by: Option<String>,
 }
 
 impl Refusal {
     /// The upstream failed (`502`, or `504` when it timed out).
-    fn upstream(status: u16, reason: String) -> Self {
+    pub(super) fn upstream(status: u16, reason: String) -> Self {
         Self {
             status,
             reason,
@@ -442,7 +448,7 @@ impl Refusal {
     /// What the audit log records: for an upstream's failure, the rule
     /// that allowed the request, then what failed (as a failed dial's
     /// record says it).
-    fn recorded(&self) -> String {
+    pub(super) fn recorded(&self) -> String {
         match &self.allowed_by {
             Some(rule) => format!("{rule}; upstream: {}", self.reason),
             None => self.reason.clone(),
@@ -606,7 +612,10 @@ async fn dial_or_refuse(
 }
 
 /// Gates 3-5: allowlist, resolution, address guard. The addresses to dial.
-async fn decide(shared: &Shared, target: &Target) -> Result<(HostRule, Vec<SocketAddr>), Refusal> {
+pub(super) async fn decide(
+    shared: &Shared,
+    target: &Target,
+) -> Result<(HostRule, Vec<SocketAddr>), Refusal> {
     let forbidden = |r: Reason| Refusal {
         status: 403,
         reason: r.to_string(),

@@ -24,13 +24,49 @@ pub(super) const PIPE_KEPT: Duration = Duration::from_secs(1);
 /// as `shutdown(Write)` on the other side; give up after `idle` without a
 /// byte in either direction.
 pub async fn tunnel(a: TcpStream, b: TcpStream, idle: Duration) -> io::Result<()> {
+    tunnel_gated(&a, &b, idle, std::future::ready(Ok(Vec::new()))).await
+}
+
+/// [`tunnel`], but `a`'s bytes go to `b` only once `gate` has allowed them:
+/// it reads `a`'s first bytes itself, and returns them for `b` (or an error,
+/// which ends the tunnel). `b`'s bytes go to `a` from the start (a server
+/// that speaks first is not kept waiting).
+pub async fn tunnel_gated<G>(
+    a: &TcpStream,
+    b: &TcpStream,
+    idle: Duration,
+    gate: G,
+) -> io::Result<()>
+where
+    G: std::future::Future<Output = io::Result<Vec<u8>>>,
+{
     let start = Instant::now();
     let last = AtomicU64::new(0);
-    let both = async { tokio::try_join!(pump(&a, &b, &last, start), pump(&b, &a, &last, start)) };
+    let a_to_b = async {
+        let first = gate.await?;
+        write_all(b, &first).await?;
+        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        pump(a, b, &last, start).await
+    };
+    let both = async { tokio::try_join!(a_to_b, pump(b, a, &last, start)) };
     tokio::select! {
         r = both => r.map(|_| ()),
         () = idle_watch(&last, start, idle) => Err(io::Error::new(io::ErrorKind::TimedOut, "tunnel idle")),
     }
+}
+
+/// Write all of `buf` to `w`.
+async fn write_all(w: &TcpStream, buf: &[u8]) -> io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        w.writable().await?;
+        match w.try_write(&buf[off..]) {
+            Ok(m) => off += m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// One direction of a tunnel, `r` to `w`, in the kernel: `splice(2)` from the
