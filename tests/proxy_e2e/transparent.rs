@@ -476,18 +476,30 @@ fn ssh_reaches_an_allowed_host_port() {
 /// `git clone` over SSH from a real `sshd` on the test host, with
 /// `git.test:22` allowed and no proxy variables: the repository arrives;
 /// the same from `git.test:2222` (the allowed name's other port) does not.
-/// `cargo xtask test` installs openssh-server where it is missing.
+/// `cargo xtask test` unpacks Debian's openssh-server into the target dir.
 #[test]
 fn git_clones_over_ssh_from_an_allowed_host() {
     let test = "git_clones_over_ssh_from_an_allowed_host";
     if !can_redirect(test) {
         return;
     }
-    let sshd = "/usr/sbin/sshd";
-    if !std::path::Path::new(sshd).exists() {
-        skip(test, "sshd is not installed (cargo xtask test installs it)");
+    let server = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("openssh-server");
+    let sshd = server.join("usr/sbin/sshd");
+    if !sshd.exists() {
+        skip(
+            test,
+            &format!("no {} (cargo xtask test unpacks it)", sshd.display()),
+        );
         return;
     }
+    // From OpenSSH 9.8 sshd runs each connection in a program beside it,
+    // found at a path it was built with, unless the config says where.
+    let session = server.join("usr/lib/openssh/sshd-session");
+    let session = if session.exists() {
+        format!("SshdSessionPath {}\n", session.display())
+    } else {
+        String::new()
+    };
     let (mut th, mut net) = web_host();
     net.allow_on("git.test", 22, th.ns_ip);
     let dir = th.dir.0.clone();
@@ -541,18 +553,22 @@ fn git_clones_over_ssh_from_an_allowed_host() {
     std::fs::write(
         &config,
         format!(
-            "ListenAddress {}:22\nHostKey {}\nAuthorizedKeysFile {}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+            "ListenAddress {}:22\nHostKey {}\nAuthorizedKeysFile {}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n{session}",
             th.ns_ip,
             host_key.display(),
             authorized.display()
         ),
     )
     .unwrap();
-    // sshd's privilege separation needs its directory.
-    std::fs::create_dir_all("/run/sshd").unwrap();
+    // sshd's privilege separation needs its directory (a path it was
+    // built with) and its user; both made for the test, and removed after.
+    let _privsep = PrivsepDir::make();
+    let _user = PrivsepUser::make(&th.ns);
     let log = std::fs::File::create(dir.join("sshd.log")).unwrap();
     let child = std::process::Command::new("ip")
-        .args(["netns", "exec", &th.ns, sshd, "-D", "-e", "-f"])
+        .args(["netns", "exec", &th.ns])
+        .arg(&sshd)
+        .args(["-D", "-e", "-f"])
         .arg(&config)
         .stdout(Stdio::null())
         .stderr(log)
@@ -608,4 +624,57 @@ fn git_clones_over_ssh_from_an_allowed_host() {
             .any(|e| e.verdict == ProxyVerdict::PortNotAllowed && e.port == 2222),
         "{t:#?}"
     );
+}
+
+/// `/run/sshd`, sshd's privilege separation dir: made when missing, and
+/// then removed when dropped (the test leaves the machine as it found it).
+struct PrivsepDir(bool);
+
+impl PrivsepDir {
+    const PATH: &str = "/run/sshd";
+
+    fn make() -> Self {
+        if std::path::Path::new(Self::PATH).exists() {
+            return Self(false);
+        }
+        std::fs::create_dir_all(Self::PATH).unwrap();
+        Self(true)
+    }
+}
+
+impl Drop for PrivsepDir {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = std::fs::remove_dir(Self::PATH);
+        }
+    }
+}
+
+/// The user sshd's privilege separation runs as (`sshd`), which only the
+/// package's installation makes: given to the test host's sshd alone, in a
+/// `passwd` that `ip netns exec` binds over `/etc/passwd` for commands of
+/// that namespace (`/etc/netns/<ns>/`), removed when dropped.
+struct PrivsepUser(std::path::PathBuf);
+
+impl PrivsepUser {
+    fn make(ns: &str) -> Self {
+        let dir = std::path::Path::new("/etc/netns").join(ns);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+        if !passwd.lines().any(|l| l.starts_with("sshd:")) {
+            passwd.push_str(
+                "sshd:x:65534:65534:sshd privilege separation:/run/sshd:/usr/sbin/nologin\n",
+            );
+        }
+        std::fs::write(dir.join("passwd"), passwd).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for PrivsepUser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        // `/etc/netns` itself, when no other namespace has files there.
+        let _ = std::fs::remove_dir("/etc/netns");
+    }
 }

@@ -300,7 +300,7 @@ fn real_main() -> Result<ExitCode> {
             args,
         } => {
             let obj = build(&root, release)?;
-            ensure_test_tools()?;
+            ensure_test_tools(&root)?;
             let mut c = suite_cargo(&root, release, &obj);
             if !kernel.is_empty() {
                 let limits = kernels::RunLimits {
@@ -542,45 +542,55 @@ fn ensure_tools() -> Result<()> {
 }
 
 /// What the suite runs besides what the build needs: `sshd`, the real SSH
-/// server `tests/proxy_e2e/transparent.rs` clones a repository from over
-/// SSH, inside a network namespace of the test's own (the package's
-/// service, where the host starts one, is not what the test uses).
-fn ensure_test_tools() -> Result<()> {
-    if Path::new("/usr/sbin/sshd").exists() {
+/// server `tests/proxy_e2e/transparent.rs` clones a repository from, in a
+/// network namespace of the test's own. Unpacked from Debian's package into
+/// `target/<host>/tmp/openssh-server/` (the tests' `CARGO_TARGET_TMPDIR`), never
+/// installed: installing it would start an SSH service on the user's
+/// machine, and leave its host keys and config behind.
+fn ensure_test_tools(root: &Path) -> Result<()> {
+    let tmp = root.join("target").join(host_target()).join("tmp");
+    let dir = tmp.join("openssh-server");
+    if dir.join("usr/sbin/sshd").exists() {
         return Ok(());
     }
-    eprintln!("xtask: installing openssh-server (the SSH tests' server)");
-    let install = || {
+    eprintln!(
+        "xtask: unpacking openssh-server into {} (the SSH tests' server)",
+        dir.display()
+    );
+    let debs = tmp.join("openssh-server-deb");
+    let _ = std::fs::remove_dir_all(&debs);
+    std::fs::create_dir_all(&debs)?;
+    let download = || {
         Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                "openssh-server",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["download", "-qq", "openssh-server"])
+            .current_dir(&debs)
             .stdout(Stdio::null())
             .status()
+            .is_ok_and(|s| s.success())
     };
-    if !install().is_ok_and(|s| s.success()) {
+    if !download() {
         run(
             Command::new("apt-get").arg("update").arg("-qq"),
             "apt-get update",
         )?;
-        run(
-            Command::new("apt-get")
-                .args([
-                    "install",
-                    "-y",
-                    "-qq",
-                    "--no-install-recommends",
-                    "openssh-server",
-                ])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get install openssh-server",
-        )?;
+        if !download() {
+            bail!("apt-get download openssh-server failed");
+        }
     }
+    let deb = std::fs::read_dir(&debs)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .context("apt-get download left no openssh-server .deb")?;
+    let unpacking = tmp.join("openssh-server.part");
+    let _ = std::fs::remove_dir_all(&unpacking);
+    run(
+        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacking),
+        "dpkg-deb -x openssh-server",
+    )?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&unpacking, &dir)?;
+    let _ = std::fs::remove_dir_all(&debs);
     Ok(())
 }
 
