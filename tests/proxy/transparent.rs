@@ -71,6 +71,21 @@ async fn exchange(
     read_all(&mut s).await
 }
 
+/// The test's stand-in for the kernel, set as the proxy's originals.
+fn headed(p: &Proxy) -> Arc<Headed> {
+    let headed = Arc::new(Headed::default());
+    assert!(p
+        .proxy
+        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
+    headed
+}
+
+/// `name`'s address from the run's resolver, at `port`.
+async fn fake(p: &Proxy, name: &str, port: u16) -> SocketAddr {
+    let addr = lookup(p, name, 1).await.1.unwrap();
+    SocketAddr::new(IpAddr::V4(addr), port)
+}
+
 async fn connect_to(
     p: &Proxy,
     headed: Option<(&Headed, SocketAddr)>,
@@ -228,12 +243,8 @@ async fn fronted_connections_are_refused() {
         return;
     }
     let (_th, p) = eof_host();
-    let headed = Arc::new(Headed::default());
-    assert!(p
-        .proxy
-        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
-    let fake = lookup(&p, "eof.test", 1).await.1.unwrap();
-    let to = SocketAddr::new(IpAddr::V4(fake), 9000);
+    let headed = headed(&p);
+    let to = fake(&p, "eof.test", 9000).await;
     let cases: [(&[u8], bool); 4] = [
         (&client_hello("eof.test"), true),
         (&client_hello("other.example"), false),
@@ -288,10 +299,7 @@ async fn a_large_transfer_crosses_intact_both_ways() {
         return;
     }
     let (_th, p) = eof_host();
-    let headed = Arc::new(Headed::default());
-    assert!(p
-        .proxy
-        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
+    let headed = headed(&p);
     let fake = lookup(&p, "eof.test", 1).await.1.unwrap();
     let data: Vec<u8> = (0..2 * 1024 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
@@ -315,12 +323,8 @@ async fn a_quiet_start_lives_past_eleven_seconds() {
     let mut th = TestHost::new(RANGE);
     th.serve_http();
     let p = Proxy::start(granted(&th, "web.test", 80), |c| c.transparent = true);
-    let headed = Arc::new(Headed::default());
-    assert!(p
-        .proxy
-        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
-    let fake = lookup(&p, "web.test", 1).await.1.unwrap();
-    let to = SocketAddr::new(IpAddr::V4(fake), 80);
+    let headed = headed(&p);
+    let to = fake(&p, "web.test", 80).await;
     let mut s = connect_to(&p, Some((&headed, to))).await.unwrap();
     tokio::time::sleep(Duration::from_secs(12)).await;
     s.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: web.test\r\n\r\n")
@@ -353,10 +357,7 @@ async fn wildcards_and_the_address_guard_as_for_connect() {
         .deny
         .push(lockrun::policy::HostPattern::parse("bad.wild.test").unwrap());
     let p = Proxy::start(network, |c| c.transparent = true);
-    let headed = Arc::new(Headed::default());
-    assert!(p
-        .proxy
-        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
+    let headed = headed(&p);
     let wild = lookup(&p, "a.wild.test", 1).await.1.unwrap();
     let looped = lookup(&p, "loop.test", 1).await.1.unwrap();
     assert_eq!(lookup(&p, "bad.wild.test", 1).await, (3, None));
@@ -400,12 +401,8 @@ async fn a_short_idle_limit_is_enforced() {
         c.transparent = true;
         c.idle_tunnel = Duration::from_secs(2);
     });
-    let headed = Arc::new(Headed::default());
-    assert!(p
-        .proxy
-        .set_originals(Arc::clone(&headed) as Arc<dyn Originals>));
-    let fake = lookup(&p, "web.test", 1).await.1.unwrap();
-    let to = SocketAddr::new(IpAddr::V4(fake), 80);
+    let headed = headed(&p);
+    let to = fake(&p, "web.test", 80).await;
     let mut s = connect_to(&p, Some((&headed, to))).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     s.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: web.test\r\n\r\n")

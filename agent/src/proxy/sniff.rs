@@ -269,5 +269,4 @@ fn strip_port(hostport: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "sniff_tests.rs"]
 mod tests;

@@ -361,5 +361,4 @@ fn judge(s: Sniffed, name: &HostName) -> Result<ProxyBasis, Judged> {
 }
 
 #[cfg(test)]
-#[path = "transparent_tests.rs"]
 mod tests;

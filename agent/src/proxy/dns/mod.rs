@@ -266,5 +266,4 @@ async fn tcp_connection(mut s: TcpStream, dns: &Dns) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::wire::tests::query;
 use super::wire::TYPE_AAAA;
 use super::*;
 use crate::policy::{HostPattern, HostRule};
@@ -13,31 +14,6 @@ fn net(allow: &[&str], deny: &[&str]) -> NetworkPolicy {
             .collect(),
         ..NetworkPolicy::default()
     }
-}
-
-fn query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
-    let mut m = vec![
-        (id >> 8) as u8,
-        id as u8,
-        0x01,
-        0x00,
-        0,
-        1,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-    ];
-    for l in name.split('.').filter(|l| !l.is_empty()) {
-        m.push(u8::try_from(l.len()).unwrap());
-        m.extend_from_slice(l.as_bytes());
-    }
-    m.push(0);
-    m.extend_from_slice(&qtype.to_be_bytes());
-    m.extend_from_slice(&CLASS_IN.to_be_bytes());
-    m
 }
 
 fn q(name: &str, qtype: u16) -> Query {

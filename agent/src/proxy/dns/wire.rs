@@ -185,5 +185,4 @@ pub fn error_answer(msg: &[u8], e: &WireError) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-#[path = "wire_tests.rs"]
-mod tests;
+pub(super) mod tests;

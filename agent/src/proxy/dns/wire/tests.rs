@@ -3,7 +3,7 @@
 use super::*;
 
 /// A query as a stub resolver sends it.
-fn query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
+pub(in crate::proxy::dns) fn query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     let mut m = vec![
         (id >> 8) as u8,
         id as u8,
