@@ -14,25 +14,6 @@ mod support;
 
 use crate::support::{build, net, net_world, python};
 
-/// One cgroup link per program: `connect4`/`6`, `sendmsg4`/`6`,
-/// `sock_create`, `ingress`, `egress`, and where the kernel has the unix
-/// hooks (Linux 6.7), `connect_unix`, `sendmsg_unix`, and where it has
-/// redirection's (5.8), `recvmsg4`/`6`, `getpeername4`/`6`, `sock_ops`.
-fn programs() -> usize {
-    let unix = if lockrun::kernel::Features::get().unix_hooks {
-        2
-    } else {
-        0
-    };
-    // recvmsg4/6, getpeername4/6, sock_ops, where redirection is possible.
-    let redirect = if lockrun::kernel::redirect().is_ok() {
-        5
-    } else {
-        0
-    };
-    7 + unix + redirect
-}
-
 use std::process::Stdio;
 
 use build::TestBuild;
@@ -115,7 +96,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     assert!(other.parent().is_dir(), "{}", other.parent().display());
     assert_eq!(
         other.links_to_parent(),
-        programs(),
+        net::parent_links(),
         "{}",
         other.dir().display()
     );
@@ -136,7 +117,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
         "{out}"
     );
     assert!(other.parent().is_dir());
-    assert_eq!(other.links_to_parent(), programs());
+    assert_eq!(other.links_to_parent(), net::parent_links());
     // What a gc leaves when a run of that build made the parent again and
     // attached just before the gc moved the pins aside (and the gc was then
     // killed): the live run's links in a moved directory. The next gc
@@ -147,7 +128,7 @@ fn gc_reaps_another_builds_programs_only_once_none_of_its_runs_is_left() {
     assert!(!out.contains(&format!("reaped build {}", other.0)), "{out}");
     assert!(other.dir().is_dir(), "the live run's pins were removed");
     assert!(!moved.exists(), "the moved pins were not put back");
-    assert_eq!(other.links_to_parent(), programs());
+    assert_eq!(other.links_to_parent(), net::parent_links());
     // And the run is still judged by its hooks, from outside: the allowed
     // endpoint gets the bytes, the other refuses with EPERM and gets nothing.
     std::fs::write(&go, "").unwrap();

@@ -10,19 +10,6 @@ mod support;
 
 use crate::support::net;
 
-/// One cgroup link per program: `connect4`/`6`, `sendmsg4`/`6`,
-/// `sock_create`, `ingress`, `egress`, and where the kernel has the unix
-/// hooks (Linux 6.7), `connect_unix`, `sendmsg_unix`. (The unix guard's
-/// links, where it stands in for those, are the kernel's whole, not the
-/// parent's: `link-guard_*`, left out.)
-fn programs() -> usize {
-    if lockrun::kernel::Features::get().unix_hooks {
-        9
-    } else {
-        7
-    }
-}
-
 use net::{assert_eperm, assert_event, Run, TcpSink};
 
 #[test]
@@ -79,7 +66,7 @@ fn hooks_are_attached_again_to_a_parent_made_again() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("link-") && !n.starts_with("link-guard_"))
         .collect();
-    assert_eq!(links.len(), programs(), "{links:?}");
+    assert_eq!(links.len(), net::parent_links(), "{links:?}");
     assert!(
         links.iter().all(|n| n.ends_with(&format!("-{new_id}"))),
         "{links:?}"

@@ -396,3 +396,25 @@ impl Drop for PingGroupRange {
         let _ = std::fs::write(Self::PATH, self.0.trim().replace('\t', " "));
     }
 }
+
+/// How many links a build pins for its parent cgroup: one per program,
+/// `connect4`/`6`, `sendmsg4`/`6`, `sock_create`, `ingress`, `egress`; where
+/// the kernel has the unix hooks (Linux 6.7), `connect_unix`,
+/// `sendmsg_unix`; where it has redirection's (5.8), `recvmsg4`/`6`,
+/// `getpeername4`/`6`, `sock_ops`. (The unix guard's links, where it stands
+/// in for the unix hooks, are the kernel's whole, not the parent's:
+/// `link-guard_*`, not counted.)
+#[must_use]
+pub fn parent_links() -> usize {
+    let unix = if lockrun::kernel::Features::get().unix_hooks {
+        2
+    } else {
+        0
+    };
+    let redirect = if lockrun::kernel::redirect().is_ok() {
+        5
+    } else {
+        0
+    };
+    7 + unix + redirect
+}

@@ -562,7 +562,14 @@ fn ensure_test_tools(root: &Path) -> Result<()> {
     std::fs::create_dir_all(&debs)?;
     let download = || {
         Command::new("apt-get")
-            .args(["download", "-qq", "openssh-server"])
+            // As root, apt's own sandbox user could not write here; no warning.
+            .args([
+                "-o",
+                "APT::Sandbox::User=root",
+                "download",
+                "-qq",
+                "openssh-server",
+            ])
             .current_dir(&debs)
             .stdout(Stdio::null())
             .status()
