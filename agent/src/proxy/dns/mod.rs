@@ -97,6 +97,22 @@ pub(crate) struct Dns {
     audit: Arc<AuditLog>,
     /// Refused names recorded, and how many refusals went unrecorded.
     recorded: Mutex<(HashSet<String>, u64)>,
+    /// This machine's host name, lowercase: answered NXDOMAIN like any name
+    /// not allowed, but not recorded (see [`is_own_host`]).
+    own_host: String,
+}
+
+/// Whether `name` is the machine's own host name `host` (or its first
+/// label). Tools look it up unasked (git for its default identity, Python's
+/// `getfqdn`), and where `/etc/hosts` does not list it the lookup comes
+/// here: refused like every name not allowed, but no refusal of the run's
+/// to show, since the answer never left the machine and the run named no
+/// host it wanted to reach. Recording it made every such git run's summary
+/// say a request was refused (seen under the kernel matrix's guests, whose
+/// host name is in no `/etc/hosts`).
+fn is_own_host(name: &str, host: &str) -> bool {
+    let short = host.split('.').next().unwrap_or(host);
+    !short.is_empty() && (name == host || name == short)
 }
 
 impl Dns {
@@ -106,6 +122,9 @@ impl Dns {
             table,
             audit,
             recorded: Mutex::new((HashSet::new(), 0)),
+            own_host: nix::sys::utsname::uname()
+                .map(|u| u.nodename().to_string_lossy().to_ascii_lowercase())
+                .unwrap_or_default(),
         }
     }
 
@@ -118,6 +137,7 @@ impl Dns {
         let d = decide(&self.network, &self.table, &q);
         match &d {
             Decision::Address(a) => return Some(answer(&q, d.rcode(), Some(*a))),
+            Decision::Refused(_) if is_own_host(&q.name, &self.own_host) => {}
             Decision::Refused(r) => self.refused(&q.name, r),
             Decision::TableFull => tracing::warn!(
                 "the run's name table is full: no address for {}",

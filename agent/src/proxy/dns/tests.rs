@@ -156,3 +156,33 @@ fn refusals_are_bounded() {
     assert_eq!(dns.respond(&resp), None);
     assert_eq!(dns.respond(&[1, 2, 3]), None);
 }
+
+/// The machine's own host name is refused like any name not allowed, and
+/// not recorded; a name that only begins with it is recorded.
+#[test]
+fn the_machines_own_name_is_refused_unrecorded() {
+    assert!(is_own_host("build-7", "build-7"));
+    assert!(is_own_host("build-7", "build-7.example.internal"));
+    assert!(is_own_host(
+        "build-7.example.internal",
+        "build-7.example.internal"
+    ));
+    assert!(!is_own_host("build-7.attacker.example", "build-7"));
+    assert!(!is_own_host("anything", ""));
+
+    let audit = Arc::new(AuditLog::unkept());
+    let dns = Dns::new(
+        net(&["git.example"], &[]),
+        Arc::new(NameTable::new()),
+        Arc::clone(&audit),
+    );
+    let own = dns.own_host.clone();
+    assert!(!own.is_empty(), "this machine has a host name");
+    let own_answer = dns.respond(&query(1, &own, TYPE_A)).unwrap();
+    assert_eq!(own_answer[3] & 0xf, 3, "NXDOMAIN for {own}");
+    assert_eq!(audit.refused().get(&Layer::Proxy), None);
+    // Control: another name not allowed is recorded.
+    let other = dns.respond(&query(2, "other.example", TYPE_A)).unwrap();
+    assert_eq!(other[3] & 0xf, 3);
+    assert_eq!(audit.refused().get(&Layer::Proxy), Some(&1));
+}
