@@ -454,19 +454,7 @@ fn ssh_reaches_an_allowed_host_port() {
         err("literal.err")
     );
     let events = sb.proxy_events();
-    let t = transparent(&events);
-    assert!(
-        t.iter().any(|e| e.verdict == ProxyVerdict::Allowed
-            && e.host == "git.test"
-            && e.port == 22
-            && e.basis == Some(ProxyBasis::ResolvedName)),
-        "{t:#?}"
-    );
-    assert!(
-        t.iter()
-            .any(|e| e.verdict == ProxyVerdict::PortNotAllowed && e.port == 2222),
-        "{t:#?}"
-    );
+    assert_port_22_allowed_2222_refused(&events);
     assert!(refused_by_kernel(
         &sb.kernel_events(),
         SocketAddr::new(ip, 22)
@@ -611,19 +599,7 @@ fn git_clones_over_ssh_from_an_allowed_host() {
     );
     assert!(!sb.wt().join("other/README").exists());
     let events = sb.proxy_events();
-    let t = transparent(&events);
-    assert!(
-        t.iter().any(|e| e.verdict == ProxyVerdict::Allowed
-            && e.host == "git.test"
-            && e.port == 22
-            && e.basis == Some(ProxyBasis::ResolvedName)),
-        "{t:#?}"
-    );
-    assert!(
-        t.iter()
-            .any(|e| e.verdict == ProxyVerdict::PortNotAllowed && e.port == 2222),
-        "{t:#?}"
-    );
+    assert_port_22_allowed_2222_refused(&events);
 }
 
 /// `/run/sshd`, sshd's privilege separation dir: made when missing, and
@@ -677,4 +653,22 @@ impl Drop for PrivsepUser {
         // `/etc/netns` itself, when no other namespace has files there.
         let _ = std::fs::remove_dir("/etc/netns");
     }
+}
+
+/// The proxy's records of the transparent path: `git.test:22` allowed on
+/// the name the run's resolver handed out, its port 2222 refused.
+fn assert_port_22_allowed_2222_refused(events: &[ProxyEvent]) {
+    let t = transparent(events);
+    assert!(
+        t.iter().any(|e| e.verdict == ProxyVerdict::Allowed
+            && e.host == "git.test"
+            && e.port == 22
+            && e.basis == Some(ProxyBasis::ResolvedName)),
+        "{t:#?}"
+    );
+    assert!(
+        t.iter()
+            .any(|e| e.verdict == ProxyVerdict::PortNotAllowed && e.port == 2222),
+        "{t:#?}"
+    );
 }

@@ -155,10 +155,11 @@ pub fn check_ip(net: &NetworkPolicy, addr: IpAddr, port: Port) -> Verdict {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn net(allow: &[&str], deny: &[&str]) -> NetworkPolicy {
+    /// A network policy allowing `allow` and denying `deny`.
+    pub(in crate::proxy) fn net(allow: &[&str], deny: &[&str]) -> NetworkPolicy {
         NetworkPolicy {
             allow: allow.iter().map(|a| HostRule::parse(a).unwrap()).collect(),
             deny: deny

@@ -3,18 +3,7 @@
 use super::wire::tests::query;
 use super::wire::TYPE_AAAA;
 use super::*;
-use crate::policy::{HostPattern, HostRule};
-
-fn net(allow: &[&str], deny: &[&str]) -> NetworkPolicy {
-    NetworkPolicy {
-        allow: allow.iter().map(|a| HostRule::parse(a).unwrap()).collect(),
-        deny: deny
-            .iter()
-            .map(|d| HostPattern::parse(d).unwrap())
-            .collect(),
-        ..NetworkPolicy::default()
-    }
-}
+use crate::proxy::allowlist::tests::net;
 
 fn q(name: &str, qtype: u16) -> Query {
     parse_query(&query(1, name, qtype)).unwrap()
