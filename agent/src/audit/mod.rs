@@ -223,6 +223,10 @@ pub enum ProxyVia {
     Transparent,
     /// A query to the run's resolver (`host` is the name asked for; no port).
     Dns,
+    /// A request inside a connection whose TLS the proxy terminated (the
+    /// host has secrets or request rules), reached by `CONNECT` or
+    /// transparently.
+    Inspected,
 }
 
 /// What a transparent connection was judged by.
@@ -346,6 +350,20 @@ pub enum ProxyVerdict {
     /// not bring from the run (another process of this host), or that came
     /// before the proxy could tell.
     Unattributed,
+    /// Inside a host's requests (TLS seen by the proxy, or plain HTTP):
+    /// the host has `[network.requests]` rules and none allows this
+    /// method and path.
+    RuleRefused,
+    /// The request carried a secret's placeholder to a host the secret is
+    /// not bound to: an attempt to carry a secret elsewhere.
+    SecretElsewhere,
+    /// The upstream's TLS certificate did not verify against the roots the
+    /// proxy trusts for it: never passed on as if valid.
+    UpstreamUntrusted,
+    /// The client ended the TLS handshake with the proxy's certificate for
+    /// the host: it pins the host's key, or does not read the run's CA
+    /// bundle.
+    ClientRefusedCert,
 }
 
 impl ProxyVerdict {

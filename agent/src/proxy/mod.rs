@@ -84,6 +84,7 @@
 pub mod allowlist;
 pub mod dns;
 pub mod guard;
+pub mod inspector;
 pub mod names;
 pub mod pool;
 pub mod reach;
@@ -146,6 +147,9 @@ pub struct ProxyConfig {
     /// ephemeral ports of the same address), for the kernel to bring the
     /// run's DNS and connects to.
     pub transparent: bool,
+    /// The run's secrets and request rules: the hosts whose requests the
+    /// proxy judges inside.
+    pub inspector: Arc<inspector::Inspector>,
 }
 
 impl ProxyConfig {
@@ -173,6 +177,7 @@ impl ProxyConfig {
             connect_timeout: Duration::from_secs(10),
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             transparent: false,
+            inspector: Arc::default(),
         }
     }
 }

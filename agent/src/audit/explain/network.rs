@@ -94,11 +94,48 @@ pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
                      that."
                 .into(),
         },
+        ProxyVerdict::RuleRefused
+        | ProxyVerdict::SecretElsewhere
+        | ProxyVerdict::UpstreamUntrusted
+        | ProxyVerdict::ClientRefusedCert => suggest_inside(ev, host),
         ProxyVerdict::Allowed | ProxyVerdict::UpstreamFailed => Suggestion::Explain {
             reason: format!(
                 "the policy allowed it; the upstream failed ({}). No policy line changes that.",
                 ev.reason
             ),
+        },
+    }
+}
+
+/// For a refusal inside a host's requests (its TLS seen by the proxy, or
+/// plain HTTP): by the request rules, the secrets, or either side's TLS.
+fn suggest_inside(ev: &ProxyEvent, host: &str) -> Suggestion {
+    match ev.verdict {
+        ProxyVerdict::RuleRefused => Suggestion::Explain {
+            reason: format!("{host}'s request rules refused it ({}).", ev.reason),
+        },
+        ProxyVerdict::SecretElsewhere => Suggestion::Never {
+            reason: format!(
+                "the request carried a secret's placeholder to {host}, which the secret is not \
+                 bound to ({}); the proxy never lets a secret go to another host.",
+                ev.reason
+            ),
+        },
+        ProxyVerdict::UpstreamUntrusted => Suggestion::Explain {
+            reason: format!(
+                "{host}'s certificate did not verify ({}); no policy line changes that.",
+                ev.reason
+            ),
+        },
+        ProxyVerdict::ClientRefusedCert => Suggestion::Explain {
+            reason: format!(
+                "the client refused the run's certificate for {host} ({}): it pins the host's \
+                 key or does not read the run's CA bundle.",
+                ev.reason
+            ),
+        },
+        _ => Suggestion::Explain {
+            reason: ev.reason.clone(),
         },
     }
 }
