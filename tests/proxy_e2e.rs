@@ -28,6 +28,7 @@ mod support;
 // root's own `mod` lines are files beside it, as `support` is).
 mod proxy_e2e {
     mod bypass_and_inbound;
+    mod inspected;
     mod requests;
     mod transparent;
 }

@@ -423,6 +423,7 @@ fn cargo(dir: &Path) -> Command {
 /// The cargo-fuzz targets under fuzz/.
 const FUZZ_TARGETS: &[&str] = &[
     "request_head",
+    "origin_head",
     "authority",
     "address_guard",
     "dns_query",

@@ -151,6 +151,8 @@ pub(super) struct Tally {
     /// and the latest reason.
     upstream: BTreeMap<String, (u64, String)>,
     upstream_unnamed: u64,
+    /// Hosts whose inspected TLS a client refused (the run's certificate).
+    cert_refused: std::collections::BTreeSet<String>,
     /// Filesystem refusals by path and what was refused there
     /// ([`refused_as`]).
     fs: Targets<(String, String)>,
@@ -197,6 +199,11 @@ impl Tally {
             }
             Event::Proxy(p) if p.refused() => {
                 *t.refused.entry(Layer::Proxy).or_default() += 1;
+                if p.verdict == ProxyVerdict::ClientRefusedCert
+                    && t.cert_refused.len() < MAX_TARGETS
+                {
+                    t.cert_refused.insert(bounded(&p.host));
+                }
                 // A connection refused before any request (the cap, a head
                 // that never came) has no target: its reason names it.
                 let key = if p.host.is_empty() {
@@ -380,6 +387,7 @@ impl Tally {
                 t.no_process
             ));
         }
+        lines.extend(t.cert_line());
         for loss in &t.audit_loss {
             lines.push(format!("lockrun: {loss}"));
         }
@@ -395,6 +403,22 @@ impl Tally {
         // Last, and without the pointer to policy lines: not refusals.
         lines.extend(t.upstream_line());
         lines
+    }
+
+    /// The hosts whose inspected TLS a client refused, and why it cannot
+    /// reach them.
+    fn cert_line(&self) -> Option<String> {
+        if self.cert_refused.is_empty() {
+            return None;
+        }
+        let hosts: Vec<&str> = self.cert_refused.iter().map(String::as_str).collect();
+        let hosts = hosts.join(", ");
+        Some(format!(
+            "lockrun: a client refused the run's certificate for {hosts}: it does not trust the \
+             run's CA bundle (it pins the host's key, or reads its own CA list); the proxy \
+             inspects the requests of {hosts} (secrets or request rules), so such a client \
+             cannot reach it"
+        ))
     }
 
     /// Requests the policy allowed whose upstream failed, by target, each

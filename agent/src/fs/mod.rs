@@ -184,6 +184,13 @@ pub fn handled_rights() -> u64 {
     all_rights().bits()
 }
 
+/// Reading a file, and nothing else, as the kernel's bits: the run's CA
+/// bundle in its run dir, which the run may read and not write.
+#[must_use]
+pub fn read_file_rights() -> u64 {
+    (all_rights() & AccessFs::ReadFile).bits()
+}
+
 /// The rights `grant` gives, as the kernel's bits.
 #[must_use]
 pub fn grant_rights(grant: Grant) -> u64 {

@@ -10,6 +10,7 @@
 //! deny  = ["evil.example.org"]
 //! local = ["127.0.0.1:5432"]
 //! expose = [3000]                  # the run's ports this host's processes may reach over loopback
+//! tls_ca = "/etc/ssl/corp-ca.pem"  # the CAs trusted for inspected upstreams (default: the system's)
 //! [[network.private]]
 //! hosts   = ["git.internal.example"]
 //! network = "10.20.0.0/16"
@@ -185,6 +186,9 @@ struct RawNetwork {
     private: Vec<RawPrivate>,
     #[serde(default)]
     resolve: BTreeMap<String, Vec<String>>,
+    /// A PEM file of the CAs the proxy trusts for the upstreams it
+    /// inspects, instead of the system's roots.
+    tls_ca: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -90,6 +90,9 @@ pub struct NetworkPolicy {
     /// Fixed answers for names, used instead of DNS (like /etc/hosts, for this run's proxy only).
     /// Every address is still checked by the address guard.
     pub resolve: BTreeMap<host::HostName, Vec<std::net::IpAddr>>,
+    /// The CAs (a PEM file) the proxy trusts for the upstreams whose TLS it
+    /// terminates, instead of the system's roots (`[network] tls_ca`).
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl NetworkPolicy {

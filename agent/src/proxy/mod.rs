@@ -92,6 +92,7 @@ pub mod request;
 pub mod resolver;
 pub mod server;
 pub mod sniff;
+pub mod tls;
 pub mod transparent;
 
 #[cfg(test)]
@@ -150,6 +151,9 @@ pub struct ProxyConfig {
     /// The run's secrets and request rules: the hosts whose requests the
     /// proxy judges inside.
     pub inspector: Arc<inspector::Inspector>,
+    /// The run's CA and the upstreams' verification: needed when the
+    /// inspector inspects any host (without it such a host is refused).
+    pub tls: Option<Arc<tls::RunTls>>,
 }
 
 impl ProxyConfig {
@@ -178,6 +182,7 @@ impl ProxyConfig {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             transparent: false,
             inspector: Arc::default(),
+            tls: None,
         }
     }
 }

@@ -245,6 +245,8 @@ pub enum HeadError {
     Smuggling(&'static str),
     #[error("origin-form request (`GET /path`): this is a proxy; send absolute-form `GET http://host/path`")]
     OriginForm,
+    #[error("inside an inspected tunnel, only origin-form requests (`GET /path`) are spoken")]
+    InsideTunnel,
 }
 
 impl HeadError {
@@ -262,8 +264,20 @@ impl HeadError {
 
 /// Parse a request head from the start of `buf`. `Ok(None)` means more bytes
 /// are needed (and `buf` is still under [`MAX_HEAD`]).
-#[allow(clippy::too_many_lines)] // one linear pass over the headers reads best whole
 pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+    parse(buf, None)
+}
+
+/// Parse an origin-form request head (`GET /path`) sent inside an
+/// inspected `CONNECT` tunnel to `connect`: its `Host` is required and must
+/// name that host (a `Host` without port names the tunnel's port). The
+/// same strictness as [`parse_head`] otherwise.
+pub fn parse_origin_head(buf: &[u8], connect: &Target) -> Result<Option<RequestHead>, HeadError> {
+    parse(buf, Some(connect))
+}
+
+#[allow(clippy::too_many_lines)] // one linear pass over the headers reads best whole
+fn parse(buf: &[u8], origin: Option<&Target>) -> Result<Option<RequestHead>, HeadError> {
     let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut raw);
     let len = match req.parse(buf) {
@@ -287,7 +301,18 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
         return Err(HeadError::Version);
     };
 
-    let kind = if method == "CONNECT" {
+    let kind = if let Some(connect) = origin {
+        if !FORWARDABLE.contains(&method.as_str()) {
+            return Err(HeadError::Method(method));
+        }
+        if !path.starts_with('/') || path.contains('#') {
+            return Err(HeadError::InsideTunnel);
+        }
+        Kind::Forward {
+            target: connect.clone(),
+            path: path.to_owned(),
+        }
+    } else if method == "CONNECT" {
         Kind::Connect(parse_authority(path, None)?)
     } else if FORWARDABLE.contains(&method.as_str()) {
         parse_absolute(path)?
@@ -381,9 +406,10 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
         (false, Some(0) | None) => Body::None,
         (false, Some(n)) => Body::Length(n),
     };
-    let default_port = match &kind {
-        Kind::Connect(_) => None,
-        Kind::Forward { .. } => Some(Port::HTTP),
+    let default_port = match (&kind, origin) {
+        (_, Some(connect)) => Some(connect.port),
+        (Kind::Connect(_), None) => None,
+        (Kind::Forward { .. }, None) => Some(Port::HTTP),
     };
     if let Some(h) = host_hdr {
         let h = std::str::from_utf8(h).map_err(|_| HeadError::Smuggling("Host is not text"))?;
@@ -404,6 +430,10 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
                 "Host header disagrees with the request target",
             ));
         }
+    } else if origin.is_some() {
+        return Err(HeadError::Smuggling(
+            "a request inside the tunnel without Host",
+        ));
     } else if minor == 1 && matches!(kind, Kind::Forward { .. }) {
         return Err(HeadError::Smuggling("HTTP/1.1 request without Host"));
     }
@@ -638,6 +668,46 @@ mod tests {
             let raw = format!("CONNECT a.example:443 HTTP/1.1\r\nHost: {host}\r\n\r\n");
             let err = head(&raw).expect_err(&raw);
             assert_eq!(err.status(), 400, "{raw:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn origin_heads_inside_a_tunnel_must_name_its_host() {
+        let connect = parse_authority("api.example.com:443", None).unwrap();
+        let parse = |raw: &str| parse_origin_head(raw.as_bytes(), &connect);
+        let ok = parse(
+            "POST /v1/messages?x=1 HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            ok.kind,
+            Kind::Forward {
+                target: connect.clone(),
+                path: "/v1/messages?x=1".into()
+            }
+        );
+        assert_eq!(ok.body, Body::Length(3));
+        assert!(parse("GET / HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n").is_ok());
+        assert_eq!(parse("GET / HTTP/1.1\r\nHost: api.exa"), Ok(None));
+        let refused: &[(&str, u16)] = &[
+            // Another host, or another port, than the tunnel's.
+            ("GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: api.example.com:8443\r\n\r\n", 400),
+            // No Host at all, even in HTTP/1.0.
+            ("GET / HTTP/1.0\r\n\r\n", 400),
+            // Absolute-form and authority-form are not spoken inside.
+            ("GET http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n", 400),
+            ("CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com\r\n\r\n", 405),
+            ("GET * HTTP/1.1\r\nHost: api.example.com\r\n\r\n", 400),
+            ("TRACE / HTTP/1.1\r\nHost: api.example.com\r\n\r\n", 405),
+            // Smuggling stays refused inside.
+            ("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: api.example.com\r\nHost: api.example.com\r\n\r\n", 400),
+        ];
+        for (raw, status) in refused {
+            let err = parse(raw).expect_err(raw);
+            assert_eq!(err.status(), *status, "{raw:?}: {err}");
         }
     }
 }

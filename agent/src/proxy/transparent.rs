@@ -35,6 +35,7 @@ use tokio::task::JoinSet;
 
 use super::names::NameTable;
 use super::request::{Host, Target};
+use super::server::inspect::{intercept, Prefixed};
 use super::server::{decide, dial, tunnel_gated, Refusal, Shared};
 use super::sniff::{sniff, Sniffed, MAX_SNIFF};
 use crate::audit::{Event, ProxyBasis, ProxyEvent, ProxyVerdict, ProxyVia};
@@ -204,6 +205,10 @@ async fn connection(
         reset(&client);
         return;
     };
+    if t.shared.inspector.inspects(&Host::Name(name.clone())) {
+        inspected(&t, client, name, port, &addrs, allowed_by).await;
+        return;
+    }
     let (upstream, dialed) = match dial(&addrs, t.shared.connect_timeout).await {
         Ok(u) => u,
         Err(mut failed) => {
@@ -266,6 +271,52 @@ async fn connection(
     // bytes, sees an orderly end.
     if matches!(&ended, Err(e) if e.kind() == io::ErrorKind::PermissionDenied) {
         reset(&client);
+    }
+}
+
+/// A connection to a host whose requests are inspected: never a tunnel (its
+/// requests would go unjudged). TLS naming the host (or nothing) is
+/// terminated and served like an inspected `CONNECT`; anything else is
+/// refused.
+async fn inspected(
+    t: &Transparent,
+    client: TcpStream,
+    name: HostName,
+    port: Port,
+    addrs: &[SocketAddr],
+    allowed_by: String,
+) {
+    let refuse = |verdict, reason: String, basis| {
+        t.record(name.to_string(), port.get(), None, verdict, reason, basis);
+        reset(&client);
+    };
+    match first_bytes(&client, &name, t.shared.head_timeout).await {
+        Ok((basis, bytes)) if bytes.first() == Some(&0x16) => {
+            t.record(
+                name.to_string(),
+                port.get(),
+                None,
+                ProxyVerdict::Allowed,
+                format!("{allowed_by}; its requests inspected"),
+                Some(basis),
+            );
+            let target = Target {
+                host: Host::Name(name.clone()),
+                port,
+            };
+            let client = Prefixed::new(bytes, client);
+            Box::pin(intercept(&t.shared, client, &target, addrs, &allowed_by)).await;
+        }
+        Ok((basis, _)) => refuse(
+            ProxyVerdict::BadRequest,
+            format!(
+                "{name}'s requests are inspected, and the connection came without TLS: refused \
+                 (use https://, or the proxy from the environment)"
+            ),
+            Some(basis),
+        ),
+        Err(Judged::Refused(verdict, reason, basis)) => refuse(verdict, reason, basis),
+        Err(Judged::Io(_)) => reset(&client),
     }
 }
 

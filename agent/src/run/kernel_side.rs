@@ -22,6 +22,7 @@ use crate::cgroup::RunCgroup;
 use crate::fs::{grant_rights, handled_rights, FsSandbox, OwnFs};
 use crate::kernel::Gap;
 use crate::policy::Policy;
+use crate::proxy::tls::RunTls;
 use crate::proxy::{ProxyConfig, RunningProxy, SystemResolver};
 use crate::seccomp::combined;
 use crate::shown::say;
@@ -70,7 +71,85 @@ pub(super) struct KernelSide {
     pub join_v1: Vec<(Step, OwnedFd)>,
     pub proxy: Option<RunningProxy>,
     pub proxy_env: Vec<(OsString, OsString)>,
+    /// The run's CA bundle and CA, which the ruleset lets the run read.
+    pub trusted: Vec<PathBuf>,
     pub hooks: Option<NetworkHooks>,
+}
+
+/// Variables for the child's environment.
+type Vars = Vec<(OsString, OsString)>;
+
+/// Step 5's proxy, and for hosts whose requests it inspects, the variables
+/// that point the run at its CA bundle and the files the run may read.
+fn start_proxy(
+    policy: &Policy,
+    dir: &RunDir,
+    audit: &Arc<AuditLog>,
+    weaken_hooks: bool,
+) -> Result<(RunningProxy, Vars, Vec<PathBuf>), RunError> {
+    let mut config = ProxyConfig::from_policy(policy, audit.clone(), Arc::new(SystemResolver));
+    config.transparent = !weaken_hooks && crate::kernel::redirect().is_ok();
+    #[cfg(feature = "weaken-for-tests")]
+    if let Some(i) = crate::proxy::inspector::Inspector::from_test_env() {
+        config.inspector = Arc::new(i);
+    }
+    let mut env = Vec::new();
+    let mut files = Vec::new();
+    if !config.inspector.is_empty() {
+        let (tls, vars) = run_ca(policy, dir)?;
+        config.tls = Some(tls);
+        env = vars;
+        let (bundle, ca) = trusted_files(dir);
+        files = vec![bundle, ca];
+    }
+    Ok((RunningProxy::start(config)?, env, files))
+}
+
+/// The run's CA for the hosts whose TLS the proxy terminates, its bundle
+/// (the system's roots and the CA) and the CA alone written in the run dir
+/// (which the run cannot write; [`trusted_files`] grants it their reading),
+/// and the variables that point each ecosystem's clients at them.
+fn run_ca(policy: &Policy, dir: &RunDir) -> Result<(Arc<RunTls>, Vars), RunError> {
+    let tls = RunTls::new(dir.id(), policy.network.tls_ca.as_deref())?;
+    let (bundle, ca) = trusted_files(dir);
+    let write = |path: &PathBuf, text: String| {
+        std::fs::write(path, text).map_err(|source| RunError::Child {
+            what: "writing the run's CA bundle",
+            source,
+        })
+    };
+    write(&bundle, tls.bundle_pem())?;
+    write(&ca, tls.ca_pem())?;
+    Ok((Arc::new(tls), trust_vars(&bundle, &ca)))
+}
+
+/// The run's CA bundle and its CA alone, in the run dir.
+pub(super) fn trusted_files(dir: &RunDir) -> (PathBuf, PathBuf) {
+    let root = dir.tmp().parent().unwrap_or(dir.tmp());
+    (root.join("ca-bundle.pem"), root.join("ca.pem"))
+}
+
+/// Where each ecosystem reads the CAs it trusts: OpenSSL (and Python's
+/// `ssl`, Ruby, PHP), curl, Python `requests` and pip, git, cargo, the AWS
+/// SDKs, Deno and Nix take the bundle; Node adds `NODE_EXTRA_CA_CERTS` to
+/// its own roots, so the CA alone.
+fn trust_vars(bundle: &std::path::Path, ca: &std::path::Path) -> Vars {
+    let mut v: Vars = [
+        "SSL_CERT_FILE",
+        "CURL_CA_BUNDLE",
+        "REQUESTS_CA_BUNDLE",
+        "PIP_CERT",
+        "GIT_SSL_CAINFO",
+        "CARGO_HTTP_CAINFO",
+        "AWS_CA_BUNDLE",
+        "DENO_CERT",
+        "NIX_SSL_CERT_FILE",
+    ]
+    .into_iter()
+    .map(|k| (k.into(), bundle.as_os_str().to_owned()))
+    .collect();
+    v.push(("NODE_EXTRA_CA_CERTS".into(), ca.as_os_str().to_owned()));
+    v
 }
 
 /// Steps 3 (seccomp) to 6, run while the Landlock walk goes on beside.
@@ -129,12 +208,11 @@ fn kernel_side(
     //    Where the kernel can redirect, with the run's resolver and
     //    transparent listener, where the hooks bring the run's DNS and its
     //    connects to the addresses that resolver hands out.
-    let proxy = if policy.network.needs_proxy() {
-        let mut config = ProxyConfig::from_policy(policy, audit.clone(), Arc::new(SystemResolver));
-        config.transparent = !weaken_hooks && crate::kernel::redirect().is_ok();
-        Some(RunningProxy::start(config)?)
+    let (proxy, trust_env, trusted) = if policy.network.needs_proxy() {
+        let (p, env, files) = start_proxy(policy, dir, audit, weaken_hooks)?;
+        (Some(p), env, files)
     } else {
-        None
+        (None, Vec::new(), Vec::new())
     };
     tracing::debug!(
         "5. proxy: {}",
@@ -146,6 +224,7 @@ fn kernel_side(
         .iter()
         .flat_map(RunningProxy::env_vars)
         .map(|(k, v)| (k.into(), v.into()))
+        .chain(trust_env)
         .collect();
 
     // 6. the kernel network hooks: the run registered in the build's hooks,
@@ -191,6 +270,7 @@ fn kernel_side(
         join_v1,
         proxy,
         proxy_env,
+        trusted,
         hooks,
     })
 }

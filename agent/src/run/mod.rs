@@ -130,6 +130,8 @@ pub enum RunError {
     Hooks(#[from] BpfError),
     #[error("the proxy: {}", chain(.0))]
     Proxy(#[from] ProxyError),
+    #[error("TLS for the hosts whose requests the proxy inspects: {0}")]
+    Tls(#[from] crate::proxy::tls::TlsError),
     #[error(transparent)]
     Audit(#[from] AuditError),
     #[error("starting the async runtime: {0}")]

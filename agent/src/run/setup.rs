@@ -148,6 +148,7 @@ pub(super) fn setup(
         join_v1,
         proxy,
         proxy_env,
+        trusted,
         hooks,
     } = kernel;
     // Last, so that it drops first, as the last step set up.
@@ -191,6 +192,7 @@ pub(super) fn setup(
         audit: audit.clone(),
     });
     let ruleset = fs.into_fd();
+    grant_trusted(&ruleset, &trusted)?;
     let mounts = own_mounts(
         &ruleset,
         queues.as_ref(),
@@ -522,6 +524,26 @@ fn prepare_writable(policy: &Policy, tmp: &Path) {
             );
         }
     }
+}
+
+/// Let the run read the run's CA bundle and CA (in the run dir, which it
+/// cannot otherwise reach), and nothing else there.
+fn grant_trusted(ruleset: &OwnedFd, files: &[PathBuf]) -> Result<(), RunError> {
+    for f in files {
+        let fail = |source| RunError::Child {
+            what: "granting the run's CA bundle",
+            source,
+        };
+        let file = std::os::unix::fs::OpenOptionsExt::custom_flags(
+            std::fs::OpenOptions::new().read(true),
+            libc::O_PATH | libc::O_CLOEXEC,
+        )
+        .open(f)
+        .map_err(fail)?;
+        grant_beneath(ruleset.as_fd(), file.as_fd(), crate::fs::read_file_rights())
+            .map_err(fail)?;
+    }
+    Ok(())
 }
 
 /// The child's environment: the caller's, then TMPDIR/TMP/TEMP, the

@@ -341,6 +341,17 @@ impl Lists {
             }
             self.network.resolve.insert(host, ips);
         }
+        if let Some(ca) = &s.raw.network.tls_ca {
+            let path = std::path::Path::new(ca);
+            if !path.is_absolute() {
+                return Err(PolicyError::value(
+                    &s.origin,
+                    "network.tls_ca",
+                    format!("`{ca}`: give an absolute path"),
+                ));
+            }
+            self.network.tls_ca = Some(path.to_path_buf());
+        }
         Ok(())
     }
 

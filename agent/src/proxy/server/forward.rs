@@ -1,6 +1,11 @@
-//! A forwarded absolute-form request: hop-by-hop headers dropped, the
-//! request relayed upstream on a pooled or fresh connection, and the
-//! response relayed back, its body framed as the upstream framed it.
+//! A forwarded absolute-form request: judged by the run's [`Inspector`]
+//! (request rules, secrets), hop-by-hop headers dropped, the request
+//! relayed upstream on a pooled or fresh connection, and the response
+//! relayed back, its body framed as the upstream framed it. The relaying
+//! is generic over the streams: the [inspected](super::inspect) requests
+//! inside a tunnel whose TLS the proxy terminates go the same way.
+//!
+//! [`Inspector`]: crate::proxy::inspector::Inspector
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,6 +19,7 @@ use tokio::net::TcpStream;
 use super::{dial_or_refuse, Refusal, Shared, HEAD_BUF};
 use crate::audit::ProxyVerdict;
 use crate::policy::Port;
+use crate::proxy::inspector::{BodyRewriter, Judged, Refused};
 use crate::proxy::request::{Body, RequestHead};
 
 /// The longest chunk-size or trailer line accepted in a chunked body.
@@ -33,7 +39,7 @@ const HOP: [&str; 8] = [
     "proxy-authorization",
 ];
 
-fn hop_by_hop(headers: &[(String, Vec<u8>)]) -> Vec<String> {
+pub(super) fn hop_by_hop(headers: &[(String, Vec<u8>)]) -> Vec<String> {
     let mut names: Vec<String> = HOP.iter().map(|s| (*s).to_owned()).collect();
     for (n, v) in headers {
         if n.eq_ignore_ascii_case("connection") {
@@ -66,6 +72,19 @@ pub(super) async fn forward(
     allowed_by: &str,
 ) -> bool {
     let target = head.target();
+    let mut headers = head.headers.clone();
+    let judged = match shared
+        .inspector
+        .judge(&target.host, &head.method, path, &mut headers)
+    {
+        Ok(j) => j,
+        Err(r) => {
+            refused_inside(r).answer(shared, client, head, None).await;
+            return false;
+        }
+    };
+    let allowed_by = &with_rule(allowed_by, &judged);
+    let mut body = judged.body;
     let mut pooled = if head.resendable() {
         shared.pool.take(target, addrs)
     } else {
@@ -81,7 +100,14 @@ pub(super) async fn forward(
                 None => return false,
             },
         };
-        match forward_inner(shared, client, head, path, upstream, reused).await {
+        let out = Outgoing {
+            head,
+            path,
+            headers: &headers,
+            default_port: Port::HTTP,
+            body: body.as_mut(),
+        };
+        match forward_inner(shared, client, out, upstream, reused).await {
             Ok((status, keep, back)) => {
                 if let Some(up) = back {
                     shared.pool.put(target, dialed, up);
@@ -98,6 +124,12 @@ pub(super) async fn forward(
             }
             // The upstream had closed the kept connection: once more, fresh.
             Err(ForwardError::Stale) => {}
+            Err(ForwardError::Refused(r)) => {
+                refused_inside(r)
+                    .answer(shared, client, head, Some(dialed))
+                    .await;
+                return false;
+            }
             Err(ForwardError::BeforeResponse(status, why)) => {
                 // 400: the client's body did not come through as framed.
                 let verdict = if status == 400 {
@@ -130,7 +162,36 @@ pub(super) async fn forward(
     }
 }
 
-enum ForwardError {
+/// A request the inspector refused, as the proxy answers it.
+pub(super) fn refused_inside(r: Refused) -> Refusal {
+    Refusal {
+        status: r.status,
+        reason: r.reason,
+        verdict: r.verdict,
+        allowed_by: None,
+    }
+}
+
+/// The words of the allowing rule, and the request rule when one allowed it.
+pub(super) fn with_rule(allowed_by: &str, judged: &Judged) -> String {
+    match &judged.rule {
+        Some(rule) => format!("{allowed_by}; request rule `{rule}`"),
+        None => allowed_by.to_owned(),
+    }
+}
+
+/// One request as it goes upstream: its head, its path (origin-form), its
+/// headers as judged, the port its `Host` leaves out, and the rewriting of
+/// its body.
+pub(super) struct Outgoing<'a> {
+    pub(super) head: &'a RequestHead,
+    pub(super) path: &'a str,
+    pub(super) headers: &'a [(String, Vec<u8>)],
+    pub(super) default_port: Port,
+    pub(super) body: Option<&'a mut BodyRewriter>,
+}
+
+pub(super) enum ForwardError {
     /// A connection from the pool was closed or reset before any byte of a
     /// response: nothing was sent to the client, the request may go again.
     Stale,
@@ -138,6 +199,33 @@ enum ForwardError {
     BeforeResponse(u16, String),
     /// The response head went out; the connection can only be closed.
     AfterResponse(u16),
+    /// The body carried what the inspector refuses (nothing answered yet).
+    Refused(Refused),
+}
+
+/// A body refused by the inspector, carried through the relay's I/O errors.
+#[derive(Debug)]
+struct RefusedBody(Refused);
+
+impl std::fmt::Display for RefusedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.reason)
+    }
+}
+
+impl std::error::Error for RefusedBody {}
+
+fn refused_body(r: Refused) -> io::Error {
+    io::Error::other(RefusedBody(r))
+}
+
+/// The client's body failed to go up: the inspector refused it, or it did
+/// not come through as framed (400).
+fn body_failed(e: io::Error) -> ForwardError {
+    match e.downcast::<RefusedBody>() {
+        Ok(r) => ForwardError::Refused(r.0),
+        Err(e) => ForwardError::BeforeResponse(400, e.to_string()),
+    }
 }
 
 /// How a response body ends.
@@ -149,15 +237,28 @@ enum Framing {
     UntilClose,
 }
 
+/// Send one request upstream and relay its response: the status, whether
+/// the client connection may carry on, and the upstream connection when it
+/// may serve another request.
 #[allow(clippy::too_many_lines)] // request out, response back, in order
-async fn forward_inner(
+pub(super) async fn forward_inner<C, U>(
     shared: &Shared,
-    client: &mut BufReader<TcpStream>,
-    head: &RequestHead,
-    path: &str,
-    upstream: TcpStream,
+    client: &mut BufReader<C>,
+    out: Outgoing<'_>,
+    upstream: U,
     reused: bool,
-) -> Result<(u16, bool, Option<TcpStream>), ForwardError> {
+) -> Result<(u16, bool, Option<U>), ForwardError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let Outgoing {
+        head,
+        path,
+        headers: request_headers,
+        default_port,
+        body,
+    } = out;
     let before =
         |status: u16| move |e: io::Error| ForwardError::BeforeResponse(status, e.to_string());
     let sending = |e: io::Error| {
@@ -168,14 +269,14 @@ async fn forward_inner(
         }
     };
     let target = head.target();
-    let authority = if target.port == Port::HTTP {
+    let authority = if target.port == default_port {
         target.host.to_string()
     } else {
         target.to_string()
     };
-    let hop = hop_by_hop(&head.headers);
+    let hop = hop_by_hop(request_headers);
     let mut out = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", head.method).into_bytes();
-    for (n, v) in &head.headers {
+    for (n, v) in request_headers {
         if keep_header(n, &hop) {
             out.extend_from_slice(n.as_bytes());
             out.extend_from_slice(b": ");
@@ -193,14 +294,24 @@ async fn forward_inner(
             .await
             .map_err(before(400))?;
     }
-    match head.body {
-        Body::None => {}
-        Body::Length(n) => copy_exact(client, &mut upstream, n, shared.idle)
+    match (head.body, body) {
+        (Body::None, _) => {}
+        (Body::Length(n), None) => copy_exact(client, &mut upstream, n, shared.idle)
             .await
-            .map_err(before(400))?,
-        Body::Chunked => relay_chunked(client, &mut upstream, shared.idle)
+            .map_err(body_failed)?,
+        (Body::Chunked, None) => relay_chunked(client, &mut upstream, shared.idle)
             .await
-            .map_err(before(400))?,
+            .map_err(body_failed)?,
+        (Body::Length(n), Some(rw)) => {
+            copy_exact_rewritten(client, &mut upstream, n, shared.idle, rw)
+                .await
+                .map_err(body_failed)?;
+        }
+        (Body::Chunked, Some(rw)) => {
+            relay_chunked_rewritten(client, &mut upstream, shared.idle, rw)
+                .await
+                .map_err(body_failed)?;
+        }
     }
     upstream.flush().await.map_err(sending)?;
     if reused {
@@ -406,8 +517,39 @@ async fn copy_exact<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
         w.write_all(&avail[..take]).await?;
         r.consume(take);
         n -= take as u64;
+        // Each read goes on at once (a TLS writer may hold it otherwise).
+        w.flush().await?;
     }
     Ok(())
+}
+
+/// [`copy_exact`], through the inspector's rewriting (same length out).
+async fn copy_exact_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    mut n: u64,
+    idle: Duration,
+    rw: &mut BodyRewriter,
+) -> io::Result<()> {
+    let mut out = Vec::new();
+    while n > 0 {
+        let avail = tokio::time::timeout(idle, r.fill_buf())
+            .await
+            .map_err(|_| idle_timeout())??;
+        if avail.is_empty() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let take = avail.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+        out.clear();
+        rw.feed(&avail[..take], &mut out).map_err(refused_body)?;
+        r.consume(take);
+        n -= take as u64;
+        w.write_all(&out).await?;
+    }
+    out.clear();
+    rw.finish(&mut out).map_err(refused_body)?;
+    w.write_all(&out).await?;
+    w.flush().await
 }
 
 async fn copy_until_close<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
@@ -425,6 +567,7 @@ async fn copy_until_close<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
         let take = avail.len();
         w.write_all(avail).await?;
         r.consume(take);
+        w.flush().await?;
     }
 }
 
@@ -451,20 +594,9 @@ pub(super) async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin
     w: &mut W,
     idle: Duration,
 ) -> io::Result<()> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad chunk size");
     loop {
         let line = read_line(r, idle).await?;
-        let text = std::str::from_utf8(&line).map_err(|_| bad())?;
-        let size = text
-            .trim_end_matches("\r\n")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim_end_matches([' ', '\t']);
-        if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad());
-        }
-        let size = u64::from_str_radix(size, 16).map_err(|_| bad())?;
+        let size = chunk_size(&line)?;
         w.write_all(&line).await?;
         if size == 0 {
             loop {
@@ -478,8 +610,85 @@ pub(super) async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin
         copy_exact(r, w, size, idle).await?;
         let end = read_line(r, idle).await?;
         if end != b"\r\n" {
-            return Err(bad());
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "bad chunk end"));
         }
         w.write_all(&end).await?;
+        w.flush().await?;
+    }
+}
+
+/// `data` as one chunk (nothing when empty: that would end the body).
+async fn write_chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> io::Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    w.write_all(format!("{:x}\r\n", data.len()).as_bytes())
+        .await?;
+    w.write_all(data).await?;
+    w.write_all(b"\r\n").await
+}
+
+/// The size of a chunk from its size line (extensions ignored).
+fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad chunk size");
+    let text = std::str::from_utf8(line).map_err(|_| bad())?;
+    let size = text
+        .trim_end_matches("\r\n")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim_end_matches([' ', '\t']);
+    if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    u64::from_str_radix(size, 16).map_err(|_| bad())
+}
+
+/// A chunked body through the inspector's rewriting, framed anew: each
+/// chunk's rewritten bytes as a chunk, what was held back before the last
+/// one, the trailers as they came.
+async fn relay_chunked_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    idle: Duration,
+    rw: &mut BodyRewriter,
+) -> io::Result<()> {
+    let mut out = Vec::new();
+    loop {
+        let line = read_line(r, idle).await?;
+        let mut size = chunk_size(&line)?;
+        let last = size == 0;
+        if last {
+            out.clear();
+            rw.finish(&mut out).map_err(refused_body)?;
+            write_chunk(w, &out).await?;
+        }
+        while size > 0 {
+            let avail = tokio::time::timeout(idle, r.fill_buf())
+                .await
+                .map_err(|_| idle_timeout())??;
+            if avail.is_empty() {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let take = avail.len().min(usize::try_from(size).unwrap_or(usize::MAX));
+            out.clear();
+            rw.feed(&avail[..take], &mut out).map_err(refused_body)?;
+            r.consume(take);
+            size -= take as u64;
+            write_chunk(w, &out).await?;
+        }
+        if !last && read_line(r, idle).await? != b"\r\n" {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "bad chunk end"));
+        }
+        if last {
+            w.write_all(b"0\r\n").await?;
+            loop {
+                let t = read_line(r, idle).await?;
+                w.write_all(&t).await?;
+                if t == b"\r\n" {
+                    return w.flush().await;
+                }
+            }
+        }
     }
 }

@@ -14,14 +14,17 @@ use tokio::task::JoinSet;
 
 use super::allowlist::{check_ip, check_name, literal_name, Reason, Verdict};
 use super::guard::{check_answer, OwnAddresses};
+use super::inspector::Inspector;
 use super::pool::Pool;
 use super::request::{parse_head, HeadError, Host, Kind, RequestHead, Target, MAX_HEAD};
 use super::resolver::Resolver;
+use super::tls::RunTls;
 use super::ProxyConfig;
 use crate::audit::{AuditLog, Event, ProxyEvent, ProxyVerdict, ProxyVia};
 use crate::policy::{HostName, HostRule, NetworkPolicy};
 
 mod forward;
+pub(crate) mod inspect;
 #[cfg(test)]
 mod tests;
 mod tunnel;
@@ -52,6 +55,12 @@ pub(crate) struct Shared {
     pub(super) dropped: AtomicU64,
     /// Idle upstream connections of forwarded requests.
     pub(super) pool: Pool,
+    /// The run's secrets and request rules.
+    pub(super) inspector: Arc<Inspector>,
+    /// The run's CA and upstream verification, when hosts are inspected.
+    pub(super) tls: Option<Arc<RunTls>>,
+    /// Hosts whose certificate a client refused (recorded once each).
+    pub(super) refused_cert: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Shared {
@@ -70,6 +79,9 @@ impl Shared {
             overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
             dropped: AtomicU64::new(0),
             pool: Pool::default(),
+            inspector: c.inspector,
+            tls: c.tls,
+            refused_cert: std::sync::Mutex::default(),
         }
     }
 
@@ -82,6 +94,25 @@ impl Shared {
         reason: String,
         status: u16,
     ) {
+        let via = match method {
+            "" => None,
+            "CONNECT" => Some(ProxyVia::Connect),
+            _ => Some(ProxyVia::Forward),
+        };
+        self.record_via(method, target, dialed, verdict, reason, status, via);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record_via(
+        &self,
+        method: &str,
+        target: Option<&Target>,
+        dialed: Option<SocketAddr>,
+        verdict: ProxyVerdict,
+        reason: String,
+        status: u16,
+        via: Option<ProxyVia>,
+    ) {
         self.audit.record(Event::Proxy(ProxyEvent {
             method: method.to_owned(),
             host: target.map(Target::host_string).unwrap_or_default(),
@@ -91,11 +122,7 @@ impl Shared {
             reason,
             status,
             verdict,
-            via: match method {
-                "" => None,
-                "CONNECT" => Some(ProxyVia::Connect),
-                _ => Some(ProxyVia::Forward),
-            },
+            via,
             basis: None,
         }));
     }
@@ -314,6 +341,16 @@ async fn read_head<S: AsyncRead + Unpin>(
     first_byte: Duration,
     complete: Duration,
 ) -> Result<RequestHead, ReadError> {
+    read_head_with(client, first_byte, complete, parse_head).await
+}
+
+/// [`read_head`] with another parser (origin-form, inside a tunnel).
+async fn read_head_with<S: AsyncRead + Unpin>(
+    client: &mut BufReader<S>,
+    first_byte: Duration,
+    complete: Duration,
+    parse: impl Fn(&[u8]) -> Result<Option<RequestHead>, HeadError>,
+) -> Result<RequestHead, ReadError> {
     let mut head: Vec<u8> = Vec::new();
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -339,7 +376,7 @@ async fn read_head<S: AsyncRead + Unpin>(
         let before = head.len();
         let take = avail.len().min(MAX_HEAD + 1 - before);
         head.extend_from_slice(&avail[..take]);
-        match parse_head(&head) {
+        match parse(&head) {
             Ok(Some(h)) => {
                 client.consume(h.len - before);
                 return Ok(h);
@@ -397,7 +434,11 @@ async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, status: u16, reason: &str) -> 
 /// Answer with a refusal, then close gracefully: stop writing and drain
 /// what the client already sent (briefly), so that the kernel does not
 /// answer unread bytes with a reset that would destroy the answer.
-async fn refuse_and_close(client: &mut BufReader<TcpStream>, status: u16, reason: &str) {
+async fn refuse_and_close<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut BufReader<S>,
+    status: u16,
+    reason: &str,
+) {
     if refuse(client, status, reason).await.is_err() {
         return;
     }
@@ -458,25 +499,42 @@ impl Refusal {
     /// Record it and answer the client with it, closing the connection. A
     /// failure after the policy allowed the request (one that names the
     /// rule) is the upstream's, and said so: `upstream: …`.
-    async fn answer(
+    async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
         self,
         shared: &Shared,
-        client: &mut BufReader<TcpStream>,
+        client: &mut BufReader<S>,
         head: &RequestHead,
         dialed: Option<SocketAddr>,
+    ) {
+        let via = match head.method.as_str() {
+            "CONNECT" => ProxyVia::Connect,
+            _ => ProxyVia::Forward,
+        };
+        self.answer_via(shared, client, head, dialed, via).await;
+    }
+
+    /// [`Self::answer`], recorded as having come `via`.
+    async fn answer_via<S: AsyncRead + AsyncWrite + Unpin>(
+        self,
+        shared: &Shared,
+        client: &mut BufReader<S>,
+        head: &RequestHead,
+        dialed: Option<SocketAddr>,
+        via: ProxyVia,
     ) {
         let said = match self.allowed_by {
             Some(_) => format!("upstream: {}", self.reason),
             None => self.reason.clone(),
         };
         let status = self.status;
-        shared.record(
+        shared.record_via(
             &head.method,
             Some(head.target()),
             dialed,
             self.verdict,
             self.recorded(),
             status,
+            Some(via),
         );
         refuse_and_close(client, status, &said).await;
     }
@@ -553,6 +611,34 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, _permit: OwnedSemaph
         };
         let allowed_by = format!("allowed by `{rule}`");
         match &head.kind {
+            Kind::Connect(_) if shared.inspector.inspects(&target.host) => {
+                shared.record(
+                    &head.method,
+                    Some(&target),
+                    None,
+                    ProxyVerdict::Allowed,
+                    format!("{allowed_by}; its requests inspected"),
+                    200,
+                );
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                // Bytes the client sent right behind the head (its
+                // ClientHello) are still in the buffer: read first.
+                Box::pin(inspect::intercept(
+                    &shared,
+                    client,
+                    &target,
+                    &addrs,
+                    &allowed_by,
+                ))
+                .await;
+                return;
+            }
             Kind::Connect(_) => {
                 let Some((upstream, dialed)) =
                     dial_or_refuse(&shared, &mut client, &head, &addrs, &allowed_by).await

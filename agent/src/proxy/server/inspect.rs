@@ -1,0 +1,473 @@
+//! Requests inside a connection whose TLS the proxy terminates (issue 60):
+//! a host the run's [`Inspector`] inspects (it has secrets or request
+//! rules), reached by `CONNECT` or transparently. The client's handshake
+//! is answered with a certificate for the host made by the run's CA
+//! ([`RunTls`]); then HTTP/1.1 requests, one after another on the
+//! connection (keep-alive): each origin-form head parsed strictly (its
+//! `Host` must name the tunnel's host), judged by the inspector (rules,
+//! placeholders), and sent upstream over TLS verified against the roots
+//! the proxy trusts, on the connection the previous request left open or a
+//! fresh one to the addresses already checked. Responses stream back as
+//! they come (server-sent events chunk by chunk). Each request is recorded
+//! (`via: inspected`), with the request rule that allowed it.
+//!
+//! A client that ends the handshake (it does not trust the run's CA, or
+//! pins the host's key) is recorded once per host ([`ClientRefusedCert`]);
+//! an upstream whose certificate does not verify is answered 502 and
+//! recorded ([`UpstreamUntrusted`]).
+//!
+//! [`Inspector`]: crate::proxy::inspector::Inspector
+//! [`RunTls`]: crate::proxy::tls::RunTls
+//! [`ClientRefusedCert`]: ProxyVerdict::ClientRefusedCert
+//! [`UpstreamUntrusted`]: ProxyVerdict::UpstreamUntrusted
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use super::forward::{forward_inner, refused_inside, with_rule, ForwardError, Outgoing};
+use super::{dial, read_head_with, refuse_and_close, ReadError, Refusal, Shared, HEAD_BUF};
+use crate::audit::{ProxyVerdict, ProxyVia};
+use crate::policy::Port;
+use crate::proxy::request::{parse_origin_head, Kind, RequestHead, Target};
+
+type Upstream = TlsStream<TcpStream>;
+
+/// A stream whose first bytes were read already (to sniff them): they are
+/// read again first.
+pub(crate) struct Prefixed<S> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    pub(crate) fn new(prefix: Vec<u8>, inner: S) -> Self {
+        Self {
+            prefix,
+            at: 0,
+            inner,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.prefix.len() {
+            let n = buf.remaining().min(self.prefix.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Record one event of an inspected connection.
+fn record(
+    shared: &Shared,
+    method: &str,
+    target: &Target,
+    dialed: Option<SocketAddr>,
+    verdict: ProxyVerdict,
+    reason: String,
+    status: u16,
+) {
+    shared.record_via(
+        method,
+        Some(target),
+        dialed,
+        verdict,
+        reason,
+        status,
+        Some(ProxyVia::Inspected),
+    );
+}
+
+/// Terminate the client's TLS for `target` and serve its requests. `addrs`
+/// are the checked addresses; `allowed_by` the words of the rule that
+/// allowed the host.
+pub(crate) async fn intercept<S>(
+    shared: &Shared,
+    client: S,
+    target: &Target,
+    addrs: &[SocketAddr],
+    allowed_by: &str,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let host = target.host_string();
+    let config = match shared.tls.as_ref().map(|t| t.server_config(&host)) {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            record(
+                shared,
+                "",
+                target,
+                None,
+                ProxyVerdict::UpstreamFailed,
+                e.to_string(),
+                0,
+            );
+            return;
+        }
+        None => {
+            let why =
+                format!("{host}'s requests are inspected, but the run has no CA to do it with");
+            record(
+                shared,
+                "",
+                target,
+                None,
+                ProxyVerdict::UpstreamFailed,
+                why,
+                0,
+            );
+            return;
+        }
+    };
+    let accepted = tokio::time::timeout(
+        shared.head_timeout,
+        TlsAcceptor::from(config).accept(client),
+    )
+    .await;
+    let stream = match accepted {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            handshake_failed(shared, target, &e);
+            return;
+        }
+        Err(_) => {
+            let why = format!(
+                "the client's TLS handshake did not complete within {} s",
+                shared.head_timeout.as_secs()
+            );
+            record(shared, "", target, None, ProxyVerdict::BadRequest, why, 0);
+            return;
+        }
+    };
+    serve(
+        shared,
+        BufReader::with_capacity(HEAD_BUF, stream),
+        target,
+        addrs,
+        allowed_by,
+    )
+    .await;
+}
+
+/// The client ended the handshake: it refused the run's certificate
+/// (recorded once per host), or it did not speak TLS.
+fn handshake_failed(shared: &Shared, target: &Target, e: &io::Error) {
+    let host = target.host_string();
+    let alert = e
+        .get_ref()
+        .and_then(|i| i.downcast_ref::<rustls::Error>())
+        .and_then(|r| match r {
+            rustls::Error::AlertReceived(a) => Some(format!("{a:?}")),
+            _ => None,
+        });
+    let refused_cert = alert.is_some() || e.kind() == io::ErrorKind::UnexpectedEof;
+    if !refused_cert {
+        let why = format!("the client's TLS handshake for {host} failed: {e}");
+        record(shared, "", target, None, ProxyVerdict::BadRequest, why, 0);
+        return;
+    }
+    let first = shared
+        .refused_cert
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(host.clone());
+    if first {
+        let how = alert.map_or_else(
+            || "closed the connection during the handshake".to_owned(),
+            |a| format!("sent the alert {a}"),
+        );
+        let why = format!(
+            "the client {how} on the run's certificate for {host}: it does not trust the run's CA \
+             (it pins the host's key, or reads its own CA list instead of the run's bundle); \
+             {host}'s requests are inspected, so it cannot reach {host} (later refusals for \
+             this host are not recorded)"
+        );
+        record(
+            shared,
+            "",
+            target,
+            None,
+            ProxyVerdict::ClientRefusedCert,
+            why,
+            0,
+        );
+    }
+}
+
+/// Dial the checked addresses and shake hands with the upstream, verifying
+/// its certificate for `target`'s host.
+async fn connect(
+    shared: &Shared,
+    target: &Target,
+    addrs: &[SocketAddr],
+) -> Result<(Upstream, SocketAddr), (Refusal, Option<SocketAddr>)> {
+    let (tcp, dialed) = dial(addrs, shared.connect_timeout)
+        .await
+        .map_err(|r| (r, None))?;
+    let host = target.host_string();
+    let name = ServerName::try_from(host.clone()).map_err(|e| {
+        (
+            Refusal::upstream(502, format!("{host} is no TLS server name: {e}")),
+            Some(dialed),
+        )
+    })?;
+    let Some(tls) = shared.tls.as_ref() else {
+        return Err((
+            Refusal::upstream(502, "the run has no TLS client set up".into()),
+            Some(dialed),
+        ));
+    };
+    let handshake = TlsConnector::from(tls.client_config()).connect(name, tcp);
+    match tokio::time::timeout(shared.connect_timeout, handshake).await {
+        Ok(Ok(s)) => Ok((s, dialed)),
+        Ok(Err(e)) => {
+            let untrusted = e
+                .get_ref()
+                .and_then(|i| i.downcast_ref::<rustls::Error>())
+                .is_some_and(|r| {
+                    matches!(
+                        r,
+                        rustls::Error::InvalidCertificate(_)
+                            | rustls::Error::NoCertificatesPresented
+                    )
+                });
+            let refusal = if untrusted {
+                Refusal {
+                    status: 502,
+                    reason: format!(
+                        "{host}'s certificate did not verify against the roots the proxy trusts: {e}"
+                    ),
+                    verdict: ProxyVerdict::UpstreamUntrusted,
+                    allowed_by: None,
+                }
+            } else {
+                Refusal::upstream(502, format!("TLS with {host} failed: {e}"))
+            };
+            Err((refusal, Some(dialed)))
+        }
+        Err(_) => Err((
+            Refusal::upstream(
+                504,
+                format!(
+                    "TLS with {host} did not complete within {} s",
+                    shared.connect_timeout.as_secs()
+                ),
+            ),
+            Some(dialed),
+        )),
+    }
+}
+
+/// Read the head of the next request, or answer why not. `None`: the
+/// connection is done.
+async fn next_head<C: AsyncRead + AsyncWrite + Unpin>(
+    shared: &Shared,
+    client: &mut BufReader<C>,
+    target: &Target,
+    first_byte: std::time::Duration,
+) -> Option<RequestHead> {
+    let read = read_head_with(client, first_byte, shared.head_timeout, |b| {
+        parse_origin_head(b, target)
+    })
+    .await;
+    let (status, why) = match read {
+        Ok(h) => return Some(h),
+        Err(ReadError::Closed) => {
+            let _ = client.get_mut().shutdown().await;
+            return None;
+        }
+        Err(ReadError::Timeout) => (
+            408,
+            format!(
+                "request head not complete within {} s",
+                shared.head_timeout.as_secs()
+            ),
+        ),
+        Err(ReadError::Head(e)) => (e.status(), e.to_string()),
+    };
+    record(
+        shared,
+        "",
+        target,
+        None,
+        ProxyVerdict::BadRequest,
+        why.clone(),
+        status,
+    );
+    refuse_and_close(client, status, &why).await;
+    None
+}
+
+/// The requests of one inspected connection, until it closes.
+async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
+    shared: &Shared,
+    mut client: BufReader<C>,
+    target: &Target,
+    addrs: &[SocketAddr],
+    allowed_by: &str,
+) {
+    let mut kept: Option<(Upstream, SocketAddr)> = None;
+    let mut first_byte = shared.head_timeout;
+    while let Some(head) = next_head(shared, &mut client, target, first_byte).await {
+        first_byte = shared.idle;
+        let Kind::Forward { path, .. } = &head.kind else {
+            return;
+        };
+        let mut headers = head.headers.clone();
+        let judged = match shared
+            .inspector
+            .judge(&target.host, &head.method, path, &mut headers)
+        {
+            Ok(j) => j,
+            Err(r) => {
+                refused_inside(r)
+                    .answer_via(shared, &mut client, &head, None, ProxyVia::Inspected)
+                    .await;
+                return;
+            }
+        };
+        // A kept connection serves only a request that may go again when
+        // it turns out to be closed.
+        if !head.resendable() {
+            kept = None;
+        }
+        let allowed = with_rule(allowed_by, &judged);
+        let mut body = judged.body;
+        let out = Outgoing {
+            head: &head,
+            path,
+            headers: &headers,
+            default_port: Port::HTTPS,
+            body: body.as_mut(),
+        };
+        let Some(back) = one_request(shared, &mut client, out, target, addrs, &allowed, kept).await
+        else {
+            return;
+        };
+        kept = back;
+    }
+}
+
+/// Send one request upstream (on `kept`, or a fresh connection) and relay
+/// its answer. `None`: the client connection is done; else the upstream
+/// connection to keep, if any.
+async fn one_request<C: AsyncRead + AsyncWrite + Unpin>(
+    shared: &Shared,
+    client: &mut BufReader<C>,
+    mut out: Outgoing<'_>,
+    target: &Target,
+    addrs: &[SocketAddr],
+    allowed: &str,
+    mut kept: Option<(Upstream, SocketAddr)>,
+) -> Option<Option<(Upstream, SocketAddr)>> {
+    let head = out.head;
+    loop {
+        let reused = kept.is_some();
+        let (upstream, dialed) = match kept.take() {
+            Some(k) => k,
+            None => match connect(shared, target, addrs).await {
+                Ok(u) => u,
+                Err((mut failed, dialed)) => {
+                    if failed.verdict == ProxyVerdict::UpstreamFailed {
+                        failed.allowed_by = Some(allowed.to_owned());
+                    }
+                    failed
+                        .answer_via(shared, client, head, dialed, ProxyVia::Inspected)
+                        .await;
+                    return None;
+                }
+            },
+        };
+        let again = Outgoing {
+            head,
+            path: out.path,
+            headers: out.headers,
+            default_port: out.default_port,
+            body: out.body.as_deref_mut(),
+        };
+        let failed = match forward_inner(shared, client, again, upstream, reused).await {
+            Ok((status, keep, back)) => {
+                let reason = allowed.to_owned();
+                record(
+                    shared,
+                    &head.method,
+                    target,
+                    Some(dialed),
+                    ProxyVerdict::Allowed,
+                    reason,
+                    status,
+                );
+                if !(keep && head.keep_alive) {
+                    let _ = client.get_mut().shutdown().await;
+                    return None;
+                }
+                return Some(back.map(|u| (u, dialed)));
+            }
+            // The kept connection had closed: once more, fresh.
+            Err(ForwardError::Stale) => continue,
+            Err(ForwardError::Refused(r)) => refused_inside(r),
+            Err(ForwardError::BeforeResponse(status, why)) => Refusal {
+                status,
+                reason: why,
+                verdict: if status == 400 {
+                    ProxyVerdict::BadRequest
+                } else {
+                    ProxyVerdict::UpstreamFailed
+                },
+                allowed_by: Some(allowed.to_owned()),
+            },
+            Err(ForwardError::AfterResponse(status)) => {
+                let why = format!("{allowed}; relay cut short");
+                record(
+                    shared,
+                    &head.method,
+                    target,
+                    Some(dialed),
+                    ProxyVerdict::Allowed,
+                    why,
+                    status,
+                );
+                return None;
+            }
+        };
+        failed
+            .answer_via(shared, client, head, Some(dialed), ProxyVia::Inspected)
+            .await;
+        return None;
+    }
+}

@@ -1,0 +1,226 @@
+//! TLS for the hosts the proxy inspects (issue 60): a CA made for each run
+//! (its key only in this process's memory), a certificate per host made on
+//! the fly and kept for the run, the server side offered to the run's
+//! clients (ALPN `http/1.1` only), and the client side that verifies each
+//! upstream against the system's roots or the CAs `[network] tls_ca` names.
+//! rustls does the TLS; rcgen makes the certificates.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+/// The one protocol spoken inside an inspected connection.
+const ALPN: &[u8] = b"http/1.1";
+
+/// Why TLS for the run could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot make the run's certificate authority: {0}")]
+    Ca(rcgen::Error),
+    #[error("cannot make a certificate for {host}: {source}")]
+    Leaf { host: String, source: rcgen::Error },
+    #[error("cannot read the CA file {path} ([network] tls_ca): {reason}")]
+    CaFile { path: PathBuf, reason: String },
+    #[error(
+        "no trusted root certificate for the upstreams: {0} (name a PEM file with [network] tls_ca)"
+    )]
+    NoRoots(String),
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+/// The run's TLS state: its CA, the certificates made with it, and how
+/// upstreams are verified.
+pub struct RunTls {
+    issuer: Issuer<'static, KeyPair>,
+    ca: CertificateDer<'static>,
+    /// The system's roots, PEM: the rest of the bundle the run trusts.
+    system_pem: String,
+    leaves: Mutex<HashMap<String, Arc<ServerConfig>>>,
+    upstream: Arc<ClientConfig>,
+}
+
+impl std::fmt::Debug for RunTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunTls").finish_non_exhaustive()
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// PEM of one certificate.
+fn pem(der: &[u8]) -> String {
+    let b64 = super::server::base64(der);
+    let mut s = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        s.push_str(&String::from_utf8_lossy(line));
+        s.push('\n');
+    }
+    s.push_str("-----END CERTIFICATE-----\n");
+    s
+}
+
+/// The certificates of a PEM file.
+fn read_pem_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bad = |reason: String| TlsError::CaFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| bad(e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad("no certificate in it".into()));
+    }
+    Ok(certs)
+}
+
+impl RunTls {
+    /// A CA named "lockrun run `run`", and the upstream verifier: the
+    /// certificates of `tls_ca` when given, else the system's roots.
+    pub fn new(run: &str, tls_ca: Option<&Path>) -> Result<Self, TlsError> {
+        let key = KeyPair::generate().map_err(TlsError::Ca)?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Ca)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("lockrun run {run}"));
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = params
+            .self_signed(&key)
+            .map_err(TlsError::Ca)?
+            .der()
+            .clone();
+        let issuer = Issuer::new(params, key);
+
+        let native = rustls_native_certs::load_native_certs();
+        let system: Vec<CertificateDer<'static>> = native.certs;
+        let system_pem: String = system.iter().map(|c| pem(c)).collect();
+        let mut roots = RootCertStore::empty();
+        let trusted = match tls_ca {
+            Some(p) => read_pem_file(p)?,
+            None => system,
+        };
+        let (added, _ignored) = roots.add_parsable_certificates(trusted);
+        if added == 0 {
+            let why = native
+                .errors
+                .first()
+                .map_or_else(|| "none found".to_owned(), ToString::to_string);
+            return Err(TlsError::NoRoots(why));
+        }
+        let mut upstream = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        upstream.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(Self {
+            issuer,
+            ca,
+            system_pem,
+            leaves: Mutex::new(HashMap::new()),
+            upstream: Arc::new(upstream),
+        })
+    }
+
+    /// The run's CA certificate, PEM (what `NODE_EXTRA_CA_CERTS` needs).
+    #[must_use]
+    pub fn ca_pem(&self) -> String {
+        pem(&self.ca)
+    }
+
+    /// The bundle the run trusts: the system's roots and the run's CA.
+    #[must_use]
+    pub fn bundle_pem(&self) -> String {
+        let mut s = self.system_pem.clone();
+        s.push_str(&self.ca_pem());
+        s
+    }
+
+    /// How upstreams are verified.
+    #[must_use]
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        Arc::clone(&self.upstream)
+    }
+
+    /// The server side for `host` (a name or an IP address, as the client
+    /// asked for it): a certificate for it, signed by the run's CA, made
+    /// once per run.
+    pub fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, TlsError> {
+        if let Some(c) = self
+            .leaves
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(host)
+        {
+            return Ok(Arc::clone(c));
+        }
+        let leaf_err = |source| TlsError::Leaf {
+            host: host.to_owned(),
+            source,
+        };
+        let key = KeyPair::generate().map_err(leaf_err)?;
+        let mut params = CertificateParams::new(vec![host.to_owned()]).map_err(leaf_err)?;
+        params.distinguished_name.push(DnType::CommonName, host);
+        params.use_authority_key_identifier_extension = true;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let leaf = params.signed_by(&key, &self.issuer).map_err(leaf_err)?;
+        let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone(), self.ca.clone()], private)?;
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        let config = Arc::new(config);
+        self.leaves
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(host.to_owned(), Arc::clone(&config));
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leaf_is_made_once_per_host_and_the_bundle_ends_with_the_runs_ca() {
+        let dir = std::env::temp_dir().join(format!("lockrun-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_file = dir.join("ca.pem");
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        std::fs::write(&ca_file, params.self_signed(&key).unwrap().pem()).unwrap();
+        let tls = RunTls::new("unit", Some(&ca_file)).unwrap();
+        let a = tls.server_config("api.example.com").unwrap();
+        let b = tls.server_config("api.example.com").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert!(tls.bundle_pem().ends_with(&tls.ca_pem()));
+        assert!(tls.ca_pem().starts_with("-----BEGIN CERTIFICATE-----\n"));
+        // A named CA file without a certificate is refused, saying which.
+        std::fs::write(&ca_file, "not a certificate\n").unwrap();
+        let err = RunTls::new("unit", Some(&ca_file)).unwrap_err();
+        assert!(err.to_string().contains("ca.pem"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
