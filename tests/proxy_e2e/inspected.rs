@@ -161,6 +161,29 @@ p = requests.post("https://api.test/post", headers=h, data=b"x" * 100000)
 print("post=%d %s" % (p.status_code, p.text.split("\n")[2].split(" ")[0]))
 "#;
     std::fs::write(sb.wt().join("py.py"), py).unwrap();
+    // A WebSocket handshake through the tunnel, then bytes both ways.
+    let ws = r#"
+import base64, http.client, os, ssl, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+auth = base64.b64encode(("%s:%s" % (u.username, u.password)).encode()).decode()
+c = http.client.HTTPSConnection(u.hostname, u.port, context=ssl.create_default_context())
+c.set_tunnel("api.test", 443, headers={"Proxy-Authorization": "Basic " + auth})
+c.putrequest("GET", "/ws")
+for k, v in [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Version", "13"),
+             ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="), ("x-api-key", os.environ["PH"])]:
+    c.putheader(k, v)
+c.endheaders()
+r = c.getresponse()
+print("ws_status=%d %s" % (r.status, r.getheader("sec-websocket-accept")))
+got = b""
+for line in (b"one\n", b"two\n"):
+    c.sock.sendall(line)
+    while not got.endswith(b"\n"):
+        got += c.sock.recv(100)
+    got += b"|"
+print("ws=" + got.decode().replace("\n", ""))
+"#;
+    std::fs::write(sb.wt().join("ws.py"), ws).unwrap();
     let ca = ca_file.display();
     let out = sb.run_with(
         &hook(),
@@ -171,6 +194,7 @@ print("post=%d %s" % (p.status_code, p.text.split("\n")[2].split(" ")[0]))
         echo "curl=$(curl -sS -H "x-api-key: $PH" https://api.test/one https://api.test/two | tr '\n' '|')"
         python3 "$WT/py.py" 2>&1
         python3 "$WT/sse.py" 2>&1
+        python3 "$WT/ws.py" 2>&1
         echo "refused=$(curl -sS -o /dev/null -w '%{{http_code}}' https://api.test/refused/by/rule)"
         echo "untrusted=$(curl -sS -o /dev/null -w '%{{http_code}}' https://bad.test:8443/)"
         echo "elsewhere=$(curl -sS -o /dev/null -w '%{{http_code}}' -H "x-api-key: $PH" http://web.test/hello.txt)"
@@ -217,6 +241,13 @@ print("post=%d %s" % (p.status_code, p.text.split("\n")[2].split(" ")[0]))
         spread >= 900,
         "the events arrived together ({spread} ms): {ctx}"
     );
+    // WebSocket: the upstream's handshake answer, then both ways.
+    assert_eq!(
+        says("ws_status"),
+        "101 s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
+        "{ctx}"
+    );
+    assert_eq!(says("ws"), "echo:one|echo:two|", "{ctx}");
     // A rule refusal, an untrusted upstream, a secret elsewhere.
     assert_eq!(says("refused"), "403", "{ctx}");
     assert_eq!(says("untrusted"), "502", "{ctx}");
@@ -263,13 +294,14 @@ print("post=%d %s" % (p.status_code, p.text.split("\n")[2].split(" ")[0]))
         .iter()
         .filter(|e| e.via == Some(ProxyVia::Inspected) && e.verdict == ProxyVerdict::Allowed)
         .collect();
-    assert!(allowed.len() >= 6, "{events:#?}");
+    assert!(allowed.len() >= 7, "{events:#?}");
     assert!(
         allowed
             .iter()
-            .all(|e| e.host == "api.test" && e.status == 200),
+            .all(|e| e.host == "api.test" && [200, 101].contains(&e.status)),
         "{allowed:#?}"
     );
+    assert!(line("/ws").ends_with(REAL), "{got}");
     let rule = inspected(&events, "/refused/by/rule");
     assert!(
         rule.len() == 1 && rule[0].verdict == ProxyVerdict::RuleRefused && rule[0].status == 403,

@@ -1,10 +1,12 @@
 # An HTTPS test host: echoes what it got (path, x-api-key, authorization, the
 # body's length), streams server-sent events at /sse (one event every
-# 0.6 s, chunked), and logs one line per request: the client's port, the
+# 0.6 s, chunked), takes a WebSocket handshake at /ws and then echoes each
+# line it gets as `echo:<line>` (the bytes after the 101, no framing: the
+# tunnel is what is tested), and logs one line per request: the client's port, the
 # method, the path and the x-api-key header, so that a test can tell a kept
 # upstream connection (same port) and what arrived.
 # argv: port cert key log
-import http.server, ssl, sys, time
+import base64, hashlib, http.server, ssl, sys, time
 
 port, cert, key, log = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 out = open(log, "a", buffering=1)
@@ -30,6 +32,21 @@ class H(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.note()
+        if self.path == "/ws" and (self.headers.get("upgrade") or "").lower() == "websocket":
+            key = self.headers.get("sec-websocket-key", "")
+            accept = base64.b64encode(hashlib.sha1(
+                (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept)
+            self.end_headers()
+            self.wfile.flush()
+            for line in self.rfile:
+                self.wfile.write(b"echo:" + line)
+                self.wfile.flush()
+            self.close_connection = True
+            return
         if self.path == "/sse":
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

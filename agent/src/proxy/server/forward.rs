@@ -284,6 +284,11 @@ where
             out.extend_from_slice(b"\r\n");
         }
     }
+    // A WebSocket handshake asks for the upgrade again, hop by hop.
+    let upgrade = wants_websocket(request_headers);
+    if upgrade {
+        out.extend_from_slice(b"Connection: Upgrade\r\nUpgrade: websocket\r\n");
+    }
     // HTTP/1.1's default, a persistent connection: it may serve a later request.
     out.extend_from_slice(b"\r\n");
     let mut upstream = BufReader::with_capacity(HEAD_BUF, upstream);
@@ -331,10 +336,13 @@ where
     let (status, reason, headers, minor) = loop {
         let resp = read_response_head(&mut upstream, shared.idle).await?;
         if (100..200).contains(&resp.0) {
+            if resp.0 == 101 && upgrade && wants_websocket(&resp.2) {
+                return switched(client, upstream, &resp).await;
+            }
             if resp.0 == 101 {
                 return Err(ForwardError::BeforeResponse(
                     502,
-                    "upstream switched protocols".into(),
+                    "upstream switched protocols unasked, or not to WebSocket".into(),
                 ));
             }
             continue;
@@ -430,6 +438,56 @@ where
         .map_err(|_| ForwardError::AfterResponse(status))?;
     let back = (upstream_keeps && upstream.buffer().is_empty()).then(|| upstream.into_inner());
     Ok((status, keep, back))
+}
+
+/// Whether `headers` ask for (or agree to) an upgrade to WebSocket:
+/// `Upgrade: websocket` and `upgrade` among the `Connection` tokens.
+fn wants_websocket(headers: &[(String, Vec<u8>)]) -> bool {
+    let has = |name: &str, token: &str| {
+        headers.iter().any(|(n, v)| {
+            n.eq_ignore_ascii_case(name)
+                && String::from_utf8_lossy(v)
+                    .split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case(token))
+        })
+    };
+    has("upgrade", "websocket") && has("connection", "upgrade")
+}
+
+/// The upstream agreed to WebSocket: relay its `101` and then the bytes
+/// both ways, until either side closes. The connection serves nothing after.
+async fn switched<C, U>(
+    client: &mut BufReader<C>,
+    mut upstream: BufReader<U>,
+    resp: &ResponseHead,
+) -> Result<(u16, bool, Option<U>), ForwardError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (status, reason, headers, _) = resp;
+    let hop = hop_by_hop(headers);
+    let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
+    for (n, v) in headers {
+        if keep_header(n, &hop) {
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    client
+        .write_all(&out)
+        .await
+        .map_err(|_| ForwardError::AfterResponse(*status))?;
+    client
+        .flush()
+        .await
+        .map_err(|_| ForwardError::AfterResponse(*status))?;
+    // Bytes either side sent behind its head are in its buffer, read first.
+    let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
+    Ok((*status, false, None))
 }
 
 /// Status, reason, headers, and the HTTP/1.x minor version.
@@ -690,5 +748,71 @@ async fn relay_chunked_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+        pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn only_an_upgrade_to_websocket_with_its_connection_token_is_one() {
+        assert!(wants_websocket(&h(&[
+            ("Upgrade", "websocket"),
+            ("Connection", "keep-alive, Upgrade")
+        ])));
+        assert!(!wants_websocket(&h(&[("Upgrade", "websocket")])));
+        assert!(!wants_websocket(&h(&[
+            ("Upgrade", "h2c"),
+            ("Connection", "Upgrade")
+        ])));
+    }
+
+    #[tokio::test]
+    async fn a_rewritten_chunked_body_is_framed_anew_with_its_trailers() {
+        let input = b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\nNEXT".to_vec();
+        let mut r = BufReader::new(&input[..]);
+        let mut out = Vec::new();
+        let mut rw = BodyRewriter::default();
+        relay_chunked_rewritten(&mut r, &mut out, Duration::from_secs(5), &mut rw)
+            .await
+            .unwrap();
+        assert_eq!(out, b"5\r\nhello\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n");
+        // The next request's bytes stay unread.
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"NEXT");
+        // A malformed chunk end is refused, not passed on.
+        let bad = b"3\r\nabcX\r\n0\r\n\r\n".to_vec();
+        let mut r = BufReader::new(&bad[..]);
+        let e = relay_chunked_rewritten(&mut r, &mut Vec::new(), Duration::from_secs(5), &mut rw)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[tokio::test]
+    async fn a_rewritten_body_of_known_length_keeps_its_length() {
+        let input = b"0123456789rest".to_vec();
+        let mut r = BufReader::new(&input[..]);
+        let mut out = Vec::new();
+        copy_exact_rewritten(
+            &mut r,
+            &mut out,
+            10,
+            Duration::from_secs(5),
+            &mut BodyRewriter::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, b"0123456789");
     }
 }
