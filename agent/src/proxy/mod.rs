@@ -28,6 +28,15 @@
 //! Every decision is an [`Event::Proxy`](crate::audit::Event::Proxy) in the
 //! audit log.
 //!
+//! ## Inside a host's TLS (issue 60)
+//! A host the run's [`inspector`] inspects (it has secrets or request
+//! rules) gets no tunnel: after the `200` (or the kernel's redirect) the
+//! proxy answers the client's TLS with a certificate for the host made by
+//! the run's CA ([`tls`]) and serves its HTTP/1.1 requests itself
+//! (`server/inspect.rs`): each judged by the inspector and sent upstream over
+//! TLS verified against the system's roots or `[network] tls_ca`.
+//! Plain-HTTP forwarded requests are judged the same way.
+//!
 //! ## Clients that ignore the proxy variables (issue 59)
 //! Where the kernel can redirect ([`crate::kernel::redirect`]), a run's
 //! proxy also serves:

@@ -123,14 +123,16 @@ fn suggest_inside(ev: &ProxyEvent, host: &str) -> Suggestion {
         },
         ProxyVerdict::UpstreamUntrusted => Suggestion::Explain {
             reason: format!(
-                "{host}'s certificate did not verify ({}); no policy line changes that.",
+                "{host}'s certificate did not verify ({}). If a private CA you trust signs it, \
+                 name that CA's PEM file: `[network] tls_ca = \"/path/ca.pem\"`.",
                 ev.reason
             ),
         },
         ProxyVerdict::ClientRefusedCert => Suggestion::Explain {
             reason: format!(
                 "the client refused the run's certificate for {host} ({}): it pins the host's \
-                 key or does not read the run's CA bundle.",
+                 key or does not read the run's CA bundle (point it at `$SSL_CERT_FILE`). The \
+                 proxy must see inside {host}'s TLS for its secrets and request rules.",
                 ev.reason
             ),
         },
