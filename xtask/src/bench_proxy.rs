@@ -56,6 +56,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
+#[path = "bench_tls.rs"]
+mod tls;
+
 const SOURCE: &str = include_str!("bench_proxy.c");
 const HOST_IP: &str = "10.213.252.2";
 const HERE_IP: &str = "10.213.252.1";
@@ -229,9 +232,10 @@ pub fn run(lockrun: &Path, workspace: &Path) -> Result<String> {
 
     let rows = in_rounds(&tool, &mut paths, &mut notes)?;
     let idle = lr.idle_tunnels(&tool, idle_n);
+    let inspection = tls::section(&lr.bin, &dir, &host.ns);
     let elapsed = started.elapsed();
     drop(host);
-    Ok(report(&rows, &idle, idle_n, &notes, elapsed))
+    Ok(report(&rows, &idle, idle_n, &notes, elapsed) + &inspection)
 }
 
 /// One path's figures.
