@@ -132,6 +132,7 @@ const CASES: &[(&str, Given, &str)] = &[
     ("resolve not an address", Toml("[network.resolve]\n\"a.example.com\" = [\"192.0.2\"]\n"), "is not an IP address"),
     ("resolve to nothing", Toml("[network.resolve]\n\"a.example.com\" = []\n"), "give at least one address"),
     ("resolve a bad name", Toml("[network.resolve]\n\"a b\" = [\"192.0.2.1\"]\n"), "invalid host name"),
+    ("tls_ca relative", Toml("[network]\ntls_ca = \"ca.pem\"\n"), "`network.tls_ca`: `ca.pem`: give an absolute path"),
     // Networks and addresses the proxy could never reach.
     ("host bits set", Toml("[[network.private]]\nhosts = [\"a.example\"]\nnetwork = \"10.0.0.1/8\"\n"), "host bits zero"),
     ("prefix too long", Toml("[[network.private]]\nhosts = [\"a.example\"]\nnetwork = \"10.0.0.0/33\"\n"), "invalid network"),
