@@ -158,18 +158,13 @@ impl RunTls {
         Arc::clone(&self.upstream)
     }
 
-    /// The server side for `host` (a name or an IP address, as the client
-    /// asked for it): a certificate for it, signed by the run's CA, made
-    /// once per run.
-    pub fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, TlsError> {
-        if let Some(c) = self
-            .leaves
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(host)
-        {
-            return Ok(Arc::clone(c));
-        }
+    /// A certificate for `host` signed by the run's CA, and its key. Made
+    /// to pass strict verifiers (Python 3.13's `VERIFY_X509_STRICT`): an
+    /// authority key identifier, key usage and server-auth EKU.
+    fn leaf(
+        &self,
+        host: &str,
+    ) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), TlsError> {
         let leaf_err = |source| TlsError::Leaf {
             host: host.to_owned(),
             source,
@@ -182,10 +177,26 @@ impl RunTls {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let leaf = params.signed_by(&key, &self.issuer).map_err(leaf_err)?;
         let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        Ok((leaf.der().clone(), private))
+    }
+
+    /// The server side for `host` (a name or an IP address, as the client
+    /// asked for it): a certificate for it, signed by the run's CA, made
+    /// once per run.
+    pub fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, TlsError> {
+        if let Some(c) = self
+            .leaves
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(host)
+        {
+            return Ok(Arc::clone(c));
+        }
+        let (leaf, private) = self.leaf(host)?;
         let mut config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone(), self.ca.clone()], private)?;
+            .with_single_cert(vec![leaf, self.ca.clone()], private)?;
         config.alpn_protocols = vec![ALPN.to_vec()];
         let config = Arc::new(config);
         self.leaves
@@ -221,6 +232,59 @@ mod tests {
         std::fs::write(&ca_file, "not a certificate\n").unwrap();
         let err = RunTls::new("unit", Some(&ca_file)).unwrap_err();
         assert!(err.to_string().contains("ca.pem"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_runs_certificates_pass_a_strict_verifier() {
+        let Ok(out) = std::process::Command::new("openssl")
+            .arg("version")
+            .output()
+        else {
+            println!("skipped: the_runs_certificates_pass_a_strict_verifier: no openssl here");
+            return;
+        };
+        assert!(out.status.success());
+        let dir = std::env::temp_dir().join(format!("lockrun-tls-strict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tls = RunTls::new("strict", None).unwrap_or_else(|_| {
+            // No system roots here: any CA file will do for the upstreams.
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            std::fs::write(dir.join("any.pem"), p.self_signed(&key).unwrap().pem()).unwrap();
+            RunTls::new("strict", Some(&dir.join("any.pem"))).unwrap()
+        });
+        std::fs::write(dir.join("ca.pem"), tls.ca_pem()).unwrap();
+        for host in ["api.example.com", "192.0.2.7"] {
+            let (leaf, _) = tls.leaf(host).unwrap();
+            std::fs::write(dir.join("leaf.pem"), pem(&leaf)).unwrap();
+            let check = if host.starts_with('1') {
+                "-verify_ip"
+            } else {
+                "-verify_hostname"
+            };
+            let out = std::process::Command::new("openssl")
+                .args([
+                    "verify",
+                    "-x509_strict",
+                    "-purpose",
+                    "sslserver",
+                    check,
+                    host,
+                    "-CAfile",
+                ])
+                .arg(dir.join("ca.pem"))
+                .arg(dir.join("leaf.pem"))
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && said.contains(": OK"),
+                "{host}: {said}"
+            );
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
