@@ -212,10 +212,27 @@ impl RunTls {
 mod tests {
     use super::*;
 
+    /// A scratch dir, removed on every path (a failed assertion too).
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("lockrun-{tag}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn a_leaf_is_made_once_per_host_and_the_bundle_ends_with_the_runs_ca() {
-        let dir = std::env::temp_dir().join(format!("lockrun-tls-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = Scratch::new("tls-unit");
+        let dir = &scratch.0;
         let ca_file = dir.join("ca.pem");
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -232,7 +249,6 @@ mod tests {
         std::fs::write(&ca_file, "not a certificate\n").unwrap();
         let err = RunTls::new("unit", Some(&ca_file)).unwrap_err();
         assert!(err.to_string().contains("ca.pem"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -245,8 +261,8 @@ mod tests {
             return;
         };
         assert!(out.status.success());
-        let dir = std::env::temp_dir().join(format!("lockrun-tls-strict-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = Scratch::new("tls-strict");
+        let dir = &scratch.0;
         let tls = RunTls::new("strict", None).unwrap_or_else(|_| {
             // No system roots here: any CA file will do for the upstreams.
             let key = KeyPair::generate().unwrap();
@@ -285,6 +301,5 @@ mod tests {
                 "{host}: {said}"
             );
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
