@@ -337,7 +337,7 @@ where
         let resp = read_response_head(&mut upstream, shared.idle).await?;
         if (100..200).contains(&resp.0) {
             if resp.0 == 101 && upgrade && wants_websocket(&resp.2) {
-                return switched(client, upstream, &resp).await;
+                return switched(client, upstream, &resp, shared.idle).await;
             }
             if resp.0 == 101 {
                 return Err(ForwardError::BeforeResponse(
@@ -460,6 +460,7 @@ async fn switched<C, U>(
     client: &mut BufReader<C>,
     mut upstream: BufReader<U>,
     resp: &ResponseHead,
+    idle: Duration,
 ) -> Result<(u16, bool, Option<U>), ForwardError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -486,8 +487,56 @@ where
         .await
         .map_err(|_| ForwardError::AfterResponse(*status))?;
     // Bytes either side sent behind its head are in its buffer, read first.
-    let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
+    relay_both(client, &mut upstream, idle).await;
     Ok((*status, false, None))
+}
+
+/// Copy both ways, each read passed on at once, each end's close passed on
+/// as a shutdown, until both have closed, either fails, or nothing has
+/// moved either way for `idle`.
+async fn relay_both<A, B>(a: &mut A, b: &mut B, idle: Duration)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let start = std::time::Instant::now();
+    let last = std::sync::atomic::AtomicU64::new(0);
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let both = async {
+        let r: io::Result<((), ())> = tokio::try_join!(
+            one_way(&mut ar, &mut bw, &last, start),
+            one_way(&mut br, &mut aw, &last, start)
+        );
+        r
+    };
+    tokio::select! {
+        _ = both => {}
+        () = super::tunnel::idle_watch(&last, start, idle) => {}
+    }
+}
+
+/// One direction of [`relay_both`]: `r` to `w`, noting each move in `last`
+/// (ms since `start`).
+async fn one_way<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    last: &std::sync::atomic::AtomicU64,
+    start: std::time::Instant,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return w.shutdown().await;
+        }
+        w.write_all(&buf[..n]).await?;
+        w.flush().await?;
+        last.store(
+            u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
 }
 
 /// Status, reason, headers, and the HTTP/1.x minor version.
@@ -814,5 +863,40 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(out, b"0123456789");
+    }
+
+    #[tokio::test]
+    async fn an_upgraded_connection_relays_both_ways_until_both_close_or_idle() {
+        let (mut client, mut a) = tokio::io::duplex(64);
+        let (mut b, mut server) = tokio::io::duplex(64);
+        let relay = tokio::spawn(async move {
+            relay_both(&mut a, &mut b, Duration::from_secs(30)).await;
+        });
+        client.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        server.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        server.write_all(b"pong").await.unwrap();
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"pong");
+        // Each side's close reaches the other; then the relay ends.
+        client.shutdown().await.unwrap();
+        assert_eq!(server.read(&mut got).await.unwrap(), 0);
+        server.shutdown().await.unwrap();
+        assert_eq!(client.read(&mut got).await.unwrap(), 0);
+        tokio::time::timeout(Duration::from_secs(5), relay)
+            .await
+            .unwrap()
+            .unwrap();
+
+        // Nothing moving either way: ended after the idle limit.
+        let (_client, mut a) = tokio::io::duplex(64);
+        let (mut b, _server) = tokio::io::duplex(64);
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            relay_both(&mut a, &mut b, Duration::from_millis(100)),
+        )
+        .await
+        .unwrap();
     }
 }

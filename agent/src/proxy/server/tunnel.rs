@@ -186,7 +186,8 @@ fn shutdown_write(w: &TcpStream) -> io::Result<()> {
     }
 }
 
-async fn idle_watch(last: &AtomicU64, start: Instant, idle: Duration) {
+/// Returns once nothing has moved (`last`, in ms since `start`) for `idle`.
+pub(super) async fn idle_watch(last: &AtomicU64, start: Instant, idle: Duration) {
     loop {
         let since_start = Duration::from_millis(last.load(Ordering::Relaxed));
         let deadline = start + since_start + idle;
