@@ -17,6 +17,7 @@ pub fn overrides(args: &PolicyArgs) -> Overrides {
         allow_write: args.allow_write.clone(),
         deny_read: args.deny_read.clone(),
         allow_host: args.allow_host.clone(),
+        secrets: args.secrets.clone(),
         allow_local: args.allow_local.clone(),
         expose: args.expose.clone(),
         state_dir: args.state_dir.clone(),

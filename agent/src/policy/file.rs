@@ -46,6 +46,7 @@ use merge::Lists;
 use source::parse_text;
 
 mod merge;
+mod secrets;
 mod source;
 
 /// The presets shipped in `policies/`, embedded so that `--policy NAME` works
@@ -159,6 +160,8 @@ struct RawPolicy {
     run: RawRun,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    #[serde(default)]
+    secrets: BTreeMap<String, secrets::RawSecret>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -185,6 +188,8 @@ struct RawNetwork {
     private: Vec<RawPrivate>,
     #[serde(default)]
     resolve: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    requests: BTreeMap<String, secrets::RawRequests>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -267,6 +272,8 @@ pub struct Overrides {
     pub expose: Vec<String>,
     pub accept_gaps: Vec<String>,
     pub state_dir: Option<PathBuf>,
+    /// `--secret ENV@HOST[,HOST…]`, each replacing the policy's binding of ENV.
+    pub secrets: Vec<String>,
     /// The program a run is to start (`argv[0]`), if a run is to start:
     /// the state dir must not hold it.
     pub program: Option<std::ffi::OsString>,
@@ -287,13 +294,23 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         lists.add_file(s, &worktree, &home, &state.path)?;
     }
     lists.add_flags(over)?;
+    secrets::add_flags(&mut lists.secrets, &over.secrets)?;
     let Lists {
         mut fs,
         mut network,
         env,
         writable,
         mut denied,
+        secrets,
     } = lists;
+    secrets::check(&network, &secrets, &env)?;
+    for file in secrets.values().filter_map(|s| s.file.as_ref()) {
+        // The value's file is denied to the run, whatever else the policy
+        // opens (a writable root above it is refused below).
+        let p = PathSpec::Absolute(file.clone());
+        denied.push(Entry::new(Origin::Secret, p.clone()));
+        fs.deny_read.push(p);
+    }
     fs.writable.sort();
     fs.writable.dedup();
     fs.deny_read.sort();
@@ -326,6 +343,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         network,
         run,
         env,
+        secrets,
     })
 }
 
