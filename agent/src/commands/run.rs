@@ -1,10 +1,12 @@
 //! The run: `lockrun [OPTIONS] -- COMMAND [ARGS]...`.
 
 use std::ffi::OsString;
+use std::sync::Arc;
 
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::exit;
 use crate::policy::{self, Overrides, Policy, PolicyError};
+use crate::proxy::inspector::Inspector;
 use crate::proxy::reach::{self, Unreachable};
 use crate::run;
 use crate::shown::say;
@@ -80,5 +82,23 @@ pub fn main(args: &RunArgs) -> i32 {
         }
     };
     tracing::debug!("policy loaded");
-    run::execute(&policy, &args.command, args.audit_log.as_deref())
+    // The secrets' values, read once, kept in lockrun's memory only.
+    let inspector = match Inspector::from_policy(&policy, |k| std::env::var_os(k)) {
+        Ok((inspector, skipped)) => {
+            for env in skipped {
+                say!("lockrun: secret {env}: not set; skipped (optional), the run gets no {env}");
+            }
+            inspector
+        }
+        Err(e) => {
+            say!("lockrun: {e}");
+            return exit::USAGE;
+        }
+    };
+    run::execute(
+        &policy,
+        Arc::new(inspector),
+        &args.command,
+        args.audit_log.as_deref(),
+    )
 }

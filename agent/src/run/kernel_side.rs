@@ -22,6 +22,7 @@ use crate::cgroup::RunCgroup;
 use crate::fs::{grant_rights, handled_rights, FsSandbox, OwnFs};
 use crate::kernel::Gap;
 use crate::policy::Policy;
+use crate::proxy::inspector::Inspector;
 use crate::proxy::{ProxyConfig, RunningProxy, SystemResolver};
 use crate::seccomp::combined;
 use crate::shown::say;
@@ -33,10 +34,11 @@ use crate::sys::{make_fs, Step};
 /// then the run's IPC namespace and message queues, and its watchdog.
 pub(super) fn kernel_side_and_watchdog(
     policy: &Policy,
+    inspector: Arc<Inspector>,
     dir: &RunDir,
     audit: &Arc<AuditLog>,
 ) -> Result<(KernelSide, Watchdog, Option<OwnedFd>), RunError> {
-    let k = kernel_side(policy, dir, audit)?;
+    let k = kernel_side(policy, inspector, dir, audit)?;
     own_ipc_namespace()?;
     let queues = own_message_queues()?;
     tracing::debug!("7. the run's IPC namespace and message queues made");
@@ -76,6 +78,7 @@ pub(super) struct KernelSide {
 /// Steps 3 (seccomp) to 6, run while the Landlock walk goes on beside.
 fn kernel_side(
     policy: &Policy,
+    inspector: Arc<Inspector>,
     dir: &RunDir,
     audit: &Arc<AuditLog>,
 ) -> Result<KernelSide, RunError> {
@@ -131,6 +134,7 @@ fn kernel_side(
     //    connects to the addresses that resolver hands out.
     let proxy = if policy.network.needs_proxy() {
         let mut config = ProxyConfig::from_policy(policy, audit.clone(), Arc::new(SystemResolver));
+        config.inspector = inspector;
         config.transparent = !weaken_hooks && crate::kernel::redirect().is_ok();
         Some(RunningProxy::start(config)?)
     } else {

@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 use super::{dial_or_refuse, Refusal, Shared, HEAD_BUF};
 use crate::audit::ProxyVerdict;
 use crate::policy::Port;
+use crate::proxy::inspector::{BodyRewriter, Refused};
 use crate::proxy::request::{Body, RequestHead};
 
 /// The longest chunk-size or trailer line accepted in a chunked body.
@@ -65,6 +66,37 @@ pub(super) async fn forward(
     addrs: &[SocketAddr],
     allowed_by: &str,
 ) -> bool {
+    // The run's secrets and request rules: judged on the head as it came
+    // (placeholders bound to this host replaced by their values, any
+    // other refused), before anything is dialed.
+    let mut judged_head;
+    let judged_path;
+    let (head, path, mut body, allowed_by) = if shared.inspector.is_empty() {
+        (head, path, None, allowed_by.to_owned())
+    } else {
+        judged_head = head.clone();
+        let target = &head.target().host;
+        match shared
+            .inspector
+            .judge(target, &head.method, path, &mut judged_head.headers)
+        {
+            Err(refused) => {
+                refused_inside(refused)
+                    .answer(shared, client, head, None)
+                    .await;
+                return false;
+            }
+            Ok(j) => {
+                judged_path = j.path.unwrap_or_else(|| path.to_owned());
+                let by = match j.rule {
+                    Some(rule) => format!("{allowed_by}, and {rule}"),
+                    None => allowed_by.to_owned(),
+                };
+                (&judged_head, judged_path.as_str(), j.body, by)
+            }
+        }
+    };
+    let allowed_by = allowed_by.as_str();
     let target = head.target();
     let mut pooled = if head.resendable() {
         shared.pool.take(target, addrs)
@@ -81,7 +113,7 @@ pub(super) async fn forward(
                 None => return false,
             },
         };
-        match forward_inner(shared, client, head, path, upstream, reused).await {
+        match forward_inner(shared, client, head, path, upstream, reused, body.as_mut()).await {
             Ok((status, keep, back)) => {
                 if let Some(up) = back {
                     shared.pool.put(target, dialed, up);
@@ -98,6 +130,14 @@ pub(super) async fn forward(
             }
             // The upstream had closed the kept connection: once more, fresh.
             Err(ForwardError::Stale) => {}
+            // The body held a placeholder it may not carry: the upstream
+            // got the body up to it, and no more (its connection dropped).
+            Err(ForwardError::Refused(refused)) => {
+                refused_inside(refused)
+                    .answer(shared, client, head, Some(dialed))
+                    .await;
+                return false;
+            }
             Err(ForwardError::BeforeResponse(status, why)) => {
                 // 400: the client's body did not come through as framed.
                 let verdict = if status == 400 {
@@ -130,7 +170,31 @@ pub(super) async fn forward(
     }
 }
 
+/// A refusal of the inspector, as the proxy answers and records it.
+fn refused_inside(r: Refused) -> Refusal {
+    Refusal {
+        status: r.status,
+        reason: r.reason,
+        verdict: r.verdict,
+        allowed_by: None,
+    }
+}
+
+/// A body the inspector refused on its way, as an I/O error carries it.
+#[derive(Debug)]
+struct BodyRefused(Refused);
+
+impl std::fmt::Display for BodyRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.reason)
+    }
+}
+
+impl std::error::Error for BodyRefused {}
+
 enum ForwardError {
+    /// The inspector refused the request's body on its way.
+    Refused(Refused),
     /// A connection from the pool was closed or reset before any byte of a
     /// response: nothing was sent to the client, the request may go again.
     Stale,
@@ -157,6 +221,7 @@ async fn forward_inner(
     path: &str,
     upstream: TcpStream,
     reused: bool,
+    rewriter: Option<&mut BodyRewriter>,
 ) -> Result<(u16, bool, Option<TcpStream>), ForwardError> {
     let before =
         |status: u16| move |e: io::Error| ForwardError::BeforeResponse(status, e.to_string());
@@ -193,14 +258,22 @@ async fn forward_inner(
             .await
             .map_err(before(400))?;
     }
-    match head.body {
-        Body::None => {}
-        Body::Length(n) => copy_exact(client, &mut upstream, n, shared.idle)
+    let body_refused =
+        |e: io::Error| match e.get_ref().and_then(|i| i.downcast_ref::<BodyRefused>()) {
+            Some(r) => ForwardError::Refused(r.0.clone()),
+            None => ForwardError::BeforeResponse(400, e.to_string()),
+        };
+    match (head.body, rewriter) {
+        (Body::None, _) => {}
+        (Body::Length(n), None) => copy_exact(client, &mut upstream, n, shared.idle)
             .await
             .map_err(before(400))?,
-        Body::Chunked => relay_chunked(client, &mut upstream, shared.idle)
+        (Body::Chunked, None) => relay_chunked(client, &mut upstream, shared.idle)
             .await
             .map_err(before(400))?,
+        (body, Some(rw)) => relay_rewritten(client, &mut upstream, body, rw, shared.idle)
+            .await
+            .map_err(body_refused)?,
     }
     upstream.flush().await.map_err(sending)?;
     if reused {
@@ -410,6 +483,96 @@ async fn copy_exact<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// The request body through the inspector's rewriter: a length-framed one
+/// keeps its length (a value is its placeholder's length); a chunked one
+/// is framed anew, a chunk for each piece the rewriter lets go.
+async fn relay_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    body: Body,
+    rw: &mut BodyRewriter,
+    idle: Duration,
+) -> io::Result<()> {
+    let refused = |e: Refused| io::Error::other(BodyRefused(e));
+    let chunked = body == Body::Chunked;
+    let mut out = Vec::new();
+    let send = async |w: &mut W, out: &mut Vec<u8>| -> io::Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        if chunked {
+            w.write_all(format!("{:x}\r\n", out.len()).as_bytes())
+                .await?;
+            out.extend_from_slice(b"\r\n");
+        }
+        w.write_all(out).await?;
+        out.clear();
+        Ok(())
+    };
+    let mut piece = async |r: &mut R, w: &mut W, out: &mut Vec<u8>, mut n: u64| {
+        while n > 0 {
+            let avail = tokio::time::timeout(idle, r.fill_buf())
+                .await
+                .map_err(|_| idle_timeout())??;
+            if avail.is_empty() {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let take = avail.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+            rw.feed(&avail[..take], out).map_err(refused)?;
+            r.consume(take);
+            n -= take as u64;
+            send(w, out).await?;
+        }
+        io::Result::Ok(())
+    };
+    match body {
+        Body::None => {}
+        Body::Length(n) => piece(r, w, &mut out, n).await?,
+        Body::Chunked => loop {
+            let size = chunk_size(&read_line(r, idle).await?)?;
+            if size == 0 {
+                break;
+            }
+            piece(r, w, &mut out, size).await?;
+            if read_line(r, idle).await? != b"\r\n" {
+                return Err(bad_chunk());
+            }
+        },
+    }
+    rw.finish(&mut out).map_err(refused)?;
+    send(w, &mut out).await?;
+    if chunked {
+        w.write_all(b"0\r\n").await?;
+        loop {
+            let t = read_line(r, idle).await?;
+            w.write_all(&t).await?;
+            if t == b"\r\n" {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bad_chunk() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "bad chunk size")
+}
+
+/// A chunk-size line's size (its extensions ignored).
+fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    let text = std::str::from_utf8(line).map_err(|_| bad_chunk())?;
+    let size = text
+        .trim_end_matches("\r\n")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim_end_matches([' ', '\t']);
+    if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad_chunk());
+    }
+    u64::from_str_radix(size, 16).map_err(|_| bad_chunk())
+}
+
 async fn copy_until_close<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     r: &mut R,
     w: &mut W,
@@ -451,20 +614,9 @@ pub(super) async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin
     w: &mut W,
     idle: Duration,
 ) -> io::Result<()> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad chunk size");
     loop {
         let line = read_line(r, idle).await?;
-        let text = std::str::from_utf8(&line).map_err(|_| bad())?;
-        let size = text
-            .trim_end_matches("\r\n")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim_end_matches([' ', '\t']);
-        if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad());
-        }
-        let size = u64::from_str_radix(size, 16).map_err(|_| bad())?;
+        let size = chunk_size(&line)?;
         w.write_all(&line).await?;
         if size == 0 {
             loop {
@@ -478,7 +630,7 @@ pub(super) async fn relay_chunked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin
         copy_exact(r, w, size, idle).await?;
         let end = read_line(r, idle).await?;
         if end != b"\r\n" {
-            return Err(bad());
+            return Err(bad_chunk());
         }
         w.write_all(&end).await?;
     }

@@ -52,6 +52,9 @@ pub(crate) struct Shared {
     pub(super) dropped: AtomicU64,
     /// Idle upstream connections of forwarded requests.
     pub(super) pool: Pool,
+    /// The run's secrets and request rules, judged on every forwarded
+    /// request (and inside the TLS of the hosts it inspects).
+    pub(super) inspector: Arc<crate::proxy::inspector::Inspector>,
 }
 
 impl Shared {
@@ -70,6 +73,7 @@ impl Shared {
             overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
             dropped: AtomicU64::new(0),
             pool: Pool::default(),
+            inspector: c.inspector,
         }
     }
 
