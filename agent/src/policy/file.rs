@@ -304,9 +304,26 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         secrets,
     } = lists;
     secrets::check(&network, &secrets, &env)?;
-    for file in secrets.values().filter_map(|s| s.file.as_ref()) {
+    for (name, file) in secrets
+        .iter()
+        .filter_map(|(n, s)| Some((n, s.file.as_ref()?)))
+    {
+        // Where the run writes, a run could have put the value there.
+        if let Some(w) = writable.iter().find(|w| match &w.path {
+            PathSpec::Absolute(w) => file.starts_with(w),
+            PathSpec::RunTmp(_) => false,
+        }) {
+            return Err(PolicyError::value(
+                "the policy",
+                &format!("secrets.{name}.file"),
+                format!(
+                    "{} lies beneath {w}, where the run writes: keep a secret's file outside every writable path",
+                    file.display()
+                ),
+            ));
+        }
         // The value's file is denied to the run, whatever else the policy
-        // opens (a writable root above it is refused below).
+        // opens.
         let p = PathSpec::Absolute(file.clone());
         denied.push(Entry::new(Origin::Secret, p.clone()));
         fs.deny_read.push(p);

@@ -212,3 +212,165 @@ pub(super) fn check(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests: a panic is the failure report
+mod tests {
+    use std::path::PathBuf;
+
+    use crate::policy::{load, Overrides, PathSpec, Policy};
+
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn with(text: &str, secrets: &[&str]) -> (Result<Policy, String>, Dir) {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("lockrun-sec-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(dir.join("wt")).unwrap();
+        let file = dir.join("p.toml");
+        std::fs::write(&file, text).unwrap();
+        let over = Overrides {
+            worktree: Some(dir.join("wt")),
+            state_dir: Some(dir.join("state")),
+            secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+            ..Overrides::default()
+        };
+        let r = load(Some(file.to_str().unwrap()), &over).map_err(|e| e.to_string());
+        (r, Dir(dir))
+    }
+
+    const ALLOW: &str = "[network]\nallow = [\"api.example.com\", \"*.example.org\"]\n";
+
+    #[test]
+    fn a_secret_binds_allowed_hosts_and_a_flag_replaces_it() {
+        let text = format!(
+            "{ALLOW}[secrets.API_KEY]\nhosts = [\"api.example.com\", \"*.cdn.example.org\"]\nbody = true\noptional = true\n"
+        );
+        let (p, _d) = with(&text, &[]);
+        let p = p.unwrap();
+        let s = &p.secrets["API_KEY"];
+        assert_eq!(s.hosts.len(), 2);
+        assert!(s.body && s.optional && s.file.is_none());
+        let (p, _d) = with(
+            &text,
+            &[
+                "API_KEY@x.example.org",
+                "OTHER@api.example.com,a.example.org",
+            ],
+        );
+        let p = p.unwrap();
+        assert_eq!(p.secrets["API_KEY"].hosts[0].to_string(), "x.example.org");
+        assert!(!p.secrets["API_KEY"].optional && !p.secrets["API_KEY"].body);
+        assert_eq!(p.secrets["OTHER"].hosts.len(), 2);
+    }
+
+    #[test]
+    fn a_secret_for_a_host_not_allowed_is_refused_naming_it() {
+        let text = format!(
+            "{ALLOW}[secrets.API_KEY]\nhosts = [\"api.example.com\", \"evil.example.net\"]\n"
+        );
+        let err = with(&text, &[]).0.unwrap_err();
+        assert!(
+            err.contains("secrets.API_KEY")
+                && err.contains("evil.example.net")
+                && err.contains("does not allow"),
+            "{err}"
+        );
+        // A wildcard wider than the allow list's.
+        let err = with(ALLOW, &["K@*.org"]).0.unwrap_err();
+        assert!(err.contains("*.org"), "{err}");
+        // Denied though allowed.
+        let text = format!("{ALLOW}deny = [\"bad.example.org\"]\n");
+        let err = with(&text, &["K@bad.example.org"]).0.unwrap_err();
+        assert!(err.contains("bad.example.org"), "{err}");
+    }
+
+    #[test]
+    fn bad_flags_and_keys_say_why() {
+        for (flag, says) in [
+            ("API_KEY", "ENV@HOST"),
+            ("1KEY@api.example.com", "not an environment variable"),
+            ("KEY@", "at least one host"),
+            ("KEY@-bad-", "invalid host"),
+        ] {
+            let err = with(ALLOW, &[flag]).0.unwrap_err();
+            assert!(
+                err.contains("--secret") && err.contains(says),
+                "{flag}: {err}"
+            );
+        }
+        let err = with(
+            &format!("{ALLOW}[secrets.K]\nhost = [\"api.example.com\"]\n"),
+            &[],
+        )
+        .0
+        .unwrap_err();
+        assert!(err.contains("host"), "{err}");
+        let err = with(&format!("{ALLOW}[secrets.K]\nhosts = []\n"), &[])
+            .0
+            .unwrap_err();
+        assert!(err.contains("at least one host"), "{err}");
+        let text = format!("{ALLOW}[env]\nK = \"x\"\n[secrets.K]\nhosts = [\"api.example.com\"]\n");
+        let err = with(&text, &[]).0.unwrap_err();
+        assert!(err.contains("[env] also sets K"), "{err}");
+    }
+
+    #[test]
+    fn a_secrets_file_is_denied_to_the_run_and_may_not_be_writable() {
+        let text = format!("{ALLOW}[secrets.K]\nhosts = [\"api.example.com\"]\nfile = \"/etc/lockrun-test-token\"\n");
+        let (p, _d) = with(&text, &[]);
+        let p = p.unwrap();
+        assert_eq!(
+            p.secrets["K"].file.as_deref(),
+            Some(std::path::Path::new("/etc/lockrun-test-token"))
+        );
+        assert!(p
+            .fs
+            .deny_read
+            .contains(&PathSpec::Absolute("/etc/lockrun-test-token".into())));
+        let text = format!(
+            "{ALLOW}[secrets.K]\nhosts = [\"api.example.com\"]\nfile = \"{{worktree}}/token\"\n"
+        );
+        let err = with(&text, &[]).0.unwrap_err();
+        assert!(err.contains("token"), "{err}");
+        let text = format!(
+            "{ALLOW}[secrets.K]\nhosts = [\"api.example.com\"]\nfile = \"{{tmp}}/token\"\n"
+        );
+        let err = with(&text, &[]).0.unwrap_err();
+        assert!(err.contains("{tmp}"), "{err}");
+    }
+
+    #[test]
+    fn request_rules_need_an_allowed_host_and_say_what_is_wrong() {
+        let text = format!("{ALLOW}[network.requests.\"api.example.com\"]\nallow = [\"GET /repos/**\", \"POST /graphql\"]\n");
+        let (p, _d) = with(&text, &[]);
+        let p = p.unwrap();
+        let rules: Vec<String> = p
+            .network
+            .requests
+            .values()
+            .flatten()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(rules, ["GET /repos/**", "POST /graphql"]);
+        let text =
+            format!("{ALLOW}[network.requests.\"other.example.net\"]\nallow = [\"GET /x\"]\n");
+        let err = with(&text, &[]).0.unwrap_err();
+        assert!(
+            err.contains("other.example.net") && err.contains("does not allow"),
+            "{err}"
+        );
+        let text =
+            format!("{ALLOW}[network.requests.\"api.example.com\"]\nallow = [\"GET repos\"]\n");
+        let err = with(&text, &[]).0.unwrap_err();
+        assert!(
+            err.contains("p.toml") && err.contains("start with /"),
+            "{err}"
+        );
+    }
+}
