@@ -85,8 +85,11 @@ pub fn main(args: &RunArgs) -> i32 {
     // The secrets' values, read once, kept in lockrun's memory only.
     let inspector = match Inspector::from_policy(&policy, |k| std::env::var_os(k)) {
         Ok((inspector, skipped)) => {
+            // Said only where asked (LOCKRUN_LOG=debug): a preset's
+            // optional key is unset in every run that logs in otherwise,
+            // and a run says nothing of lockrun's own when all is well.
             for env in skipped {
-                say!("lockrun: secret {env}: not set; skipped (optional), the run gets no {env}");
+                tracing::debug!("secret {env}: not set; skipped (optional), the run gets no {env}");
             }
             inspector
         }

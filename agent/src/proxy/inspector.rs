@@ -141,7 +141,7 @@ impl Refused {
 }
 
 /// One placeholder a [`BodyRewriter`] looks for: replaced by `value`
-/// (bound to the host, put in bodies), or refused (`None`).
+/// (bound to the host, `body = true`), or refused (`None`: not bound).
 #[derive(Debug)]
 struct Sought {
     env: String,
@@ -193,7 +193,7 @@ impl BodyRewriter {
                         return Err(Refused {
                             status: 403,
                             reason: format!(
-                                "the placeholder of secret {} in the request's body to {}, where {} is not put in (not bound to it, or `body = false`)",
+                                "the placeholder of secret {} in the request's body to {}, which {} is not bound to",
                                 s.env, self.host, s.env
                             ),
                             verdict: ProxyVerdict::SecretElsewhere,
@@ -404,16 +404,23 @@ impl Inspector {
                 }
             }
         }
-        let body = (!self.secrets.is_empty()).then(|| BodyRewriter {
-            sought: self
-                .secrets
-                .iter()
-                .map(|s| Sought {
+        // In the body: a placeholder bound to this host is replaced where
+        // its secret says `body = true`, else left as it is (the run may
+        // tell its own API what its variable holds); any other is refused.
+        let sought: Vec<Sought> = self
+            .secrets
+            .iter()
+            .filter_map(|s| match (s.bound_to(host), s.body) {
+                (true, false) => None,
+                (bound, _) => Some(Sought {
                     env: s.env.clone(),
                     placeholder: s.placeholder.clone(),
-                    value: (s.body && s.bound_to(host)).then(|| s.value.clone()),
-                })
-                .collect(),
+                    value: bound.then(|| s.value.clone()),
+                }),
+            })
+            .collect();
+        let body = (!sought.is_empty()).then(|| BodyRewriter {
+            sought,
             host: host.to_string(),
             held: Vec::new(),
             judged: 0,

@@ -217,7 +217,8 @@ fn the_body_gets_the_value_across_any_split_when_the_secret_says_so() {
             .unwrap();
         assert_eq!(rewrite(&mut r, &body, step).unwrap(), want, "step {step}");
     }
-    // `body = false` (the default): left as it is in a bound host's body.
+    // `body = false` (the default): left as it is in a bound host's body
+    // (the other secret, bound elsewhere, is still sought there).
     let i = inspector(false);
     let ph = placeholder(&i, "ANTHROPIC_API_KEY");
     let mut r = i
@@ -225,7 +226,9 @@ fn the_body_gets_the_value_across_any_split_when_the_secret_says_so() {
         .unwrap()
         .body
         .unwrap();
-    let e = rewrite(&mut r, &ph, 7).unwrap_err();
+    assert_eq!(rewrite(&mut r, &ph, 7).unwrap(), ph);
+    let gh = placeholder(&i, "GITHUB_TOKEN");
+    let e = rewrite(&mut r, &gh, 7).unwrap_err();
     assert_eq!(e.verdict, ProxyVerdict::SecretElsewhere);
 }
 
@@ -315,4 +318,24 @@ fn from_policy_reads_the_variable_and_skips_an_optional_unset_one() {
         "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_host_bound_to_every_secret_without_bodies_gets_no_rewriter() {
+    let i = Inspector::new(
+        vec![SecretValue {
+            env: "K".into(),
+            hosts: vec![pattern("api.example.com")],
+            value: b"k-0123456789abcdef".to_vec(),
+            body: false,
+        }],
+        BTreeMap::new(),
+    )
+    .unwrap();
+    let j = i
+        .judge(&host("api.example.com"), "POST", "/", &mut [])
+        .unwrap();
+    assert!(j.body.is_none());
+    let other = i.judge(&host("other.example.com"), "POST", "/", &mut []);
+    assert!(other.unwrap().body.is_some());
 }
