@@ -447,9 +447,10 @@ impl Agent {
         // once the proxy's inspect loop takes CONNECTs to inspected hosts
         // (issue 60's TLS half). Until then their API gets the placeholder
         // (worthless) and never the value; the check is said skipped.
-        let tunnelled = self.events().iter().any(|e| {
-            matches!(e, Event::Proxy(p) if p.host == API_HOST && p.method == "CONNECT")
-        });
+        let tunnelled = self
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Proxy(p) if p.host == API_HOST && p.method == "CONNECT"));
         if tunnelled && !CONNECT_INSPECTED {
             println!(
                 "skipped: {}: the real key put in by the proxy: the CLI reached the model API through CONNECT, which the inspect loop does not take yet",
@@ -463,7 +464,10 @@ impl Agent {
                 "the model API never got the real key: {auths:?}: {}",
                 said()
             );
-            assert!(!auths.iter().any(|a| a.contains(held.as_str())), "{auths:?}");
+            assert!(
+                !auths.iter().any(|a| a.contains(held.as_str())),
+                "{auths:?}"
+            );
         }
         let audit = std::fs::read_to_string(self.audit_log()).unwrap();
         assert!(!audit.contains(&real), "the audit log holds the key");
