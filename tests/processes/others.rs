@@ -624,7 +624,7 @@ fn the_run_cannot_read_lockruns_environment_where_a_secrets_value_is() {
          cat /proc/$PPID/environ > leak 2>/dev/null && echo parent=read || echo parent=refused; \
          cat /proc/self/environ | tr '\\0' '\\n' | grep '^LOCKRUN_TEST_KEY='; \
          : > started; while [ ! -e go-on ]; do sleep 0.05; done";
-    let mut child = w
+    let child = w
         .cmd(
             &[
                 "--allow-host",
@@ -643,7 +643,7 @@ fn the_run_cannot_read_lockruns_environment_where_a_secrets_value_is() {
     let t = Instant::now();
     while !w.wt.join("started").exists() {
         assert!(
-            t.elapsed() < Duration::from_secs(60),
+            t.elapsed() < Duration::from_mins(1),
             "the run did not start"
         );
         std::thread::sleep(Duration::from_millis(20));

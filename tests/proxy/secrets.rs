@@ -161,18 +161,22 @@ async fn placeholders_become_values_for_their_host_only_and_rules_refuse() {
     .await;
     assert!(String::from_utf8_lossy(&dots.stdout).ends_with("status=403\n"));
     let ev = p.events();
-    let ruled: Vec<_> = ev
+    let by_rules: Vec<_> = ev
         .iter()
         .filter(|e| e.verdict == ProxyVerdict::RuleRefused)
         .collect();
-    assert_eq!(ruled.len(), 2, "{ev:?}");
+    assert_eq!(by_rules.len(), 2, "{ev:?}");
     assert!(
-        ruled[0].reason.contains("DELETE /repos/x")
-            && ruled[0].reason.contains("no rule of ruled.test"),
+        by_rules[0].reason.contains("DELETE /repos/x")
+            && by_rules[0].reason.contains("no rule of ruled.test"),
         "{}",
-        ruled[0].reason
+        by_rules[0].reason
     );
-    assert!(ruled[1].reason.contains("`..`"), "{}", ruled[1].reason);
+    assert!(
+        by_rules[1].reason.contains("`..`"),
+        "{}",
+        by_rules[1].reason
+    );
     assert!(ev
         .iter()
         .any(|e| e.allowed && e.reason.contains("`GET /ok/**` of ruled.test")));

@@ -100,7 +100,7 @@ pub fn main(args: &RunArgs) -> i32 {
     };
     run::execute(
         &policy,
-        Arc::new(inspector),
+        &Arc::new(inspector),
         &args.command,
         args.audit_log.as_deref(),
     )

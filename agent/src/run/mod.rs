@@ -226,7 +226,7 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 #[must_use]
 pub fn execute(
     policy: &Policy,
-    inspector: Arc<Inspector>,
+    inspector: &Arc<Inspector>,
     argv: &[OsString],
     audit_log: Option<&Path>,
 ) -> i32 {
@@ -283,7 +283,7 @@ enum Started {
 /// The steps of a run, in order (see the module docs).
 async fn run(
     policy: &Policy,
-    inspector: Arc<Inspector>,
+    inspector: &Arc<Inspector>,
     argv: &[OsString],
     audit: &Arc<AuditLog>,
     nofile: Option<libc::rlimit>,

@@ -71,7 +71,7 @@ type Secrets = (Vec<Mask>, std::io::Result<Option<Sealed>>);
 #[allow(clippy::too_many_lines)] // the setup's order is the point: its steps, top to bottom
 pub(super) fn setup(
     policy: &Policy,
-    inspector: Arc<Inspector>,
+    inspector: &Arc<Inspector>,
     argv: &[OsString],
     audit: &Arc<AuditLog>,
     nofile: Option<libc::rlimit>,
@@ -238,7 +238,7 @@ pub(super) fn setup(
         dir.id(),
         dir.tmp(),
         &proxy_env,
-        &inspector,
+        inspector,
     );
     Ok(SetUp {
         dir,

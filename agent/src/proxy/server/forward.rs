@@ -132,8 +132,8 @@ pub(super) async fn forward(
             Err(ForwardError::Stale) => {}
             // The body held a placeholder it may not carry: the upstream
             // got the body up to it, and no more (its connection dropped).
-            Err(ForwardError::Refused(refused)) => {
-                refused_inside(refused)
+            Err(ForwardError::Refused(inside)) => {
+                refused_inside(inside)
                     .answer(shared, client, head, Some(dialed))
                     .await;
                 return false;
