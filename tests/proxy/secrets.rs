@@ -4,8 +4,9 @@
 //! secret says so, Content-Length and chunked bodies alike), is refused to
 //! any other allowed host (403, `secret_elsewhere`, the host never reached),
 //! and a host's request rules refuse what they do not allow (403,
-//! `rule_refused`, the reason naming method, path and host). The audit log
-//! never holds the value.
+//! `rule_refused`, the reason naming method, path and host). An answer
+//! that echoes the value reaches the client with the placeholder in its
+//! place. The audit log never holds the value.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +19,8 @@ use crate::{client, policy, run, Proxy, RANGE};
 
 const VALUE: &str = "sk-ant-api03-REALsecretVALUE0123456789abcdef";
 
-/// Echoes `x-api-key`, the path and the body, for any method.
+/// Echoes `x-api-key`, the path and the body, for any method, in its
+/// answer and on stderr (`GOT …`: what it really got).
 const ECHO: &str = r#"
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -37,6 +39,8 @@ class H(http.server.BaseHTTPRequestHandler):
         else:
             body = self.rfile.read(int(self.headers.get('Content-Length', '0')))
         msg = b'key=%s path=%s body=%s\n' % (self.headers.get('x-api-key', '-').encode(), self.path.encode(), body)
+        sys.stderr.write('GOT ' + msg.decode())
+        sys.stderr.flush()
         self.send_response(200)
         self.send_header('Content-Length', str(len(msg)))
         self.end_headers()
@@ -115,9 +119,18 @@ async fn placeholders_become_values_for_their_host_only_and_rules_refuse() {
         }
         let out = run(curl(&p, &args)).await;
         let said = String::from_utf8_lossy(&out.stdout);
+        // The host got the value; its answer, echoing it, reaches the
+        // client with the placeholder in its place.
+        let got = std::fs::read_to_string(th.access_log()).unwrap();
+        let want = format!("GOT key={VALUE} path=/v1?k={VALUE} body={{\"k\":\"{VALUE}\"}}\n");
+        assert_eq!(
+            got.matches(&want).count(),
+            usize::from(chunked) + 1,
+            "{got}"
+        );
         assert_eq!(
             said,
-            format!("key={VALUE} path=/v1?k={VALUE} body={{\"k\":\"{VALUE}\"}}\n\nstatus=200\n"),
+            format!("key={ph} path=/v1?k={ph} body={{\"k\":\"{ph}\"}}\n\nstatus=200\n"),
             "chunked {chunked}: {}",
             String::from_utf8_lossy(&out.stderr)
         );

@@ -22,6 +22,9 @@ use crate::proxy::request::Host;
 
 pub mod placeholder;
 
+/// The bytes a value (and so its placeholder) may hold ([`placeholder`]).
+const TOKEN: std::ops::RangeInclusive<u8> = 0x21..=0x7e;
+
 /// The largest secret value read from a file.
 const MAX_SECRET_FILE: u64 = 64 * 1024;
 
@@ -141,7 +144,8 @@ impl Refused {
 }
 
 /// One placeholder a [`BodyRewriter`] looks for: replaced by `value`
-/// (bound to the host, `body = true`), or refused (`None`: not bound).
+/// (bound to the host, `body = true`), or refused (`None`: not bound). A
+/// masker ([`Inspector::masker`]) seeks values, and puts placeholders in.
 #[derive(Debug)]
 struct Sought {
     env: String,
@@ -214,7 +218,16 @@ impl BodyRewriter {
     /// may begin a placeholder is held back for the next chunk).
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Result<(), Refused> {
         self.held.extend_from_slice(chunk);
-        let keep = self.longest().saturating_sub(1);
+        // A placeholder (and a value) is printable ASCII without spaces:
+        // one that may go on in the next chunk lies in the tail after the
+        // last byte of any other kind, so a line's or an event's end
+        // (SSE's `\n\n`) is never held back.
+        let token_tail = self
+            .held
+            .iter()
+            .rposition(|b| !TOKEN.contains(b))
+            .map_or(self.held.len(), |i| self.held.len() - i - 1);
+        let keep = self.longest().saturating_sub(1).min(token_tail);
         // A placeholder starting before `ready` lies whole in `held`.
         let ready = self.held.len().saturating_sub(keep);
         self.judge(ready)?;
@@ -321,6 +334,42 @@ impl Inspector {
                 .windows(s.value.len())
                 .any(|w| w == s.value.as_slice())
         })
+    }
+
+    /// What masks the values of the secrets bound to `host` in its
+    /// answers (headers and body): each replaced by its placeholder, so
+    /// that an upstream that echoes a key (an error message quoting it)
+    /// never hands the run the value. `None`: no secret is bound to it.
+    #[must_use]
+    pub fn masker(&self, host: &Host) -> Option<BodyRewriter> {
+        let sought: Vec<Sought> = self
+            .secrets
+            .iter()
+            .filter(|s| s.bound_to(host))
+            .map(|s| Sought {
+                env: s.env.clone(),
+                placeholder: s.value.clone(),
+                value: Some(s.placeholder.clone()),
+            })
+            .collect();
+        (!sought.is_empty()).then(|| BodyRewriter {
+            sought,
+            host: host.to_string(),
+            held: Vec::new(),
+            judged: 0,
+        })
+    }
+
+    /// `headers` of an answer from `host`, each value of a secret bound to
+    /// it replaced by its placeholder ([`Inspector::masker`]).
+    pub fn mask_headers(&self, host: &Host, headers: &mut [(String, Vec<u8>)]) {
+        for s in self.secrets.iter().filter(|s| s.bound_to(host)) {
+            for (_, v) in headers.iter_mut() {
+                if contains(v, &s.value) {
+                    *v = replaced(v, &s.value, &s.placeholder);
+                }
+            }
+        }
     }
 
     /// Whether nothing is judged inside any host.

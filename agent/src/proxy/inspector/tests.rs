@@ -339,3 +339,41 @@ fn a_host_bound_to_every_secret_without_bodies_gets_no_rewriter() {
     let other = i.judge(&host("other.example.com"), "POST", "/", &mut []);
     assert!(other.unwrap().body.is_some());
 }
+
+#[test]
+fn an_answer_echoing_the_value_reaches_the_run_masked() {
+    let i = inspector(false);
+    let ph = placeholder(&i, "ANTHROPIC_API_KEY");
+    let anthropic = host("api.anthropic.com");
+    let mut body = b"data: {\"error\":\"invalid key ".to_vec();
+    body.extend_from_slice(ANTHROPIC);
+    body.extend_from_slice(b"\"}\n\n");
+    let mut want = b"data: {\"error\":\"invalid key ".to_vec();
+    want.extend_from_slice(&ph);
+    want.extend_from_slice(b"\"}\n\n");
+    for step in [1, 3, 17, 1000] {
+        let mut m = i.masker(&anthropic).unwrap();
+        assert_eq!(rewrite(&mut m, &body, step).unwrap(), want, "step {step}");
+    }
+    let mut h = headers(&[("x-echo", ANTHROPIC)]);
+    i.mask_headers(&anthropic, &mut h);
+    assert_eq!(h[0].1, ph);
+    // Another host's answers are not touched (it never got the value).
+    assert!(i.masker(&host("example.com")).is_none());
+}
+
+/// An event's end is never held back: the tail held is only what could
+/// still become a placeholder (no space, no newline).
+#[test]
+fn a_line_end_is_never_held_back() {
+    let i = inspector(true);
+    let mut m = i.masker(&host("api.anthropic.com")).unwrap();
+    let mut out = Vec::new();
+    m.feed(b"event: a\ndata: {\"x\":1}\n\n", &mut out).unwrap();
+    assert_eq!(out, b"event: a\ndata: {\"x\":1}\n\n");
+    out.clear();
+    m.feed(b"data: sk-ant", &mut out).unwrap();
+    assert_eq!(out, b"data: ");
+    m.finish(&mut out).unwrap();
+    assert_eq!(out, b"data: sk-ant");
+}

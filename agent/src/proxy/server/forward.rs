@@ -290,7 +290,7 @@ async fn forward_inner(
     }
 
     // The response head (skipping interim 1xx answers: we sent our own 100).
-    let (status, reason, headers, minor) = loop {
+    let (status, reason, mut headers, minor) = loop {
         let resp = read_response_head(&mut upstream, shared.idle).await?;
         if (100..200).contains(&resp.0) {
             if resp.0 == 101 {
@@ -343,6 +343,12 @@ async fn forward_inner(
             framing = Framing::Length(l);
         }
     }
+    // A key the upstream echoes (an error quoting it) reaches the run as
+    // its placeholder, in the headers and the body.
+    let mut masker = shared.inspector.masker(&target.host);
+    if masker.is_some() {
+        shared.inspector.mask_headers(&target.host, &mut headers);
+    }
     let keep = framing != Framing::UntilClose;
     let hop = hop_by_hop(&headers);
     // `hop` holds the `Connection` tokens too: `close` ends the upstream's.
@@ -364,6 +370,7 @@ async fn forward_inner(
     // The body bytes already read go out with the head, in one segment: a
     // small response then costs the client one wake-up, not two.
     let early = match framing {
+        _ if masker.is_some() => 0,
         Framing::Length(n) => upstream
             .buffer()
             .len()
@@ -377,13 +384,22 @@ async fn forward_inner(
         .write_all(&out)
         .await
         .map_err(|_| ForwardError::AfterResponse(status))?;
-    let relayed = match framing {
-        Framing::None => Ok(()),
-        Framing::Length(n) => {
+    let relayed = match (framing, masker.as_mut()) {
+        (Framing::None, _) => Ok(()),
+        (Framing::Length(n), Some(m)) => {
+            relay_rewritten(&mut upstream, client, Body::Length(n), m, shared.idle).await
+        }
+        (Framing::Chunked, Some(m)) => {
+            relay_rewritten(&mut upstream, client, Body::Chunked, m, shared.idle).await
+        }
+        (Framing::UntilClose, Some(m)) => {
+            copy_until_close_masked(&mut upstream, client, m, shared.idle).await
+        }
+        (Framing::Length(n), None) => {
             copy_exact(&mut upstream, client, n - early as u64, shared.idle).await
         }
-        Framing::Chunked => relay_chunked(&mut upstream, client, shared.idle).await,
-        Framing::UntilClose => copy_until_close(&mut upstream, client, shared.idle).await,
+        (Framing::Chunked, None) => relay_chunked(&mut upstream, client, shared.idle).await,
+        (Framing::UntilClose, None) => copy_until_close(&mut upstream, client, shared.idle).await,
     };
     relayed.map_err(|_| ForwardError::AfterResponse(status))?;
     client
@@ -552,6 +568,31 @@ async fn relay_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
         }
     }
     Ok(())
+}
+
+/// [`copy_until_close`] through a masker ([`crate::proxy::inspector::Inspector::masker`]).
+async fn copy_until_close_masked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    m: &mut BodyRewriter,
+    idle: Duration,
+) -> io::Result<()> {
+    let refused = |e: Refused| io::Error::other(BodyRefused(e));
+    let mut out = Vec::new();
+    loop {
+        let avail = tokio::time::timeout(idle, r.fill_buf())
+            .await
+            .map_err(|_| idle_timeout())??;
+        if avail.is_empty() {
+            m.finish(&mut out).map_err(refused)?;
+            return w.write_all(&out).await;
+        }
+        let take = avail.len();
+        m.feed(avail, &mut out).map_err(refused)?;
+        r.consume(take);
+        w.write_all(&out).await?;
+        out.clear();
+    }
 }
 
 fn bad_chunk() -> io::Error {
