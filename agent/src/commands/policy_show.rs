@@ -352,6 +352,28 @@ impl<'a> View<'a> {
                 ips.join(", ")
             );
         }
+        for (host, rules) in &n.requests {
+            let rules: Vec<String> = rules.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                s,
+                "requests to {host}: only {} (any other refused)",
+                rules.join(", ")
+            );
+        }
+        for (env, spec) in &p.secrets {
+            let hosts: Vec<String> = spec.hosts.iter().map(ToString::to_string).collect();
+            let from = spec.file.as_ref().map_or_else(
+                || "lockrun's environment".to_owned(),
+                |f| f.display().to_string(),
+            );
+            let _ = writeln!(
+                s,
+                "secret {env}: a placeholder in the run; the value (from {from}) put in for {} only{}{}",
+                hosts.join(", "),
+                if spec.body { ", bodies too" } else { "" },
+                if spec.optional { "; skipped when unset" } else { "" }
+            );
+        }
         let _ = writeln!(s, "\n[seccomp]  (no_new_privs; every capability dropped)");
         for (verdict, calls) in &self.seccomp {
             let _ = writeln!(s, "{verdict}: {calls}");
