@@ -430,6 +430,7 @@ impl Inspector {
                 }
             }
         };
+        self.judge_basic(host, headers)?;
         let mut new_path: Option<Vec<u8>> = None;
         for s in &self.secrets {
             let bound = s.bound_to(host);
@@ -480,6 +481,84 @@ impl Inspector {
             path: new_path.map(|p| String::from_utf8_lossy(&p).into_owned()),
         })
     }
+}
+
+impl Inspector {
+    /// Placeholders inside `Authorization: Basic` (base64 of `user:token`,
+    /// as git sends a token): judged as in any header, the credentials
+    /// encoded again (the same length: the value is the placeholder's).
+    fn judge_basic(&self, host: &Host, headers: &mut [(String, Vec<u8>)]) -> Result<(), Refused> {
+        for (name, v) in headers.iter_mut() {
+            if !name.eq_ignore_ascii_case("authorization") {
+                continue;
+            }
+            let Some(mut creds) = basic_credentials(v) else {
+                continue;
+            };
+            let mut changed = false;
+            for s in &self.secrets {
+                if contains(&creds, &s.placeholder) {
+                    if !s.bound_to(host) {
+                        return Err(Refused::elsewhere(
+                            &s.env,
+                            host,
+                            "header authorization (Basic)",
+                        ));
+                    }
+                    creds = replaced(&creds, &s.placeholder, &s.value);
+                    changed = true;
+                }
+            }
+            if changed {
+                *v = format!("Basic {}", crate::proxy::server::base64(&creds)).into_bytes();
+            }
+            creds.fill(0);
+        }
+        Ok(())
+    }
+}
+
+/// The decoded credentials of a `Basic` authorization value.
+fn basic_credentials(v: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(v).ok()?.trim();
+    let (scheme, b64) = text.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    base64_decoded(b64.trim().as_bytes())
+}
+
+/// Standard base64, padded; `None` for anything else.
+fn base64_decoded(b: &[u8]) -> Option<Vec<u8>> {
+    if !b.len().is_multiple_of(4) {
+        return None;
+    }
+    let val = |c: u8| -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    };
+    let mut out = Vec::with_capacity(b.len() / 4 * 3);
+    for (i, q) in b.chunks(4).enumerate() {
+        let last = i + 1 == b.len() / 4;
+        let pad = q.iter().rev().take_while(|c| **c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &q[..4 - pad] {
+            n = (n << 6) | val(c)?;
+        }
+        n <<= 6 * pad;
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    Some(out)
 }
 
 /// A request path as a refusal shows it: at most 200 bytes, its query

@@ -377,3 +377,37 @@ fn a_line_end_is_never_held_back() {
     m.finish(&mut out).unwrap();
     assert_eq!(out, b"data: sk-ant");
 }
+
+/// `Authorization: Basic base64(user:token)`, as git sends a token: the
+/// placeholder inside is put in for its host, refused to another.
+#[test]
+fn a_placeholder_inside_basic_credentials_is_judged() {
+    let i = inspector(false);
+    let ph = placeholder(&i, "GITHUB_TOKEN");
+    let mut creds = b"x-access-token:".to_vec();
+    creds.extend_from_slice(&ph);
+    let basic = format!("Basic {}", crate::proxy::server::base64(&creds));
+    let mut h = headers(&[("Authorization", basic.as_bytes())]);
+    i.judge(&host("api.github.com"), "POST", "/graphql", &mut h)
+        .unwrap();
+    let mut want = b"x-access-token:".to_vec();
+    want.extend_from_slice(GITHUB);
+    assert_eq!(
+        h[0].1,
+        format!("Basic {}", crate::proxy::server::base64(&want)).into_bytes()
+    );
+    assert_eq!(h[0].1.len(), basic.len());
+    let mut h = headers(&[("authorization", basic.as_bytes())]);
+    let e = i
+        .judge(&host("gist.example.com"), "POST", "/", &mut h)
+        .unwrap_err();
+    assert_eq!(e.verdict, ProxyVerdict::SecretElsewhere);
+    assert!(e.reason.contains("Basic"), "{}", e.reason);
+    // Every length of padding decodes back.
+    for n in 0..7 {
+        let raw: Vec<u8> = (0..n).map(|b| b * 37).collect();
+        let enc = crate::proxy::server::base64(&raw);
+        assert_eq!(base64_decoded(enc.as_bytes()).unwrap(), raw);
+    }
+    assert!(base64_decoded(b"abc").is_none() && base64_decoded(b"a=bc").is_none());
+}
