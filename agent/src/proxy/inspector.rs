@@ -146,11 +146,19 @@ impl Refused {
 /// One placeholder a [`BodyRewriter`] looks for: replaced by `value`
 /// (bound to the host, `body = true`), or refused (`None`: not bound). A
 /// masker ([`Inspector::masker`]) seeks values, and puts placeholders in.
-#[derive(Debug)]
 struct Sought {
     env: String,
     placeholder: Vec<u8>,
     value: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for Sought {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sought")
+            .field("env", &self.env)
+            .field("put_in", &self.value.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Sought {
@@ -164,7 +172,7 @@ impl Drop for Sought {
 
 /// Rewrites a request body as it streams through; placeholders are the
 /// length of their values, so the body's length never changes.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct BodyRewriter {
     sought: Vec<Sought>,
     host: String,
@@ -173,6 +181,17 @@ pub struct BodyRewriter {
     /// How many bytes at the front of `held` are no placeholder's start
     /// (they were judged, or are a value put in).
     judged: usize,
+}
+
+impl fmt::Debug for BodyRewriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the bytes held: a value put in may be among them.
+        f.debug_struct("BodyRewriter")
+            .field("sought", &self.sought)
+            .field("host", &self.host)
+            .field("held", &self.held.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl BodyRewriter {

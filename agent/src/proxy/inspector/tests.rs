@@ -411,3 +411,15 @@ fn a_placeholder_inside_basic_credentials_is_judged() {
     }
     assert!(base64_decoded(b"abc").is_none() && base64_decoded(b"a=bc").is_none());
 }
+
+#[test]
+fn nothing_shown_holds_a_value() {
+    let i = inspector(true);
+    let j = i
+        .judge(&host("api.anthropic.com"), "POST", "/", &mut [])
+        .unwrap();
+    let m = i.masker(&host("api.anthropic.com")).unwrap();
+    for shown in [format!("{i:?}"), format!("{j:?}"), format!("{m:?}")] {
+        assert!(!i.holds_a_value(shown.as_bytes()), "{shown}");
+    }
+}
