@@ -30,6 +30,7 @@ mod support;
 mod proxy {
     mod connections;
     mod requests;
+    mod secrets;
     mod transparent;
 }
 

@@ -86,6 +86,12 @@ pub struct PolicyArgs {
     /// port 443 when none is given (repeatable).
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     pub allow_host: Vec<String>,
+    /// Keep the environment variable ENV's value out of the run: the run
+    /// gets a placeholder, and the proxy puts the value in requests to
+    /// HOST (each allowed) in their place; sent anywhere else, refused
+    /// (repeatable; ENV must be set).
+    #[arg(long = "secret", value_name = "ENV@HOST[,HOST...]")]
+    pub secrets: Vec<String>,
     /// Allow connecting directly to a loopback ADDRESS:PORT, e.g. 127.0.0.1:5432 (repeatable).
     #[arg(long = "allow-local", value_name = "ADDR:PORT")]
     pub allow_local: Vec<String>,

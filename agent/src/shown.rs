@@ -85,6 +85,16 @@ pub mod lossy {
     pub fn paths<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(ps.iter().map(|p| p.to_string_lossy()))
     }
+
+    /// # Errors
+    /// Only the serializer's own.
+    #[allow(clippy::ref_option)] // serde's `serialize_with` hands `&Option<_>`
+    pub fn opt_path<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+        match p {
+            Some(p) => s.serialize_some(&p.to_string_lossy()),
+            None => s.serialize_none(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ const CLI: Cli = Cli {
     version: "2.1.197",
     bin: "claude",
     preset: "claude-code",
+    key: "ANTHROPIC_API_KEY",
 };
 
 /// `claude -p … --dangerously-skip-permissions`, as the README gives it,
@@ -19,10 +20,7 @@ fn claude_code_runs_unattended_and_its_tool_call_is_confined() {
         return;
     };
     let out = agent.run(
-        &[
-            ("ANTHROPIC_BASE_URL", API_URL.to_owned()),
-            ("ANTHROPIC_API_KEY", "sk-ant-lockrun-test".to_owned()),
-        ],
+        &[("ANTHROPIC_BASE_URL", API_URL.to_owned())],
         &[
             "-p",
             "Run the shell command you are given.",

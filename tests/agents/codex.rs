@@ -7,6 +7,7 @@ const CLI: Cli = Cli {
     version: "0.171.0",
     bin: "codex",
     preset: "codex",
+    key: "OPENAI_API_KEY",
 };
 
 /// `codex exec --dangerously-bypass-approvals-and-sandbox …`, as the
@@ -22,10 +23,7 @@ fn codex_runs_unattended_and_its_tool_call_is_confined() {
         return;
     };
     let out = agent.run(
-        &[
-            ("OPENAI_API_KEY", "sk-lockrun-test".to_owned()),
-            ("CODEX_API_KEY", "sk-lockrun-test".to_owned()),
-        ],
+        &[],
         &[
             "exec",
             "--dangerously-bypass-approvals-and-sandbox",

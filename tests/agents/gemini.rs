@@ -7,6 +7,7 @@ const CLI: Cli = Cli {
     version: "0.61.0",
     bin: "gemini",
     preset: "gemini",
+    key: "GEMINI_API_KEY",
 };
 
 /// `gemini -p … --yolo --skip-trust`, as the README gives it (an untrusted
@@ -25,10 +26,7 @@ fn gemini_runs_unattended_and_its_tool_call_is_confined() {
         r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#,
     );
     let out = agent.run(
-        &[
-            ("GOOGLE_GEMINI_BASE_URL", API_URL.to_owned()),
-            ("GEMINI_API_KEY", "lockrun-test-key".to_owned()),
-        ],
+        &[("GOOGLE_GEMINI_BASE_URL", API_URL.to_owned())],
         &[
             "-p",
             "Run the shell command you are given.",

@@ -6,8 +6,10 @@ KIND is the protocol the CLI speaks: `anthropic` (the Messages API),
 first request that offers a shell tool gets a reply that calls it with
 COMMAND (Codex 0.171 offers it only inside its JavaScript `exec` tool); the request that carries that call's result gets a final text
 reply, FINISHED; every other request (titles, quota checks) a short text.
-Each request is logged to LOG as one JSON line: method, path, Host, and
-what the model was given back of the tool (its output, as the agent saw it).
+Each request is logged to LOG as one JSON line: method, path, Host, the
+credentials it carried (`auth`: its x-api-key, Authorization and
+x-goog-api-key headers), and what the model was given back of the tool
+(its output, as the agent saw it).
 """
 import http.server
 import json
@@ -273,21 +275,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def auth(self):
+        return " ".join(self.headers.get(h) or "" for h in ("x-api-key", "authorization", "x-goog-api-key")).strip()
+
     def do_GET(self):
-        log({"method": "GET", "path": self.path, "host": self.headers.get("Host")})
+        log({"method": "GET", "path": self.path, "host": self.headers.get("Host"), "auth": self.auth()})
         if self.path.split("?")[0].endswith("/models"):
             self.send(200, "application/json", b'{"object":"list","data":[],"models":[]}')
             return
         self.send(404, "application/json", b'{"error":"not here"}')
 
     def do_HEAD(self):
-        log({"method": "HEAD", "path": self.path, "host": self.headers.get("Host")})
+        log({"method": "HEAD", "path": self.path, "host": self.headers.get("Host"), "auth": self.auth()})
         self.send(200, "text/plain", b"")
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n)
-        entry = {"method": "POST", "path": self.path, "host": self.headers.get("Host")}
+        entry = {"method": "POST", "path": self.path, "host": self.headers.get("Host"), "auth": self.auth()}
         encoding = self.headers.get("Content-Encoding")
         if encoding:
             # Codex sends its requests zstd-compressed.

@@ -7,6 +7,7 @@ const CLI: Cli = Cli {
     version: "1.18.33",
     bin: "opencode",
     preset: "opencode",
+    key: "ANTHROPIC_API_KEY",
 };
 
 /// `opencode run --auto …`, as the README gives it, with its Anthropic
@@ -20,9 +21,8 @@ fn opencode_runs_unattended_and_its_tool_call_is_confined() {
     let Some(agent) = Agent::new(test, &CLI, Protocol::Anthropic) else {
         return;
     };
-    let config = format!(
-        r#"{{"provider":{{"anthropic":{{"options":{{"baseURL":"{API_URL}/v1","apiKey":"sk-ant-lockrun-test"}}}}}}}}"#
-    );
+    let config =
+        format!(r#"{{"provider":{{"anthropic":{{"options":{{"baseURL":"{API_URL}/v1"}}}}}}}}"#);
     let out = agent.run(
         &[("OPENCODE_CONFIG_CONTENT", config)],
         &[

@@ -7,6 +7,7 @@ const CLI: Cli = Cli {
     version: "0.24.4",
     bin: "qwen",
     preset: "qwen-code",
+    key: "OPENAI_API_KEY",
 };
 
 /// `qwen --auth-type openai --yolo "…"`, as the README gives it, signed in
@@ -21,7 +22,6 @@ fn qwen_code_runs_unattended_and_its_tool_call_is_confined() {
     let out = agent.run(
         &[
             ("OPENAI_BASE_URL", format!("{API_URL}/v1")),
-            ("OPENAI_API_KEY", "lockrun-test-key".to_owned()),
             ("OPENAI_MODEL", "qwen-test".to_owned()),
         ],
         &[

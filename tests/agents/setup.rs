@@ -44,6 +44,20 @@ pub struct Cli {
     pub bin: &'static str,
     /// The preset, and the name of its agent dir under the state dir.
     pub preset: &'static str,
+    /// The variable the CLI takes its API key from: the run binds it to
+    /// the model API (`--secret KEY@api.model.test`), with [`real_key`]
+    /// in lockrun's environment; `""`: the key goes another way.
+    pub key: &'static str,
+}
+
+/// The real value of the key in `var`: long enough to hide (a
+/// placeholder of its shape), and nowhere but in lockrun's environment.
+#[must_use]
+pub fn real_key(var: &str) -> String {
+    format!(
+        "sk-lockrun-REAL-{}-0123456789abcdefXYZ",
+        var.replace('_', "")
+    )
 }
 
 /// The protocol of the model API the test serves (`mock_api.py`'s KIND).
@@ -264,8 +278,14 @@ impl Agent {
             "printf made > inside.txt && echo write=ok || echo write=refused; \
              cp ~/.ssh/id_rsa stolen.txt 2>/dev/null && echo ssh=read || echo ssh=refused; \
              touch {etc} 2>/dev/null && echo etc=made || echo etc=refused; \
-             curl -s {curl_extra} -o /dev/null -w 'unlisted=%{{http_code}}\\n' http://{UNLISTED}/",
-            etc = self.etc_mark.display()
+             curl -s {curl_extra} -o /dev/null -w 'unlisted=%{{http_code}}\\n' http://{UNLISTED}/; \
+             echo key=${key}",
+            etc = self.etc_mark.display(),
+            key = if self.cli.key.is_empty() {
+                "NO_KEY_VAR"
+            } else {
+                self.cli.key
+            },
         )
     }
 
@@ -280,8 +300,13 @@ impl Agent {
             .arg("--policy")
             .arg(self.policy())
             .arg("--audit-log")
-            .arg(self.audit_log())
-            .arg("--")
+            .arg(self.audit_log());
+        if !self.cli.key.is_empty() {
+            c.arg("--secret")
+                .arg(format!("{}@{API_HOST}", self.cli.key))
+                .env(self.cli.key, real_key(self.cli.key));
+        }
+        c.arg("--")
             .arg(&self.bin)
             .args(args)
             .env("HOME", self.home())
@@ -378,19 +403,78 @@ impl Agent {
                 if p.host == UNLISTED && p.status == 403 && p.refused())),
             "{events:#?}"
         );
+        self.assert_key_held(&stdout, &stderr, tool_output, &requests, &said);
         self.control();
+    }
+
+    /// The run held a placeholder of the key (the tool's `key=` line: the
+    /// value's length, not the value), the model API got the real value
+    /// (the proxy put it in) and never the placeholder, and neither the
+    /// audit log nor lockrun's output holds the value.
+    fn assert_key_held(
+        &self,
+        stdout: &str,
+        stderr: &str,
+        tool_output: &str,
+        requests: &[serde_json::Value],
+        said: &dyn Fn() -> String,
+    ) {
+        if self.cli.key.is_empty() {
+            return;
+        }
+        let real = real_key(self.cli.key);
+        // The tool's output may come back escaped (in JSON): the key's
+        // shape is letters, digits and `-` only, so it reads the same.
+        // (After the command itself, which some CLIs echo: `key=$VAR`.)
+        let at = tool_output
+            .find("key=sk-")
+            .unwrap_or_else(|| panic!("no key=sk-… in the tool's output: {}", said()));
+        let held: String = tool_output[at + 4..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        assert_eq!(held.len(), real.len(), "{held:?}: {}", said());
+        assert_ne!(held, real, "the run held the real key: {}", said());
+        assert!(held.starts_with("sk-lockrun-REAL-"), "{held:?}");
+        assert!(!tool_output.contains(&real), "{}", said());
+        let auths: Vec<&str> = requests.iter().filter_map(|r| r["auth"].as_str()).collect();
+        // Every CLI's model API gets the real key: through the proxy URL
+        // as a forwarded request, or inside a CONNECT tunnel (undici's
+        // ProxyAgent takes even an `http://` URL so: gemini, qwen-code),
+        // which the proxy inspects for a host a secret is bound to.
+        assert!(
+            auths.iter().any(|a| a.contains(&real)),
+            "the model API never got the real key: {auths:?}: {}",
+            said()
+        );
+        assert!(
+            !auths.iter().any(|a| a.contains(held.as_str())),
+            "{auths:?}"
+        );
+        let audit = std::fs::read_to_string(self.audit_log()).unwrap();
+        assert!(!audit.contains(&real), "the audit log holds the key");
+        assert!(
+            !stdout.contains(&real) && !stderr.contains(&real),
+            "{}",
+            said()
+        );
     }
 
     /// The same command outside lockrun: every action succeeds.
     fn control(&self) {
         let outside = self.dir.0.join("outside");
         let host = self.host.as_ref().unwrap();
-        let out = Command::new("sh")
+        let mut control = Command::new("sh");
+        if !self.cli.key.is_empty() {
+            control.env_remove(self.cli.key);
+        }
+        let out = control
             .args([
                 "-c",
                 &self.command(&format!("--resolve {UNLISTED}:80:{}", host.ns_ip)),
             ])
             .env("HOME", self.home())
+            .env_remove("NO_KEY_VAR")
             .current_dir(&outside)
             .output()
             .unwrap();
@@ -398,7 +482,7 @@ impl Agent {
         let _ = std::fs::remove_file(&self.etc_mark);
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            "write=ok\nssh=read\netc=made\nunlisted=404\n",
+            "write=ok\nssh=read\netc=made\nunlisted=404\nkey=\n",
             "{out:?}"
         );
         assert!(made);

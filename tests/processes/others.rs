@@ -606,3 +606,77 @@ fn the_command_runs_on_exactly_the_callers_cpus() {
         w.assert_no_run_dirs();
     }
 }
+
+/// A secret's value (`--secret`) read from lockrun's own environment stays
+/// there, in `/proc/<lockrun>/environ`: the run cannot read it. Inside, the
+/// command's parent is lockrun, and its environ is `ENOENT` (Landlock's
+/// ptrace scoping hides lockrun, which the run may not trace); the run's
+/// own variable holds a placeholder of the value's length and shape, never
+/// the value. Judged from outside: nothing was copied; lockrun's output
+/// does not hold the value. Controls: outside, lockrun's environ holds the
+/// value (so there was something to take), and inside, the command's own
+/// environ is read.
+#[test]
+fn the_run_cannot_read_lockruns_environment_where_a_secrets_value_is() {
+    let w = World::new("secretenviron");
+    let value = format!("sk-lockrun-REAL-{}-abcdefXYZ0123", std::process::id());
+    let script = "echo ppid=$PPID; \
+         cat /proc/$PPID/environ > leak 2>/dev/null && echo parent=read || echo parent=refused; \
+         cat /proc/self/environ | tr '\\0' '\\n' | grep '^LOCKRUN_TEST_KEY='; \
+         : > started; while [ ! -e go-on ]; do sleep 0.05; done";
+    let child = w
+        .cmd(
+            &[
+                "--allow-host",
+                "api.example.com",
+                "--secret",
+                "LOCKRUN_TEST_KEY@api.example.com",
+            ],
+            &["sh", "-c", script],
+        )
+        .env("LOCKRUN_TEST_KEY", &value)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lockrun = child.id();
+    let t = Instant::now();
+    while !w.wt.join("started").exists() {
+        assert!(
+            t.elapsed() < Duration::from_mins(1),
+            "the run did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Control: the value is in lockrun's environ, for whoever may read it.
+    let environ = std::fs::read(format!("/proc/{lockrun}/environ")).unwrap();
+    let want = format!("LOCKRUN_TEST_KEY={value}");
+    assert!(environ.split(|b| *b == 0).any(|v| v == want.as_bytes()));
+    std::fs::write(w.wt.join("go-on"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[..2],
+        [format!("ppid={lockrun}").as_str(), "parent=refused"],
+        "{stdout}"
+    );
+    let held = lines[2]
+        .strip_prefix("LOCKRUN_TEST_KEY=")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(held.len(), value.len());
+    assert!(
+        held.starts_with("sk-lockrun-REAL-") && held != value,
+        "{held}"
+    );
+    // Judged from outside: nothing of lockrun's environ was copied.
+    let leak = std::fs::read(w.wt.join("leak")).unwrap_or_default();
+    assert!(
+        leak.is_empty(),
+        "{} bytes of lockrun's environ copied",
+        leak.len()
+    );
+    assert!(!stdout.contains(&value) && !stderr.contains(&value));
+}

@@ -4,11 +4,9 @@
 //! The test host serves HTTPS with a CA of the test's own, which the
 //! policy names (`[network] tls_ca`) for the proxy to verify it by; a
 //! second port serves a certificate of a CA nobody trusts.
-//!
-//! Until the secrets half lands, the inspected hosts and the secret come
-//! from the test hook of `weaken-for-tests` builds (`LOCKRUN_TEST_INSPECT`,
-//! `LOCKRUN_TEST_SECRET`; see `proxy::inspector`): the TLS parts proven
-//! here do not depend on how the inspector decides.
+//! The policy binds the secret `PH` to api.test and bad.test (`[secrets]`)
+//! and gives api.test request rules; `PH`'s value is [`REAL`] in lockrun's
+//! environment, and the run gets a placeholder of lockrun's making.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,7 +19,6 @@ use crate::support::python::python3;
 use crate::{can_run, field, text, Net, Sandbox, RANGE};
 
 const SERVER: &str = include_str!("../support/https_echo.py");
-const PLACEHOLDER: &str = "sk-test-PLACEHOLDERaaaabbbbcccc";
 const REAL: &str = "sk-test-REALVALUExxxxyyyyzzzz00";
 
 /// A CA made by the test, and certificates it signs.
@@ -100,63 +97,35 @@ fn https_host() -> (TestHost, Net<'static>, PathBuf, PathBuf) {
     (th, net, ca_file, log)
 }
 
-/// How the hosts are made inspected and the secret given.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum How {
-    /// The Inspector stub's test hook (`weaken-for-tests`): the run's `PH`
-    /// is [`PLACEHOLDER`], given by the test.
-    Hook,
-    /// The policy (issue 60's secrets half): `[secrets.PH]` bound to
-    /// api.test and bad.test, request rules for api.test; `PH`'s value is
-    /// [`REAL`] in lockrun's environment, and the run gets a placeholder
-    /// of lockrun's making.
-    Policy,
-}
-
-/// The request rules of api.test in [`How::Policy`]: every path the tests
+/// The request rules of api.test: every path the tests
 /// ask for but `/refused/…`.
 const RULES: &str = r#"["GET /one", "GET /two", "GET /urllib", "GET /requests", "POST /post", "GET /sse", "GET /ws", "GET /pinned", "GET /pinned-again", "GET /direct", "GET /py", "GET /node"]"#;
 
 /// A sandbox whose policy trusts `ca_file` for upstreams.
-fn sandbox(net: &Net, ca_file: &Path, how: How) -> Sandbox {
+fn sandbox(net: &Net, ca_file: &Path) -> Sandbox {
     let sb = Sandbox::new(net);
     let mut toml = net.toml().replacen(
         "[network]\n",
         &format!("[network]\ntls_ca = \"{}\"\n", ca_file.display()),
         1,
     );
-    if how == How::Policy {
-        toml.push_str("[secrets.PH]\nhosts = [\"api.test\", \"bad.test\"]\n");
-        toml.push_str("[network.requests.\"api.test\"]\nallow = ");
-        toml.push_str(RULES);
-        toml.push('\n');
-    }
+    toml.push_str("[secrets.PH]\nhosts = [\"api.test\", \"bad.test\"]\n");
+    toml.push_str("[network.requests.\"api.test\"]\nallow = ");
+    toml.push_str(RULES);
+    toml.push('\n');
     std::fs::write(sb.dir.0.join("policy.toml"), toml).unwrap();
     sb
 }
 
-/// lockrun's variables for `how`.
-fn env(how: How) -> Vec<(&'static str, std::ffi::OsString)> {
-    match how {
-        How::Hook => vec![
-            ("LOCKRUN_TEST_INSPECT", "api.test,bad.test".into()),
-            (
-                "LOCKRUN_TEST_SECRET",
-                format!("{PLACEHOLDER}={REAL}").into(),
-            ),
-            ("PH", PLACEHOLDER.into()),
-        ],
-        How::Policy => vec![("PH", REAL.into())],
-    }
+/// lockrun's variables: the secret's real value.
+fn env() -> Vec<(&'static str, std::ffi::OsString)> {
+    vec![("PH", REAL.into())]
 }
 
 /// The placeholder the run held (the script prints `ph=$PH`): never the
 /// real value, and of its length.
-fn placeholder(stdout: &str, how: How) -> String {
+fn placeholder(stdout: &str) -> String {
     let ph = field(stdout, "ph").to_owned();
-    if how == How::Hook {
-        assert_eq!(ph, PLACEHOLDER);
-    }
     assert_ne!(ph, REAL, "the run held the real value");
     assert_eq!(ph.len(), REAL.len(), "{ph}");
     ph
@@ -171,27 +140,12 @@ fn inspected<'a>(events: &'a [ProxyEvent], path_part: &str) -> Vec<&'a ProxyEven
 
 #[test]
 fn curl_and_python_through_connect_reach_an_inspected_host_with_the_real_value() {
-    through_connect(
-        "curl_and_python_through_connect_reach_an_inspected_host_with_the_real_value",
-        How::Hook,
-    );
-}
-
-#[test]
-#[ignore = "needs the secrets half"]
-fn curl_and_python_through_connect_with_the_policys_secret_and_rules() {
-    through_connect(
-        "curl_and_python_through_connect_with_the_policys_secret_and_rules",
-        How::Policy,
-    );
-}
-
-fn through_connect(test: &str, how: How) {
+    let test = "curl_and_python_through_connect_reach_an_inspected_host_with_the_real_value";
     if !can_run(test) {
         return;
     }
     let (th, net, ca_file, log) = https_host();
-    let sb = sandbox(&net, &ca_file, how);
+    let sb = sandbox(&net, &ca_file);
     let sse = r#"
 import os, time, urllib.request
 t0 = time.monotonic(); seen = []
@@ -238,7 +192,7 @@ print("ws=" + got.decode().replace("\n", ""))
     std::fs::write(sb.wt().join("ws.py"), ws).unwrap();
     let ca = ca_file.display();
     let out = sb.run_with(
-        &env(how),
+        &env(),
         &format!(
             r#"
         unset LOCKRUN_TEST_SECRET
@@ -262,7 +216,7 @@ print("ws=" + got.decode().replace("\n", ""))
     let stderr = text(&out.stderr);
     let says = |k: &str| field(&stdout, k).to_owned();
     let ctx = format!("{stdout}\n{stderr}");
-    let ph = placeholder(&stdout, how);
+    let ph = placeholder(&stdout);
     // The bundle is in the run dir, readable, not writable.
     assert!(says("bundle_env").ends_with("/ca-bundle.pem"), "{ctx}");
     assert_eq!(says("bundle_write"), "refused", "{ctx}");
@@ -393,22 +347,7 @@ print("ws=" + got.decode().replace("\n", ""))
 
 #[test]
 fn an_inspected_host_reached_transparently_is_intercepted_never_tunnelled() {
-    transparently(
-        "an_inspected_host_reached_transparently_is_intercepted_never_tunnelled",
-        How::Hook,
-    );
-}
-
-#[test]
-#[ignore = "needs the secrets half"]
-fn an_inspected_host_reached_transparently_with_the_policys_secret() {
-    transparently(
-        "an_inspected_host_reached_transparently_with_the_policys_secret",
-        How::Policy,
-    );
-}
-
-fn transparently(test: &str, how: How) {
+    let test = "an_inspected_host_reached_transparently_is_intercepted_never_tunnelled";
     if !can_run(test) {
         return;
     }
@@ -417,7 +356,7 @@ fn transparently(test: &str, how: How) {
         return;
     }
     let (_th, net, ca_file, log) = https_host();
-    let sb = sandbox(&net, &ca_file, how);
+    let sb = sandbox(&net, &ca_file);
     let node = r#"
 fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
   .then(async r => console.log(`node=${r.status} ${(await r.text()).trim().replace(/\n/g, "|")}`),
@@ -425,7 +364,7 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
 "#;
     std::fs::write(sb.wt().join("fetch.js"), node).unwrap();
     let out = sb.run_with(
-        &env(how),
+        &env(),
         r#"
         echo "ph=$PH"
         unset LOCKRUN_TEST_SECRET HTTPS_PROXY https_proxy HTTP_PROXY http_proxy ALL_PROXY all_proxy NO_PROXY no_proxy NODE_USE_ENV_PROXY
@@ -438,7 +377,7 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
     let stdout = text(&out.stdout);
     let ctx = format!("{stdout}\n{}", text(&out.stderr));
     let says = |k: &str| field(&stdout, k).to_owned();
-    let ph = placeholder(&stdout, how);
+    let ph = placeholder(&stdout);
     assert_eq!(
         says("curl"),
         format!("path=/direct|key={REAL}|auth=None|"),

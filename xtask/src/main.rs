@@ -428,6 +428,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "address_guard",
     "dns_query",
     "sniff",
+    "request_rules",
 ];
 
 /// Run every fuzz target for `seconds` (libFuzzer needs the nightly toolchain).

@@ -298,6 +298,34 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The request rules and the secrets: what the proxy judges inside.
+    fn inspected_text(&self, s: &mut String) {
+        let p = self.policy;
+        let n = &p.network;
+        for (host, rules) in &n.requests {
+            let rules: Vec<String> = rules.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                s,
+                "requests to {host}: only {} (any other refused)",
+                rules.join(", ")
+            );
+        }
+        for (env, spec) in &p.secrets {
+            let hosts: Vec<String> = spec.hosts.iter().map(ToString::to_string).collect();
+            let from = spec.file.as_ref().map_or_else(
+                || "lockrun's environment".to_owned(),
+                |f| f.display().to_string(),
+            );
+            let _ = writeln!(
+                s,
+                "secret {env}: a placeholder in the run; the value (from {from}) put in for {} only{}{}",
+                hosts.join(", "),
+                if spec.body { ", bodies too" } else { "" },
+                if spec.optional { "; skipped when unset" } else { "" }
+            );
+        }
+    }
+
     /// The human-readable form.
     #[must_use]
     pub fn text(&self) -> String {
@@ -352,6 +380,7 @@ impl<'a> View<'a> {
                 ips.join(", ")
             );
         }
+        self.inspected_text(&mut s);
         let _ = writeln!(s, "\n[seccomp]  (no_new_privs; every capability dropped)");
         for (verdict, calls) in &self.seccomp {
             let _ = writeln!(s, "{verdict}: {calls}");

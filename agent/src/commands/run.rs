@@ -1,10 +1,12 @@
 //! The run: `lockrun [OPTIONS] -- COMMAND [ARGS]...`.
 
 use std::ffi::OsString;
+use std::sync::Arc;
 
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::exit;
 use crate::policy::{self, Overrides, Policy, PolicyError};
+use crate::proxy::inspector::Inspector;
 use crate::proxy::reach::{self, Unreachable};
 use crate::run;
 use crate::shown::say;
@@ -17,6 +19,7 @@ pub fn overrides(args: &PolicyArgs) -> Overrides {
         allow_write: args.allow_write.clone(),
         deny_read: args.deny_read.clone(),
         allow_host: args.allow_host.clone(),
+        secrets: args.secrets.clone(),
         allow_local: args.allow_local.clone(),
         expose: args.expose.clone(),
         state_dir: args.state_dir.clone(),
@@ -79,5 +82,26 @@ pub fn main(args: &RunArgs) -> i32 {
         }
     };
     tracing::debug!("policy loaded");
-    run::execute(&policy, &args.command, args.audit_log.as_deref())
+    // The secrets' values, read once, kept in lockrun's memory only.
+    let inspector = match Inspector::from_policy(&policy, |k| std::env::var_os(k)) {
+        Ok((inspector, skipped)) => {
+            // Said only where asked (LOCKRUN_LOG=debug): a preset's
+            // optional key is unset in every run that logs in otherwise,
+            // and a run says nothing of lockrun's own when all is well.
+            for env in skipped {
+                tracing::debug!("secret {env}: not set; skipped (optional), the run gets no {env}");
+            }
+            inspector
+        }
+        Err(e) => {
+            say!("lockrun: {e}");
+            return exit::USAGE;
+        }
+    };
+    run::execute(
+        &policy,
+        &Arc::new(inspector),
+        &args.command,
+        args.audit_log.as_deref(),
+    )
 }

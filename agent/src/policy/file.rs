@@ -47,6 +47,7 @@ use merge::Lists;
 use source::parse_text;
 
 mod merge;
+mod secrets;
 mod source;
 
 /// The presets shipped in `policies/`, embedded so that `--policy NAME` works
@@ -160,6 +161,8 @@ struct RawPolicy {
     run: RawRun,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    #[serde(default)]
+    secrets: BTreeMap<String, secrets::RawSecret>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -189,6 +192,8 @@ struct RawNetwork {
     /// A PEM file of the CAs the proxy trusts for the upstreams it
     /// inspects, instead of the system's roots.
     tls_ca: Option<String>,
+    #[serde(default)]
+    requests: BTreeMap<String, secrets::RawRequests>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,6 +276,8 @@ pub struct Overrides {
     pub expose: Vec<String>,
     pub accept_gaps: Vec<String>,
     pub state_dir: Option<PathBuf>,
+    /// `--secret ENV@HOST[,HOST…]`, each replacing the policy's binding of ENV.
+    pub secrets: Vec<String>,
     /// The program a run is to start (`argv[0]`), if a run is to start:
     /// the state dir must not hold it.
     pub program: Option<std::ffi::OsString>,
@@ -291,13 +298,40 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         lists.add_file(s, &worktree, &home, &state.path)?;
     }
     lists.add_flags(over)?;
+    secrets::add_flags(&mut lists.secrets, &over.secrets)?;
     let Lists {
         mut fs,
         mut network,
         env,
         writable,
         mut denied,
+        secrets,
     } = lists;
+    secrets::check(&network, &secrets, &env)?;
+    for (name, file) in secrets
+        .iter()
+        .filter_map(|(n, s)| Some((n, s.file.as_ref()?)))
+    {
+        // Where the run writes, a run could have put the value there.
+        if let Some(w) = writable.iter().find(|w| match &w.path {
+            PathSpec::Absolute(w) => file.starts_with(w),
+            PathSpec::RunTmp(_) => false,
+        }) {
+            return Err(PolicyError::value(
+                "the policy",
+                &format!("secrets.{name}.file"),
+                format!(
+                    "{} lies beneath {w}, where the run writes: keep a secret's file outside every writable path",
+                    file.display()
+                ),
+            ));
+        }
+        // The value's file is denied to the run, whatever else the policy
+        // opens.
+        let p = PathSpec::Absolute(file.clone());
+        denied.push(Entry::new(Origin::Secret, p.clone()));
+        fs.deny_read.push(p);
+    }
     fs.writable.sort();
     fs.writable.dedup();
     fs.deny_read.sort();
@@ -330,6 +364,7 @@ pub fn load(policy: Option<&str>, over: &Overrides) -> Result<Policy, PolicyErro
         network,
         run,
         env,
+        secrets,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod file;
 pub mod host;
 pub mod net;
 pub mod overlap;
+pub mod requests;
 pub mod runs_later;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::time::Duration;
 pub use file::{load, Overrides, PolicyError};
 pub use host::{HostName, HostPattern, HostRule, Port};
 pub use net::IpNet;
+pub use requests::RequestRule;
 
 /// The Landlock ABI a policy demands unless it says otherwise: any
 /// (lockrun uses what the kernel has, and names what it lacks).
@@ -93,6 +95,10 @@ pub struct NetworkPolicy {
     /// The CAs (a PEM file) the proxy trusts for the upstreams whose TLS it
     /// terminates, instead of the system's roots (`[network] tls_ca`).
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Hosts whose requests are allowed by method and path only
+    /// (`[network.requests."HOST"] allow = ["GET /path/**"]`): any other
+    /// request to them is refused.
+    pub requests: BTreeMap<HostPattern, Vec<RequestRule>>,
 }
 
 impl NetworkPolicy {
@@ -309,6 +315,26 @@ pub struct Policy {
     pub run: RunSettings,
     /// Extra environment for the command (e.g. `CLAUDE_CODE_TMPDIR = "{tmp}"`).
     pub env: BTreeMap<String, EnvTemplate>,
+    /// The secrets kept out of the run, by environment variable: the run
+    /// gets a placeholder, the proxy puts the value in for their hosts.
+    pub secrets: BTreeMap<String, SecretSpec>,
+}
+
+/// Where a secret's value comes from and where it may go. Its value is
+/// never part of the policy: it is read when the run starts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SecretSpec {
+    /// The hosts the proxy puts the value in for (each allowed by the policy).
+    pub hosts: Vec<HostPattern>,
+    /// Read the value from this file (denied to the run) rather than from
+    /// lockrun's environment.
+    #[serde(serialize_with = "crate::shown::lossy::opt_path")]
+    pub file: Option<PathBuf>,
+    /// Also put the value in request bodies (else only in headers, the path
+    /// and the query).
+    pub body: bool,
+    /// A variable that is unset is skipped with a notice, not refused.
+    pub optional: bool,
 }
 
 impl Policy {

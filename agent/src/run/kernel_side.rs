@@ -22,6 +22,7 @@ use crate::cgroup::RunCgroup;
 use crate::fs::{grant_rights, handled_rights, FsSandbox, OwnFs};
 use crate::kernel::Gap;
 use crate::policy::Policy;
+use crate::proxy::inspector::Inspector;
 use crate::proxy::tls::RunTls;
 use crate::proxy::{ProxyConfig, RunningProxy, SystemResolver};
 use crate::seccomp::combined;
@@ -34,10 +35,11 @@ use crate::sys::{make_fs, Step};
 /// then the run's IPC namespace and message queues, and its watchdog.
 pub(super) fn kernel_side_and_watchdog(
     policy: &Policy,
+    inspector: Arc<Inspector>,
     dir: &RunDir,
     audit: &Arc<AuditLog>,
 ) -> Result<(KernelSide, Watchdog, Option<OwnedFd>), RunError> {
-    let k = kernel_side(policy, dir, audit)?;
+    let k = kernel_side(policy, inspector, dir, audit)?;
     own_ipc_namespace()?;
     let queues = own_message_queues()?;
     tracing::debug!("7. the run's IPC namespace and message queues made");
@@ -83,16 +85,14 @@ type Vars = Vec<(OsString, OsString)>;
 /// that point the run at its CA bundle and the files the run may read.
 fn start_proxy(
     policy: &Policy,
+    inspector: Arc<Inspector>,
     dir: &RunDir,
     audit: &Arc<AuditLog>,
     weaken_hooks: bool,
 ) -> Result<(RunningProxy, Vars, Vec<PathBuf>), RunError> {
     let mut config = ProxyConfig::from_policy(policy, audit.clone(), Arc::new(SystemResolver));
     config.transparent = !weaken_hooks && crate::kernel::redirect().is_ok();
-    #[cfg(feature = "weaken-for-tests")]
-    if let Some(i) = crate::proxy::inspector::Inspector::from_test_env() {
-        config.inspector = Arc::new(i);
-    }
+    config.inspector = inspector;
     let mut env = Vec::new();
     let mut files = Vec::new();
     if !config.inspector.is_empty() {
@@ -155,6 +155,7 @@ fn trust_vars(bundle: &std::path::Path, ca: &std::path::Path) -> Vars {
 /// Steps 3 (seccomp) to 6, run while the Landlock walk goes on beside.
 fn kernel_side(
     policy: &Policy,
+    inspector: Arc<Inspector>,
     dir: &RunDir,
     audit: &Arc<AuditLog>,
 ) -> Result<KernelSide, RunError> {
@@ -209,7 +210,7 @@ fn kernel_side(
     //    transparent listener, where the hooks bring the run's DNS and its
     //    connects to the addresses that resolver hands out.
     let (proxy, trust_env, trusted) = if policy.network.needs_proxy() {
-        let (p, env, files) = start_proxy(policy, dir, audit, weaken_hooks)?;
+        let (p, env, files) = start_proxy(policy, inspector, dir, audit, weaken_hooks)?;
         (Some(p), env, files)
     } else {
         (None, Vec::new(), Vec::new())

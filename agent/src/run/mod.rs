@@ -69,6 +69,7 @@ use crate::exit;
 use crate::fs::FsError;
 use crate::kernel::{Features, Gap, Kernel};
 use crate::policy::Policy;
+use crate::proxy::inspector::Inspector;
 use crate::proxy::ProxyError;
 use crate::shown::say;
 use crate::state::{new_run_id, RunDirError};
@@ -225,7 +226,12 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 /// Run `argv` under `policy`; returns lockrun's exit status. Prints one line
 /// on stderr for any failure of its own.
 #[must_use]
-pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> i32 {
+pub fn execute(
+    policy: &Policy,
+    inspector: &Arc<Inspector>,
+    argv: &[OsString],
+    audit_log: Option<&Path>,
+) -> i32 {
     let run_id = new_run_id();
     let audit = match audit_log.map(|path| audit_log::open(policy, path, &run_id)) {
         None => Arc::new(AuditLog::unkept()),
@@ -249,7 +255,7 @@ pub fn execute(policy: &Policy, argv: &[OsString], audit_log: Option<&Path>) -> 
         Err(e) => return refuse(&RunError::Runtime(e)),
     };
     tracing::debug!("audit log open, runtime built");
-    let (code, told) = match rt.block_on(run(policy, argv, &audit, nofile, run_id)) {
+    let (code, told) = match rt.block_on(run(policy, inspector, argv, &audit, nofile, run_id)) {
         Ok(code) => (code, false),
         Err(e) => (refuse(&e), matches!(e, RunError::Audit(_))),
     };
@@ -279,6 +285,7 @@ enum Started {
 /// The steps of a run, in order (see the module docs).
 async fn run(
     policy: &Policy,
+    inspector: &Arc<Inspector>,
     argv: &[OsString],
     audit: &Arc<AuditLog>,
     nofile: Option<libc::rlimit>,
@@ -309,7 +316,7 @@ async fn run(
         plan,
         report,
         env,
-    } = setup::setup(policy, argv, audit, nofile, run_id, &worker)?;
+    } = setup::setup(policy, inspector, argv, audit, nofile, run_id, &worker)?;
 
     // A signal that arrived during setup cancels the run before anything starts.
     tokio::select! {

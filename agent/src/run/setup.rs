@@ -2,7 +2,7 @@
 //! in the parent before it is spawned, and nothing run yet. Any failure
 //! here refuses the run; what was made is torn down as it drops.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,7 @@ use crate::fs::{
 use crate::gitguard::{GitGuard, TakeError};
 use crate::kernel::Gap;
 use crate::policy::{runs_later, Policy};
+use crate::proxy::inspector::Inspector;
 use crate::proxy::RunningProxy;
 use crate::shown::say;
 use crate::state::RunDir;
@@ -70,6 +71,7 @@ type Secrets = (Vec<Mask>, std::io::Result<Option<Sealed>>);
 #[allow(clippy::too_many_lines)] // the setup's order is the point: its steps, top to bottom
 pub(super) fn setup(
     policy: &Policy,
+    inspector: &Arc<Inspector>,
     argv: &[OsString],
     audit: &Arc<AuditLog>,
     nofile: Option<libc::rlimit>,
@@ -126,7 +128,7 @@ pub(super) fn setup(
     // 3–7, beside the walk. Should both fail, the walk's error is the one
     // told (a deny list that cannot be built, before what the kernel
     // refused later); either way nothing ran.
-    let kernel = kernel_side_and_watchdog(policy, &dir, audit);
+    let kernel = kernel_side_and_watchdog(policy, inspector.clone(), &dir, audit);
     let kernel_audit_started = kernel_audit.wait();
     let Some((secrets, sealed)) = secrets.wait() else {
         return Err(FsError::WalkPanicked.into());
@@ -232,7 +234,14 @@ pub(super) fn setup(
     }
 
     // 8. environment
-    let env = child_env(std::env::vars_os(), policy, dir.id(), dir.tmp(), &proxy_env);
+    let env = child_env(
+        std::env::vars_os(),
+        policy,
+        dir.id(),
+        dir.tmp(),
+        &proxy_env,
+        inspector,
+    );
     Ok(SetUp {
         dir,
         git_guard,
@@ -547,7 +556,9 @@ fn grant_trusted(ruleset: &OwnedFd, files: &[PathBuf]) -> Result<(), RunError> {
 }
 
 /// The child's environment: the caller's, then TMPDIR/TMP/TEMP, the
-/// policy's `[env]`, the proxy's variables, and the run's id
+/// policy's `[env]`, the proxy's variables, the secrets' placeholders
+/// (never their values: a secret's variable holds its placeholder, or
+/// nothing, when an optional one was not set), and the run's id
 /// ([`nested::RUN_ID_VAR`]) — later entries win.
 #[must_use]
 pub fn child_env(
@@ -556,6 +567,7 @@ pub fn child_env(
     run_id: &str,
     tmp: &Path,
     proxy_env: &[(OsString, OsString)],
+    inspector: &Inspector,
 ) -> Vec<(OsString, OsString)> {
     let mut env: std::collections::BTreeMap<OsString, OsString> = inherited.into_iter().collect();
     for k in ["TMPDIR", "TMP", "TEMP"] {
@@ -566,6 +578,12 @@ pub fn child_env(
     }
     for (k, v) in proxy_env {
         env.insert(k.clone(), v.clone());
+    }
+    for name in policy.secrets.keys() {
+        env.remove(OsStr::new(name));
+    }
+    for (k, placeholder) in inspector.placeholders() {
+        env.insert(k.into(), placeholder.into());
     }
     env.insert(nested::RUN_ID_VAR.into(), run_id.into());
     env.into_iter().collect()

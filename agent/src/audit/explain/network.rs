@@ -111,9 +111,9 @@ pub fn suggest_proxy(ev: &ProxyEvent) -> Suggestion {
 /// plain HTTP): by the request rules, the secrets, or either side's TLS.
 fn suggest_inside(ev: &ProxyEvent, host: &str) -> Suggestion {
     match ev.verdict {
-        ProxyVerdict::RuleRefused => Suggestion::Explain {
+        ProxyVerdict::RuleRefused => rule_for(ev).unwrap_or_else(|| Suggestion::Explain {
             reason: format!("{host}'s request rules refused it ({}).", ev.reason),
-        },
+        }),
         ProxyVerdict::SecretElsewhere => Suggestion::Never {
             reason: format!(
                 "the request carried a secret's placeholder to {host}, which the secret is not \
@@ -140,6 +140,27 @@ fn suggest_inside(ev: &ProxyEvent, host: &str) -> Suggestion {
             reason: ev.reason.clone(),
         },
     }
+}
+
+/// For a request no rule of its host allowed (the reason says `METHOD
+/// PATH: no rule of PATTERN allows it`): a rule that would, its id-like
+/// segments as `*`. None for a path the rules could not judge (`..`, an
+/// encoded `/`: no rule allows those) or one cut short in the log.
+fn rule_for(ev: &ProxyEvent) -> Option<Suggestion> {
+    let rest = ev.reason.strip_prefix(&ev.method)?.strip_prefix(' ')?;
+    let (path, pattern) = rest.split_once(": no rule of ")?;
+    let pattern = pattern.strip_suffix(" allows it")?;
+    if path.ends_with('…') || !path.starts_with('/') {
+        return None;
+    }
+    let rule = crate::policy::requests::suggested(&ev.method, path);
+    Some(Suggestion::Allow {
+        policy: format!("[network.requests.\"{pattern}\"]\nallow = [\"{rule}\"]"),
+        flag: None,
+        note: Some(format!(
+            "beside {pattern}'s other rules; each allowed request lets the run send that host what it holds"
+        )),
+    })
 }
 
 /// `[network] allow` for `host` (the port too, unless 443), and the flag.

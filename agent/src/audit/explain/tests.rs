@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::audit::{AuditLoss, Destination, Direction, FsEvent, KernelNetEvent};
+use crate::audit::{AuditLoss, Destination, Direction, FsEvent, KernelNetEvent, ProxyEvent};
 use crate::policy::Policy;
 
 #[test]
@@ -584,4 +584,53 @@ fn a_refused_listing_above_a_denied_path_is_told_as_lockruns_own() {
     assert!(reason(&elsewhere).contains("not under any deny-read entry"));
     let read = suggest_fs(&fs(Some("/srv"), &["fs.read_file"]), &ctx(), &dirs);
     assert!(reason(&read).contains("not under any deny-read entry"));
+}
+
+fn inside(method: &str, verdict: ProxyVerdict, reason: &str) -> ProxyEvent {
+    ProxyEvent {
+        method: method.into(),
+        host: "api.github.com".into(),
+        port: 443,
+        dialed: None,
+        allowed: false,
+        reason: reason.into(),
+        status: 403,
+        verdict,
+        via: None,
+        basis: None,
+    }
+}
+
+/// A request no rule allowed: the rule that would, its ids as `*`, under
+/// the pattern the rules are written for; an ambiguous path gets none, and
+/// a secret sent elsewhere is never allowed.
+#[test]
+fn a_refused_request_suggests_a_rule_and_a_secret_elsewhere_never() {
+    let ev = inside(
+        "PATCH",
+        ProxyVerdict::RuleRefused,
+        "PATCH /repos/o/r/issues/1234: no rule of api.github.com allows it",
+    );
+    let s = suggest_proxy(&ev);
+    assert_eq!(
+        allow(&s),
+        (
+            "[network.requests.\"api.github.com\"]\nallow = [\"PATCH /repos/o/r/issues/*\"]",
+            None
+        )
+    );
+    let ev = inside(
+        "GET",
+        ProxyVerdict::RuleRefused,
+        "GET /a/../b: the path has a `.` or `..` segment, which the rules of api.github.com cannot judge",
+    );
+    assert!(matches!(suggest_proxy(&ev), Suggestion::Explain { .. }));
+    let ev = inside(
+        "POST",
+        ProxyVerdict::SecretElsewhere,
+        "the placeholder of secret GITHUB_TOKEN in the request's header authorization to gist.example.com, which GITHUB_TOKEN is not bound to",
+    );
+    let s = suggest_proxy(&ev);
+    assert!(matches!(s, Suggestion::Never { .. }), "{s:?}");
+    assert!(reason(&s).contains("GITHUB_TOKEN"));
 }

@@ -15,7 +15,7 @@ use super::{
 use crate::policy::overlap::{Entry, Origin};
 use crate::policy::{
     EnvTemplate, FsPolicy, HostName, HostPattern, HostRule, IpNet, MemoryLimit, NetworkPolicy,
-    PathSpec, PrivateGrant, RunSettings, TaskLimit, LANDLOCK_ABI,
+    PathSpec, PrivateGrant, RunSettings, SecretSpec, TaskLimit, LANDLOCK_ABI,
 };
 
 /// The policy's files, base first: `policy` (a path or a preset name; the
@@ -208,6 +208,8 @@ pub(super) struct Lists {
     pub env: BTreeMap<String, EnvTemplate>,
     pub writable: Vec<Entry>,
     pub denied: Vec<Entry>,
+    /// By variable: a later file's binding replaces an earlier one's.
+    pub secrets: BTreeMap<String, SecretSpec>,
 }
 
 impl Lists {
@@ -222,6 +224,7 @@ impl Lists {
                 Entry::new(Origin::RunTmp, PathSpec::RunTmp(PathBuf::new())),
             ],
             denied: Vec::new(),
+            secrets: BTreeMap::new(),
         }
     }
 
@@ -257,6 +260,7 @@ impl Lists {
             self.fs.deny_read.push(d);
         }
         self.add_network(s)?;
+        super::secrets::add_file(&mut self.network, &mut self.secrets, s, &ctx)?;
         for (k, v) in &s.raw.env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
                 return Err(PolicyError::value(

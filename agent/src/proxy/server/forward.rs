@@ -84,6 +84,7 @@ pub(super) async fn forward(
         }
     };
     let allowed_by = &with_rule(allowed_by, &judged);
+    let path = judged.path.as_deref().unwrap_or(path);
     let mut body = judged.body;
     let mut pooled = if head.resendable() {
         shared.pool.take(target, addrs)
@@ -333,7 +334,7 @@ where
     }
 
     // The response head (skipping interim 1xx answers: we sent our own 100).
-    let (status, reason, headers, minor) = loop {
+    let (status, reason, mut headers, minor) = loop {
         let resp = read_response_head(&mut upstream, shared.idle).await?;
         if (100..200).contains(&resp.0) {
             if resp.0 == 101 && upgrade && wants_websocket(&resp.2) {
@@ -389,6 +390,12 @@ where
             framing = Framing::Length(l);
         }
     }
+    // A value the upstream echoes (an error quoting the key) reaches the
+    // run as its placeholder, in the headers and the body.
+    let mut masker = shared.inspector.masker(&target.host);
+    if masker.is_some() {
+        shared.inspector.mask_headers(&target.host, &mut headers);
+    }
     let keep = framing != Framing::UntilClose;
     let hop = hop_by_hop(&headers);
     // `hop` holds the `Connection` tokens too: `close` ends the upstream's.
@@ -410,6 +417,7 @@ where
     // The body bytes already read go out with the head, in one segment: a
     // small response then costs the client one wake-up, not two.
     let early = match framing {
+        _ if masker.is_some() => 0,
         Framing::Length(n) => upstream
             .buffer()
             .len()
@@ -423,13 +431,23 @@ where
         .write_all(&out)
         .await
         .map_err(|_| ForwardError::AfterResponse(status))?;
-    let relayed = match framing {
-        Framing::None => Ok(()),
-        Framing::Length(n) => {
-            copy_exact(&mut upstream, client, n - early as u64, shared.idle).await
+    let idle = shared.idle;
+    let relayed = match (framing, masker.as_mut()) {
+        (Framing::None, _) => Ok(()),
+        (Framing::Length(n), None) => {
+            copy_exact(&mut upstream, client, n - early as u64, idle).await
         }
-        Framing::Chunked => relay_chunked(&mut upstream, client, shared.idle).await,
-        Framing::UntilClose => copy_until_close(&mut upstream, client, shared.idle).await,
+        (Framing::Chunked, None) => relay_chunked(&mut upstream, client, idle).await,
+        (Framing::UntilClose, None) => copy_until_close(&mut upstream, client, idle).await,
+        (Framing::Length(n), Some(m)) => {
+            copy_exact_rewritten(&mut upstream, client, n, idle, m).await
+        }
+        (Framing::Chunked, Some(m)) => {
+            relay_chunked_rewritten(&mut upstream, client, idle, m).await
+        }
+        (Framing::UntilClose, Some(m)) => {
+            copy_until_close_masked(&mut upstream, client, m, idle).await
+        }
     };
     relayed.map_err(|_| ForwardError::AfterResponse(status))?;
     client
@@ -657,6 +675,33 @@ async fn copy_exact_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     rw.finish(&mut out).map_err(refused_body)?;
     w.write_all(&out).await?;
     w.flush().await
+}
+
+/// [`copy_until_close`] through a masker
+/// ([`crate::proxy::inspector::Inspector::masker`]), each read passed on at once.
+async fn copy_until_close_masked<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    m: &mut BodyRewriter,
+    idle: Duration,
+) -> io::Result<()> {
+    let mut out = Vec::new();
+    loop {
+        let avail = tokio::time::timeout(idle, r.fill_buf())
+            .await
+            .map_err(|_| idle_timeout())??;
+        if avail.is_empty() {
+            m.finish(&mut out).map_err(refused_body)?;
+            w.write_all(&out).await?;
+            return w.flush().await;
+        }
+        let take = avail.len();
+        m.feed(avail, &mut out).map_err(refused_body)?;
+        r.consume(take);
+        w.write_all(&out).await?;
+        w.flush().await?;
+        out.clear();
+    }
 }
 
 async fn copy_until_close<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(

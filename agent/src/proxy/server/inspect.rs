@@ -11,6 +11,10 @@
 //! they come (server-sent events chunk by chunk). Each request is recorded
 //! (`via: inspected`), with the request rule that allowed it.
 //!
+//! A client that speaks plain HTTP inside its `CONNECT` tunnel (Node's
+//! proxy agents take an `http://` URL so) is served the same way, plain on
+//! both sides.
+//!
 //! A client that ends the handshake (it does not trust the run's CA, or
 //! pins the host's key) is recorded once per host ([`ClientRefusedCert`]);
 //! an upstream whose certificate does not verify is answered 502 and
@@ -27,7 +31,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -38,7 +42,70 @@ use crate::audit::{ProxyVerdict, ProxyVia};
 use crate::policy::Port;
 use crate::proxy::request::{parse_origin_head, Kind, RequestHead, Target};
 
-type Upstream = TlsStream<TcpStream>;
+/// How an inspected connection speaks: TLS the proxy terminates, or plain
+/// HTTP inside a `CONNECT` tunnel (as Node's proxy agents send an `http://`
+/// URL). The upstream is spoken to the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    Tls,
+    Plain,
+}
+
+/// Where an inspected connection's requests go: the host, its checked
+/// addresses, and how it is spoken to.
+#[derive(Clone, Copy)]
+struct Dest<'a> {
+    target: &'a Target,
+    addrs: &'a [SocketAddr],
+    scheme: Scheme,
+}
+
+/// The upstream connection of an inspected request.
+enum Upstream {
+    Tls(Box<TlsStream<TcpStream>>),
+    Plain(TcpStream),
+}
+
+impl AsyncRead for Upstream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Upstream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
 
 /// A stream whose first bytes were read already (to sniff them): they are
 /// read again first.
@@ -124,6 +191,18 @@ pub(crate) async fn intercept<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let mut client = BufReader::with_capacity(HEAD_BUF, client);
+    let first = tokio::time::timeout(shared.head_timeout, client.fill_buf()).await;
+    match first {
+        Ok(Ok([TLS_HANDSHAKE, ..])) => {}
+        Ok(Ok([_, ..])) => {
+            // Plain HTTP inside the tunnel: judged the same, sent plain.
+            serve(shared, client, target, addrs, allowed_by, Scheme::Plain).await;
+            return;
+        }
+        // Closed, failed or silent before a byte: nothing to serve.
+        _ => return,
+    }
     let host = target.host_string();
     let config = match shared.tls.as_ref().map(|t| t.server_config(&host)) {
         Some(Ok(c)) => c,
@@ -180,6 +259,7 @@ pub(crate) async fn intercept<S>(
         target,
         addrs,
         allowed_by,
+        Scheme::Tls,
     )
     .await;
 }
@@ -235,10 +315,14 @@ async fn connect(
     shared: &Shared,
     target: &Target,
     addrs: &[SocketAddr],
+    scheme: Scheme,
 ) -> Result<(Upstream, SocketAddr), (Refusal, Option<SocketAddr>)> {
     let (tcp, dialed) = dial(addrs, shared.connect_timeout)
         .await
         .map_err(|r| (r, None))?;
+    if scheme == Scheme::Plain {
+        return Ok((Upstream::Plain(tcp), dialed));
+    }
     let host = target.host_string();
     let name = ServerName::try_from(host.clone()).map_err(|e| {
         (
@@ -254,7 +338,7 @@ async fn connect(
     };
     let handshake = TlsConnector::from(tls.client_config()).connect(name, tcp);
     match tokio::time::timeout(shared.connect_timeout, handshake).await {
-        Ok(Ok(s)) => Ok((s, dialed)),
+        Ok(Ok(s)) => Ok((Upstream::Tls(Box::new(s)), dialed)),
         Ok(Err(e)) => {
             let untrusted = e
                 .get_ref()
@@ -340,7 +424,13 @@ async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
     target: &Target,
     addrs: &[SocketAddr],
     allowed_by: &str,
+    scheme: Scheme,
 ) {
+    let dest = Dest {
+        target,
+        addrs,
+        scheme,
+    };
     let mut kept: Option<(Upstream, SocketAddr)> = None;
     let mut first_byte = shared.head_timeout;
     while let Some(head) = next_head(shared, &mut client, target, first_byte).await {
@@ -367,16 +457,19 @@ async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
             kept = None;
         }
         let allowed = with_rule(allowed_by, &judged);
+        let path = judged.path.as_deref().unwrap_or(path);
         let mut body = judged.body;
         let out = Outgoing {
             head: &head,
             path,
             headers: &headers,
-            default_port: Port::HTTPS,
+            default_port: match scheme {
+                Scheme::Tls => Port::HTTPS,
+                Scheme::Plain => Port::HTTP,
+            },
             body: body.as_mut(),
         };
-        let Some(back) = one_request(shared, &mut client, out, target, addrs, &allowed, kept).await
-        else {
+        let Some(back) = one_request(shared, &mut client, out, dest, &allowed, kept).await else {
             return;
         };
         kept = back;
@@ -390,17 +483,21 @@ async fn one_request<C: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
     client: &mut BufReader<C>,
     mut out: Outgoing<'_>,
-    target: &Target,
-    addrs: &[SocketAddr],
+    dest: Dest<'_>,
     allowed: &str,
     mut kept: Option<(Upstream, SocketAddr)>,
 ) -> Option<Option<(Upstream, SocketAddr)>> {
+    let Dest {
+        target,
+        addrs,
+        scheme,
+    } = dest;
     let head = out.head;
     loop {
         let reused = kept.is_some();
         let (upstream, dialed) = match kept.take() {
             Some(k) => k,
-            None => match connect(shared, target, addrs).await {
+            None => match connect(shared, target, addrs, scheme).await {
                 Ok(u) => u,
                 Err((mut failed, dialed)) => {
                     if failed.verdict == ProxyVerdict::UpstreamFailed {
