@@ -220,21 +220,23 @@ print("ws=" + got.decode().replace("\n", ""))
     // The bundle is in the run dir, readable, not writable.
     assert!(says("bundle_env").ends_with("/ca-bundle.pem"), "{ctx}");
     assert_eq!(says("bundle_write"), "refused", "{ctx}");
-    // The real value arrived; the run sent only the placeholder. Two
-    // requests in one curl: one client connection, one upstream connection.
+    // The run sent only the placeholder, and the host's echo of the value
+    // came back masked as the placeholder (what the host got is judged
+    // from its log below). Two requests in one curl: one client
+    // connection, one upstream connection.
     assert_eq!(
         says("curl"),
-        format!("path=/one|key={REAL}|auth=None|path=/two|key={REAL}|auth=None|"),
+        format!("path=/one|key={ph}|auth=None|path=/two|key={ph}|auth=None|"),
         "{ctx}"
     );
     assert_eq!(
         says("urllib"),
-        format!("path=/urllib|key={REAL}|auth=None|"),
+        format!("path=/urllib|key={ph}|auth=None|"),
         "{ctx}"
     );
     assert_eq!(
         says("requests"),
-        format!("path=/requests|key={REAL}|auth=None|"),
+        format!("path=/requests|key={ph}|auth=None|"),
         "{ctx}"
     );
     assert_eq!(says("post"), "200 body=100000", "{ctx}");
@@ -279,7 +281,9 @@ print("ws=" + got.decode().replace("\n", ""))
         port(line("/two")),
         "one upstream connection: {got}"
     );
-    assert!(line("/one").ends_with(REAL), "{got}");
+    for path in ["/one", "/two", "/urllib", "/requests"] {
+        assert!(line(path).ends_with(REAL), "{path}: {got}");
+    }
     assert!(!got.contains(&ph), "the placeholder went upstream: {got}");
     for never in ["/refused/by/rule", "/pinned", "/pinned-again"] {
         assert!(
@@ -380,12 +384,12 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
     let ph = placeholder(&stdout);
     assert_eq!(
         says("curl"),
-        format!("path=/direct|key={REAL}|auth=None|"),
+        format!("path=/direct|key={ph}|auth=None|"),
         "{ctx}"
     );
     assert_eq!(
         says("python"),
-        format!("path=/py|key={REAL}|auth=None|"),
+        format!("path=/py|key={ph}|auth=None|"),
         "{ctx}"
     );
     if says("node") == "absent" {
@@ -393,14 +397,28 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
     } else {
         assert_eq!(
             says("node"),
-            format!("200 path=/node|key={REAL}|auth=None"),
+            format!("200 path=/node|key={ph}|auth=None"),
             "{ctx}"
         );
     }
     // Plain HTTP to the inspected host's port: refused (reset), never relayed.
     assert_eq!(says("plain"), "56", "{ctx}");
+    // Judged from outside: the host got the real value each time (the
+    // echoes above came back masked), never the placeholder.
     let got = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!got.contains(&ph), "{got}");
+    let clients: &[&str] = if says("node") == "absent" {
+        &["/direct", "/py"]
+    } else {
+        &["/direct", "/py", "/node"]
+    };
+    for path in clients {
+        assert!(
+            got.lines()
+                .any(|l| l.split(' ').nth(2) == Some(path) && l.ends_with(REAL)),
+            "{path}: {got}"
+        );
+    }
     let events = sb.proxy_events();
     let inspected: Vec<_> = events
         .iter()
