@@ -652,9 +652,26 @@ async fn copy_exact<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
 async fn copy_exact_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     r: &mut R,
     w: &mut W,
+    n: u64,
+    idle: Duration,
+    rw: &mut BodyRewriter,
+) -> io::Result<()> {
+    rewrite_exact(r, w, n, idle, rw, false).await?;
+    let mut out = Vec::new();
+    rw.finish(&mut out).map_err(refused_body)?;
+    w.write_all(&out).await?;
+    w.flush().await
+}
+
+/// `n` bytes of `r` through `rw` to `w`, what each read lets go passed on
+/// at once (as a chunk of its own when `chunked`).
+async fn rewrite_exact<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
     mut n: u64,
     idle: Duration,
     rw: &mut BodyRewriter,
+    chunked: bool,
 ) -> io::Result<()> {
     let mut out = Vec::new();
     while n > 0 {
@@ -669,12 +686,14 @@ async fn copy_exact_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
         rw.feed(&avail[..take], &mut out).map_err(refused_body)?;
         r.consume(take);
         n -= take as u64;
-        w.write_all(&out).await?;
+        if chunked {
+            write_chunk(w, &out).await?;
+        } else {
+            w.write_all(&out).await?;
+        }
+        w.flush().await?;
     }
-    out.clear();
-    rw.finish(&mut out).map_err(refused_body)?;
-    w.write_all(&out).await?;
-    w.flush().await
+    Ok(())
 }
 
 /// [`copy_until_close`] through a masker
@@ -808,27 +827,14 @@ async fn relay_chunked_rewritten<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>
     let mut out = Vec::new();
     loop {
         let line = read_line(r, idle).await?;
-        let mut size = chunk_size(&line)?;
+        let size = chunk_size(&line)?;
         let last = size == 0;
         if last {
             out.clear();
             rw.finish(&mut out).map_err(refused_body)?;
             write_chunk(w, &out).await?;
         }
-        while size > 0 {
-            let avail = tokio::time::timeout(idle, r.fill_buf())
-                .await
-                .map_err(|_| idle_timeout())??;
-            if avail.is_empty() {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            let take = avail.len().min(usize::try_from(size).unwrap_or(usize::MAX));
-            out.clear();
-            rw.feed(&avail[..take], &mut out).map_err(refused_body)?;
-            r.consume(take);
-            size -= take as u64;
-            write_chunk(w, &out).await?;
-        }
+        rewrite_exact(r, w, size, idle, rw, true).await?;
         if !last && read_line(r, idle).await? != b"\r\n" {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "bad chunk end"));
         }
