@@ -72,15 +72,22 @@ pub(super) async fn forward(
     allowed_by: &str,
 ) -> bool {
     let target = head.target();
-    let mut headers = head.headers.clone();
-    let judged = match shared
-        .inspector
-        .judge(&target.host, &head.method, path, &mut headers)
-    {
-        Ok(j) => j,
-        Err(r) => {
-            refused_inside(r).answer(shared, client, head, None).await;
-            return false;
+    // Without secrets or request rules (most runs) there is nothing to
+    // judge: the head's own headers go, uncopied.
+    let mut judged_headers;
+    let (headers, judged) = if shared.inspector.is_empty() {
+        (head.headers.as_slice(), Judged::default())
+    } else {
+        judged_headers = head.headers.clone();
+        match shared
+            .inspector
+            .judge(&target.host, &head.method, path, &mut judged_headers)
+        {
+            Ok(j) => (judged_headers.as_slice(), j),
+            Err(r) => {
+                refused_inside(r).answer(shared, client, head, None).await;
+                return false;
+            }
         }
     };
     let allowed_by = &with_rule(allowed_by, &judged);
@@ -104,7 +111,7 @@ pub(super) async fn forward(
         let out = Outgoing {
             head,
             path,
-            headers: &headers,
+            headers,
             default_port: Port::HTTP,
             body: body.as_mut(),
         };
