@@ -11,11 +11,12 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lockrun::audit::{KernelNetEvent, ProxyBasis, ProxyEvent, ProxyVerdict, ProxyVia};
 
 use crate::support::proxy::{skip, TestHost};
+use crate::support::slow;
 use crate::{can_run, field, text, web_host, Sandbox};
 
 const PROBE: &str = include_str!("../support/transparent_probe.py");
@@ -205,6 +206,7 @@ const go = (u) => fetch(u).then(async r => `${r.status} ${(await r.text()).trim(
 /// its packets, as it logs them.
 fn stand_in_resolver(th: &mut TestHost) -> std::path::PathBuf {
     let log = th.dir.0.join("dns.log");
+    let errors = th.dir.0.join("dns.err");
     let script = format!(
         "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',53))\nf=open({:?},'a',buffering=1)\nf.write('ready\\n')\nwhile True:\n  d,a=s.recvfrom(2048)\n  f.write('packet %d bytes from %s\\n' % (len(d),a[0]))\n",
         log.display().to_string()
@@ -219,17 +221,21 @@ fn stand_in_resolver(th: &mut TestHost) -> std::path::PathBuf {
             &script,
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&errors).unwrap())
         .spawn()
         .unwrap();
     th.servers.push(child);
-    for _ in 0..200 {
+    let deadline = Instant::now() + slow::patience(Duration::from_secs(10));
+    while Instant::now() < deadline {
         if std::fs::read_to_string(&log).is_ok_and(|l| l.contains("ready")) {
             return log;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("the stand-in resolver did not start");
+    panic!(
+        "the stand-in resolver did not start: {}",
+        std::fs::read_to_string(&errors).unwrap_or_default()
+    );
 }
 
 /// The run's DNS, sent anywhere (here: straight to a resolver of the test
@@ -292,7 +298,8 @@ fn the_runs_dns_never_leaves() {
     )
     .unwrap();
     let mut arrived = false;
-    for _ in 0..100 {
+    let deadline = Instant::now() + slow::patience(Duration::from_secs(5));
+    while Instant::now() < deadline {
         if std::fs::read_to_string(&log).unwrap().contains("packet") {
             arrived = true;
             break;
