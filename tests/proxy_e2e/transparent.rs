@@ -560,10 +560,16 @@ fn git_clones_over_ssh_from_an_allowed_host() {
     let _privsep = PrivsepDir::make();
     let _user = PrivsepUser::make(&th.ns);
     let log = std::fs::File::create(dir.join("sshd.log")).unwrap();
+    // The libraries unpacked beside it (libwrap, which a machine without an
+    // SSH server lacks), for sshd and the session program it runs.
+    let libs = ["lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"]
+        .map(|d| server.join(d).display().to_string())
+        .join(":");
     let child = std::process::Command::new("ip")
         .args(["netns", "exec", &th.ns])
         .arg(&sshd)
         .args(["-D", "-e", "-f"])
+        .env("LD_LIBRARY_PATH", libs)
         .arg(&config)
         .stdout(Stdio::null())
         .stderr(log)

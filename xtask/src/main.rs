@@ -543,16 +543,22 @@ fn ensure_tools() -> Result<()> {
     Ok(())
 }
 
+/// The packages unpacked for the SSH tests: the server and the one library
+/// it links that a machine without an SSH server lacks.
+const SSH_SERVER_DEBS: [&str; 2] = ["openssh-server", "libwrap0"];
+
 /// What the suite runs besides what the build needs: `sshd`, the real SSH
 /// server `tests/proxy_e2e/transparent.rs` clones a repository from, in a
-/// network namespace of the test's own. Unpacked from Debian's package into
-/// `target/<host>/tmp/openssh-server/` (the tests' `CARGO_TARGET_TMPDIR`), never
-/// installed: installing it would start an SSH service on the user's
-/// machine, and leave its host keys and config behind.
+/// network namespace of the test's own. Unpacked from Debian's packages
+/// ([`SSH_SERVER_DEBS`]) into `target/<host>/tmp/openssh-server/` (the
+/// tests' `CARGO_TARGET_TMPDIR`; the test points the loader at its library
+/// dirs), never installed: installing it would start an SSH service on the
+/// user's machine, and leave its host keys and config behind.
 fn ensure_test_tools(root: &Path) -> Result<()> {
     let tmp = root.join("target").join(host_target()).join("tmp");
     let dir = tmp.join("openssh-server");
-    if dir.join("usr/sbin/sshd").exists() {
+    let done = dir.join(".unpacked");
+    if std::fs::read_to_string(&done).is_ok_and(|d| d == SSH_SERVER_DEBS.join(" ")) {
         return Ok(());
     }
     eprintln!(
@@ -565,13 +571,8 @@ fn ensure_test_tools(root: &Path) -> Result<()> {
     let download = || {
         Command::new("apt-get")
             // As root, apt's own sandbox user could not write here; no warning.
-            .args([
-                "-o",
-                "APT::Sandbox::User=root",
-                "download",
-                "-qq",
-                "openssh-server",
-            ])
+            .args(["-o", "APT::Sandbox::User=root", "download", "-qq"])
+            .args(SSH_SERVER_DEBS)
             .current_dir(&debs)
             .stdout(Stdio::null())
             .status()
@@ -583,20 +584,28 @@ fn ensure_test_tools(root: &Path) -> Result<()> {
             "apt-get update",
         )?;
         if !download() {
-            bail!("apt-get download openssh-server failed");
+            bail!("apt-get download {} failed", SSH_SERVER_DEBS.join(" "));
         }
     }
-    let deb = std::fs::read_dir(&debs)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download left no openssh-server .deb")?;
     let unpacking = tmp.join("openssh-server.part");
     let _ = std::fs::remove_dir_all(&unpacking);
-    run(
-        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacking),
-        "dpkg-deb -x openssh-server",
-    )?;
+    for name in SSH_SERVER_DEBS {
+        let deb = std::fs::read_dir(&debs)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.extension().is_some_and(|e| e == "deb")
+                    && p.file_name()
+                        .and_then(|f| f.to_str())
+                        .is_some_and(|f| f.starts_with(&format!("{name}_")))
+            })
+            .with_context(|| format!("apt-get download left no {name} .deb"))?;
+        run(
+            Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacking),
+            &format!("dpkg-deb -x {name}"),
+        )?;
+    }
+    std::fs::write(unpacking.join(".unpacked"), SSH_SERVER_DEBS.join(" "))?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&unpacking, &dir)?;
     let _ = std::fs::remove_dir_all(&debs);
