@@ -240,10 +240,17 @@ pub fn test(
     // under emulation the tests' waits for what is bound to happen stretch
     // (tests/support/slow.rs), unless the caller set the factor.
     let slowdown = std::env::var(SLOWDOWN).unwrap_or_else(|_| TCG_SLOWDOWN.to_owned());
+    // Each test's time, to see where a kernel's run goes: libtest's
+    // `--report-time`, which it takes at run time under `RUSTC_BOOTSTRAP`
+    // (set for the test binaries in the guest only, not for any build).
     for b in &mut binaries {
-        b.env.retain(|(k, _)| k != "CI" && k != SLOWDOWN);
+        b.env
+            .retain(|(k, _)| k != "CI" && k != SLOWDOWN && k != "RUSTC_BOOTSTRAP");
         b.env.push(("CI".into(), "true".into()));
         b.env.push((SLOWDOWN.into(), slowdown.clone().into()));
+        b.env.push(("RUSTC_BOOTSTRAP".into(), "1".into()));
+        b.argv
+            .splice(1..1, ["-Zunstable-options".into(), "--report-time".into()]);
     }
     install_agent_clis(&binaries);
     let plan = Plan {
@@ -347,6 +354,10 @@ fn run_suite(
         .filter_map(|(label, b)| Some(format!("{label} {:.1}", b.seconds?)))
         .collect();
     eprintln!("xtask: {release}: seconds per binary: {}", times.join(", "));
+    eprintln!(
+        "xtask: {release}: slowest tests (seconds): {}",
+        results.slowest(12).join(", ")
+    );
     eprintln!(
         "xtask: {release}: booted in {}, {:.1} s in all",
         boot_s.map_or_else(|| "(never)".to_owned(), |s| format!("{s:.1} s")),

@@ -278,6 +278,8 @@ pub struct Skip {
 #[derive(Default)]
 pub struct BinaryResult {
     pub tests: BTreeMap<String, Outcome>,
+    /// Each finished test's time, as libtest's `--report-time` gives it.
+    pub seconds_per_test: BTreeMap<String, f64>,
     pub skips: Vec<Skip>,
     /// Its exit status; `None` when it never ended (the VM stopped).
     pub exit: Option<i32>,
@@ -352,14 +354,37 @@ impl Results {
             match outcome(result) {
                 Some(o) => {
                     b.tests.insert(name.to_owned(), o);
+                    if let Some(t) = reported_time(result) {
+                        b.seconds_per_test.insert(name.to_owned(), t);
+                    }
                 }
                 None => self.pending = Some(name.to_owned()),
             }
         } else if let Some(o) = outcome(l.trim()) {
             if let Some(name) = self.pending.take() {
+                if let Some(t) = reported_time(l) {
+                    b.seconds_per_test.insert(name.clone(), t);
+                }
                 b.tests.insert(name, o);
             }
         }
+    }
+
+    /// The `n` slowest tests of all binaries, slowest first, as
+    /// `binary::test seconds`.
+    pub fn slowest(&self, n: usize) -> Vec<String> {
+        let mut all: Vec<(f64, String)> = self
+            .labels
+            .iter()
+            .zip(&self.binaries)
+            .flat_map(|(l, b)| {
+                b.seconds_per_test
+                    .iter()
+                    .map(move |(t, s)| (*s, format!("{l}: {t} {s:.1}")))
+            })
+            .collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0));
+        all.into_iter().take(n).map(|(_, s)| s).collect()
     }
 
     /// Read the guest's status file: each binary's exit status and time.
@@ -429,7 +454,14 @@ impl Results {
             .labels
             .iter()
             .zip(&self.binaries)
-            .map(|(l, b)| json!({"name": l, "exit": b.exit, "seconds": b.seconds.map(tenths)}))
+            .map(|(l, b)| {
+                let per_test: serde_json::Map<String, Value> = b
+                    .seconds_per_test
+                    .iter()
+                    .map(|(n, s)| (n.clone(), json!(tenths(*s))))
+                    .collect();
+                json!({"name": l, "exit": b.exit, "seconds": b.seconds.map(tenths), "seconds_per_test": per_test})
+            })
             .collect();
         let tests: serde_json::Map<String, Value> = self
             .labels
@@ -469,6 +501,12 @@ impl Results {
     }
 }
 
+/// The time at the end of a result (`ok <12.345s>`), if reported.
+fn reported_time(result: &str) -> Option<f64> {
+    let (_, t) = result.trim_end().strip_suffix("s>")?.rsplit_once('<')?;
+    t.parse().ok()
+}
+
 /// Seconds to a tenth.
 fn tenths(s: f64) -> f64 {
     (s * 10.0).round() / 10.0
@@ -494,7 +532,7 @@ mod tests {
         let mut r = Results::new(&bins);
         for l in [
             "xtask: running net (1/2)",
-            "test a::b ... ok",
+            "test a::b ... ok <12.345s>",
             "test c ... FAILED",
             "xtask: running filesystem (2/2)",
             "test d ... skipped: d: no bpffs",
@@ -512,6 +550,9 @@ mod tests {
         assert_eq!(r.binaries[0].seconds, Some(3.5));
         assert_eq!(r.binaries[1].skips[0].reason, "no bpffs");
         assert!(r.binaries[1].tests["e"] == Outcome::Ignored);
+        assert!((r.binaries[0].seconds_per_test["a::b"] - 12.345).abs() < 1e-9);
+        assert!(!r.binaries[0].seconds_per_test.contains_key("c"));
+        assert_eq!(r.slowest(5), ["net: a::b 12.3"]);
         assert_eq!(
             r.failed(),
             ["net (exit 101)", "filesystem (did not finish)"]
