@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{python, world};
+use crate::support::{python, slow, world};
 use python::python3;
 use world::{assert_absent, s, World, BIN};
 
@@ -520,7 +520,10 @@ fn runs_one_after_another_and_at_once_all_end_and_leave_nothing() {
             ],
         )
     };
-    for i in 0..30 {
+    // Fewer under emulation (tests/support/slow.rs): the same cleanup.
+    let one_by_one = slow::repetitions(30, 8) as usize;
+    let at_once = slow::repetitions(16, 8) as usize;
+    for i in 0..one_by_one {
         let (log, extra) = log_args(i);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let out = w.run(&extra, &argv);
@@ -528,7 +531,7 @@ fn runs_one_after_another_and_at_once_all_end_and_leave_nothing() {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "403\n", "run {i}");
         logs.push(log);
     }
-    let at_once: Vec<_> = (30..46)
+    let at_once: Vec<_> = (one_by_one..one_by_one + at_once)
         .map(|i| {
             let (log, extra) = log_args(i);
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
@@ -542,7 +545,12 @@ fn runs_one_after_another_and_at_once_all_end_and_leave_nothing() {
         .collect();
     for (i, child) in at_once.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "run {}: {}", 30 + i, stderr(&out));
+        assert!(
+            out.status.success(),
+            "run {}: {}",
+            one_by_one + i,
+            stderr(&out)
+        );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "403\n");
     }
     // Nothing left: each run's cgroup (named by its log), its run dir, and

@@ -28,3 +28,17 @@ pub fn factor() -> u32 {
 pub fn patience(natively: Duration) -> Duration {
     natively * factor()
 }
+
+/// How many times a test repeats what it proves by repetition (runs one
+/// after another, a burst of refusals): `natively`, or `emulated` where the
+/// machine runs the tests slower than natively. The full count runs in the
+/// native suite; a kernel under emulation proves the same mechanism with
+/// fewer.
+#[must_use]
+pub fn repetitions(natively: u32, emulated: u32) -> u32 {
+    if factor() > 1 {
+        emulated
+    } else {
+        natively
+    }
+}
