@@ -11,12 +11,12 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockrun::audit::{KernelNetEvent, ProxyBasis, ProxyEvent, ProxyVerdict, ProxyVia};
 
 use crate::support::proxy::{skip, TestHost};
-use crate::support::slow;
+use crate::support::world::wait_for;
 use crate::{can_run, field, text, web_host, Sandbox};
 
 const PROBE: &str = include_str!("../support/transparent_probe.py");
@@ -225,17 +225,12 @@ fn stand_in_resolver(th: &mut TestHost) -> std::path::PathBuf {
         .spawn()
         .unwrap();
     th.servers.push(child);
-    let deadline = Instant::now() + slow::patience(Duration::from_secs(10));
-    while Instant::now() < deadline {
-        if std::fs::read_to_string(&log).is_ok_and(|l| l.contains("ready")) {
-            return log;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!(
-        "the stand-in resolver did not start: {}",
-        std::fs::read_to_string(&errors).unwrap_or_default()
-    );
+    wait_for("the stand-in resolver to start", || {
+        let failed = std::fs::read_to_string(&errors).unwrap_or_default();
+        assert!(failed.is_empty(), "the stand-in resolver failed: {failed}");
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("ready"))
+    });
+    log
 }
 
 /// The run's DNS, sent anywhere (here: straight to a resolver of the test
@@ -297,19 +292,13 @@ fn the_runs_dns_never_leaves() {
         SocketAddr::new(th.ns_ip, 53),
     )
     .unwrap();
-    let mut arrived = false;
-    let deadline = Instant::now() + slow::patience(Duration::from_secs(5));
-    while Instant::now() < deadline {
-        if std::fs::read_to_string(&log).unwrap().contains("packet") {
-            arrived = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(
-        arrived,
-        "the stand-in resolver hears nothing even from outside"
+    wait_for(
+        "the stand-in resolver to hear the query from outside",
+        || std::fs::read_to_string(&log).unwrap().contains("packet"),
     );
+    // And that query alone: nothing of the run's came late.
+    let heard = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(heard.matches("packet").count(), 1, "{heard}");
     let events = sb.proxy_events();
     let dns: Vec<_> = events
         .iter()
@@ -569,8 +558,8 @@ fn git_clones_over_ssh_from_an_allowed_host() {
         .args(["netns", "exec", &th.ns])
         .arg(&sshd)
         .args(["-D", "-e", "-f"])
-        .env("LD_LIBRARY_PATH", libs)
         .arg(&config)
+        .env("LD_LIBRARY_PATH", libs)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -287,6 +287,17 @@ pub struct BinaryResult {
     pub seconds: Option<f64>,
 }
 
+impl BinaryResult {
+    /// A test ended with `outcome`; `result` is the rest of its line, with
+    /// its time when reported.
+    fn finished(&mut self, name: String, outcome: Outcome, result: &str) {
+        if let Some(t) = reported_time(result) {
+            self.seconds_per_test.insert(name.clone(), t);
+        }
+        self.tests.insert(name, outcome);
+    }
+}
+
 /// The guest's output, read as it comes.
 pub struct Results {
     pub labels: Vec<String>,
@@ -352,26 +363,18 @@ impl Results {
         };
         if let Some((name, result)) = l.strip_prefix("test ").and_then(|r| r.split_once(" ... ")) {
             match outcome(result) {
-                Some(o) => {
-                    b.tests.insert(name.to_owned(), o);
-                    if let Some(t) = reported_time(result) {
-                        b.seconds_per_test.insert(name.to_owned(), t);
-                    }
-                }
+                Some(o) => b.finished(name.to_owned(), o, result),
                 None => self.pending = Some(name.to_owned()),
             }
         } else if let Some(o) = outcome(l.trim()) {
             if let Some(name) = self.pending.take() {
-                if let Some(t) = reported_time(l) {
-                    b.seconds_per_test.insert(name.clone(), t);
-                }
-                b.tests.insert(name, o);
+                b.finished(name, o, l);
             }
         }
     }
 
     /// The `n` slowest tests of all binaries, slowest first, as
-    /// `binary::test seconds`.
+    /// `binary: test seconds`.
     pub fn slowest(&self, n: usize) -> Vec<String> {
         let mut all: Vec<(f64, String)> = self
             .labels
