@@ -101,15 +101,24 @@ fn https_host() -> (TestHost, Net<'static>, PathBuf, PathBuf) {
 /// ask for but `/refused/…`.
 const RULES: &str = r#"["GET /one", "GET /two", "GET /urllib", "GET /requests", "POST /post", "GET /sse", "GET /ws", "GET /pinned", "GET /pinned-again", "GET /direct", "GET /py", "GET /node"]"#;
 
-/// A sandbox whose policy trusts `ca_file` for upstreams.
+/// A sandbox whose policy trusts `ca_file` for upstreams, with `PH` bound
+/// to api.test and bad.test.
 fn sandbox(net: &Net, ca_file: &Path) -> Sandbox {
+    sandbox_binding(net, ca_file, r#"["api.test", "bad.test"]"#)
+}
+
+/// A sandbox whose policy trusts `ca_file` for upstreams, with `PH` bound
+/// to `hosts` (a TOML list).
+fn sandbox_binding(net: &Net, ca_file: &Path, hosts: &str) -> Sandbox {
     let sb = Sandbox::new(net);
     let mut toml = net.toml().replacen(
         "[network]\n",
         &format!("[network]\ntls_ca = \"{}\"\n", ca_file.display()),
         1,
     );
-    toml.push_str("[secrets.PH]\nhosts = [\"api.test\", \"bad.test\"]\n");
+    toml.push_str("[secrets.PH]\nhosts = ");
+    toml.push_str(hosts);
+    toml.push('\n');
     toml.push_str("[network.requests.\"api.test\"]\nallow = ");
     toml.push_str(RULES);
     toml.push('\n');
@@ -430,6 +439,181 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
             && e.host == "api.test"
             && e.verdict == ProxyVerdict::BadRequest
             && e.reason.contains("without TLS")),
+        "{events:#?}"
+    );
+}
+
+/// An HTTP/2-only test host at `api.test:443` (the test CA's certificate),
+/// inspected; returns the host, the policy, the test CA's file and the
+/// host's log of streams. `None` when node, which serves it, is absent.
+fn h2_host() -> Option<(TestHost, Net<'static>, PathBuf, PathBuf)> {
+    let node = std::process::Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        return None;
+    }
+    let mut th = TestHost::new(RANGE);
+    let dir = th.dir.0.clone();
+    let ca = TestCa::new("lockrun test CA");
+    let ca_file = dir.join("test-ca.pem");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let log = dir.join("h2.log");
+    let script = dir.join("h2_echo.js");
+    std::fs::write(&script, H2_SERVER).unwrap();
+    let (c, k) = ca.leaf("api.test", &dir);
+    let child = std::process::Command::new("ip")
+        .args(["netns", "exec", &th.ns, "node"])
+        .arg(&script)
+        .arg("443")
+        .args([&c, &k, &log])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    th.servers.push(child);
+    th.wait_port(443);
+    let mut net = Net {
+        private: Some((Vec::new(), th.net)),
+        ..Net::default()
+    };
+    net.allow_on("api.test", 443, th.ns_ip);
+    Some((th, net, ca_file, log))
+}
+
+const H2_SERVER: &str = include_str!("../support/h2_echo.js");
+
+#[test]
+fn http2_streams_to_an_inspected_host_are_judged_each_and_go_up_as_http2() {
+    let test = "http2_streams_to_an_inspected_host_are_judged_each_and_go_up_as_http2";
+    if !can_run(test) {
+        return;
+    }
+    let Some((_th, net, ca_file, log)) = h2_host() else {
+        skip(test, "node is not installed: no HTTP/2 test host");
+        return;
+    };
+    let sb = sandbox_binding(&net, &ca_file, r#"["api.test"]"#);
+    // One HTTP/2 session, four streams at once (SSE among them, and a body
+    // several times the default flow-control window), to the
+    // host by its name: not through HTTPS_PROXY (node's http2 reads no
+    // proxy variable), so by the transparent redirect where the kernel
+    // has it.
+    let node = r#"
+const http2 = require("node:http2");
+const s = http2.connect("https://api.test");
+s.on("error", e => console.log(`session=error ${e.code}`));
+const get = (path, sent) => new Promise((done, fail) => {
+  const r = s.request({":path": path, ":method": sent ? "POST" : "GET", "x-api-key": process.env.PH});
+  const t0 = Date.now(), at = [];
+  let status = 0, body = "";
+  r.setEncoding("utf8");
+  r.on("response", h => status = h[":status"]);
+  r.on("data", d => { body += d; at.push(Date.now() - t0); });
+  r.on("end", () => done({status, body, at}));
+  r.on("error", fail);
+  r.end(sent);
+});
+const big = Buffer.alloc(300000, "x");
+Promise.all([get("/two"), get("/node"), get("/sse"), get("/post", big)]).then(([two, node, sse, post]) => {
+  for (const [k, r] of [["two", two], ["node", node], ["post", post]])
+    console.log(`${k}=${r.status} ${r.body.trim().replace(/\n/g, "|")}`);
+  console.log(`sse=${sse.body.trim().split(/\n+/).join("|")}`);
+  console.log(`sse_spread=${sse.at[sse.at.length - 1] - sse.at[0]}`);
+  s.close();
+}, e => { console.log(`streams=error ${e.code || e}`); s.close(); });
+"#;
+    std::fs::write(sb.wt().join("h2.js"), node).unwrap();
+    let redirects = lockrun::kernel::redirect().is_ok();
+    let out = sb.run_with(
+        &env(),
+        &format!(
+            r#"
+        unset LOCKRUN_TEST_SECRET
+        echo "ph=$PH"
+        echo "curl=$(curl -sS --http2 -w 'v=%{{http_version}}' -H "x-api-key: $PH" https://api.test/one | tr '\n' '|')"
+        echo "refused=$(curl -sS --http2 -o /dev/null -w '%{{http_code}} v=%{{http_version}}' https://api.test/refused/by/rule)"
+        if {redirects}; then node "$WT/h2.js"; fi
+        "#
+        ),
+    );
+    let stdout = text(&out.stdout);
+    let ctx = format!("{stdout}\n{}", text(&out.stderr));
+    let says = |k: &str| field(&stdout, k).to_owned();
+    let ph = placeholder(&stdout);
+    // curl through CONNECT: HTTP/2 with the proxy, the host's echo of the
+    // value masked back to the placeholder.
+    assert_eq!(
+        says("curl"),
+        format!("path=/one|key={ph}|body=0|proto=h2|v=2"),
+        "{ctx}"
+    );
+    assert_eq!(says("refused"), "403 v=2", "{ctx}");
+    let mut paths = vec!["/one"];
+    if redirects {
+        assert_eq!(
+            says("two"),
+            format!("200 path=/two|key={ph}|body=0|proto=h2"),
+            "{ctx}"
+        );
+        assert_eq!(
+            says("node"),
+            format!("200 path=/node|key={ph}|body=0|proto=h2"),
+            "{ctx}"
+        );
+        assert_eq!(
+            says("sse"),
+            "data: event 0|data: event 1|data: event 2",
+            "{ctx}"
+        );
+        let spread: u64 = says("sse_spread").parse().unwrap();
+        assert!(
+            spread >= 900,
+            "the events arrived together ({spread} ms): {ctx}"
+        );
+        paths.extend(["/two", "/node", "/sse"]);
+    } else {
+        skip(
+            test,
+            "this kernel does not redirect: node's HTTP/2 session went untested",
+        );
+    }
+    // Judged from outside: each stream reached the host as HTTP/2 with the
+    // real value, never the placeholder; node's three streams on one
+    // upstream connection; the refused stream never.
+    let got = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!got.contains(&ph), "the placeholder went upstream: {got}");
+    assert!(!got.contains("/refused"), "a refused stream went up: {got}");
+    let line = |path: &str| {
+        got.lines()
+            .find(|l| l.split(' ').nth(2) == Some(path))
+            .unwrap_or_else(|| panic!("no stream for {path}: {got}"))
+            .to_owned()
+    };
+    for path in &paths {
+        assert!(
+            line(path).ends_with(&format!(" h2 {REAL}")),
+            "{path}: {got}"
+        );
+    }
+    if redirects {
+        let port = |p: &str| line(p).split(' ').next().unwrap().to_owned();
+        assert_eq!(port("/two"), port("/node"), "{got}");
+        assert_eq!(port("/two"), port("/sse"), "{got}");
+        assert_eq!(port("/two"), port("/post"), "{got}");
+    }
+    // The audit log: each stream, the refusal naming the path.
+    let events = sb.proxy_events();
+    for path in &paths {
+        assert!(
+            events.iter().any(|e| e.via == Some(ProxyVia::Inspected)
+                && e.verdict == ProxyVerdict::Allowed
+                && e.status == 200
+                && e.reason.contains(&format!(" {path}` of api.test"))),
+            "{path}: {events:#?}"
+        );
+    }
+    let rule = inspected(&events, "/refused/by/rule");
+    assert!(
+        rule.len() == 1 && rule[0].verdict == ProxyVerdict::RuleRefused && rule[0].status == 403,
         "{events:#?}"
     );
 }

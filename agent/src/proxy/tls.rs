@@ -1,8 +1,9 @@
 //! TLS for the hosts the proxy inspects (issue 60): a CA made for each run
 //! (its key only in this process's memory), a certificate per host made on
 //! the fly and kept for the run, the server side offered to the run's
-//! clients (ALPN `http/1.1` only), and the client side that verifies each
-//! upstream against the system's roots or the CAs `[network] tls_ca` names.
+//! clients (ALPN `http/1.1`, or `h2` alone when the upstream agreed to it),
+//! and the client side that verifies each upstream against the system's
+//! roots or the CAs `[network] tls_ca` names.
 //! rustls does the TLS; rcgen makes the certificates.
 
 use std::collections::HashMap;
@@ -17,8 +18,18 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-/// The one protocol spoken inside an inspected connection.
-const ALPN: &[u8] = b"http/1.1";
+/// HTTP/1.1's ALPN name.
+const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// HTTP/2's ALPN name.
+pub const ALPN_H2: &[u8] = b"h2";
+
+/// The protocol an inspected connection speaks to the client: the one the
+/// upstream agreed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    H2,
+}
 
 /// Why TLS for the run could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -44,8 +55,25 @@ pub struct RunTls {
     ca: CertificateDer<'static>,
     /// The system's roots, PEM: the rest of the bundle the run trusts.
     system_pem: String,
-    leaves: Mutex<HashMap<String, Arc<ServerConfig>>>,
+    leaves: Mutex<HashMap<String, Leaf>>,
     upstream: Arc<ClientConfig>,
+    upstream_h2: Arc<ClientConfig>,
+}
+
+/// The server sides of one host: HTTP/1.1 and HTTP/2.
+#[derive(Clone)]
+struct Leaf {
+    http1: Arc<ServerConfig>,
+    h2: Arc<ServerConfig>,
+}
+
+impl Leaf {
+    fn of(&self, protocol: Protocol) -> Arc<ServerConfig> {
+        Arc::clone(match protocol {
+            Protocol::Http1 => &self.http1,
+            Protocol::H2 => &self.h2,
+        })
+    }
 }
 
 impl std::fmt::Debug for RunTls {
@@ -128,13 +156,16 @@ impl RunTls {
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        upstream.alpn_protocols = vec![ALPN.to_vec()];
+        let mut upstream_h2 = upstream.clone();
+        upstream.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+        upstream_h2.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
         Ok(Self {
             issuer,
             ca,
             system_pem,
             leaves: Mutex::new(HashMap::new()),
             upstream: Arc::new(upstream),
+            upstream_h2: Arc::new(upstream_h2),
         })
     }
 
@@ -152,10 +183,15 @@ impl RunTls {
         s
     }
 
-    /// How upstreams are verified.
+    /// How upstreams are verified, offering HTTP/1.1, or HTTP/2 first
+    /// when `h2` (the client offered it).
     #[must_use]
-    pub fn client_config(&self) -> Arc<ClientConfig> {
-        Arc::clone(&self.upstream)
+    pub fn client_config(&self, h2: bool) -> Arc<ClientConfig> {
+        Arc::clone(if h2 {
+            &self.upstream_h2
+        } else {
+            &self.upstream
+        })
     }
 
     /// A certificate for `host` signed by the run's CA, and its key. Made
@@ -181,28 +217,38 @@ impl RunTls {
     }
 
     /// The server side for `host` (a name or an IP address, as the client
-    /// asked for it): a certificate for it, signed by the run's CA, made
-    /// once per run.
-    pub fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, TlsError> {
-        if let Some(c) = self
+    /// asked for it) speaking `protocol`: a certificate for it, signed by
+    /// the run's CA, made once per run.
+    pub fn server_config(
+        &self,
+        host: &str,
+        protocol: Protocol,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
+        if let Some(l) = self
             .leaves
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(host)
         {
-            return Ok(Arc::clone(c));
+            return Ok(l.of(protocol));
         }
         let (leaf, private) = self.leaf(host)?;
-        let mut config = ServerConfig::builder_with_provider(provider())
+        let mut http1 = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(vec![leaf, self.ca.clone()], private)?;
-        config.alpn_protocols = vec![ALPN.to_vec()];
-        let config = Arc::new(config);
+        let mut h2 = http1.clone();
+        http1.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+        h2.alpn_protocols = vec![ALPN_H2.to_vec()];
+        let leaf = Leaf {
+            http1: Arc::new(http1),
+            h2: Arc::new(h2),
+        };
+        let config = leaf.of(protocol);
         self.leaves
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(host.to_owned(), Arc::clone(&config));
+            .insert(host.to_owned(), leaf);
         Ok(config)
     }
 }
@@ -239,10 +285,24 @@ mod tests {
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         std::fs::write(&ca_file, params.self_signed(&key).unwrap().pem()).unwrap();
         let tls = RunTls::new("unit", Some(&ca_file)).unwrap();
-        let a = tls.server_config("api.example.com").unwrap();
-        let b = tls.server_config("api.example.com").unwrap();
+        let a = tls
+            .server_config("api.example.com", Protocol::Http1)
+            .unwrap();
+        let b = tls
+            .server_config("api.example.com", Protocol::Http1)
+            .unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        let h2 = tls.server_config("api.example.com", Protocol::H2).unwrap();
+        assert_eq!(h2.alpn_protocols, vec![b"h2".to_vec()]);
+        assert_eq!(
+            tls.client_config(true).alpn_protocols,
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+        assert_eq!(
+            tls.client_config(false).alpn_protocols,
+            vec![b"http/1.1".to_vec()]
+        );
         assert!(tls.bundle_pem().ends_with(&tls.ca_pem()));
         assert!(tls.ca_pem().starts_with("-----BEGIN CERTIFICATE-----\n"));
         // A named CA file without a certificate is refused, saying which.

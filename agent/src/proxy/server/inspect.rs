@@ -28,19 +28,22 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use super::forward::{forward_inner, refused_inside, with_rule, ForwardError, Outgoing};
+use super::inspect_h2;
 use super::{dial, read_head_with, refuse_and_close, ReadError, Refusal, Shared, HEAD_BUF};
 use crate::audit::{ProxyVerdict, ProxyVia};
 use crate::policy::Port;
 use crate::proxy::request::{parse_origin_head, Kind, RequestHead, Target};
+use crate::proxy::tls::{Protocol, ALPN_H2};
 
 /// How an inspected connection speaks: TLS the proxy terminates, or plain
 /// HTTP inside a `CONNECT` tunnel (as Node's proxy agents send an `http://`
@@ -183,7 +186,7 @@ fn record(
 /// are the checked addresses; `allowed_by` the words of the rule that
 /// allowed the host.
 pub(crate) async fn intercept<S>(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     client: S,
     target: &Target,
     addrs: &[SocketAddr],
@@ -197,47 +200,59 @@ pub(crate) async fn intercept<S>(
         Ok(Ok([TLS_HANDSHAKE, ..])) => {}
         Ok(Ok([_, ..])) => {
             // Plain HTTP inside the tunnel: judged the same, sent plain.
-            serve(shared, client, target, addrs, allowed_by, Scheme::Plain).await;
+            let dest = Dest {
+                target,
+                addrs,
+                scheme: Scheme::Plain,
+            };
+            serve(shared, client, dest, allowed_by, None).await;
             return;
         }
         // Closed, failed or silent before a byte: nothing to serve.
         _ => return,
     }
-    let host = target.host_string();
-    let config = match shared.tls.as_ref().map(|t| t.server_config(&host)) {
-        Some(Ok(c)) => c,
-        Some(Err(e)) => {
-            record(
-                shared,
-                "",
-                target,
-                None,
-                ProxyVerdict::UpstreamFailed,
-                e.to_string(),
-                0,
-            );
+    let hello = tokio::time::timeout(
+        shared.head_timeout,
+        LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client),
+    )
+    .await;
+    let start = match hello {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            handshake_failed(shared, target, &e);
             return;
         }
-        None => {
-            let why =
-                format!("{host}'s requests are inspected, but the run has no CA to do it with");
-            record(
-                shared,
-                "",
-                target,
-                None,
-                ProxyVerdict::UpstreamFailed,
-                why,
-                0,
-            );
+        Err(_) => {
+            handshake_timed_out(shared, target);
             return;
         }
     };
-    let accepted = tokio::time::timeout(
-        shared.head_timeout,
-        TlsAcceptor::from(config).accept(client),
-    )
-    .await;
+    // A client that offers HTTP/2 is answered with it only when the
+    // upstream agrees to it too: the upstream is asked first. Otherwise
+    // the connection made here serves the first HTTP/1.1 request.
+    let offers_h2 = start
+        .client_hello()
+        .alpn()
+        .is_some_and(|mut offered| offered.any(|p| p == ALPN_H2));
+    let mut first = None;
+    let mut h2_upstream = None;
+    if offers_h2 {
+        match connect(shared, target, addrs, Scheme::Tls, true).await {
+            Ok((Upstream::Tls(s), dialed)) if s.get_ref().1.alpn_protocol() == Some(ALPN_H2) => {
+                h2_upstream = Some((s, dialed));
+            }
+            made => first = Some(made),
+        }
+    }
+    let protocol = if h2_upstream.is_some() {
+        Protocol::H2
+    } else {
+        Protocol::Http1
+    };
+    let Some(config) = server_config(shared, target, protocol) else {
+        return;
+    };
+    let accepted = tokio::time::timeout(shared.head_timeout, start.into_stream(config)).await;
     let stream = match accepted {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -245,23 +260,64 @@ pub(crate) async fn intercept<S>(
             return;
         }
         Err(_) => {
-            let why = format!(
-                "the client's TLS handshake did not complete within {} s",
-                shared.head_timeout.as_secs()
-            );
-            record(shared, "", target, None, ProxyVerdict::BadRequest, why, 0);
+            handshake_timed_out(shared, target);
             return;
         }
     };
+    if let Some((upstream, dialed)) = h2_upstream {
+        inspect_h2::relay(shared, stream, upstream, target, dialed, allowed_by).await;
+        return;
+    }
     serve(
         shared,
         BufReader::with_capacity(HEAD_BUF, stream),
-        target,
-        addrs,
+        Dest {
+            target,
+            addrs,
+            scheme: Scheme::Tls,
+        },
         allowed_by,
-        Scheme::Tls,
+        first,
     )
     .await;
+}
+
+/// The server side of the run's TLS for `target`, speaking `protocol`;
+/// `None` (recorded) when there is none.
+fn server_config(
+    shared: &Shared,
+    target: &Target,
+    protocol: Protocol,
+) -> Option<Arc<rustls::ServerConfig>> {
+    let host = target.host_string();
+    let why = match shared
+        .tls
+        .as_ref()
+        .map(|t| t.server_config(&host, protocol))
+    {
+        Some(Ok(c)) => return Some(c),
+        Some(Err(e)) => e.to_string(),
+        None => format!("{host}'s requests are inspected, but the run has no CA to do it with"),
+    };
+    record(
+        shared,
+        "",
+        target,
+        None,
+        ProxyVerdict::UpstreamFailed,
+        why,
+        0,
+    );
+    None
+}
+
+/// The client's handshake did not complete in time.
+fn handshake_timed_out(shared: &Shared, target: &Target) {
+    let why = format!(
+        "the client's TLS handshake did not complete within {} s",
+        shared.head_timeout.as_secs()
+    );
+    record(shared, "", target, None, ProxyVerdict::BadRequest, why, 0);
 }
 
 /// The client ended the handshake: it refused the run's certificate
@@ -309,14 +365,18 @@ fn handshake_failed(shared: &Shared, target: &Target, e: &io::Error) {
     }
 }
 
+/// An upstream connection, and the address it was dialed at; or why none.
+type Made = Result<(Upstream, SocketAddr), (Refusal, Option<SocketAddr>)>;
+
 /// Dial the checked addresses and shake hands with the upstream, verifying
-/// its certificate for `target`'s host.
+/// its certificate for `target`'s host; offering HTTP/2 first when `h2`.
 async fn connect(
     shared: &Shared,
     target: &Target,
     addrs: &[SocketAddr],
     scheme: Scheme,
-) -> Result<(Upstream, SocketAddr), (Refusal, Option<SocketAddr>)> {
+    h2: bool,
+) -> Made {
     let (tcp, dialed) = dial(addrs, shared.connect_timeout)
         .await
         .map_err(|r| (r, None))?;
@@ -336,7 +396,7 @@ async fn connect(
             Some(dialed),
         ));
     };
-    let handshake = TlsConnector::from(tls.client_config()).connect(name, tcp);
+    let handshake = TlsConnector::from(tls.client_config(h2)).connect(name, tcp);
     match tokio::time::timeout(shared.connect_timeout, handshake).await {
         Ok(Ok(s)) => Ok((Upstream::Tls(Box::new(s)), dialed)),
         Ok(Err(e)) => {
@@ -417,20 +477,17 @@ async fn next_head<C: AsyncRead + AsyncWrite + Unpin>(
     None
 }
 
-/// The requests of one inspected connection, until it closes.
+/// The requests of one inspected connection, until it closes. `first`:
+/// the upstream connection made (or tried) before the client's handshake,
+/// for the first request.
 async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
     mut client: BufReader<C>,
-    target: &Target,
-    addrs: &[SocketAddr],
+    dest: Dest<'_>,
     allowed_by: &str,
-    scheme: Scheme,
+    mut first: Option<Made>,
 ) {
-    let dest = Dest {
-        target,
-        addrs,
-        scheme,
-    };
+    let Dest { target, scheme, .. } = dest;
     let mut kept: Option<(Upstream, SocketAddr)> = None;
     let mut first_byte = shared.head_timeout;
     while let Some(head) = next_head(shared, &mut client, target, first_byte).await {
@@ -469,16 +526,18 @@ async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
             },
             body: body.as_mut(),
         };
-        let Some(back) = one_request(shared, &mut client, out, dest, &allowed, kept).await else {
+        let made = first.take();
+        let Some(back) = one_request(shared, &mut client, out, dest, &allowed, kept, made).await
+        else {
             return;
         };
         kept = back;
     }
 }
 
-/// Send one request upstream (on `kept`, or a fresh connection) and relay
-/// its answer. `None`: the client connection is done; else the upstream
-/// connection to keep, if any.
+/// Send one request upstream (on `made` when given, else on `kept`, else on
+/// a fresh connection) and relay its answer. `None`: the client connection
+/// is done; else the upstream connection to keep, if any.
 async fn one_request<C: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
     client: &mut BufReader<C>,
@@ -486,6 +545,7 @@ async fn one_request<C: AsyncRead + AsyncWrite + Unpin>(
     dest: Dest<'_>,
     allowed: &str,
     mut kept: Option<(Upstream, SocketAddr)>,
+    mut made: Option<Made>,
 ) -> Option<Option<(Upstream, SocketAddr)>> {
     let Dest {
         target,
@@ -494,21 +554,23 @@ async fn one_request<C: AsyncRead + AsyncWrite + Unpin>(
     } = dest;
     let head = out.head;
     loop {
-        let reused = kept.is_some();
-        let (upstream, dialed) = match kept.take() {
-            Some(k) => k,
-            None => match connect(shared, target, addrs, scheme).await {
-                Ok(u) => u,
-                Err((mut failed, dialed)) => {
-                    if failed.verdict == ProxyVerdict::UpstreamFailed {
-                        failed.allowed_by = Some(allowed.to_owned());
-                    }
-                    failed
-                        .answer_via(shared, client, head, dialed, ProxyVia::Inspected)
-                        .await;
-                    return None;
+        let reused = made.is_none() && kept.is_some();
+        let next = match (made.take(), kept.take()) {
+            (Some(m), _) => m,
+            (None, Some(k)) => Ok(k),
+            (None, None) => connect(shared, target, addrs, scheme, false).await,
+        };
+        let (upstream, dialed) = match next {
+            Ok(u) => u,
+            Err((mut failed, dialed)) => {
+                if failed.verdict == ProxyVerdict::UpstreamFailed {
+                    failed.allowed_by = Some(allowed.to_owned());
                 }
-            },
+                failed
+                    .answer_via(shared, client, head, dialed, ProxyVia::Inspected)
+                    .await;
+                return None;
+            }
         };
         let again = Outgoing {
             head,

@@ -25,6 +25,7 @@ use crate::policy::{HostName, HostRule, NetworkPolicy};
 
 mod forward;
 pub(crate) mod inspect;
+mod inspect_h2;
 #[cfg(test)]
 mod tests;
 mod tunnel;
