@@ -165,7 +165,8 @@ impl Sandbox {
         assert_eq!(
             out.status.code(),
             Some(0),
-            "lockrun -- sh -c {script:?}\nstdout: {}\nstderr: {}",
+            "lockrun -- sh -c {script:?}\n{}\nstdout: {}\nstderr: {}",
+            out.status,
             text(&out.stdout),
             text(&out.stderr)
         );

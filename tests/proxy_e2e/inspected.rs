@@ -99,7 +99,7 @@ fn https_host() -> (TestHost, Net<'static>, PathBuf, PathBuf) {
 
 /// The request rules of api.test: every path the tests
 /// ask for but `/refused/…`.
-const RULES: &str = r#"["GET /one", "GET /two", "GET /urllib", "GET /requests", "POST /post", "GET /sse", "GET /ws", "GET /pinned", "GET /pinned-again", "GET /direct", "GET /py", "GET /node"]"#;
+const RULES: &str = r#"["GET /hello.txt", "GET /one", "GET /two", "GET /urllib", "GET /requests", "POST /post", "GET /sse", "GET /ws", "GET /pinned", "GET /pinned-again", "GET /direct", "GET /py", "GET /node"]"#;
 
 /// A sandbox whose policy trusts `ca_file` for upstreams, with `PH` bound
 /// to api.test and bad.test.
@@ -368,7 +368,9 @@ fn an_inspected_host_reached_transparently_is_intercepted_never_tunnelled() {
         skip(test, &format!("this kernel does not redirect: {needs}"));
         return;
     }
-    let (_th, net, ca_file, log) = https_host();
+    let (th, mut net, ca_file, log) = https_host();
+    // api.test's port 80 is the test host's plain HTTP server.
+    net.allow.push("api.test:80".into());
     let sb = sandbox(&net, &ca_file);
     let node = r#"
 fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
@@ -384,7 +386,11 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
         echo "curl=$(curl -sS -H "x-api-key: $PH" https://api.test/direct | tr '\n' '|')"
         echo "python=$(python3 -c 'import os,urllib.request as u;print(u.urlopen(u.Request("https://api.test/py",headers={"x-api-key":os.environ["PH"]})).read().decode().replace("\n","|"))')"
         if command -v node >/dev/null; then node "$WT/fetch.js"; else echo node=absent; fi
-        curl -sS -o /dev/null http://api.test:443/ 2>/dev/null; echo "plain=$?"
+        echo "plain=$(curl -sS -w '%{http_code}' "http://api.test/hello.txt?k=$PH" | tr '\n' '|')"
+        echo "plain_refused=$(curl -sS -o /dev/null -w '%{http_code}' http://api.test/secret.txt)"
+        python3 -c 'import socket; s = socket.create_connection(("api.test", 80)); s.sendall(b"SSH-2.0-x\r\n")
+try: print("not_http=" + repr(s.recv(100)))
+except ConnectionResetError: print("not_http=reset")'
         "#,
     );
     let stdout = text(&out.stdout);
@@ -410,8 +416,17 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
             "{ctx}"
         );
     }
-    // Plain HTTP to the inspected host's port: refused (reset), never relayed.
-    assert_eq!(says("plain"), "56", "{ctx}");
+    // Plain HTTP to the inspected host: judged as inside TLS (the
+    // placeholder in the query put in, a path no rule allows refused);
+    // bytes that are neither TLS nor HTTP: reset, never relayed.
+    assert_eq!(says("plain"), "hello from the test host|200", "{ctx}");
+    assert_eq!(says("plain_refused"), "403", "{ctx}");
+    assert_eq!(says("not_http"), "reset", "{ctx}");
+    let plain = th.requests();
+    assert!(
+        plain.len() == 1 && plain[0].contains(&format!("/hello.txt?k={REAL}")),
+        "{plain:?}"
+    );
     // Judged from outside: the host got the real value each time (the
     // echoes above came back masked), never the placeholder.
     let got = std::fs::read_to_string(&log).unwrap_or_default();
@@ -438,7 +453,7 @@ fetch("https://api.test/node", {headers: {"x-api-key": process.env.PH}})
         events.iter().any(|e| e.via == Some(ProxyVia::Transparent)
             && e.host == "api.test"
             && e.verdict == ProxyVerdict::BadRequest
-            && e.reason.contains("without TLS")),
+            && e.reason.contains("neither TLS nor HTTP")),
         "{events:#?}"
     );
 }

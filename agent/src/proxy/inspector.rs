@@ -404,6 +404,25 @@ impl Inspector {
         self.secrets.iter().any(|s| s.bound_to(host)) || self.rules_of(host).is_some()
     }
 
+    /// The names under which every host it inspects lies: each pattern's
+    /// name (`*.suffix`: the suffix), sorted, once each. What the run's CA
+    /// may vouch for.
+    #[must_use]
+    pub fn inspected_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .secrets
+            .iter()
+            .flat_map(|s| s.hosts.iter())
+            .chain(self.rules.keys())
+            .map(|p| match p {
+                HostPattern::Exact(n) | HostPattern::Subdomains(n) => n.as_str().to_owned(),
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The rules of `host`, and the pattern they are written for (the
     /// exact name's first, else the narrowest wildcard's).
     fn rules_of(&self, host: &Host) -> Option<(&HostPattern, &[RequestRule])> {

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CidrSubnet, DnType, ExtendedKeyUsagePurpose,
+    GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -115,15 +115,24 @@ fn read_pem_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> 
 }
 
 impl RunTls {
-    /// A CA named "lockrun run `run`", and the upstream verifier: the
-    /// certificates of `tls_ca` when given, else the system's roots.
-    pub fn new(run: &str, tls_ca: Option<&Path>) -> Result<Self, TlsError> {
+    /// A CA named "lockrun run `run`" that can vouch only for `names` and
+    /// their subdomains (name constraints: no other name, no IP address),
+    /// and the upstream verifier: the certificates of `tls_ca` when given,
+    /// else the system's roots.
+    pub fn new(run: &str, tls_ca: Option<&Path>, names: &[String]) -> Result<Self, TlsError> {
         let key = KeyPair::generate().map_err(TlsError::Ca)?;
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Ca)?;
         params
             .distinguished_name
             .push(DnType::CommonName, format!("lockrun run {run}"));
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.name_constraints = Some(NameConstraints {
+            permitted_subtrees: names.iter().cloned().map(GeneralSubtree::DnsName).collect(),
+            excluded_subtrees: vec![
+                GeneralSubtree::IpAddress(CidrSubnet::V4([0; 4], [0; 4])),
+                GeneralSubtree::IpAddress(CidrSubnet::V6([0; 16], [0; 16])),
+            ],
+        });
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -275,6 +284,11 @@ mod tests {
         }
     }
 
+    /// The names the tests' CA may vouch for.
+    fn names() -> Vec<String> {
+        vec!["api.example.com".into(), "example.net".into()]
+    }
+
     #[test]
     fn a_leaf_is_made_once_per_host_and_the_bundle_ends_with_the_runs_ca() {
         let scratch = Scratch::new("tls-unit");
@@ -284,7 +298,7 @@ mod tests {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         std::fs::write(&ca_file, params.self_signed(&key).unwrap().pem()).unwrap();
-        let tls = RunTls::new("unit", Some(&ca_file)).unwrap();
+        let tls = RunTls::new("unit", Some(&ca_file), &names()).unwrap();
         let a = tls
             .server_config("api.example.com", Protocol::Http1)
             .unwrap();
@@ -307,7 +321,7 @@ mod tests {
         assert!(tls.ca_pem().starts_with("-----BEGIN CERTIFICATE-----\n"));
         // A named CA file without a certificate is refused, saying which.
         std::fs::write(&ca_file, "not a certificate\n").unwrap();
-        let err = RunTls::new("unit", Some(&ca_file)).unwrap_err();
+        let err = RunTls::new("unit", Some(&ca_file), &names()).unwrap_err();
         assert!(err.to_string().contains("ca.pem"), "{err}");
     }
 
@@ -323,16 +337,24 @@ mod tests {
         assert!(out.status.success());
         let scratch = Scratch::new("tls-strict");
         let dir = &scratch.0;
-        let tls = RunTls::new("strict", None).unwrap_or_else(|_| {
+        let tls = RunTls::new("strict", None, &names()).unwrap_or_else(|_| {
             // No system roots here: any CA file will do for the upstreams.
             let key = KeyPair::generate().unwrap();
             let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
             p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
             std::fs::write(dir.join("any.pem"), p.self_signed(&key).unwrap().pem()).unwrap();
-            RunTls::new("strict", Some(&dir.join("any.pem"))).unwrap()
+            RunTls::new("strict", Some(&dir.join("any.pem")), &names()).unwrap()
         });
         std::fs::write(dir.join("ca.pem"), tls.ca_pem()).unwrap();
-        for host in ["api.example.com", "192.0.2.7"] {
+        // Names it may vouch for pass; any other name, and any IP
+        // address, fail on the CA's name constraints.
+        for (host, vouched) in [
+            ("api.example.com", true),
+            ("deep.sub.example.net", true),
+            ("example.org", false),
+            ("notexample.net", false),
+            ("192.0.2.7", false),
+        ] {
             let (leaf, _) = tls.leaf(host).unwrap();
             std::fs::write(dir.join("leaf.pem"), pem(&leaf)).unwrap();
             let check = if host.starts_with('1') {
@@ -356,10 +378,17 @@ mod tests {
                 .unwrap();
             let said = String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr);
-            assert!(
-                out.status.success() && said.contains(": OK"),
-                "{host}: {said}"
-            );
+            if vouched {
+                assert!(
+                    out.status.success() && said.contains(": OK"),
+                    "{host}: {said}"
+                );
+            } else {
+                assert!(
+                    !out.status.success() && said.contains("subtree violation"),
+                    "{host}: {said}"
+                );
+            }
         }
     }
 }

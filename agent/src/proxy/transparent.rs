@@ -276,8 +276,9 @@ async fn connection(
 
 /// A connection to a host whose requests are inspected: never a tunnel (its
 /// requests would go unjudged). TLS naming the host (or nothing) is
-/// terminated and served like an inspected `CONNECT`; anything else is
-/// refused.
+/// terminated and served like an inspected `CONNECT`, plain HTTP whose
+/// `Host` names it is judged the same way, plain on both sides; anything
+/// else is refused.
 async fn inspected(
     t: &Transparent,
     client: TcpStream,
@@ -291,7 +292,7 @@ async fn inspected(
         reset(&client);
     };
     match first_bytes(&client, &name, t.shared.head_timeout).await {
-        Ok((basis, bytes)) if bytes.first() == Some(&0x16) => {
+        Ok((basis, bytes)) if bytes.first() == Some(&0x16) || basis == ProxyBasis::Host => {
             t.record(
                 name.to_string(),
                 port.get(),
@@ -310,8 +311,8 @@ async fn inspected(
         Ok((basis, _)) => refuse(
             ProxyVerdict::BadRequest,
             format!(
-                "{name}'s requests are inspected, and the connection came without TLS: refused \
-                 (use https://, or the proxy from the environment)"
+                "{name}'s requests are inspected, and the connection came with neither TLS nor \
+                 HTTP: refused"
             ),
             Some(basis),
         ),

@@ -96,7 +96,7 @@ fn start_proxy(
     let mut env = Vec::new();
     let mut files = Vec::new();
     if !config.inspector.is_empty() {
-        let (tls, vars) = run_ca(policy, dir)?;
+        let (tls, vars) = run_ca(policy, dir, &config.inspector.inspected_names())?;
         config.tls = Some(tls);
         env = vars;
         let (bundle, ca) = trusted_files(dir);
@@ -105,12 +105,17 @@ fn start_proxy(
     Ok((RunningProxy::start(config)?, env, files))
 }
 
-/// The run's CA for the hosts whose TLS the proxy terminates, its bundle
+/// The run's CA for the hosts whose TLS the proxy terminates (`names`, and
+/// nothing else: its name constraints), its bundle
 /// (the system's roots and the CA) and the CA alone written in the run dir
 /// (which the run cannot write; [`trusted_files`] grants it their reading),
 /// and the variables that point each ecosystem's clients at them.
-fn run_ca(policy: &Policy, dir: &RunDir) -> Result<(Arc<RunTls>, Vars), RunError> {
-    let tls = RunTls::new(dir.id(), policy.network.tls_ca.as_deref())?;
+fn run_ca(
+    policy: &Policy,
+    dir: &RunDir,
+    names: &[String],
+) -> Result<(Arc<RunTls>, Vars), RunError> {
+    let tls = RunTls::new(dir.id(), policy.network.tls_ca.as_deref(), names)?;
     let (bundle, ca) = trusted_files(dir);
     let write = |path: &PathBuf, text: String| {
         std::fs::write(path, text).map_err(|source| RunError::Child {

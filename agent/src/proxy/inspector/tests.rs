@@ -181,6 +181,15 @@ fn what_is_inspected() {
     assert!(!i.inspects(&host("example.com")));
     assert!(!i.inspects(&Host::Ip("1.1.1.1".parse().unwrap())));
     assert!(Inspector::default().is_empty());
+    // What the run's CA may vouch for: each name once, a wildcard's suffix.
+    assert_eq!(
+        i.inspected_names(),
+        [
+            "api.anthropic.com",
+            "api.github.com",
+            "githubusercontent.com"
+        ]
+    );
     let dbg = format!("{i:?}");
     assert!(!i.holds_a_value(dbg.as_bytes()), "{dbg}");
 }
