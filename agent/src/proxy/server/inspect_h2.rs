@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 
 use super::forward::{refused_inside, with_rule};
-use super::{Refusal, Shared};
+use super::{printable, Refusal, Shared};
 use crate::audit::{ProxyVerdict, ProxyVia};
 use crate::proxy::inspector::{BodyRewriter, Refused};
 use crate::proxy::request::{parse_authority, Target, FORWARDABLE, MAX_HEAD};
@@ -190,16 +190,7 @@ fn answer(
         refusal.status,
         Some(ProxyVia::Inspected),
     );
-    let clean: String = said
-        .chars()
-        .map(|c| {
-            if c == ' ' || c.is_ascii_graphic() {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect();
+    let clean = printable(&said);
     let head = Response::builder()
         .status(refusal.status)
         .header("content-type", "text/plain")

@@ -405,9 +405,10 @@ fn status_text(status: u16) -> &'static str {
     }
 }
 
-/// Answer with `status`, the reason in a header and the body, and close.
-async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, status: u16, reason: &str) -> io::Result<()> {
-    let clean: String = reason
+/// `reason` as a header value and a line of text may carry it: every
+/// character but space and visible ASCII made `?`.
+pub(super) fn printable(reason: &str) -> String {
+    reason
         .chars()
         .map(|c| {
             if c == ' ' || c.is_ascii_graphic() {
@@ -416,7 +417,12 @@ async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, status: u16, reason: &str) -> 
                 '?'
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Answer with `status`, the reason in a header and the body, and close.
+async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, status: u16, reason: &str) -> io::Result<()> {
+    let clean = printable(reason);
     let body = format!("lockrun proxy: {clean}\n");
     let auth = if status == 407 {
         "Proxy-Authenticate: Basic realm=\"lockrun\"\r\n"
