@@ -290,6 +290,15 @@ print("ws=" + got.decode().replace("\n", ""))
         port(line("/two")),
         "one upstream connection: {got}"
     );
+    // Python's clients came later, on connections of their own: the
+    // upstream connection curl left was kept for them (the pool).
+    for later in ["/urllib", "/requests"] {
+        assert_eq!(
+            port(line(later)),
+            port(line("/one")),
+            "{later} did not reuse the kept upstream connection: {got}"
+        );
+    }
     for path in ["/one", "/two", "/urllib", "/requests"] {
         assert!(line(path).ends_with(REAL), "{path}: {got}");
     }

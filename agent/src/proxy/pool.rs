@@ -1,4 +1,5 @@
-//! Upstream connections kept open between forwarded plain-HTTP requests.
+//! Upstream connections kept open between forwarded plain-HTTP requests,
+//! and between the requests of inspected hosts (TLS, a pool of its own).
 //!
 //! A forwarded request's upstream connection goes back here when its
 //! response ended cleanly and the upstream agreed to keep it (HTTP/1.1, no
@@ -16,7 +17,7 @@
 //! and all of them when the proxy stops.
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -30,23 +31,48 @@ pub const MAX_IDLE: usize = 64;
 /// theirs after 5 to 75 s; a closed one is noticed before reuse anyway).
 pub const KEEP: Duration = Duration::from_secs(30);
 
-struct Idle {
+/// A connection the pool can keep: its socket is asked whether it is
+/// still quiet.
+pub trait Kept {
+    fn socket(&self) -> RawFd;
+}
+
+impl Kept for TcpStream {
+    fn socket(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+}
+
+impl Kept for Box<tokio_rustls::client::TlsStream<TcpStream>> {
+    fn socket(&self) -> RawFd {
+        self.get_ref().0.as_raw_fd()
+    }
+}
+
+struct Idle<S> {
     target: Target,
     peer: SocketAddr,
-    stream: TcpStream,
+    stream: S,
     since: Instant,
 }
 
 /// The idle upstream connections of one proxy.
-#[derive(Default)]
-pub struct Pool {
-    idle: Mutex<Vec<Idle>>,
+pub struct Pool<S = TcpStream> {
+    idle: Mutex<Vec<Idle<S>>>,
 }
 
-impl Pool {
+impl<S> Default for Pool<S> {
+    fn default() -> Self {
+        Self {
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<S: Kept> Pool<S> {
     /// The kept connections, locked (a panic elsewhere leaves them usable:
     /// each entry is whole).
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle<S>>> {
         self.idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -54,7 +80,7 @@ impl Pool {
 
     /// The most recently returned open connection to `target` whose peer is
     /// in `checked`, if any. Expired and closed ones are dropped on the way.
-    pub fn take(&self, target: &Target, checked: &[SocketAddr]) -> Option<(TcpStream, SocketAddr)> {
+    pub fn take(&self, target: &Target, checked: &[SocketAddr]) -> Option<(S, SocketAddr)> {
         loop {
             let found = {
                 let mut idle = self.idle();
@@ -72,7 +98,7 @@ impl Pool {
 
     /// Keep `stream`, connected to `peer` for `target`, for a later request;
     /// the oldest goes when the pool is full.
-    pub fn put(&self, target: &Target, peer: SocketAddr, stream: TcpStream) {
+    pub fn put(&self, target: &Target, peer: SocketAddr, stream: S) {
         let mut idle = self.idle();
         idle.retain(|c| c.since.elapsed() < KEEP);
         if idle.len() >= MAX_IDLE {
@@ -117,11 +143,13 @@ impl Pool {
 /// Whether an idle connection is still open with nothing to read: the
 /// upstream's FIN, a reset or stray bytes all make it unusable. Asked of the
 /// kernel now (`MSG_PEEK | MSG_DONTWAIT`), not of tokio's cached readiness.
-fn quiet(s: &TcpStream) -> bool {
+/// Over TLS, a record the upstream sent unasked (its `close_notify`) is such
+/// bytes.
+fn quiet(s: &impl Kept) -> bool {
     use nix::sys::socket::{recv, MsgFlags};
     let mut b = [0u8; 1];
     recv(
-        s.as_raw_fd(),
+        s.socket(),
         &mut b,
         MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
     ) == Err(nix::errno::Errno::EAGAIN)
@@ -153,7 +181,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peer = l.local_addr().unwrap();
         let other: SocketAddr = "127.0.0.2:80".parse().unwrap();
-        let pool = Pool::default();
+        let pool: Pool = Pool::default();
         let (c, _s) = pair(&l).await;
         pool.put(&target("a.test"), peer, c);
         assert!(
@@ -180,7 +208,7 @@ mod tests {
     async fn a_closed_or_chatty_connection_is_dropped_not_taken() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peer = l.local_addr().unwrap();
-        let pool = Pool::default();
+        let pool: Pool = Pool::default();
         let (closed, s1) = pair(&l).await;
         let (chatty, mut s2) = pair(&l).await;
         let (open, _s3) = pair(&l).await;
@@ -200,7 +228,7 @@ mod tests {
     async fn full_pool_drops_the_oldest() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peer = l.local_addr().unwrap();
-        let pool = Pool::default();
+        let pool: Pool = Pool::default();
         let mut servers = Vec::new();
         let mut first = 0;
         for i in 0..=MAX_IDLE {

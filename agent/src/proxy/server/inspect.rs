@@ -502,6 +502,7 @@ async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
         {
             Ok(j) => j,
             Err(r) => {
+                keep_for_later(shared, target, kept);
                 refused_inside(r)
                     .answer_via(shared, &mut client, &head, None, ProxyVia::Inspected)
                     .await;
@@ -509,9 +510,11 @@ async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
             }
         };
         // A kept connection serves only a request that may go again when
-        // it turns out to be closed.
+        // it turns out to be closed; the others dial their own, and leave
+        // no kept one waiting on a server that serves one at a time.
         if !head.resendable() {
             kept = None;
+            shared.inspected_pool.close(target);
         }
         let allowed = with_rule(allowed_by, &judged);
         let path = judged.path.as_deref().unwrap_or(path);
@@ -532,6 +535,16 @@ async fn serve<C: AsyncRead + AsyncWrite + Unpin>(
             return;
         };
         kept = back;
+    }
+    keep_for_later(shared, target, kept);
+}
+
+/// Keep an upstream TLS connection the client left for a later client
+/// connection's request to `target` (the pool saves the handshake; each
+/// request is judged and its addresses checked as ever).
+fn keep_for_later(shared: &Shared, target: &Target, up: Option<(Upstream, SocketAddr)>) {
+    if let Some((Upstream::Tls(s), dialed)) = up {
+        shared.inspected_pool.put(target, dialed, s);
     }
 }
 
@@ -554,11 +567,21 @@ async fn one_request<C: AsyncRead + AsyncWrite + Unpin>(
     } = dest;
     let head = out.head;
     loop {
-        let reused = made.is_none() && kept.is_some();
+        let mut reused = made.is_none() && kept.is_some();
+        let pooled = || match scheme {
+            Scheme::Tls if head.resendable() => shared.inspected_pool.take(target, addrs),
+            _ => None,
+        };
         let next = match (made.take(), kept.take()) {
             (Some(m), _) => m,
             (None, Some(k)) => Ok(k),
-            (None, None) => connect(shared, target, addrs, scheme, false).await,
+            (None, None) => match pooled() {
+                Some((s, dialed)) => {
+                    reused = true;
+                    Ok((Upstream::Tls(s), dialed))
+                }
+                None => connect(shared, target, addrs, scheme, false).await,
+            },
         };
         let (upstream, dialed) = match next {
             Ok(u) => u,
@@ -592,6 +615,7 @@ async fn one_request<C: AsyncRead + AsyncWrite + Unpin>(
                     status,
                 );
                 if !(keep && head.keep_alive) {
+                    keep_for_later(shared, target, back.map(|u| (u, dialed)));
                     let _ = client.get_mut().shutdown().await;
                     return None;
                 }

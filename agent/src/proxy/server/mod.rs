@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub(super) dropped: AtomicU64,
     /// Idle upstream connections of forwarded requests.
     pub(super) pool: Pool,
+    /// Idle upstream TLS connections of inspected hosts' requests.
+    pub(super) inspected_pool: Pool<Box<tokio_rustls::client::TlsStream<TcpStream>>>,
     /// The run's secrets and request rules.
     pub(super) inspector: Arc<Inspector>,
     /// The run's CA and upstream verification, when hosts are inspected.
@@ -80,6 +82,7 @@ impl Shared {
             overflow: Arc::new(Semaphore::new(OVERFLOW_ANSWERS)),
             dropped: AtomicU64::new(0),
             pool: Pool::default(),
+            inspected_pool: Pool::default(),
             inspector: c.inspector,
             tls: c.tls,
             refused_cert: std::sync::Mutex::default(),
@@ -203,7 +206,10 @@ pub(crate) async fn serve(
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            _ = prune.tick() => shared.pool.prune(false),
+            _ = prune.tick() => {
+                shared.pool.prune(false);
+                shared.inspected_pool.prune(false);
+            }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
@@ -244,6 +250,7 @@ pub(crate) async fn serve(
     }
     tasks.shutdown().await;
     shared.pool.prune(true);
+    shared.inspected_pool.prune(true);
     let dropped = shared.dropped.load(Ordering::Relaxed);
     if dropped > 0 {
         shared.audit.record(Event::ProxyConnectionsDropped {
