@@ -536,8 +536,17 @@ const get = (path, sent) => new Promise((done, fail) => {
   r.on("error", fail);
   r.end(sent);
 });
+// A stream naming another host on this host's connection.
+const misdirected = () => new Promise(done => {
+  const r = s.request({":path": "/two", ":authority": "web.test"});
+  r.on("response", h => done(h[":status"]));
+  r.on("error", e => done(`error ${e.code}`));
+  r.resume();
+  r.end();
+});
 const big = Buffer.alloc(300000, "x");
-Promise.all([get("/two"), get("/node"), get("/sse"), get("/post", big)]).then(([two, node, sse, post]) => {
+Promise.all([get("/two"), get("/node"), get("/sse"), get("/post", big), misdirected()]).then(([two, node, sse, post, mis]) => {
+  console.log(`misdirected=${mis}`);
   for (const [k, r] of [["two", two], ["node", node], ["post", post]])
     console.log(`${k}=${r.status} ${r.body.trim().replace(/\n/g, "|")}`);
   console.log(`sse=${sse.body.trim().split(/\n+/).join("|")}`);
@@ -593,7 +602,15 @@ Promise.all([get("/two"), get("/node"), get("/sse"), get("/post", big)]).then(([
             spread >= 900,
             "the events arrived together ({spread} ms): {ctx}"
         );
-        paths.extend(["/two", "/node", "/sse"]);
+        assert_eq!(
+            says("post"),
+            format!("200 path=/post|key={ph}|body=300000|proto=h2"),
+            "{ctx}"
+        );
+        paths.extend(["/two", "/node", "/sse", "/post"]);
+        // Another host named on this host's connection: 421, recorded,
+        // never sent (the host saw /two once, from the stream above).
+        assert_eq!(says("misdirected"), "421", "{ctx}");
     } else {
         skip(
             test,
@@ -601,8 +618,8 @@ Promise.all([get("/two"), get("/node"), get("/sse"), get("/post", big)]).then(([
         );
     }
     // Judged from outside: each stream reached the host as HTTP/2 with the
-    // real value, never the placeholder; node's three streams on one
-    // upstream connection; the refused stream never.
+    // real value, never the placeholder; node's streams on one upstream
+    // connection; the refused ones never.
     let got = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!got.contains(&ph), "the placeholder went upstream: {got}");
     assert!(!got.contains("/refused"), "a refused stream went up: {got}");
@@ -640,4 +657,13 @@ Promise.all([get("/two"), get("/node"), get("/sse"), get("/post", big)]).then(([
         rule.len() == 1 && rule[0].verdict == ProxyVerdict::RuleRefused && rule[0].status == 403,
         "{events:#?}"
     );
+    if redirects {
+        let twos = got.lines().filter(|l| l.split(' ').nth(2) == Some("/two"));
+        assert_eq!(twos.count(), 1, "{got}");
+        let mis = inspected(&events, "names web.test");
+        assert!(
+            mis.len() == 1 && mis[0].verdict == ProxyVerdict::BadRequest && mis[0].status == 421,
+            "{events:#?}"
+        );
+    }
 }
