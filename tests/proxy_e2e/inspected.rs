@@ -290,15 +290,15 @@ print("ws=" + got.decode().replace("\n", ""))
         port(line("/two")),
         "one upstream connection: {got}"
     );
-    // Python's clients came later, on connections of their own: the
-    // upstream connection curl left was kept for them (the pool).
-    for later in ["/urllib", "/requests"] {
-        assert_eq!(
-            port(line(later)),
-            port(line("/one")),
-            "{later} did not reuse the kept upstream connection: {got}"
-        );
-    }
+    // requests came on a client connection of its own, after urllib's had
+    // ended (urllib asks to close): the upstream connection urllib's
+    // request left was kept for it (the pool). Curl's, further back, may
+    // have aged out (30 s) under emulation.
+    assert_eq!(
+        port(line("/requests")),
+        port(line("/urllib")),
+        "/requests did not reuse the kept upstream connection: {got}"
+    );
     for path in ["/one", "/two", "/urllib", "/requests"] {
         assert!(line(path).ends_with(REAL), "{path}: {got}");
     }
