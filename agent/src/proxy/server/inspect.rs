@@ -6,10 +6,15 @@
 //! connection (keep-alive): each origin-form head parsed strictly (its
 //! `Host` must name the tunnel's host), judged by the inspector (rules,
 //! placeholders), and sent upstream over TLS verified against the roots
-//! the proxy trusts, on the connection the previous request left open or a
-//! fresh one to the addresses already checked. Responses stream back as
+//! the proxy trusts, on the connection the previous request left open, one
+//! an earlier client connection left (the pool), or a fresh one to the
+//! addresses already checked. Responses stream back as
 //! they come (server-sent events chunk by chunk). Each request is recorded
 //! (`via: inspected`), with the request rule that allowed it.
+//!
+//! A client that offers HTTP/2 (ALPN `h2`) is answered with it when the
+//! upstream, asked first, agrees to it: [`inspect_h2`] relays its streams.
+//! Otherwise the upstream connection made to ask serves the first request.
 //!
 //! A client that speaks plain HTTP inside its `CONNECT` tunnel (Node's
 //! proxy agents take an `http://` URL so) is served the same way, plain on
