@@ -17,7 +17,7 @@
 //! and all of them when the proxy stops.
 
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -30,24 +30,6 @@ pub const MAX_IDLE: usize = 64;
 /// How long an idle upstream connection is kept (servers commonly close
 /// theirs after 5 to 75 s; a closed one is noticed before reuse anyway).
 pub const KEEP: Duration = Duration::from_secs(30);
-
-/// A connection the pool can keep: its socket is asked whether it is
-/// still quiet.
-pub trait Kept {
-    fn socket(&self) -> RawFd;
-}
-
-impl Kept for TcpStream {
-    fn socket(&self) -> RawFd {
-        self.as_raw_fd()
-    }
-}
-
-impl Kept for Box<tokio_rustls::client::TlsStream<TcpStream>> {
-    fn socket(&self) -> RawFd {
-        self.get_ref().0.as_raw_fd()
-    }
-}
 
 struct Idle<S> {
     target: Target,
@@ -69,7 +51,7 @@ impl<S> Default for Pool<S> {
     }
 }
 
-impl<S: Kept> Pool<S> {
+impl<S: AsRawFd> Pool<S> {
     /// The kept connections, locked (a panic elsewhere leaves them usable:
     /// each entry is whole).
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle<S>>> {
@@ -145,11 +127,11 @@ impl<S: Kept> Pool<S> {
 /// kernel now (`MSG_PEEK | MSG_DONTWAIT`), not of tokio's cached readiness.
 /// Over TLS, a record the upstream sent unasked (its `close_notify`) is such
 /// bytes.
-fn quiet(s: &impl Kept) -> bool {
+fn quiet(s: &impl AsRawFd) -> bool {
     use nix::sys::socket::{recv, MsgFlags};
     let mut b = [0u8; 1];
     recv(
-        s.socket(),
+        s.as_raw_fd(),
         &mut b,
         MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
     ) == Err(nix::errno::Errno::EAGAIN)
