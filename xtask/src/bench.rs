@@ -729,8 +729,11 @@ fn startup_targets(
     }
 }
 
-/// Files in the archive of [`tar_table`].
+/// Files in the archive of [`files_table`].
 const TAR_FILES: usize = 5000;
+
+/// `open`+`close` pairs each run of `bench_open.c` makes.
+const OPENS: usize = 100_000;
 
 /// A tmpfs mounted for the bench, unmounted (lazily, so never left) on drop.
 struct Tmpfs(PathBuf);
@@ -751,21 +754,66 @@ fn tar_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
     time_once(argv, dir)
 }
 
-/// Metadata-heavy work: `tar x` of [`TAR_FILES`] files as root, which
-/// keeps each file's owner, mode and times (an `fchown`, `fchmod` and
-/// `utimensat` per file: calls lockrun's supervisor judges, since Landlock
-/// does not cover them). Into a tmpfs worktree when one can be mounted: on
-/// this VM's disk, removing the previous run's files slows the next run
-/// for seconds (online discard), whatever runs it.
-fn tar_table(
+/// `cp -a src copy`: the previous run's copy removed outside the timing.
+fn copy_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
+    let out = dir.join("copy");
+    if out.exists() {
+        std::fs::remove_dir_all(&out)?;
+    }
+    time_once(argv, dir)
+}
+
+/// `bench_open.c`'s own figure: nanoseconds per `open`+`close`, the last
+/// line it prints (a sandbox may print its own before).
+fn per_op_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()?;
+    failed(&out)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ns: u64 = text
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .with_context(|| format!("bench_open printed {text:?}"))?;
+    Ok(vec![Duration::from_nanos(ns)])
+}
+
+/// One column of [`files_table`].
+struct Workload {
+    name: &'static str,
+    /// What its figure counts.
+    unit: &'static str,
+    cmd: Vec<String>,
+    once: fn(&[String], &Path) -> Result<Vec<Duration>>,
+    /// Issue 61's target for lockrun: at most this many times bubblewrap's
+    /// figure, or (`None`) Landlock alone's.
+    target: Option<f64>,
+}
+
+/// File-heavy work, each workload in its own rounds over every sandbox,
+/// plus Landlock alone (`bench_landlock.c`: two rules, nothing else):
+/// `tar x` of [`TAR_FILES`] files as root, which keeps each file's owner,
+/// mode and times (an `fchown`, `fchmod` and `utimensat` per file: calls
+/// lockrun's supervisor judges, since Landlock does not cover them); `cp -a`
+/// of that tree; `find /usr`; `rg` over the 20k-file checkout; and
+/// [`OPENS`] `open`+`close` of one file (`bench_open.c`). Into a tmpfs
+/// worktree when one can be mounted: on this VM's disk, removing the
+/// previous run's files slows the next run for seconds (online discard),
+/// whatever runs it. Issue 61's targets follow the table, with `git status`
+/// (one sandbox each) from the start-up table's `figures`.
+#[allow(clippy::too_many_lines)] // one workload after another
+fn files_table(
     md: &mut String,
     notes: &mut Vec<String>,
     o: &Options,
-    peers: &Path,
-    dir: &Path,
     checkout: &Path,
-    state: &Path,
+    figures: &[Startup],
 ) -> Result<()> {
+    let dir = &o.workspace.join("target/bench");
+    let (peers, state) = (&o.workspace.join("target/peers"), &dir.join("state"));
     let wt = dir.join("tar-wt");
     // A mount left by a bench that was killed.
     let _ = Command::new("umount")
@@ -783,7 +831,7 @@ fn tar_table(
         .is_ok_and(|s| s.success())
         .then(|| Tmpfs(wt.clone()));
     if tmpfs.is_none() {
-        notes.push("`tar x`: no tmpfs could be mounted; measured on disk".into());
+        notes.push("file work: no tmpfs could be mounted; measured on disk".into());
     }
     let archive = dir.join(format!("files-{TAR_FILES}.tar"));
     if !archive.exists() {
@@ -795,36 +843,200 @@ fn tar_table(
             archive.display()
         ))?;
     }
-    // The same sandboxes with this worktree (their notes are already out).
-    let (rs, _) = runners(o, peers, &wt, state);
+    let open_bin = compile_c(dir, "bench_open", OPEN_SOURCE, &[])?;
+    let opened = wt.join("opened");
+    std::fs::write(&opened, "x")?;
+    // The same sandboxes with this worktree (their notes are already out),
+    // and Landlock alone beside bare.
+    let (mut rs, _) = runners(o, peers, &wt, state);
+    match compile_c(dir, "bench_landlock", LANDLOCK_SOURCE, &[]) {
+        Ok(bin) => rs.insert(
+            1,
+            Runner {
+                name: "Landlock alone (2 rules)",
+                argv: vec![
+                    bin.display().to_string(),
+                    wt.display().to_string(),
+                    "--".into(),
+                ],
+            },
+        ),
+        Err(e) => notes.push(format!("Landlock alone: skipped: {e:#}")),
+    }
     let prefixes: Vec<&[String]> = rs.iter().map(|r| r.argv.as_slice()).collect();
-    let a = archive.display().to_string();
+    let strings = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+    let workloads = [
+        Workload {
+            name: "`tar x`",
+            unit: "ms",
+            cmd: strings(&["tar", "xf", &archive.display().to_string()]),
+            once: tar_once,
+            target: Some(1.2),
+        },
+        Workload {
+            name: "`cp -a`",
+            unit: "ms",
+            cmd: strings(&["cp", "-a", "src", "copy"]),
+            once: copy_once,
+            target: Some(1.2),
+        },
+        Workload {
+            name: "`find /usr -type f`",
+            unit: "ms",
+            // Not into the dirs a capability-less root cannot read
+            // (polkit's rules): find fails there, in a sandbox only.
+            cmd: strings(&[
+                "find",
+                "/usr",
+                "-type",
+                "d",
+                "!",
+                "-readable",
+                "-prune",
+                "-o",
+                "-type",
+                "f",
+                "-print",
+            ]),
+            once: time_once,
+            target: Some(1.05),
+        },
+        Workload {
+            name: "`rg` 20k files",
+            unit: "ms",
+            cmd: strings(&[
+                "rg",
+                "-c",
+                "--no-ignore",
+                "-e",
+                "file",
+                &checkout.display().to_string(),
+            ]),
+            once: time_once,
+            target: Some(1.05),
+        },
+        Workload {
+            name: "`open`+`close`",
+            unit: "µs",
+            cmd: vec![
+                open_bin.display().to_string(),
+                opened.display().to_string(),
+                OPENS.to_string(),
+            ],
+            once: per_op_once,
+            target: None,
+        },
+    ];
     let reps = o.reps.min(10);
-    let times = measure_rounds(&prefixes, &["tar", "xf", &a], &wt, reps, tar_once);
-    let _ = writeln!(md, "\n`tar x` of {TAR_FILES} files into the worktree as root (owner, mode and times kept: an `fchown`, `fchmod` and `utimensat` per file), median of {reps} runs{}:\n", if tmpfs.is_some() { ", on a tmpfs" } else { "" });
-    let _ = writeln!(
-        md,
-        "| sandbox | `tar x` (ms) | ratio vs bare |\n|---|---:|---:|"
-    );
-    let mut bare = 0.0;
-    for (r, t) in rs.iter().zip(times) {
-        match t {
-            Ok((m, _)) => {
-                if r.name == "bare" {
-                    bare = ms(m);
+    let mut columns = Vec::new();
+    for w in &workloads {
+        if w.name.starts_with("`cp") {
+            // The tree to copy: the last `tar x` left it, or it failed.
+            let _ = std::fs::remove_dir_all(wt.join("src"));
+            sh(&format!("tar xf {} -C {}", archive.display(), wt.display()))?;
+        }
+        let cmd: Vec<&str> = w.cmd.iter().map(String::as_str).collect();
+        columns.push(measure_rounds(&prefixes, &cmd, &wt, reps, w.once));
+    }
+    let _ = writeln!(md, "\nFile work, each column in its own rounds, median of {reps} runs{}; each figure (× bare / × bubblewrap). `tar x` of {TAR_FILES} files into the worktree as root (owner, mode and times kept: an `fchown`, `fchmod` and `utimensat` per file); `cp -a` of that tree in the worktree; `find /usr -type f` (past the dirs a capability-less root cannot read); `rg -c` over the 20k-file checkout; {OPENS} `open`+`close` of one worktree file, per pair. Landlock alone: read on `/`, every right on the worktree, nothing else.\n", if tmpfs.is_some() { ", the worktree on a tmpfs" } else { "" });
+    let _ = write!(md, "| sandbox |");
+    for w in &workloads {
+        let _ = write!(md, " {} ({}) |", w.name, w.unit);
+    }
+    let _ = write!(md, "\n|---|");
+    for _ in &workloads {
+        let _ = write!(md, "---:|");
+    }
+    let _ = writeln!(md);
+    let figure = |c: &[Result<(Duration, Duration)>], name: &str| {
+        rs.iter()
+            .position(|r| r.name == name)
+            .and_then(|i| c[i].as_ref().ok())
+            .map(|(m, _)| m.as_secs_f64())
+    };
+    for (i, r) in rs.iter().enumerate() {
+        let _ = write!(md, "| {} |", r.name);
+        for (w, c) in workloads.iter().zip(&columns) {
+            match &c[i] {
+                Ok((m, _)) => {
+                    let v = m.as_secs_f64();
+                    let (shown, digits) = if w.unit == "µs" {
+                        (v * 1e6, 2)
+                    } else {
+                        (v * 1e3, 0)
+                    };
+                    let ratio =
+                        |of: Option<f64>| of.map_or("–".to_owned(), |b| format!("{:.2}×", v / b));
+                    let _ = write!(
+                        md,
+                        " {shown:.digits$} ({} / {}) |",
+                        ratio(figure(c, "bare")),
+                        ratio(figure(c, "bubblewrap"))
+                    );
                 }
-                let _ = writeln!(md, "| {} | {:.0} | {:.2}× |", r.name, ms(m), ms(m) / bare);
-            }
-            Err(e) => {
-                notes.push(format!("{}: `tar x` failed: {e}", r.name));
-                let _ = writeln!(md, "| {} | failed | |", r.name);
+                Err(e) => {
+                    notes.push(format!("{}: {} failed: {e}", r.name, w.name));
+                    let _ = write!(md, " failed |");
+                }
             }
         }
+        let _ = writeln!(md);
     }
+    let _ = writeln!(md, "\nIssue 61's targets for lockrun:");
+    for (w, c) in workloads.iter().zip(&columns) {
+        let ours = figure(c, "lockrun");
+        let (than, limit) = match w.target {
+            Some(t) => (figure(c, "bubblewrap"), t),
+            None => (figure(c, "Landlock alone (2 rules)"), 1.0),
+        };
+        let against = if w.target.is_some() {
+            "bubblewrap"
+        } else {
+            "Landlock alone"
+        };
+        let line = match (ours, than) {
+            (Some(l), Some(b)) => format!(
+                "{:.2}× {against}, target ≤ {limit}× — {}",
+                l / b,
+                if l / b <= limit { "met" } else { "**missed**" }
+            ),
+            _ => "not measured".to_owned(),
+        };
+        let _ = writeln!(md, "- {}: {line}", w.name);
+    }
+    if let Some(g) = status_vs_bubblewrap(figures) {
+        let _ = writeln!(
+            md,
+            "- `git status`, one sandbox each: {g:.2}× bubblewrap, target ≤ 1.0× — {}",
+            if g <= 1.0 { "met" } else { "**missed**" }
+        );
+    }
+    let _ = writeln!(
+        md,
+        "- `npm ci` / `pip install` from a local cache: not measured yet"
+    );
     let _ = std::fs::remove_dir_all(wt.join("src"));
+    let _ = std::fs::remove_dir_all(wt.join("copy"));
     drop(tmpfs);
     Ok(())
 }
+
+/// lockrun's `git status`, one sandbox each, over bubblewrap's.
+fn status_vs_bubblewrap(figures: &[Startup]) -> Option<f64> {
+    let per_status = |name: &str| {
+        figures
+            .iter()
+            .find(|f| f.name == name)
+            .and_then(|f| f.per_status)
+    };
+    per_status("lockrun")
+        .zip(per_status("bubblewrap"))
+        .map(|(l, b)| l / b)
+}
+
+/// [`files_table`]'s C helpers.
+const OPEN_SOURCE: &str = include_str!("bench_open.c");
+const LANDLOCK_SOURCE: &str = include_str!("bench_landlock.c");
 
 /// `source` written to `<dir>/<name>.c` and compiled with gcc (`-O2` and
 /// `flags`) into `<dir>/<name>`: the bench's C helpers.
@@ -1007,7 +1219,7 @@ pub fn run(o: &Options) -> Result<String> {
     };
     drop(floor);
     startup_targets(&mut md, &figures, bare_status, &steps);
-    tar_table(&mut md, &mut notes, o, &peers, &dir, &worktree, &state)?;
+    files_table(&mut md, &mut notes, o, &worktree, &figures)?;
 
     // Connect latency to the allowed endpoint, inside the run's cgroup vs outside.
     let l = TcpListener::bind("127.0.0.1:0")?;
