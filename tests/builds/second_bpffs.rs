@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use crate::support::world::wait_for;
 use crate::support::{build, python, skip};
 use build::TestBuild;
 
@@ -113,14 +113,6 @@ fn run_cgroups(parent: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: never");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `lockrun -- sh -c 'touch "$WT/running"; sleep 3'` in `world`, with the
