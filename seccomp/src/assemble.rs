@@ -73,9 +73,9 @@ pub(super) enum Unless {
 /// The calls the front decides itself, for a kernel lacking `fallbacks`:
 /// the opens unless they create (a set-id mode is refused) or, without
 /// Landlock's truncate right, truncate; `clone` unless it asks for a
-/// namespace; with Landlock's scoping, `fcntl` unless it takes a lease. What each part decides on these
-/// calls is proved the same, call by call, by
-/// `the_fast_paths_agree_with_the_parts`.
+/// namespace; with Landlock's scoping, `fcntl` unless it takes a lease.
+/// What each part decides on these calls is proved the same, call by call,
+/// by `the_fast_paths_agree_with_the_parts`.
 pub(super) fn fast_paths(fallbacks: Fallbacks) -> Vec<Fast> {
     let creating = u32::try_from(CREATING_FLAGS.iter().fold(0, |m, f| m | f)).unwrap_or(u32::MAX);
     let opening = if fallbacks.truncate {
@@ -98,11 +98,13 @@ pub(super) fn fast_paths(fallbacks: Fallbacks) -> Vec<Fast> {
     ];
     // Without Landlock's scoping the supervisor takes the commands that
     // name a signal's receiver too (`F_SETOWN`, `F_SETSIG`, …).
-    if !fallbacks.scoping {
+    // A lease command that did not fit the low half would have no fast path
+    // (never an allow for a value that cannot be compared).
+    if let (false, Ok(lease)) = (fallbacks.scoping, u32::try_from(F_SETLEASE)) {
         fast.push(Fast {
             nr: libc::SYS_fcntl,
             arg: 1,
-            unless: Unless::Is(u32::try_from(F_SETLEASE).unwrap_or(u32::MAX)),
+            unless: Unless::Is(lease),
         });
     }
     #[cfg(target_arch = "x86_64")]

@@ -45,7 +45,6 @@ fn base64_matches_rfc4648() {
     }
 }
 
-/// The pipes this process holds (`pipe:[…]` in /proc/self/fd).
 /// The pipes this process holds, by inode (`pipe:[N]`, both ends alike).
 fn pipes() -> std::collections::BTreeSet<String> {
     std::fs::read_dir("/proc/self/fd")
