@@ -7,7 +7,10 @@ use seccompiler::BpfProgram;
 
 use super::deny_list::{filters, CLONE_NS_FLAGS, CREATING_FLAGS, F_SETLEASE};
 use super::fallback::fallback_filter;
-use super::notify::{notify_filter, NOTIFY_JUDGED, NOTIFY_METADATA, NOTIFY_SCHED, NOTIFY_WATCH};
+use super::notify::{
+    metadata_decided, notify_filter, MODE_CALLS, NOTIFY_JUDGED, NOTIFY_SCHED, NOTIFY_WATCH,
+    SET_ID_BITS,
+};
 use super::{compact, Fallbacks, SeccompError};
 
 /// [`crate::compile`] with `fallbacks`, built and compacted now.
@@ -32,12 +35,12 @@ pub(super) fn uncompacted(fallbacks: Fallbacks) -> Result<BpfProgram, SeccompErr
 /// of them decides on (the others it allows).
 pub(super) fn parts(fallbacks: Fallbacks) -> Result<(Vec<BpfProgram>, Vec<i64>), SeccompError> {
     let (mut parts, mut decided) = filters()?;
-    parts.push(notify_filter());
-    decided.extend(NOTIFY_METADATA);
+    parts.push(notify_filter(fallbacks));
+    decided.extend(metadata_decided(fallbacks));
     decided.extend(NOTIFY_JUDGED);
     decided.extend(NOTIFY_SCHED.iter().map(|c| c.nr));
     decided.push(NOTIFY_WATCH);
-    if fallbacks != Fallbacks::NONE {
+    if fallbacks.truncate || fallbacks.scoping || fallbacks.unix_addresses {
         let (part, calls) = fallback_filter(fallbacks);
         parts.push(part);
         decided.extend(calls);
@@ -73,7 +76,9 @@ pub(super) enum Unless {
 /// The calls the front decides itself, for a kernel lacking `fallbacks`:
 /// the opens unless they create (a set-id mode is refused) or, without
 /// Landlock's truncate right, truncate; `clone` unless it asks for a
-/// namespace; with Landlock's scoping, `fcntl` unless it takes a lease.
+/// namespace; with Landlock's scoping, `fcntl` unless it takes a lease;
+/// where the mounts hold metadata, the mode calls unless they set a set-id
+/// bit.
 /// What each part decides on these calls is proved the same, call by call,
 /// by `the_fast_paths_agree_with_the_parts`.
 pub(super) fn fast_paths(fallbacks: Fallbacks) -> Vec<Fast> {
@@ -113,6 +118,15 @@ pub(super) fn fast_paths(fallbacks: Fallbacks) -> Vec<Fast> {
         arg: 1,
         unless: Unless::AnyOf(opening),
     });
+    // Where the mounts hold metadata, a mode without a set-id bit
+    // (`tar x`, `cp -a`: one per file).
+    if !fallbacks.metadata {
+        fast.extend(MODE_CALLS.iter().map(|(nr, arg)| Fast {
+            nr: *nr,
+            arg: *arg,
+            unless: Unless::AnyOf(SET_ID_BITS),
+        }));
+    }
     fast
 }
 

@@ -221,6 +221,7 @@ mod tests {
             truncate: true,
             scoping: true,
             unix_addresses: true,
+            metadata: true,
         };
         let all = crate::compile(every).unwrap();
         assert!(all.len() <= 4096);

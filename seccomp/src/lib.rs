@@ -117,6 +117,13 @@ pub struct Fallbacks {
     pub scoping: bool,
     /// No cgroup unix hooks (Linux 6.7).
     pub unix_addresses: bool,
+    /// No read-only mounts outside the writable roots whose refusals are
+    /// seen (`lockrun::kernel`): the supervisor performs every metadata
+    /// call of [`notify::NOTIFY_METADATA`] and inode-attribute `ioctl` of
+    /// [`notify::NOTIFY_IOCTLS`] beneath the writable roots, and refuses
+    /// them elsewhere. Without it, only a set-id mode and the `ioctl`s
+    /// refused everywhere are handed over ([`notify::notify_filter`]).
+    pub metadata: bool,
 }
 
 impl Fallbacks {
@@ -125,6 +132,7 @@ impl Fallbacks {
         truncate: false,
         scoping: false,
         unix_addresses: false,
+        metadata: false,
     };
 }
 

@@ -7,10 +7,10 @@
 use seccompiler::BpfProgram;
 
 use super::assemble::{
-    arg_hi, arg_lo, insn, AUDIT_ARCH, JEQ_K, LD_W_ABS, RET_ALLOW, RET_K, RET_KILL_PROCESS,
+    arg_hi, arg_lo, insn, AUDIT_ARCH, JEQ_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_K, RET_KILL_PROCESS,
     RET_USER_NOTIF,
 };
-use super::{SYS_FCHMODAT2, SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
+use super::{Fallbacks, SYS_FCHMODAT2, SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
 
 /// The metadata syscalls the supervisor performs for the command: Landlock
 /// (ABI 7) does not check them, and a capability-less root still owns every
@@ -44,6 +44,25 @@ pub const NOTIFY_METADATA: &[i64] = &[
     SYS_REMOVEXATTRAT,
 ];
 
+/// The calls of [`NOTIFY_METADATA`] that set a mode, each with the
+/// argument the mode is in. Where the run's mounts are read-only outside
+/// its writable roots (no [`Fallbacks::metadata`]), the kernel refuses
+/// every metadata call outside them itself (`EROFS`) and performs those
+/// beneath them; only a mode with a set-id bit still goes to the
+/// supervisor, which refuses it but set-group-ID on a directory
+/// (`deny_list::set_id_refused`: the filter cannot tell a directory).
+pub const MODE_CALLS: &[(i64, u32)] = &[
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_chmod, 1),
+    (libc::SYS_fchmod, 1),
+    (libc::SYS_fchmodat, 2),
+    (SYS_FCHMODAT2, 2),
+];
+
+/// `S_ISUID | S_ISGID`: a mode of [`MODE_CALLS`] with either goes to the
+/// supervisor.
+pub const SET_ID_BITS: u32 = 0o6000;
+
 /// `inotify_add_watch`, performed by the supervisor, which refuses a watch
 /// on a denied path (`lockrun::supervise::watch`): Landlock does not check
 /// watches, and a watch on a directory names what appears in it.
@@ -72,6 +91,37 @@ pub const NOTIFY_IOCTLS: &[u32] = &[
     0x4080_6685, // FS_IOC_ENABLE_VERITY: the file becomes immutable for good
     0x800c_6613, // FS_IOC_SET_ENCRYPTION_POLICY (on an empty directory)
 ];
+
+/// The commands of [`NOTIFY_IOCTLS`] refused wherever they point: the
+/// only ones still handed over where the mounts hold the rest (no
+/// [`Fallbacks::metadata`]); the kernel then refuses the others outside
+/// the writable roots itself (`EROFS`: each takes `mnt_want_write_file`).
+pub const REFUSED_IOCTLS: &[u32] = &[
+    0x4080_6685, // FS_IOC_ENABLE_VERITY
+    0x800c_6613, // FS_IOC_SET_ENCRYPTION_POLICY
+];
+
+/// The metadata calls the filter decides on for `fallbacks`: every one
+/// where the supervisor performs them, those of [`MODE_CALLS`] where the
+/// mounts hold the rest.
+#[must_use]
+pub fn metadata_decided(fallbacks: Fallbacks) -> Vec<i64> {
+    if fallbacks.metadata {
+        NOTIFY_METADATA.to_vec()
+    } else {
+        MODE_CALLS.iter().map(|(nr, _)| *nr).collect()
+    }
+}
+
+/// The `ioctl` commands handed over for `fallbacks`.
+#[must_use]
+pub fn ioctls_notified(fallbacks: Fallbacks) -> &'static [u32] {
+    if fallbacks.metadata {
+        NOTIFY_IOCTLS
+    } else {
+        REFUSED_IOCTLS
+    }
+}
 
 /// The calls [`notify_filter`] judges by their arguments: `ioctl` by its
 /// command, `connect` and `sendto` by their address length.
@@ -207,9 +257,13 @@ pub fn sched_target(nr: i64, args: [u64; 6]) -> Option<SchedTarget> {
 pub const INET_ADDRLENS: [u32; 2] = [16, 28];
 
 /// The supervised filter (classic BPF, written out: seccompiler 0.5 has no
-/// `USER_NOTIF` action). Decides on registers only:
-/// - the metadata calls of [`NOTIFY_METADATA`] and [`NOTIFY_WATCH`] → notify;
-/// - `ioctl` with a command of [`NOTIFY_IOCTLS`] → notify;
+/// `USER_NOTIF` action), for a kernel lacking `fallbacks`. Decides on
+/// registers only:
+/// - [`NOTIFY_WATCH`] → notify; with [`Fallbacks::metadata`], every call
+///   of [`NOTIFY_METADATA`] → notify; without, only a call of
+///   [`MODE_CALLS`] whose mode has a bit of [`SET_ID_BITS`], the others
+///   allowed (the read-only mounts hold them);
+/// - `ioctl` with a command of [`ioctls_notified`] → notify;
 /// - `connect(fd, addr, addrlen)` → notify unless `addrlen` is 16 or 28
 ///   (TCP/UDP to an inet address keeps its speed; a unix address of exactly
 ///   that length is refused by the unix hooks, see `lockrun::bpf::unix`);
@@ -220,23 +274,39 @@ pub const INET_ADDRLENS: [u32; 2] = [16, 28];
 ///   the caller itself;
 /// - everything else → allow (the other filters still apply).
 #[must_use]
-pub fn notify_filter() -> BpfProgram {
+pub fn notify_filter(fallbacks: Fallbacks) -> BpfProgram {
     let mut p = vec![
         insn(LD_W_ABS, 0, 0, 4), // arch
         insn(JEQ_K, 1, 0, AUDIT_ARCH),
         insn(RET_K, 0, 0, RET_KILL_PROCESS),
         insn(LD_W_ABS, 0, 0, 0), // nr
     ];
-    for nr in NOTIFY_METADATA.iter().chain([&NOTIFY_WATCH]) {
+    let always: &[i64] = if fallbacks.metadata {
+        NOTIFY_METADATA
+    } else {
+        &[]
+    };
+    for nr in always.iter().chain([&NOTIFY_WATCH]) {
         p.push(insn(JEQ_K, 0, 1, u32::try_from(*nr).unwrap_or(u32::MAX)));
         p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
     }
+    if !fallbacks.metadata {
+        for (nr, arg) in MODE_CALLS {
+            // Not this call: over the load, the test and both returns.
+            p.push(insn(JEQ_K, 0, 4, u32::try_from(*nr).unwrap_or(u32::MAX)));
+            p.push(insn(LD_W_ABS, 0, 0, arg_lo(*arg)));
+            p.push(insn(JSET_K, 1, 0, SET_ID_BITS));
+            p.push(insn(RET_K, 0, 0, RET_ALLOW));
+            p.push(insn(RET_K, 0, 0, RET_USER_NOTIF));
+        }
+    }
     // ioctl: the command is args[1] (an unsigned int).
-    let n = NOTIFY_IOCTLS.len();
+    let ioctls = ioctls_notified(fallbacks);
+    let n = ioctls.len();
     // Not ioctl: skip the load, the n tests and both returns.
     p.push(insn(JEQ_K, 0, (n + 3) as u8, libc::SYS_ioctl as u32));
     p.push(insn(LD_W_ABS, 0, 0, arg_lo(1)));
-    for (i, cmd) in NOTIFY_IOCTLS.iter().enumerate() {
+    for (i, cmd) in ioctls.iter().enumerate() {
         p.push(insn(JEQ_K, (n - i) as u8, 0, *cmd));
     }
     p.push(insn(RET_K, 0, 0, RET_ALLOW));

@@ -199,8 +199,8 @@ mod tests {
             (
                 i,
                 [3, 0x4008_6602, 0x1000, 0, 0, 0],
-                N,
-                "FS_IOC_SETFLAGS: performed",
+                A,
+                "FS_IOC_SETFLAGS: the mounts' (the kernel's)",
             ),
             (
                 libc::SYS_bind,
@@ -226,6 +226,16 @@ mod tests {
             (libc::SYS_read, [3, 0x1000, 16, 0, 0, 0], A, "read"),
         ]);
         check(SCOPING, &cases);
+        // With the supervisor performing metadata calls, chattr is its too.
+        let setflags = [3, 0x4008_6602, 0x1000, 0, 0, 0];
+        let supervised = Fallbacks {
+            metadata: true,
+            ..SCOPING
+        };
+        check(
+            supervised,
+            &[(i, setflags, N, "FS_IOC_SETFLAGS: performed")],
+        );
     }
 
     #[test]

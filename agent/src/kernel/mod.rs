@@ -211,7 +211,24 @@ impl Features {
             truncate: self.landlock_abi() < 3,
             scoping: self.landlock.is_ok() && self.landlock_abi() < 6,
             unix_addresses: !self.unix_hooks,
+            metadata: !self.metadata_by_mounts(),
         }
+    }
+
+    /// Whether the run's mounts are read-only outside its writable roots
+    /// ([`crate::sys::ReadOnlyOutside`]), so that the kernel itself refuses
+    /// metadata changes there (`EROFS`) and the supervisor performs none:
+    /// only where those refusals are seen, by the kernel's record of the
+    /// run's calls that fail with `EROFS` (`read_only_refusals_seen`).
+    #[must_use]
+    pub fn metadata_by_mounts(&self) -> bool {
+        self.read_only_refusals_seen()
+    }
+
+    /// STAND-IN until the EROFS recorder lands: whether the run's `EROFS`
+    /// refusals are recorded.
+    fn read_only_refusals_seen(&self) -> bool {
+        true
     }
 
     /// Whether the run opens device files only under `/dev`, for want of
@@ -466,6 +483,13 @@ impl Kernel {
     #[must_use]
     pub fn fallbacks(&self) -> Fallbacks {
         self.features().fallbacks()
+    }
+
+    /// Whether the mounts hold metadata outside the writable roots
+    /// ([`Features::metadata_by_mounts`]).
+    #[must_use]
+    pub fn metadata_by_mounts(&self) -> bool {
+        self.features().metadata_by_mounts()
     }
 
     /// Whether the run opens device files only under `/dev`

@@ -18,8 +18,8 @@ use crate::bpf::hooks::NetworkHooks;
 use crate::cgroup::RunCgroup;
 use crate::fs::links::{self, Judge, Marked};
 use crate::fs::{
-    check_abi, empty_fs, hidden_mounts, machine_secrets, masks, FsError, FsSandbox, Mask, OwnFs,
-    ReadWalk, Sealed,
+    check_abi, empty_fs, hidden_mounts, machine_secrets, masks, writable_mounts_beneath, FsError,
+    FsSandbox, Mask, OwnFs, ReadWalk, Sealed,
 };
 use crate::gitguard::{GitGuard, TakeError};
 use crate::kernel::Gap;
@@ -31,7 +31,8 @@ use crate::state::RunDir;
 use crate::supervise;
 use crate::sys::watchdog::Watchdog;
 use crate::sys::{
-    grant_beneath, has_effective_cap, make_fs, ChildPlan, LoginUid, OwnMount, Report, Restrict,
+    grant_beneath, has_effective_cap, make_fs, ChildPlan, LoginUid, OwnMount, ReadOnlyOutside,
+    Report, Restrict,
 };
 use crate::terminal::Terminals;
 use crate::worktree_lock::LOCKS_DIR;
@@ -203,6 +204,7 @@ pub(super) fn setup(
         (secrets, sealed),
         &supervise.writable,
     )?;
+    let mounted: Vec<PathBuf> = mounts.iter().map(OwnMount::target).collect();
     // A crash must not start a program outside the sandbox (see core_dumps).
     let core_dumps = core_dumps::CoreDumps::of_machine();
     if core_dumps.off() {
@@ -231,6 +233,11 @@ pub(super) fn setup(
     // Without Landlock's device ioctl right: device files only under /dev.
     if super::kernel().devices_only_in_dev() {
         plan.keep_devices_in_dev();
+    }
+    // Where their refusals are seen: every mount read-only but the
+    // writable roots, which then hold metadata changes outside them.
+    if super::kernel().metadata_by_mounts() {
+        plan.read_only_outside(read_only_outside(&supervise, &mounted)?);
     }
 
     // 8. environment
@@ -503,6 +510,31 @@ fn own_mounts(
         what: "the run's own /dev/shm, /dev/pts, /dev/mqueue and /proc, the hidden kernel filesystems and the masked machine secrets",
         source,
     })
+}
+
+/// The plan for every mount of the command's namespace read-only but its
+/// writable roots ([`ReadOnlyOutside`]): the mounts beneath those roots
+/// that the machine has writable, as its mountinfo says now (but those
+/// the run mounts over itself, `mounted`), and lockrun's working
+/// directory, which the command inherits.
+fn read_only_outside(
+    supervise: &supervise::Config,
+    mounted: &[PathBuf],
+) -> Result<ReadOnlyOutside, RunError> {
+    let child = |source| RunError::Child {
+        what: "the read-only mounts outside the writable roots (/proc/self/mountinfo)",
+        source,
+    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(child)?;
+    let beneath = writable_mounts_beneath(&mountinfo, &supervise.writable, mounted);
+    let cwd = std::env::current_dir().ok();
+    ReadOnlyOutside::new(
+        &supervise.writable,
+        &beneath,
+        &supervise.denied,
+        cwd.as_deref(),
+    )
+    .map_err(child)
 }
 
 /// Writable paths beneath the state dir (e.g. a preset's

@@ -76,7 +76,7 @@ pub mod watchdog;
 use cpus::this_threads_cpus;
 pub use cpus::OtherCpus;
 use mount::{devices_in_dev_only, zero};
-pub use mount::{make_fs, NewFs, OwnMount};
+pub use mount::{make_fs, NewFs, OwnMount, ReadOnlyOutside};
 
 /// `landlock_restrict_self` flag (ABI 7, Linux 6.15): log denials after exec.
 const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
@@ -111,14 +111,15 @@ pub enum Step {
     OomScore,
     DevicesInDevOnly,
     LoginUid,
+    ReadOnlyOutside,
 }
 
 impl Step {
     fn from_u8(b: u8) -> Option<Self> {
         use Step::{
             Ambient, BoundingSet, Capset, CloseRange, CoreLimit, DevicesInDevOnly, JoinMemory,
-            JoinTasks, Landlock, LoginUid, NoNewPrivs, Notify, OomScore, OwnMounts, Rlimit,
-            Seccomp, Securebits,
+            JoinTasks, Landlock, LoginUid, NoNewPrivs, Notify, OomScore, OwnMounts,
+            ReadOnlyOutside, Rlimit, Seccomp, Securebits,
         };
         [
             CloseRange,
@@ -138,6 +139,7 @@ impl Step {
             OomScore,
             DevicesInDevOnly,
             LoginUid,
+            ReadOnlyOutside,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -163,6 +165,7 @@ impl Step {
             Step::OomScore => "making the run the OOM killer's first pick (write 1000 to /proc/self/oom_score_adj)",
             Step::DevicesInDevOnly => "keeping the run's device files to /dev: every mount of its namespace nodev but /dev and those beneath it (mount_setattr MOUNT_ATTR_NODEV, recursive; /dev must be a mount)",
             Step::LoginUid => "taking the run's login uid, by which kernel audit's records of its refused calls are told (write to /proc/self/loginuid)",
+            Step::ReadOnlyOutside => "making every mount of the run's namespace read-only but its writable roots (mount MS_BIND of each root onto itself; mount_setattr MOUNT_ATTR_RDONLY, recursive, then cleared on each root)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -200,6 +203,8 @@ pub struct ChildPlan {
     /// Whether device files may be opened only under `/dev`
     /// ([`crate::kernel::Kernel::devices_only_in_dev`]).
     devices_in_dev_only: bool,
+    /// Every mount read-only but the writable roots, where planned.
+    read_only: Option<ReadOnlyOutside>,
     /// The `tasks` files of the run's cgroups in v1 hierarchies, which
     /// the child joins first ([`crate::cgroup::v1`]), each with the step
     /// that names it: none where the limits are the run cgroup's own (v2),
@@ -440,6 +445,7 @@ impl ChildPlan {
                 cpus: this_threads_cpus(),
                 mounts,
                 devices_in_dev_only: false,
+                read_only: None,
                 join_v1,
                 login_uid,
                 report: w,
@@ -458,7 +464,13 @@ impl ChildPlan {
     /// (for its [`OwnMount`]s, or to keep device files to `/dev`).
     #[must_use]
     pub fn new_mount_namespace(&self) -> bool {
-        !self.mounts.is_empty() || self.devices_in_dev_only
+        !self.mounts.is_empty() || self.devices_in_dev_only || self.read_only.is_some()
+    }
+
+    /// Make every mount of the command's namespace read-only but its
+    /// writable roots ([`ReadOnlyOutside`]).
+    pub fn read_only_outside(&mut self, plan: ReadOnlyOutside) {
+        self.read_only = Some(plan);
     }
 
     /// Let the command open device files only under `/dev`
@@ -563,6 +575,12 @@ impl ChildPlan {
         if self.new_mount_namespace() {
             if let Err(e) = OwnMount::mount_all(&self.mounts) {
                 self.report_failure(Step::OwnMounts as u8, &e);
+                return Err(e);
+            }
+        }
+        if let Some(read_only) = &self.read_only {
+            if let Err(e) = read_only.apply() {
+                self.report_failure(Step::ReadOnlyOutside as u8, &e);
                 return Err(e);
             }
         }

@@ -124,6 +124,13 @@ impl OwnMount {
         })
     }
 
+    /// Where it goes.
+    #[must_use]
+    pub fn target(&self) -> std::path::PathBuf {
+        use std::os::unix::ffi::OsStrExt as _;
+        std::ffi::OsStr::from_bytes(self.target.as_bytes()).into()
+    }
+
     /// Child side, in its new mount namespace, before the capabilities go:
     /// make every mount private, then mount each.
     /// Post-fork: no allocation.
@@ -245,6 +252,186 @@ pub(super) fn devices_in_dev_only() -> io::Result<()> {
     let nodev = libc::MOUNT_ATTR_NODEV;
     mount_setattr_recursive(c"/", nodev, 0)?;
     mount_setattr_recursive(c"/dev", 0, nodev)
+}
+
+/// `mount_setattr(AT_FDCWD, path, 0, {set, clear})`: on the mount at
+/// `path` alone (`EINVAL` where none is). Post-fork: no allocation.
+fn mount_setattr_one(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path, and a live mount_attr of the size passed.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            0,
+            &raw const attr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
+/// `mount(path, path, MS_BIND | MS_REC)`: `path` becomes a mount of its
+/// own, with what is mounted beneath it. Post-fork: no allocation.
+fn bind_onto_itself(path: &CStr) -> io::Result<()> {
+    // SAFETY: mount(2) with a NUL-terminated path the plan owns, and NULL
+    // where it takes none.
+    zero(
+        unsafe {
+            libc::mount(
+                path.as_ptr(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        }
+        .into(),
+    )
+}
+
+/// Every mount of the run's namespace read-only but its writable roots:
+/// the kernel itself then refuses, with `EROFS`, every change outside them
+/// that Landlock has no right for — mode, owner, times, extended
+/// attributes, inode flags (`chmod`, `chown`, `utimensat`, `setxattr`,
+/// `FS_IOC_SETFLAGS`: each takes `mnt_want_write` first) — and every
+/// write Landlock would refuse, before it is asked. A capability-less root
+/// owns every root-owned file, so without this only lockrun's supervisor
+/// stood between a run and `chmod 777 /etc/shadow`, at a round trip per
+/// call; with it, those calls need no supervisor beneath the roots
+/// ([`crate::seccomp`]).
+///
+/// In the child, in its own mount namespace, once its own filesystems are
+/// mounted and before the capabilities go:
+/// 1. each denied path beneath a writable root, then each writable root
+///    (outermost first), is bound onto itself (`MS_BIND | MS_REC`), so it
+///    is a mount of its own, with the mounts beneath it;
+/// 2. every mount is made read-only (`mount_setattr`, `AT_RECURSIVE`):
+///    fail closed, a mount nothing here names stays read-only, the denied
+///    paths' among them: what Landlock keeps from being read stays
+///    unchangeable too;
+/// 3. each writable root's mount is made writable again, alone, and so is
+///    each mount beneath one that the machine has writable
+///    ([`crate::fs::writable_mounts_beneath`], read before the clone; none
+///    beneath a denied path): one the machine made read-only stays so; one
+///    gone since is left (`EINVAL`, `ENOENT`: no mount there to widen);
+/// 4. the working directory, where it lies at or beneath one of those
+///    binds, is entered again by its path, so that it is the bind's (the
+///    clone had translated it to the mount beneath); kept as it was where
+///    that path is now another directory.
+///
+/// Descriptors opened before the namespace (the caller's stdio) are on the
+/// machine's mounts: lockrun hands the command others (see
+/// [`crate::run`]). `/dev`'s device files open for writing on a read-only
+/// mount (only regular files, directories and links are refused).
+/// Post-fork: no allocation.
+#[derive(Debug, Default)]
+pub struct ReadOnlyOutside {
+    /// The writable roots (canonical), outermost first.
+    pub(super) writable: Vec<std::ffi::CString>,
+    /// Mounts beneath them the machine has writable.
+    pub(super) writable_beneath: Vec<std::ffi::CString>,
+    /// Denied paths beneath a writable root.
+    pub(super) denied_beneath: Vec<std::ffi::CString>,
+    /// The working directory, where step 4 applies.
+    pub(super) cwd: Option<std::ffi::CString>,
+}
+
+impl ReadOnlyOutside {
+    /// The plan for `writable` roots (canonical), the mounts beneath them
+    /// the machine has writable, the `denied` paths (canonical; those
+    /// beneath a writable root are bound and stay read-only) and the
+    /// working directory `cwd`.
+    pub fn new(
+        writable: &[std::path::PathBuf],
+        writable_beneath: &[std::path::PathBuf],
+        denied: &[std::path::PathBuf],
+        cwd: Option<&std::path::Path>,
+    ) -> io::Result<Self> {
+        use std::path::{Path, PathBuf};
+        let mut roots: Vec<&PathBuf> = writable.iter().collect();
+        roots.sort_by_key(|p| p.components().count());
+        roots.dedup();
+        let denied_beneath: Vec<&PathBuf> = denied
+            .iter()
+            .filter(|d| writable.iter().any(|w| d.starts_with(w)))
+            .filter(|d| d.symlink_metadata().is_ok())
+            .collect();
+        let in_denied = |p: &Path| denied_beneath.iter().any(|d| p.starts_with(d));
+        let rebound = |p: &Path| roots.iter().any(|r| p.starts_with(r)) || in_denied(p);
+        let c = |ps: &mut dyn Iterator<Item = &PathBuf>| {
+            ps.map(|p| super::c_path(p)).collect::<io::Result<Vec<_>>>()
+        };
+        Ok(Self {
+            writable: c(&mut roots.iter().copied())?,
+            writable_beneath: c(&mut writable_beneath.iter().filter(|p| !in_denied(p)))?,
+            denied_beneath: c(&mut denied_beneath.iter().copied())?,
+            cwd: cwd.filter(|c| rebound(c)).map(super::c_path).transpose()?,
+        })
+    }
+
+    /// Child side. Post-fork: no allocation.
+    pub(super) fn apply(&self) -> io::Result<()> {
+        let rdonly = libc::MOUNT_ATTR_RDONLY;
+        // The working directory as the clone left it, to compare with.
+        // SAFETY: open(2) of a NUL-terminated literal; closed on drop.
+        let before = unsafe { libc::open(c".".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        let before = (before >= 0).then_some(RawFd(before));
+        for denied in &self.denied_beneath {
+            match bind_onto_itself(denied) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                r => r?,
+            }
+        }
+        for root in &self.writable {
+            bind_onto_itself(root)?;
+        }
+        mount_setattr_recursive(c"/", rdonly, 0)?;
+        for root in &self.writable {
+            mount_setattr_one(root, 0, rdonly)?;
+        }
+        for at in &self.writable_beneath {
+            match mount_setattr_one(at, 0, rdonly) {
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => {}
+                r => r?,
+            }
+        }
+        if let (Some(cwd), Some(before)) = (&self.cwd, before) {
+            enter_again(cwd, &before)?;
+        }
+        Ok(())
+    }
+}
+
+/// `chdir(cwd)`, where `cwd` is still the directory open as `before`
+/// (device and inode); otherwise back to `before`. Post-fork: no
+/// allocation.
+fn enter_again(cwd: &CStr, before: &RawFd) -> io::Result<()> {
+    let id = |st: &libc::stat| (st.st_dev, st.st_ino);
+    let mut was = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat(2) of a descriptor we own into a stat buffer of the
+    // right size on this stack.
+    zero(unsafe { libc::fstat(before.0, was.as_mut_ptr()) }.into())?;
+    // SAFETY: filled by the successful fstat above.
+    let was = unsafe { was.assume_init() };
+    // SAFETY: chdir(2) of a NUL-terminated path the plan owns.
+    if unsafe { libc::chdir(cwd.as_ptr()) } == 0 {
+        let mut now = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: stat(2) of a NUL-terminated literal into a stat buffer.
+        if unsafe { libc::stat(c".".as_ptr(), now.as_mut_ptr()) } == 0 {
+            // SAFETY: filled by the successful stat above.
+            if id(&unsafe { now.assume_init() }) == id(&was) {
+                return Ok(());
+            }
+        }
+    }
+    // SAFETY: fchdir(2) to a directory descriptor we own.
+    zero(unsafe { libc::fchdir(before.0) }.into())
 }
 
 /// A detached mount of a new `fs` (`fsopen`, `fsconfig`, `fsmount`), made
