@@ -223,7 +223,7 @@ fn metadata_of_root_owned_files_outside_is_refused() {
         .map(str::to_owned)
         .collect();
     for (o, got) in ops.iter().zip(&r) {
-        assert_eq!(got, "errno=EPERM", "{o:?} must be refused");
+        assert_eq!(got, "errno=EROFS", "{o:?} must be refused");
     }
     assert_eq!(r.len(), ops.len(), "{r:?}");
     assert_eq!(snapshot(&f), before, "the canary's metadata changed");
@@ -687,7 +687,7 @@ fn threads_and_children_are_supervised() {
     }
     let script = format!(
         r#"
-import os, socket, threading
+import errno, os, socket, threading
 errs = []
 def meta(i):
     p = "f%d" % i
@@ -697,8 +697,9 @@ def meta(i):
     try:
         os.chmod({out:?}, 0o777)
         errs.append("outside chmod allowed")
-    except PermissionError:
-        pass
+    except OSError as e:
+        if e.errno != errno.EROFS:
+            errs.append("outside chmod: %s" % e)
 def sock(i):
     path = "s%d.sock" % i + "x" * 8
     srv = socket.socket(socket.AF_UNIX); srv.bind(path); srv.listen(8)
@@ -712,8 +713,8 @@ pid = os.fork()
 if pid == 0:
     try:
         os.chmod({out:?}, 0o777); os._exit(1)
-    except PermissionError:
-        os.chmod("f0", 0o644); os._exit(0)
+    except OSError as e:
+        os.chmod("f0", 0o644); os._exit(0 if e.errno == errno.EROFS else 2)
 for t in ts: t.join()
 _, st = os.waitpid(pid, 0)
 print("ok" if not errs and st == 0 else "fail %r %r" % (errs, st))
@@ -737,9 +738,11 @@ print("ok" if not errs and st == 0 else "fail %r %r" % (errs, st))
 
 /// If lockrun dies and its watchdog with it (the OOM killer takes both:
 /// they share memory), nobody answers: the kernel fails notified syscalls
-/// with ENOSYS (the listener is closed), inside and outside alike. Closed,
-/// not open. A TCP connect to an allowed endpoint still works: it never
-/// was notified.
+/// with ENOSYS (the listener is closed), inside and outside alike — here a
+/// set-group-ID mode on a dir inside, which the supervisor would perform.
+/// Closed, not open. What was never notified goes on as before: a metadata
+/// change outside is the read-only mount's `EROFS`, a TCP connect to an
+/// allowed endpoint reaches it.
 #[test]
 fn a_dead_supervisor_fails_closed() {
     const T: &str = "a_dead_supervisor_fails_closed";
@@ -756,7 +759,7 @@ fn a_dead_supervisor_fails_closed() {
     let allow = tcp.local_addr().unwrap().to_string();
     let script = format!(
         "touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done; \
-         python3 {probe} chmod {out} 777 \\; chmod {inside} 700 \\; tcp {allow} > {result}.tmp; \
+         python3 {probe} chmod {out} 777 \\; chmod {inside} 2700 \\; tcp {allow} > {result}.tmp; \
          mv {result}.tmp {result}",
         ready = s(&ready),
         go = s(&go),
@@ -800,7 +803,7 @@ fn a_dead_supervisor_fails_closed() {
     assert!(gc.status.success(), "{gc:?}");
     assert_eq!(
         r.lines().collect::<Vec<_>>(),
-        ["errno=ENOSYS", "errno=ENOSYS", "ok"]
+        ["errno=EROFS", "errno=ENOSYS", "ok"]
     );
     assert!(tcp.accept().is_ok(), "the TCP control reached its listener");
     assert_eq!(snapshot(&out_f), before);
@@ -809,8 +812,11 @@ fn a_dead_supervisor_fails_closed() {
 /// A task that is not dumpable (it runs a program it cannot read) refuses
 /// ptrace-mode access to any but `CAP_SYS_PTRACE`. The supervisor runs
 /// without capabilities and reads such a task's memory, descriptors and cwd
-/// again with them: its calls inside work (judged from outside), and one
-/// outside is still refused, the canary unchanged.
+/// again with them: its calls inside work (judged from outside: a
+/// set-group-ID dir by a relative path and by a descriptor, which the
+/// supervisor performs, and a unix connect), and one outside is still
+/// refused (a set-group-ID mode: the supervisor's `EPERM`; any other mode:
+/// the read-only mount's `EROFS`), the canary unchanged.
 #[test]
 fn a_task_that_is_not_dumpable_is_still_supervised() {
     const T: &str = "a_task_that_is_not_dumpable_is_still_supervised";
@@ -824,25 +830,25 @@ fn a_task_that_is_not_dumpable_is_still_supervised() {
     std::fs::copy(python3(), &py).unwrap();
     std::os::unix::fs::chown(&py, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o111)).unwrap();
-    let f = root_file(&w.wt.join("f"));
-    let g = root_file(&w.wt.join("g"));
+    let (d, e) = (w.wt.join("d"), w.wt.join("e"));
+    std::fs::create_dir(&d).unwrap();
+    std::fs::create_dir(&e).unwrap();
     let canary = root_file(&w.data.join("canary"));
     let before = snapshot(&canary);
     let mut argv = probe_argv(&[
         vec!["dumpable"],
-        vec!["chmod", "f", "600"], // a relative path: its cwd, its memory
-        vec!["fchmod_w", s(&g), "640"], // its descriptor
-        vec!["utime", s(&f)],
+        vec!["chmod", "d", "2750"], // a relative path: its cwd, its memory
+        vec!["fchmod_ro", s(&e), "2710"], // its descriptor
         vec!["serve_stream", "s.sock"], // a unix connect, supervised too
+        vec!["chmod", s(&canary), "2755"],
         vec!["chmod", s(&canary), "600"],
     ]);
     argv[0] = s(&py).to_owned();
     assert_eq!(
         probe_by(&w, &[], &argv),
-        ["dumpable=0", "ok", "ok", "ok", "ok", "errno=EPERM"]
+        ["dumpable=0", "ok", "ok", "ok", "errno=EPERM", "errno=EROFS"]
     );
-    assert_eq!(snapshot(&f).mode & 0o7777, 0o600);
-    assert_eq!(snapshot(&g).mode & 0o7777, 0o640);
-    assert_eq!(snapshot(&f).mtime, (1, 0));
+    assert_eq!(snapshot(&d).mode & 0o7777, 0o2750);
+    assert_eq!(snapshot(&e).mode & 0o7777, 0o2710);
     assert_eq!(snapshot(&canary), before, "the canary's metadata changed");
 }

@@ -219,17 +219,26 @@ fn no_file_outside_is_truncated_without_landlocks_truncate_right() {
         for f in &mine {
             assert_eq!(std::fs::metadata(f).unwrap().len(), 0, "{}", f.display());
         }
+        // Below ABI 3 the supervisor refuses what truncates (EACCES, as
+        // Landlock would); with Landlock's right, the read-only mount
+        // outside the writable roots does first (EROFS), as it does every
+        // open for writing there.
+        let no = if abi_in_use(abi) < 3 {
+            "errno=EACCES"
+        } else {
+            "errno=EROFS"
+        };
         assert_eq!(
             stdout_lines(&out),
             [
-                "errno=EACCES",
+                no,
                 "ok",
-                "errno=EACCES",
-                "errno=EACCES",
-                "errno=EACCES",
-                "errno=EACCES",
-                "errno=EACCES",
-                "errno=EACCES",
+                no,
+                no,
+                no,
+                no,
+                no,
+                "errno=EROFS",
                 "ok",
                 "ok",
                 "ok size=0 mode=0 cloexec=0",

@@ -408,13 +408,14 @@ fn gc_reaps_a_worktree_lock_no_lockrun_holds() {
     assert!(held.exists());
 }
 
-/// `git clone` of a local path hard-links the objects; Landlock refuses a
-/// link that would give a file rights it lacks where it is (EXDEV), and git
-/// copies instead. The clone works, the source's objects gain no link
-/// (judged from outside), and `lockrun audit` says what was refused and why
-/// rather than only offering to make the source writable.
+/// `git clone` of a local path hard-links the objects; across the
+/// worktree's mount (a mount of its own, the rest read-only) the link
+/// fails with `EXDEV`, as across filesystems, before Landlock is asked,
+/// and git copies instead. The clone works, the source's objects gain no
+/// link (judged from outside), and no refusal is shown for what is no
+/// refusal of the run's.
 #[test]
-fn a_local_git_clone_copies_and_the_refused_link_is_explained() {
+fn a_local_git_clone_copies_across_the_worktrees_mount() {
     use std::os::unix::fs::MetadataExt;
     let w = World::new("gitclone");
     let src = w.root.join("src");
@@ -450,20 +451,10 @@ fn a_local_git_clone_copies_and_the_refused_link_is_explained() {
         assert_eq!(std::fs::metadata(o).unwrap().nlink(), 1, "{}", o.display());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let src_objects = src.join(".git/objects");
-    assert!(
-        stderr.contains(&format!("{}/", src_objects.display())) && stderr.contains("(git)"),
-        "{stderr}"
-    );
+    assert!(!stderr.contains("refused"), "{stderr}");
     let text = Command::new(BIN).args(["audit", s(&log)]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(
-        text.contains(&format!(
-            "note: the command hard-linked or renamed a file from {}/",
-            src_objects.display()
-        )) && text.contains("EXDEV"),
-        "{text}"
-    );
+    assert!(!text.contains("EXDEV"), "{text}");
 }
 
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -246,7 +246,8 @@ fn a_run_has_shared_memory_of_its_own_that_nothing_outside_shares() {
 
 /// A worktree on the machine's /dev/shm would be hidden by a /dev/shm of
 /// the run's own, so such a run keeps the machine's, writable only in the
-/// worktree: POSIX shared memory fails there with EACCES, and `lockrun
+/// worktree: POSIX shared memory fails there with EROFS (the machine's
+/// /dev/shm is a read-only mount in the run's namespace), and `lockrun
 /// audit` says why it does not suggest opening /dev/shm. Control: the
 /// worktree itself is written.
 #[test]
@@ -277,7 +278,7 @@ fn a_worktree_on_the_machines_shared_memory_keeps_it_and_audit_explains() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.lines().skip(1).collect::<Vec<_>>(),
-        ["ok", "pool EACCES"],
+        ["ok", "pool EROFS"],
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -52,7 +52,7 @@ fn another_runs_tmp_is_unreachable_and_sigterm_is_forwarded() {
     );
     assert_eq!(
         stdout_lines(&out),
-        ["errno=EACCES", "errno=EACCES", "ok", "ok"]
+        ["errno=EROFS", "errno=EACCES", "ok", "ok"]
     );
     assert_absent(&a_tmp.join("pwned"));
     // SIGTERM lockrun A: forwarded to the command, which exits 7; A cleans up.
