@@ -15,8 +15,32 @@ pub fn describe(fallbacks: Fallbacks) -> Vec<(&'static str, String)> {
     let mut lines = describe_always();
     // What this kernel's missing mechanisms hand over besides.
     lines.extend(scope::describe(fallbacks));
+    lines.extend(describe_metadata(fallbacks));
     lines.extend(describe_fallbacks(fallbacks));
     lines
+}
+
+/// How the metadata calls are held on a kernel that leaves `fallbacks` to
+/// the supervisor ([`Fallbacks::metadata`]).
+fn describe_metadata(fallbacks: Fallbacks) -> Vec<(&'static str, String)> {
+    let calls = format!(
+        "{} metadata calls (chmod, chown, utime(s), utimensat, set/remove xattr families) and the inode-attribute ioctls",
+        NOTIFY_METADATA.len()
+    );
+    if fallbacks.metadata {
+        vec![(
+            "supervised",
+            format!("{calls}: lockrun performs them, only beneath the run's writable roots"),
+        )]
+    } else {
+        vec![(
+            "allowed",
+            format!(
+                "{calls} but a set-id mode and fs-verity or fscrypt: the kernel's, on mounts read-only outside the \
+                 run's writable roots (EROFS there, each refusal shown)"
+            ),
+        )]
+    }
 }
 
 /// [`describe`] of the parts every kernel has.
@@ -60,11 +84,8 @@ pub(super) fn describe_always() -> Vec<(&'static str, String)> {
         ),
         (
             "supervised",
-            format!(
-                "{} metadata calls (chmod, chown, utime(s), utimensat, set/remove xattr families), the inode-attribute ioctls, \
-                 and connect/sendto of unix pathname addresses: lockrun performs them, only beneath the run's writable roots",
-                NOTIFY_METADATA.len()
-            ),
+            "connect/sendto of unix pathname addresses: lockrun performs them, only beneath the run's writable roots"
+                .to_owned(),
         ),
         (
             "supervised",

@@ -172,10 +172,7 @@ fn mknod_mkfifo_and_tmp_outside_tmpdir_fail() {
             &["mkfifo", "{TMPDIR}/fifo"],
         ],
     );
-    assert_eq!(
-        r,
-        ["errno=EROFS", "errno=EROFS", "errno=EROFS", "ok", "ok"]
-    );
+    assert_eq!(r, ["errno=EROFS", "errno=EROFS", "errno=EROFS", "ok", "ok"]);
     assert_absent(&w.data.join("null"));
     assert_absent(&w.data.join("fifo"));
     assert_absent(std::path::Path::new(&tmp));

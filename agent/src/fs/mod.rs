@@ -40,13 +40,15 @@
 //! on [`FsSandbox::ruleset_fd`] (see [`crate::sys`]).
 //!
 //! Not covered by Landlock (known limits, enforced elsewhere or not at all):
-//! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`, `removexattr`)
-//! — the seccomp supervisor ([`crate::supervise`]) performs them for the
-//! command only beneath [`FsSandbox::writable_roots`] (set-id bits stay
-//! refused, but set-group-ID on a directory:
-//! [`crate::seccomp::set_id_refused`]), and so are the inode-attribute ioctls
-//! (`FS_IOC_SETFLAGS` for `chattr`, `FS_IOC_FSSETXATTR`, …: see
-//! [`crate::seccomp::NOTIFY_IOCTLS`]). Hard links that already exist outside
+//! metadata changes (`chmod`, `chown`, `utimes`, `setxattr`, `removexattr`,
+//! and the inode-attribute ioctls, `FS_IOC_SETFLAGS` for `chattr`, …) —
+//! every mount of the run's namespace is read-only but the writable roots
+//! ([`crate::sys::ReadOnlyOutside`]), so the kernel refuses them outside
+//! (`EROFS`); where it cannot record those refusals, the seccomp supervisor
+//! ([`crate::supervise`]) performs them for the command only beneath
+//! [`FsSandbox::writable_roots`] instead. Set-id bits stay refused, but
+//! set-group-ID on a directory ([`crate::seccomp::set_id_refused`]).
+//! Hard links that already exist outside
 //! a denied dir are not refused by Landlock, which decides by path: their
 //! inodes are guarded instead ([`links`]: fanotify permission events). The
 //! command cannot make one: Landlock refuses a link that would widen a

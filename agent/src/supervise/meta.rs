@@ -1,5 +1,8 @@
 //! Metadata syscalls, performed for the command when their target lies
-//! beneath a writable root; `EPERM` (and an audit event) otherwise.
+//! beneath a writable root; `EPERM` (and an audit event) otherwise. Every
+//! one is handed over only where the run's mounts cannot hold them
+//! ([`lockrun_seccomp::Fallbacks::metadata`]); elsewhere, only a mode with
+//! a set-id bit and the ioctls refused everywhere.
 //!
 //! Each call is decoded from its registers ([`decode`]), its memory
 //! arguments read once (path, times, xattr name and value), its target

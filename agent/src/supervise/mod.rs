@@ -3,10 +3,15 @@
 //! (seccomp user notification, Linux 5.0). It closes two gaps the kernel
 //! layers leave on this kernel (Landlock ABI 7, no BPF LSM):
 //!
-//! - **metadata of files outside** ([`meta`]): `chmod`, `chown`, `utimes`,
-//!   `setxattr`, `removexattr` and their variants, and the inode-attribute
-//!   `ioctl`s (`chattr`), are not Landlock rights, and a capability-less
-//!   uid 0 owns every root-owned file;
+//! - **set-id modes** ([`meta`]): `chmod` to `S_ISUID`, or `S_ISGID` but on
+//!   a directory beneath a writable root, refused; and, only where the
+//!   kernel cannot record the read-only mounts' refusals
+//!   ([`crate::kernel::Features::metadata_by_mounts`]), **metadata of files
+//!   outside**: `chmod`, `chown`, `utimes`, `setxattr`, `removexattr` and
+//!   their variants, and the inode-attribute `ioctl`s (`chattr`), are not
+//!   Landlock rights, and a capability-less uid 0 owns every root-owned
+//!   file (elsewhere the mounts, read-only outside the writable roots,
+//!   hold them: [`crate::sys::ReadOnlyOutside`]);
 //! - **unix sockets through symlinks** ([`unix`]): the cgroup unix hooks see
 //!   the path before the kernel resolves it;
 //! - **other processes' scheduling** ([`sched`]): nice, scheduling policy,

@@ -18,7 +18,9 @@
 //!    a new devpts instance, the run's message queues, empty ones over the
 //!    machine's kernel filesystems) onto its path, and where the kernel
 //!    lacks Landlock's device ioctl right, **device files kept to `/dev`**
-//!    ([`devices_in_dev_only`]: every other mount `nodev`) — needs
+//!    ([`devices_in_dev_only`]: every other mount `nodev`), and, where
+//!    planned, **every mount read-only but the writable roots**
+//!    ([`ReadOnlyOutside`]) — needs
 //!    `CAP_SYS_ADMIN`, so before the capabilities go; before those, core dumps off where a
 //!    pipe would take them, and
 //!    **the run the OOM killer's first pick** (`oom_score_adj` 1000,
