@@ -301,6 +301,10 @@ pub fn shuffle(order: &mut [usize], seed: &mut u64) {
     }
 }
 
+/// Times one run of a command (`argv`, in a dir), or each of the steps it
+/// times itself.
+type TimeOnce = dyn Fn(&[String], &Path) -> Result<Vec<Duration>>;
+
 /// For each prefix (a sandbox), the median and 90th percentile of the
 /// times of `reps` runs of `cmd` (after one warm-up; `once` times a run,
 /// or each of the steps it times itself), taken in rounds: one run of
@@ -313,7 +317,7 @@ fn measure_rounds(
     cmd: &[&str],
     dir: &Path,
     reps: usize,
-    once: fn(&[String], &Path) -> Result<Vec<Duration>>,
+    once: &TimeOnce,
 ) -> Vec<Result<(Duration, Duration)>> {
     let argvs: Vec<Vec<String>> = prefixes
         .iter()
@@ -605,7 +609,7 @@ fn startup_table(
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     let mut bare = (0.0, 0.0, 0.0);
     let prefixes: Vec<&[String]> = rs.iter().map(|r| r.argv.as_slice()).collect();
-    let starts = measure_rounds(&prefixes, &["true"], worktree, reps, time_once);
+    let starts = measure_rounds(&prefixes, &["true"], worktree, reps, &time_once);
     let gits = measure_rounds(
         &prefixes,
         &["git", "status", "--porcelain"],
@@ -613,7 +617,7 @@ fn startup_table(
         // As many as start-up: the figure issue 2 judges against 1.05×,
         // where 15 runs left a swing of several percent between runs.
         reps,
-        time_once,
+        &time_once,
     );
     // As many runs as the others: with ten (100 statuses each) the
     // figure swung ~5% between bench runs (`env`, which adds nothing to
@@ -623,7 +627,7 @@ fn startup_table(
         &["bash", "-c", GIT_INSIDE],
         worktree,
         reps,
-        inside_once,
+        &inside_once,
     );
     let mut figures = Vec::new();
     for (((r, start), git), inside) in rs.iter().zip(starts).zip(gits).zip(insides) {
@@ -744,25 +748,6 @@ impl Drop for Tmpfs {
     }
 }
 
-/// The archive's files, placed again before each timed run: the previous
-/// run's tree is removed outside the timing.
-fn tar_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
-    let out = dir.join("src");
-    if out.exists() {
-        std::fs::remove_dir_all(&out)?;
-    }
-    time_once(argv, dir)
-}
-
-/// `cp -a src copy`: the previous run's copy removed outside the timing.
-fn copy_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
-    let out = dir.join("copy");
-    if out.exists() {
-        std::fs::remove_dir_all(&out)?;
-    }
-    time_once(argv, dir)
-}
-
 /// `bench_open.c`'s own figure: nanoseconds per `open`+`close`, the last
 /// line it prints (a sandbox may print its own before).
 fn per_op_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
@@ -787,10 +772,40 @@ struct Workload {
     /// What its figure counts.
     unit: &'static str,
     cmd: Vec<String>,
-    once: fn(&[String], &Path) -> Result<Vec<Duration>>,
+    once: Once,
     /// Issue 61's target for lockrun: at most this many times the figure
     /// of the sandbox named.
     target: (&'static str, f64),
+}
+
+/// How a [`Workload`]'s run is timed.
+#[derive(Debug, Clone, Copy)]
+enum Once {
+    /// The run, whole ([`time_once`]).
+    Timed,
+    /// The run's own figure per operation ([`per_op_once`]).
+    PerOp,
+    /// The run, whole, once what the last run left at this path in the
+    /// worktree is removed, outside the timing (`tar x`'s tree, `cp -a`'s
+    /// copy, `npm ci`'s `node_modules`, which it would remove itself,
+    /// timed).
+    AfterRemoving(&'static str),
+}
+
+impl Once {
+    fn run(self, argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
+        match self {
+            Once::Timed => time_once(argv, dir),
+            Once::PerOp => per_op_once(argv, dir),
+            Once::AfterRemoving(left) => {
+                let left = dir.join(left);
+                if left.exists() {
+                    std::fs::remove_dir_all(&left)?;
+                }
+                time_once(argv, dir)
+            }
+        }
+    }
 }
 
 /// [`files_table`]'s sandbox of Landlock alone.
@@ -803,26 +818,6 @@ const PIP_PROJECT: &[&str] = &["flask", "requests"];
 /// What `npm ci` installs: a web framework and its dependencies (some 70
 /// packages).
 const NPM_PROJECT: &str = r#"{"name": "lockrun-bench", "version": "1.0.0", "private": true, "dependencies": {"express": "^4"}}"#;
-
-/// `pip install --target`: the previous run's tree removed outside the
-/// timing.
-fn pip_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
-    let out = dir.join("pip-target");
-    if out.exists() {
-        std::fs::remove_dir_all(&out)?;
-    }
-    time_once(argv, dir)
-}
-
-/// `npm ci`: the previous run's `node_modules` removed outside the timing
-/// (`npm ci` would remove it itself, timed).
-fn npm_once(argv: &[String], dir: &Path) -> Result<Vec<Duration>> {
-    let out = dir.join("npm-project/node_modules");
-    if out.exists() {
-        std::fs::remove_dir_all(&out)?;
-    }
-    time_once(argv, dir)
-}
 
 /// `pip install` and `npm ci` of [`PIP_PROJECT`] and [`NPM_PROJECT`] from
 /// local caches, with no network: the wheels in the bench's dir, the npm
@@ -868,7 +863,7 @@ fn package_workloads(dir: &Path, wt: &Path, notes: &mut Vec<String>) -> Vec<Work
             name: "`pip install` flask, requests",
             unit: "ms",
             cmd,
-            once: pip_once,
+            once: Once::AfterRemoving("pip-target"),
             target: ("bare", 1.1),
         })
     };
@@ -917,7 +912,7 @@ fn package_workloads(dir: &Path, wt: &Path, notes: &mut Vec<String>) -> Vec<Work
             name: "`npm ci` express",
             unit: "ms",
             cmd,
-            once: npm_once,
+            once: Once::AfterRemoving("npm-project/node_modules"),
             target: ("bare", 1.1),
         })
     };
@@ -1005,14 +1000,14 @@ fn files_table(
             name: "`tar x`",
             unit: "ms",
             cmd: strings(&["tar", "xf", &archive.display().to_string()]),
-            once: tar_once,
+            once: Once::AfterRemoving("src"),
             target: ("bubblewrap", 1.2),
         },
         Workload {
             name: "`cp -a`",
             unit: "ms",
             cmd: strings(&["cp", "-a", "src", "copy"]),
-            once: copy_once,
+            once: Once::AfterRemoving("copy"),
             target: ("bubblewrap", 1.2),
         },
         Workload {
@@ -1033,7 +1028,7 @@ fn files_table(
                 "f",
                 "-print",
             ]),
-            once: time_once,
+            once: Once::Timed,
             target: ("bubblewrap", 1.05),
         },
         Workload {
@@ -1047,7 +1042,7 @@ fn files_table(
                 "file",
                 &checkout.display().to_string(),
             ]),
-            once: time_once,
+            once: Once::Timed,
             target: ("bubblewrap", 1.05),
         },
         Workload {
@@ -1058,7 +1053,7 @@ fn files_table(
                 opened.display().to_string(),
                 OPENS.to_string(),
             ],
-            once: per_op_once,
+            once: Once::PerOp,
             target: (LANDLOCK_ALONE, 1.0),
         },
     ];
@@ -1072,7 +1067,10 @@ fn files_table(
             sh(&format!("tar xf {} -C {}", archive.display(), wt.display()))?;
         }
         let cmd: Vec<&str> = w.cmd.iter().map(String::as_str).collect();
-        columns.push(measure_rounds(&prefixes, &cmd, &wt, reps, w.once));
+        let once = w.once;
+        columns.push(measure_rounds(&prefixes, &cmd, &wt, reps, &move |a, d| {
+            once.run(a, d)
+        }));
     }
     let _ = writeln!(md, "\nFile work, each column in its own rounds, median of {reps} runs{}; each figure (× bare / × bubblewrap). `tar x` of {TAR_FILES} files into the worktree as root (owner, mode and times kept: an `fchown`, `fchmod` and `utimensat` per file); `cp -a` of that tree in the worktree; `find /usr -type f` (past the dirs a capability-less root cannot read); `rg -c` over the 20k-file checkout; {OPENS} `open`+`close` of one worktree file, per pair; `pip install --target` of flask and requests from a dir of their wheels (`--no-index`); `npm ci --offline` of express from an npm cache in the worktree. Landlock alone: read on `/`, every right on the worktree, nothing else.\n", if tmpfs.is_some() { ", the worktree on a tmpfs" } else { "" });
     let _ = write!(md, "| sandbox |");
