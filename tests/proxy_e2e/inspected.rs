@@ -570,9 +570,12 @@ Promise.all([get("/two"), get("/node"), get("/sse"), get("/post", big), misdirec
     let says = |k: &str| field(&stdout, k).to_owned();
     let ph = placeholder(&stdout);
     // The run's CA bundle is in the run dir, readable, not writable
-    // (Landlock: EACCES).
+    // (a read-only mount: EROFS).
     assert!(says("bundle_env").ends_with("/ca-bundle.pem"), "{ctx}");
-    assert!(says("bundle_write").ends_with("Permission denied"), "{ctx}");
+    assert!(
+        says("bundle_write").ends_with("Read-only file system"),
+        "{ctx}"
+    );
     // curl through CONNECT: HTTP/2 with the proxy, the host's echo of the
     // value masked back to the placeholder.
     assert_eq!(
