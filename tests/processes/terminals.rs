@@ -347,3 +347,66 @@ fn the_callers_stderr_file_is_written_through_dev_stderr_and_reached_no_other_wa
     assert_absent(&sibling);
     assert_absent(&moved);
 }
+
+/// The caller's terminal as the run's stdin and stdout (an agent started
+/// from a shell): the same terminal inside (`isatty`, what is written
+/// reaches its other end), on a read-only mount of its own, so that its
+/// mode cannot be changed (`fchmod(0, 0666)` refused: `EROFS` by the
+/// kernel, or `EPERM` by lockrun's supervisor). Judged from outside: the
+/// terminal's mode, and what its master read. Control: outside, the same
+/// probe on a terminal of its own changes that one's mode.
+#[test]
+fn the_callers_terminal_is_handed_on_a_read_only_mount() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let w = World::new("stdio-pty");
+    let ops: &[&[&str]] = &[
+        &["isatty", "0"],
+        &["isatty", "1"],
+        &["fd_mount", "0"],
+        &["fchmod_fd", "0", "666"],
+        &["writefd", "1"],
+    ];
+    let argv = world::probe_argv(ops);
+    // What the pty's master got, with the terminal's CR LF as LF; and the
+    // mode of its slave.
+    let on_a_pty = |command: &mut Command| {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let name = nix::unistd::ttyname(&pty.slave).unwrap();
+        let before = std::fs::metadata(&name).unwrap().permissions().mode();
+        let slave = || std::fs::File::from(pty.slave.try_clone().unwrap());
+        let out = command.stdin(slave()).stdout(slave()).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let mut fds = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&pty.master),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(200u8)) != Ok(1) {
+                break;
+            }
+            match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&pty.master), &mut buf) {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        let after = std::fs::metadata(&name).unwrap().permissions().mode();
+        let got = String::from_utf8_lossy(&got).replace("\r\n", "\n");
+        (got, before, after)
+    };
+    let (control, before, after) = on_a_pty(Command::new(&argv[0]).args(&argv[1..]));
+    assert_eq!(control, "tty=1\ntty=1\nmount=rw\nok\npwnedok\n", "control");
+    assert_ne!(before & 0o777, 0o666, "control: a fresh pty is not 0666");
+    assert_eq!(after & 0o777, 0o666, "control: its mode changed");
+    let (inside, before, after) = on_a_pty(&mut w.cmd(&[], &argv));
+    let lines: Vec<&str> = inside.lines().collect();
+    assert_eq!(lines[..3], ["tty=1", "tty=1", "mount=ro"], "{inside}");
+    assert!(
+        ["errno=EROFS", "errno=EPERM"].contains(&lines[3]),
+        "{inside}"
+    );
+    assert_eq!(lines[4], "pwnedok", "{inside}");
+    assert_eq!(after, before, "the caller's terminal's mode changed");
+    w.assert_no_run_dirs();
+}
