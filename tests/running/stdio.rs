@@ -92,6 +92,44 @@ fn stdin_a_device_is_handed_on_a_read_only_mount() {
     w.assert_no_run_dirs();
 }
 
+/// lockrun started in a mount namespace of its own (`unshare -m`, or a
+/// service manager's) after its stdin was opened: the mount that stdin is
+/// on is another namespace's, but the same device under the same name is
+/// in lockrun's (the new namespace holds copies of the mounts it was made
+/// from), and it is that copy the command gets, read-only. Judged from
+/// outside: the node's mode. (A name that leads elsewhere refuses the run:
+/// the last test.)
+#[test]
+fn stdin_opened_before_lockrun_entered_a_mount_namespace_of_its_own() {
+    let w = World::new("stdio-ns");
+    let dev = w.root.join("null");
+    null_device(&dev);
+    let before = std::fs::symlink_metadata(&dev).unwrap();
+    let ops: &[&[&str]] = &[
+        &["fd_mount", "0"],
+        &["fchmod_fd", "0", "0"],
+        &["read_fd", "0", "16"],
+    ];
+    let unshare = ["unshare", "--mount", "--propagation", "private"];
+    let stdin = std::fs::File::open(&dev).unwrap();
+    let out = w
+        .cmd_under(&unshare, &[], &world::probe_argv(ops))
+        .stdin(stdin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r = stdout_lines(&out);
+    assert_eq!(r.len(), ops.len(), "{r:?}");
+    assert_eq!([r[0].as_str(), r[2].as_str()], ["mount=ro", "read=b''"]);
+    assert!(
+        ["errno=EROFS", "errno=EPERM"].contains(&r[1].as_str()),
+        "{r:?}"
+    );
+    let after = std::fs::symlink_metadata(&dev).unwrap();
+    assert_eq!((after.mode(), after.rdev()), (before.mode(), before.rdev()));
+    w.assert_no_run_dirs();
+}
+
 /// Stdout and stderr one log file (`>> log 2>&1`): what the command
 /// writes lands in it after what it held, stdout's and stderr's lines in
 /// the order written; lockrun's own end-of-run lines come after all of

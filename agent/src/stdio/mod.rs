@@ -39,8 +39,11 @@
 //! - **refused** (exit 125, nothing runs): a regular file open for writing
 //!   on stdin (lockrun relays output only; `<` a file, or `cat file |`,
 //!   hands it on), a pseudo-terminal's master (opened again it would be a
-//!   new terminal), and any descriptor whose mount cannot be cloned (a
-//!   mount of another namespace, an unbindable one).
+//!   new terminal), a named pipe written that no process reads (`ENXIO`:
+//!   opened again, it would wait for one), and any descriptor whose mount
+//!   cannot be cloned: an unbindable one, or one of another mount
+//!   namespace where the file's name in lockrun's does not lead to the
+//!   same file (where it does, as after `unshare -m`, that one is cloned).
 //!
 //! The Landlock rules that let the command reach these again by
 //! `/dev/stdin`, `/proc/self/fd/N` or `/dev/console` are the walk's
@@ -51,6 +54,7 @@
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -300,7 +304,7 @@ pub enum StdioError {
         name: PathBuf,
         refusal: Refusal,
     },
-    #[error("{stream} ({}): a read-only clone of its mount, for the command: {source} (lockrun hands the command its stdio on a mount of its own, read-only, so that it cannot change the file's mode, owner or times; a mount of another mount namespace or an unbindable one cannot be cloned: give the command a pipe instead, e.g. `cat FILE | lockrun …`)", .name.display())]
+    #[error("{stream} ({}): a read-only clone of its mount, for the command: {source} (lockrun hands the command its stdio on a mount of its own, read-only, so that it cannot change the file's mode, owner or times; an unbindable mount, or one of another mount namespace where that name here is not the same file, cannot be cloned: give the command a pipe instead, e.g. `cat FILE | lockrun …`)", .name.display())]
     Clone {
         stream: Stream,
         name: PathBuf,
@@ -446,11 +450,22 @@ impl Described {
 /// `fd`, described as `d`, opened again through a read-only clone of its
 /// mount; and, for a file with an offset, what follows it at the end.
 fn reopen(d: &Described, fd: BorrowedFd<'_>) -> Result<(OwnedFd, Option<Follow>), StdioError> {
-    let tree = read_only_clone(fd).map_err(|source| StdioError::Clone {
+    let clone_failed = |source| StdioError::Clone {
         stream: d.stream,
         name: d.name.clone(),
         source,
-    })?;
+    };
+    let tree = match read_only_clone(fd) {
+        Ok(tree) => tree,
+        // Not a mount of this namespace (lockrun started in one of its
+        // own, by `unshare -m` or a service manager, after its stdio was
+        // opened), or an unbindable one: the same file by its name here.
+        Err(e) if e.source.raw_os_error() == Some(libc::EINVAL) => match same_file_here(d, fd) {
+            Some(here) => read_only_clone(here.as_fd()).map_err(clone_failed)?,
+            None => return Err(clone_failed(e)),
+        },
+        Err(e) => return Err(clone_failed(e)),
+    };
     if d.access == Access::Path {
         // The clone's descriptor is an `O_PATH` one of the file itself.
         return Ok((tree, None));
@@ -498,6 +513,27 @@ fn reopen(d: &Described, fd: BorrowedFd<'_>) -> Result<(OwnedFd, Option<Follow>)
         from,
     };
     Ok((copy, Some(follow)))
+}
+
+/// The file `fd` is open on, as lockrun's mount namespace names it
+/// (`d.name`, the kernel's name in the namespace it was opened in), opened
+/// `O_PATH` (the name's own, without following a last symlink; no device
+/// driver's open): only if it is that very file (device and inode), as
+/// after `unshare -m`, whose new namespace holds copies of the mounts it
+/// was made from.
+fn same_file_here(d: &Described, fd: BorrowedFd<'_>) -> Option<OwnedFd> {
+    let here: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&d.name)
+        .ok()?
+        .into();
+    let inode = |fd: BorrowedFd<'_>| {
+        nix::sys::stat::fstat(fd.as_raw_fd())
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino))
+    };
+    (inode(here.as_fd()).is_some() && inode(here.as_fd()) == inode(fd)).then_some(here)
 }
 
 /// What the end of the run left to say about its stdio.
