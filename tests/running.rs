@@ -7,6 +7,7 @@
 //! - `gaps`: a promise the kernel cannot hold refuses the run unless accepted.
 //! - `no_widening`: no capabilities, `no_new_privs`, the seccomp deny list.
 //! - `run_ends`: `lockrun gc` and each run's start reap what dead runs left.
+//! - `stdio`: the caller's stdin, stdout and stderr, off the machine's writable mounts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_wrap)]
 
 mod support;
@@ -19,4 +20,5 @@ mod running {
     mod gaps;
     mod no_widening;
     mod run_ends;
+    mod stdio;
 }

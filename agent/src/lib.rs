@@ -17,6 +17,7 @@
 //! | metadata calls and unix connects answered from outside (seccomp user notification) | [`supervise`] |
 //! | one run at a time on a worktree with git, by a lock no run can take | [`worktree_lock`] |
 //! | the caller's terminal settings, put back after the run | [`terminal`] |
+//! | the caller's stdin, stdout and stderr, handed on off the machine's writable mounts | [`stdio`] |
 //! | files a caller or a policy names, read as regular files within a bound | [`regular_file`] |
 //! | the few raw syscalls (the only `unsafe`, with `sys::bpf` for the bpf(2) calls aya lacks) | [`sys`] |
 
@@ -37,6 +38,7 @@ pub mod run;
 pub mod seccomp;
 pub mod shown;
 pub mod state;
+pub mod stdio;
 pub mod supervise;
 pub mod sys;
 pub mod terminal;

@@ -300,12 +300,14 @@ fn the_callers_terminal_keeps_a_name_inside() {
 }
 
 /// A CI runner sends a run's output to a log file; tools reopen it as
-/// `/dev/stdout` or `/dev/stderr` (`> /dev/stderr`, `tee /dev/stderr`). That
-/// file is writable through the descriptor the command inherits, so the
-/// reopen is granted the same, write and truncate, and nothing else: not
-/// read (here it lies in a denied dir), not the dir around it.
+/// `/dev/stdout` or `/dev/stderr` (`> /dev/stderr`, `tee /dev/stderr`).
+/// The command's stderr is then lockrun's relay into that file, a pipe:
+/// the reopen reaches the pipe, and what is written there lands in the
+/// log after what it held (`>` truncates no pipe, so no earlier line is
+/// lost), while the file itself is reached no other way: not read (here
+/// it lies in a denied dir), not the dir around it.
 #[test]
-fn the_callers_stdout_file_is_reachable_as_dev_stderr_and_nothing_more() {
+fn the_callers_stderr_file_is_written_through_dev_stderr_and_reached_no_other_way() {
     let w = World::new("stdio");
     let log = w.data.join("err.log");
     std::fs::write(&log, "before\n").unwrap();
@@ -318,7 +320,7 @@ fn the_callers_stdout_file_is_reachable_as_dev_stderr_and_nothing_more() {
             &world::probe_argv(&[
                 &["write", "/dev/stderr"],
                 &["append", "/dev/stderr"],
-                &["read", "/dev/stderr"],
+                &["read", s(&log)],
                 &["write", s(&sibling)],
                 &["rename", s(&log), s(&moved)],
             ]),
@@ -333,13 +335,78 @@ fn the_callers_stdout_file_is_reachable_as_dev_stderr_and_nothing_more() {
         ["ok", "ok", "errno=EACCES", "errno=EACCES", "errno=EACCES"],
         "{said}"
     );
-    // Truncated and written as outside; then lockrun's own summary of the
-    // three refusals. The reopen itself is no refusal.
+    // After what it held, what the command wrote; then lockrun's own
+    // summary of the three refusals. The reopen itself is no refusal.
+    let said: Vec<&str> = said.lines().filter(|l| !world::is_crowding(l)).collect();
+    assert_eq!(said[0], "before");
     assert!(
-        said.starts_with("pwnedpwnedlockrun: 3 filesystem accesses refused: "),
-        "{said}"
+        said[1].starts_with("pwnedpwnedlockrun: 3 filesystem accesses refused: "),
+        "{said:?}"
     );
-    assert!(!said.contains("/proc/"), "{said}");
+    assert!(!said.iter().any(|l| l.contains("/proc/")), "{said:?}");
     assert_absent(&sibling);
     assert_absent(&moved);
+}
+
+/// The caller's terminal as the run's stdin and stdout (an agent started
+/// from a shell): the same terminal inside (`isatty`, what is written
+/// reaches its other end), on a read-only mount of its own, so that its
+/// mode cannot be changed (`fchmod(0, 0666)` refused: `EROFS` by the
+/// kernel, or `EPERM` by lockrun's supervisor). Judged from outside: the
+/// terminal's mode, and what its master read. Control: outside, the same
+/// probe on a terminal of its own changes that one's mode.
+#[test]
+fn the_callers_terminal_is_handed_on_a_read_only_mount() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let w = World::new("stdio-pty");
+    let ops: &[&[&str]] = &[
+        &["isatty", "0"],
+        &["isatty", "1"],
+        &["fd_mount", "0"],
+        &["fchmod_fd", "0", "666"],
+        &["writefd", "1"],
+    ];
+    let argv = world::probe_argv(ops);
+    // What the pty's master got, with the terminal's CR LF as LF; and the
+    // mode of its slave.
+    let on_a_pty = |command: &mut Command| {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let name = nix::unistd::ttyname(&pty.slave).unwrap();
+        let before = std::fs::metadata(&name).unwrap().permissions().mode();
+        let slave = || std::fs::File::from(pty.slave.try_clone().unwrap());
+        let out = command.stdin(slave()).stdout(slave()).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let mut fds = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&pty.master),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(200u8)) != Ok(1) {
+                break;
+            }
+            match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&pty.master), &mut buf) {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        let after = std::fs::metadata(&name).unwrap().permissions().mode();
+        let got = String::from_utf8_lossy(&got).replace("\r\n", "\n");
+        (got, before, after)
+    };
+    let (control, before, after) = on_a_pty(Command::new(&argv[0]).args(&argv[1..]));
+    assert_eq!(control, "tty=1\ntty=1\nmount=rw\nok\npwnedok\n", "control");
+    assert_ne!(before & 0o777, 0o666, "control: a fresh pty is not 0666");
+    assert_eq!(after & 0o777, 0o666, "control: its mode changed");
+    let (inside, before, after) = on_a_pty(&mut w.cmd(&[], &argv));
+    let lines: Vec<&str> = inside.lines().collect();
+    assert_eq!(lines[..3], ["tty=1", "tty=1", "mount=ro"], "{inside}");
+    assert!(
+        ["errno=EROFS", "errno=EPERM"].contains(&lines[3]),
+        "{inside}"
+    );
+    assert_eq!(lines[4], "pwnedok", "{inside}");
+    assert_eq!(after, before, "the caller's terminal's mode changed");
+    w.assert_no_run_dirs();
 }

@@ -207,6 +207,25 @@ def op(name, a):
         mq("mq_unlink", a[0].encode())
     elif name == "writefd":
         os.write(int(a[0]), b"pwned")
+    elif name == "fchmod_fd":
+        os.fchmod(int(a[0]), int(a[1], 8))
+    elif name == "read_fd":
+        # One read of at most a[1] bytes from fd a[0], shown.
+        print("read=%r" % os.read(int(a[0]), int(a[1])))
+        return
+    elif name == "fd_mount":
+        # Whether the file open as fd a[0] lies on a read-only mount.
+        print("mount=" + ("ro" if os.fstatvfs(int(a[0])).f_flag & os.ST_RDONLY else "rw"))
+        return
+    elif name == "fd_kind":
+        import stat
+        m = os.fstat(int(a[0])).st_mode
+        kinds = [(stat.S_ISFIFO, "fifo"), (stat.S_ISREG, "file"), (stat.S_ISCHR, "chr")]
+        print("kind=" + next((k for f, k in kinds if f(m)), "other"))
+        return
+    elif name == "isatty":
+        print("tty=%d" % os.isatty(int(a[0])))
+        return
     elif name == "kill":
         os.kill(int(a[0]), 9)
     elif name == "ptrace":

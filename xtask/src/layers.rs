@@ -27,6 +27,7 @@ pub const LAYERS: &[&[&str]] = &[
         "gitguard",
         "worktree_lock",
         "terminal",
+        "stdio",
     ],
     &["run"],
     &["commands", "cli", "main", "lib"],

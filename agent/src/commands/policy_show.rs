@@ -103,7 +103,8 @@ fn rules(policy: &Policy) -> Result<Vec<(String, String)>, fs::FsError> {
                 }
                 fs::Grant::Device => "read, write, ioctl (device)",
                 fs::Grant::Tty => "read, write, ioctl (terminal)",
-                fs::Grant::Stdio => "write, truncate (the caller's stdout or stderr)",
+                fs::Grant::Stdio => "write, truncate (the named pipe the caller's stdio writes to)",
+                fs::Grant::StdioRead => "read (the file or named pipe the caller's stdio reads)",
                 fs::Grant::List => {
                     "list only (the names; nothing beneath is readable unless listed here)"
                 }

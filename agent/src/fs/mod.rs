@@ -166,11 +166,18 @@ pub enum Grant {
     Tty,
     /// List a directory (and the directories beneath), read nothing in it: `/dev`.
     List,
-    /// Write and truncate, not read: the file or FIFO the caller's stdout or
-    /// stderr is open on for writing, so that `> /dev/stdout` and
-    /// `tee /dev/stderr` reach it as they do outside. The command can do as
-    /// much through the descriptor it inherits (`write`, `ftruncate`).
+    /// Write and truncate, not read: the FIFO the caller's stdio is open on
+    /// for writing, reached through the read-only mount lockrun hands it on
+    /// ([`crate::stdio`]), so that `> /dev/stdout` and `tee /dev/stderr`
+    /// reach it as they do outside. The command can do as much through the
+    /// descriptor it inherits. (A regular file open for writing reaches the
+    /// command as lockrun's relay, a pipe, which needs no rule.)
     Stdio,
+    /// Read, not write: the regular file or FIFO the caller's stdio is open
+    /// on for reading, reached likewise, so that `/dev/stdin` reaches it as
+    /// it does outside: the clone's walk up ends at the file, and none of
+    /// the rules of the dirs above it holds there.
+    StdioRead,
 }
 
 fn read_rights() -> BitFlags<AccessFs> {
@@ -217,6 +224,7 @@ fn granted(grant: Grant) -> BitFlags<AccessFs> {
         Grant::Device | Grant::Tty => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
         Grant::List => AccessFs::ReadDir.into(),
         Grant::Stdio => AccessFs::WriteFile | AccessFs::Truncate,
+        Grant::StdioRead => AccessFs::ReadFile.into(),
     }
 }
 
@@ -382,8 +390,8 @@ impl FsSandbox {
         for tty in TERMINALS {
             plan.push_if_exists(&Path::new("/dev").join(tty), Grant::Tty)?;
         }
-        for fd in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-            plan.push_stdio(fd)?;
+        for stream in crate::stdio::Stream::ALL {
+            plan.push_stdio(stream)?;
         }
         let narrowed = plan.take_narrowed();
         let crowded = plan.take_crowded();
@@ -446,10 +454,12 @@ impl FsSandbox {
     }
 
     /// `(st_dev, st_ino)` of the objects the command may write outside the
-    /// writable roots: the devices and the caller's stdio files (a rule on
-    /// a file holds for its inode, whatever name reaches it). With these
-    /// excepted, a regular file the command holds open for writing lies
-    /// beneath a writable root, or did when it was opened.
+    /// writable roots: the devices, the terminals and the FIFOs the
+    /// caller's stdio writes to (a rule on a file holds for its inode,
+    /// whatever name reaches it); no regular file: one the caller's stdio
+    /// is open on for writing reaches the command as lockrun's relay, a
+    /// pipe ([`crate::stdio`]). So a regular file the command holds open
+    /// for writing lies beneath a writable root, or did when it was opened.
     #[must_use]
     pub fn written_outside(&self) -> &[(u64, u64)] {
         &self.written_outside

@@ -2,13 +2,14 @@
 //! grants, lists and finds ([`Plan`]), entry by entry ([`Entry`]).
 
 use std::collections::BTreeSet;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd as _};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr};
 
 use super::{abi, rights, Crowded, FsError, Grant, Narrowed, OwnFs, CROWDED_ENTRIES, DEV_READABLE};
+use crate::stdio::{Access, Handling, Kind, Stream};
 use crate::sys::supervisor_calls::openat2;
 
 /// The walk's findings. With a ruleset, each rule goes into it as soon as its
@@ -28,7 +29,8 @@ pub(super) struct Plan {
     /// The time spent listing dirs and granting their entries, so far.
     pub(super) listed: std::time::Duration,
     /// `(st_dev, st_ino)` of every object granted a write right outside the
-    /// writable roots (devices, the caller's stdio files).
+    /// writable roots (devices, terminals, the FIFOs the caller's stdio
+    /// writes to).
     pub(super) written_outside: Vec<(u64, u64)>,
     /// The machine's filesystems there get no rule: the run has its own.
     pub(super) own: Vec<OwnFs>,
@@ -153,49 +155,58 @@ impl Plan {
         Ok(())
     }
 
-    /// The caller's stdio descriptor `fd`, as the command will inherit it:
-    /// its pty ([`Grant::Tty`], `/dev/pts/N`), or the regular file or named
-    /// FIFO it is open on for writing ([`Grant::Stdio`]), reached through
-    /// the descriptor itself (`/proc/self/fd/N`: the same inode, whatever
-    /// its name now). Anything else gets nothing here: a pipe or socket
-    /// needs no rule, a device is not granted by the caller's redirection.
-    pub(super) fn push_stdio(&mut self, fd: libc::c_int) -> Result<(), FsError> {
-        use nix::fcntl::{fcntl, FcntlArg, OFlag};
-        use nix::sys::stat::{fstat, SFlag};
-        let link = PathBuf::from(format!("/proc/self/fd/{fd}"));
-        let Ok(path) = std::fs::read_link(&link) else {
-            return Ok(()); // closed: nothing to grant
+    /// The caller's stdio descriptor `stream`, as the command gets it
+    /// ([`crate::stdio`]): the same file, reached through the read-only
+    /// mount lockrun hands it on, where the walk up from it ends at the
+    /// file itself; so it is granted by its inode, reached through the
+    /// descriptor (`/proc/self/fd/N`: the same inode, whatever its name
+    /// now). Its pty ([`Grant::Tty`], `/dev/pts/N`, also named
+    /// `/dev/console` inside); the FIFO it is open on for writing
+    /// ([`Grant::Stdio`]); the regular file or FIFO it is open on for
+    /// reading ([`Grant::StdioRead`]). Nothing else: a pipe or socket needs
+    /// no rule, a regular file open for writing reaches the command as
+    /// lockrun's relay (a pipe), a device is not granted by the caller's
+    /// redirection, nor a directory, whose rule would hold beneath it, in
+    /// the machine's namespace too.
+    pub(super) fn push_stdio(&mut self, stream: Stream) -> Result<(), FsError> {
+        let Ok(Some(d)) = crate::stdio::describe(stream) else {
+            return Ok(()); // closed, or nothing to reach it by
         };
-        if self.grants.iter().any(|(p, _)| *p == path) {
-            return Ok(()); // the same terminal or file on another descriptor
-        }
-        if path.starts_with("/dev/pts/") {
-            return self.push_if_exists(&path, Grant::Tty);
-        }
-        if !path.is_absolute() {
-            // `pipe:[N]`, `socket:[N]`: in no directory; Landlock takes no
-            // rule on them, nor needs one.
+        if d.handling() != Handling::Reopened {
             return Ok(());
         }
-        let (Ok(flags), Ok(st)) = (fcntl(fd, FcntlArg::F_GETFL), fstat(fd)) else {
-            return Ok(());
+        if d.name.starts_with("/dev/pts/") {
+            if self.grants.iter().any(|(p, _)| *p == d.name) {
+                return Ok(()); // the same terminal on another descriptor
+            }
+            return self.push_if_exists(&d.name, Grant::Tty);
+        }
+        let grants = match (d.kind, d.access) {
+            (Kind::Regular, Access::Read) => vec![Grant::StdioRead],
+            (Kind::Fifo, access) => [
+                access.reads().then_some(Grant::StdioRead),
+                access.writes().then_some(Grant::Stdio),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            _ => return Ok(()),
         };
-        let mode = OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE;
-        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-        if !(mode == OFlag::O_WRONLY || mode == OFlag::O_RDWR)
-            || !(kind == SFlag::S_IFREG || kind == SFlag::S_IFIFO)
-        {
-            return Ok(());
-        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-            .open(&link)
+            .open(format!("/proc/self/fd/{}", stream.fd().as_raw_fd()))
             .map_err(|source| FsError::Open {
-                path: path.clone(),
+                path: d.name.clone(),
                 source,
             })?;
-        self.add(&path, &file, Grant::Stdio, false)
+        for grant in grants {
+            // The same file or FIFO on another descriptor, as open.
+            if !self.grants.iter().any(|(p, g)| *p == d.name && *g == grant) {
+                self.add(&d.name, &file, grant, false)?;
+            }
+        }
+        Ok(())
     }
 
     /// Queue a rule for a fixed system path (a device), following symlinks

@@ -26,7 +26,9 @@
 //!    ([`kernel_side::own_ipc_namespace`]), and the run's watchdog
 //!    ([`crate::sys::watchdog`]: should lockrun die, it kills what is in
 //!    the run's cgroup), made while the walk finishes;
-//! 8. the child's environment, built explicitly.
+//! 8. the child's environment, built explicitly; the command's stdin,
+//!    stdout and stderr, off the machine's writable mounts ([`crate::stdio`]:
+//!    reopened through read-only clones of their mounts, or relayed).
 //!
 //! Spawn and wait ([`spawn`], [`wait`]):
 //! 9. spawn with the child-side confinement ([`crate::sys`]) as `pre_exec`
@@ -43,7 +45,10 @@
 //!     (the run's audit rule removed on a thread of its own); the run dir
 //!     is removed and the watchdog reaped on the worker thread, once the
 //!     cgroup is gone (the cgroup's kill took the watchdog too, in its
-//!     cgroup beneath the run's); last, the run's summary on stderr.
+//!     cgroup beneath the run's); the relays of the caller's files read to
+//!     their end, and the caller's stdin file moved to where the run's
+//!     reads left it, before any line of lockrun's own; last, the run's
+//!     summary on stderr.
 //!
 //! Each layer's handle also tears itself down in `Drop` (like
 //! [`crate::state::RunDir`]): bound in setup order inside `run`, they are
@@ -106,6 +111,8 @@ pub enum RunError {
     RefusalsUnseen(String),
     #[error("seccomp: {0}")]
     Seccomp(#[from] SeccompError),
+    #[error("the command's stdin, stdout and stderr: {0}")]
+    Stdio(#[from] crate::stdio::StdioError),
     #[error("preparing the child: {what}: {source}")]
     Child {
         what: &'static str,
@@ -313,6 +320,7 @@ async fn run(
         supervise,
         refused_calls,
         core_dumps,
+        stdio,
         plan,
         report,
         env,
@@ -365,6 +373,7 @@ async fn run(
         kernel_audit,
         refused_calls,
         core_dumps,
+        stdio,
         started,
         supervisor,
         mount_namespace,

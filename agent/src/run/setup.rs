@@ -28,6 +28,7 @@ use crate::proxy::inspector::Inspector;
 use crate::proxy::RunningProxy;
 use crate::shown::say;
 use crate::state::RunDir;
+use crate::stdio;
 use crate::supervise;
 use crate::sys::watchdog::Watchdog;
 use crate::sys::{
@@ -54,6 +55,7 @@ pub(super) struct SetUp {
     pub supervise: supervise::Config,
     pub refused_calls: Option<RunRules>,
     pub core_dumps: core_dumps::CoreDumps,
+    pub stdio: stdio::Kept,
     pub plan: ChildPlan,
     pub report: Report,
     pub env: Vec<(OsString, OsString)>,
@@ -239,6 +241,10 @@ pub(super) fn setup(
     if super::kernel().metadata_by_mounts() {
         plan.read_only_outside(read_only_outside(&supervise, &mounted)?);
     }
+    // The caller's stdio, off the machine's writable mounts: last, so that
+    // nothing but the plan holds the relays' pipes when the command starts.
+    let stdio::Prepared { handed, kept } = stdio::prepare()?;
+    plan.hand_stdio(handed);
 
     // 8. environment
     let env = child_env(
@@ -264,6 +270,7 @@ pub(super) fn setup(
         supervise,
         refused_calls,
         core_dumps,
+        stdio: kept,
         plan,
         report,
         env,

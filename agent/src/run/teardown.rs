@@ -24,6 +24,7 @@ use crate::gitguard::GitGuard;
 use crate::proxy::RunningProxy;
 use crate::shown::say;
 use crate::state::RunDir;
+use crate::stdio;
 use crate::supervise::Supervisor;
 use crate::sys::watchdog::Watchdog;
 use crate::terminal::Terminals;
@@ -43,12 +44,14 @@ pub(super) struct Ended {
     pub kernel_audit: Option<KernelAudit>,
     pub refused_calls: Option<RunRules>,
     pub core_dumps: CoreDumps,
+    pub stdio: stdio::Kept,
     pub started: Started,
     pub supervisor: Option<Supervisor>,
     pub mount_namespace: Option<OwnedFd>,
 }
 
 /// Step 10; lockrun's exit status for how the command ended.
+#[allow(clippy::too_many_lines)] // the teardown's order is the point: its steps, top to bottom
 pub(super) async fn teardown(
     ended: Ended,
     argv: &[OsString],
@@ -69,6 +72,7 @@ pub(super) async fn teardown(
         kernel_audit,
         refused_calls,
         core_dumps,
+        stdio,
         started,
         supervisor,
         mount_namespace,
@@ -116,7 +120,8 @@ pub(super) async fn teardown(
     // kill): the run dir goes now, on the worker thread, beside the rest of the teardown (kept
     // for a later run only once the run's cgroup is known empty).
     let run_id = dir.id().to_owned();
-    if emptied.is_ok() {
+    let all_gone = emptied.is_ok();
+    if all_gone {
         dir.ended();
     }
     let dir_removed = worker.run(move || drop(dir));
@@ -154,7 +159,13 @@ pub(super) async fn teardown(
             ));
         }
     }
-    put_back(git_guard.as_ref(), terminals, &run_id, audit);
+    put_back(
+        git_guard.as_ref(),
+        terminals,
+        (stdio, all_gone),
+        &run_id,
+        audit,
+    );
     if let Some(p) = proxy {
         p.shutdown().await;
     }
@@ -225,9 +236,27 @@ fn record_limits_met(cgroup: &RunCgroup, audit: &AuditLog, teardown_errors: &mut
     }
 }
 
-/// No process of the run is left to race it: the worktree's git files and
-/// the caller's terminal go back as they were.
-fn put_back(git_guard: Option<&GitGuard>, terminals: Terminals, run_id: &str, audit: &AuditLog) {
+/// No process of the run is left to race it (`all_gone`; else none that
+/// `lockrun gc` will not kill): what it wrote into the caller's files is
+/// read to its end, before any line of lockrun's own there, and the
+/// caller's stdin file follows its reads ([`stdio::Kept::finish`]); the
+/// worktree's git files and the caller's terminal go back as they were.
+fn put_back(
+    git_guard: Option<&GitGuard>,
+    terminals: Terminals,
+    (stdio, all_gone): (stdio::Kept, bool),
+    run_id: &str,
+    audit: &AuditLog,
+) {
+    // Nor a copy of a relay's pipe: the supervisor's went with it.
+    for ending in stdio.finish(all_gone) {
+        let message = ending.to_string();
+        say!("lockrun: {message}");
+        audit.record(Event::Notice {
+            layer: Layer::Filesystem,
+            message,
+        });
+    }
     // No process of the run is left to race it: the worktree's git files
     // go back as they were.
     if let Some(g) = git_guard {

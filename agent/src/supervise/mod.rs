@@ -166,8 +166,8 @@ pub struct Shared {
     root: OwnedFd,
     fs_roots: Roots,
     unix_roots: Roots,
-    /// [`Config::written_outside`] and the caller's stdio files: a
-    /// descriptor open for writing on one of these is placed by its name.
+    /// [`Config::written_outside`]: a descriptor open for writing on one of
+    /// these is placed by its name.
     written_outside: Vec<(u64, u64)>,
     cgroup_id: u64,
     cgroup_path: Option<String>,
@@ -407,16 +407,9 @@ impl Supervisor {
         }
         let fs_roots = Roots::open(root.as_fd(), &config.writable, &config.denied);
         let unix_roots = Roots::open(root.as_fd(), &config.unix, &config.denied);
-        let mut written_outside = config.written_outside;
-        // The command inherits lockrun's stdio: whatever file it is on, and
-        // however it is open, it is judged by its name.
-        for fd in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-            if let Ok(st) = nix::sys::stat::fstat(fd) {
-                if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-                    written_outside.push((st.st_dev, st.st_ino));
-                }
-            }
-        }
+        // The caller's stdio files need no place here: the command holds
+        // none open for writing (crate::stdio relays those).
+        let written_outside = config.written_outside;
         let shared = Arc::new(Shared {
             listener,
             root,

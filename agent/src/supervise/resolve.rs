@@ -229,15 +229,16 @@ pub enum Unplaced {
 /// mode 3, which Landlock lets open anything it can reach), and these
 /// `(st_dev, st_ino)` are what
 /// Landlock lets the command write outside the writable roots
-/// ([`crate::fs::FsSandbox::written_outside`]) or it inherited from the
-/// caller.
+/// ([`crate::fs::FsSandbox::written_outside`]).
 ///
 /// A regular file open for writing and not among those is taken as it is
 /// ([`Object::Written`]), without looking up its name: the command could
 /// open it for writing only beneath a writable root (Landlock's
 /// `WRITE_FILE`, which a rule on a file grants to its inode whatever the
 /// name), every descriptor it did not open itself was closed before its
-/// exec but stdio, and it can be handed no other (pathname unix sockets only
+/// exec but stdio, none of which is a regular file open for writing
+/// (lockrun relays those, [`crate::stdio`]), and it can be handed no
+/// other (pathname unix sockets only
 /// in the worktree and the run's temp dir, abstract ones and ptrace scoped
 /// to the sandbox). What it may write, it may set the mode, owner and times
 /// of, as the kernel's own checks allow. The one difference from judging by

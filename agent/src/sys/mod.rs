@@ -10,7 +10,10 @@
 //!
 //! 1. **mark every fd ≥ 3 close-on-exec** (`close_range(CLOSE_RANGE_CLOEXEC)`,
 //!    Linux 5.11): nothing the caller leaked survives the exec; the ruleset
-//!    and report fds are still usable until then; then, when planned,
+//!    and report fds are still usable until then; **the caller's stdin,
+//!    stdout and stderr as lockrun prepared them** ([`crate::stdio`]: on a
+//!    read-only mount of their own, or lockrun's relay pipe), each put on
+//!    its number (`dup2`); then, when planned,
 //!    **the run's own `/dev/shm`, `/dev/pts` and `/dev/mqueue`**
 //!    ([`OwnMount`]): the child was cloned into a mount namespace of its own
 //!    (`CLONE_NEWNS`), makes every mount there private and moves each
@@ -72,6 +75,7 @@ mod cpus;
 mod mount;
 pub mod scope;
 pub mod spawn;
+pub mod stdio;
 pub mod supervisor_calls;
 pub mod watchdog;
 
@@ -114,6 +118,7 @@ pub enum Step {
     DevicesInDevOnly,
     LoginUid,
     ReadOnlyOutside,
+    Stdio,
 }
 
 impl Step {
@@ -121,7 +126,7 @@ impl Step {
         use Step::{
             Ambient, BoundingSet, Capset, CloseRange, CoreLimit, DevicesInDevOnly, JoinMemory,
             JoinTasks, Landlock, LoginUid, NoNewPrivs, Notify, OomScore, OwnMounts,
-            ReadOnlyOutside, Rlimit, Seccomp, Securebits,
+            ReadOnlyOutside, Rlimit, Seccomp, Securebits, Stdio,
         };
         [
             CloseRange,
@@ -142,6 +147,7 @@ impl Step {
             DevicesInDevOnly,
             LoginUid,
             ReadOnlyOutside,
+            Stdio,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -168,6 +174,7 @@ impl Step {
             Step::DevicesInDevOnly => "keeping the run's device files to /dev: every mount of its namespace nodev but /dev and those beneath it (mount_setattr MOUNT_ATTR_NODEV, recursive; /dev must be a mount)",
             Step::LoginUid => "taking the run's login uid, by which kernel audit's records of its refused calls are told (write to /proc/self/loginuid)",
             Step::ReadOnlyOutside => "making every mount of the run's namespace read-only but its writable roots (mount MS_BIND of each root onto itself; mount_setattr MOUNT_ATTR_RDONLY, recursive, then cleared on each root)",
+            Step::Stdio => "handing the command its stdin, stdout and stderr as lockrun prepared them (dup2)",
             Step::OwnMounts => "mounting the run's own /dev/shm, /dev/pts and /dev/mqueue (mount MS_PRIVATE; fsopen, fsconfig and fsmount of tmpfs and devpts; landlock_add_rule; move_mount)",
         }
     }
@@ -215,6 +222,9 @@ pub struct ChildPlan {
     /// Below Landlock ABI 7, the run's login uid, in decimal, to write to
     /// `/proc/self/loginuid` ([`crate::audit::syscalls`]).
     login_uid: Option<LoginUid>,
+    /// What the command gets as its stdin, stdout and stderr, each put on
+    /// its number ([`crate::stdio`]); `None`: the caller's own descriptor.
+    stdio: [Option<OwnedFd>; 3],
     report: OwnedFd,
 }
 
@@ -450,6 +460,7 @@ impl ChildPlan {
                 read_only: None,
                 join_v1,
                 login_uid,
+                stdio: [None, None, None],
                 report: w,
             },
             Report(r),
@@ -482,6 +493,12 @@ impl ChildPlan {
         self.devices_in_dev_only = true;
     }
 
+    /// Hand the command `stdio` as its stdin, stdout and stderr (`None`:
+    /// the caller's own descriptor), as [`crate::stdio`] prepared them.
+    pub fn hand_stdio(&mut self, stdio: [Option<OwnedFd>; 3]) {
+        self.stdio = stdio;
+    }
+
     /// Child side, after a failed exec: report the errno (step 0).
     fn fail_exec(&self) {
         self.report_failure(0, &io::Error::last_os_error());
@@ -499,7 +516,8 @@ impl ChildPlan {
     }
 
     /// Step 1 of [`apply`](Self::apply), before the mounts: inherited
-    /// descriptors marked close-on-exec, core dumps off where planned, the
+    /// descriptors marked close-on-exec, the command's stdio put on 0, 1
+    /// and 2, core dumps off where planned, the
     /// OOM score, and the run's login uid where planned. Post-fork: no
     /// allocation.
     fn prepare_process(&self) -> io::Result<()> {
@@ -515,6 +533,16 @@ impl ChildPlan {
         } != 0
         {
             return Err(self.fail(Step::CloseRange));
+        }
+        // the command's stdio, each onto its number; dup2 leaves the copy
+        // without close-on-exec, and the plan's own closes at exec
+        for (target, fd) in (0..).zip(&self.stdio) {
+            if let Some(fd) = fd {
+                // SAFETY: dup2(2) of a descriptor the plan owns onto 0, 1 or 2.
+                if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
+                    return Err(self.fail(Step::Stdio));
+                }
+            }
         }
         // no core dumps: 1 byte, the one limit a piped core_pattern
         //     heeds (raising the hard limit needs CAP_SYS_RESOURCE)

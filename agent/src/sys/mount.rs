@@ -208,10 +208,10 @@ impl OwnMount {
 /// `struct mount_attr` (Linux 5.12).
 #[repr(C)]
 pub(super) struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+    pub(super) attr_set: u64,
+    pub(super) attr_clr: u64,
+    pub(super) propagation: u64,
+    pub(super) userns_fd: u64,
 }
 
 /// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {set, clear})` (Linux
