@@ -3,6 +3,8 @@
 //!
 //! - `filesystem`: filesystem refusals.
 //! - `scope`: reaches outside the run (signals, abstract sockets, `/proc`).
+//! - `read_only`: calls a read-only mount refuses (`EROFS`), which neither
+//!   Landlock nor kernel audit's rules see.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
 mod support;
@@ -11,5 +13,6 @@ mod support;
 // root's own `mod` lines are files beside it, as `support` is).
 mod refusals_seen {
     mod filesystem;
+    mod read_only;
     mod scope;
 }

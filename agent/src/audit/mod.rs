@@ -391,6 +391,32 @@ pub struct FsEvent {
     /// lockrun's guard of those ([`crate::fs::links`]), not by Landlock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_name_of: Option<String>,
+    /// The error the call got, where it was neither Landlock's nor the
+    /// supervisor's: `EROFS`, a read-only mount
+    /// ([`syscalls::records::read_only`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<FsErrno>,
+}
+
+/// An error a filesystem refusal came with that is not Landlock's (nor the
+/// supervisor's), as the log names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum FsErrno {
+    /// `EROFS`: the file is on a read-only mount, which the kernel checks
+    /// before it asks Landlock.
+    #[serde(rename = "EROFS")]
+    ReadOnly,
+}
+
+impl fmt::Display for FsErrno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ReadOnly => f.write_str(
+                "EROFS: read-only (outside the writable roots, or a read-only mount of the \
+                 machine's)",
+            ),
+        }
+    }
 }
 
 /// A reach outside the run that Landlock refused (from the kernel audit

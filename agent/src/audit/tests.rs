@@ -113,6 +113,7 @@ fn fs(path: Option<&str>, access: &[&str], comm: &str) -> Event {
         access: access.iter().map(|&a| a.into()).collect(),
         raw: String::new(),
         other_name_of: None,
+        errno: None,
     })
 }
 

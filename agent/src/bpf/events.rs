@@ -1,5 +1,7 @@
 //! The run's refusals as the hooks record them: drained from its ring
-//! buffer and decoded into audit events.
+//! buffer and decoded into audit events. A record's size tells what it is:
+//! a [`Denial`], or a call a read-only mount refused
+//! ([`lockrun_common::ReadOnlyRefusal`]).
 
 use std::net::SocketAddr;
 use std::sync::PoisonError;
@@ -25,12 +27,17 @@ pub(super) fn drain(ring: &Ring, audit: Option<&AuditLog>, cgroup_id: u64) {
     }
 }
 
-/// A ring-buffer record → its run's cgroup id and the audit event: an
-/// abstract unix name a task of the run named itself, refused where the
-/// supervisor judges them (no Landlock scoping), is a scope refusal, as
-/// Landlock's would be; any other a [`KernelNetEvent`].
+/// A ring-buffer record → its run's cgroup id and the audit event: a call
+/// a read-only mount refused is a filesystem refusal
+/// ([`super::read_only::decode`]); an abstract unix name a task of the run
+/// named itself, refused where the supervisor judges them (no Landlock
+/// scoping), is a scope refusal, as Landlock's would be; any other a
+/// [`KernelNetEvent`].
 #[must_use]
 pub fn decode_event(bytes: &[u8]) -> Option<(u64, Event)> {
+    if bytes.len() != std::mem::size_of::<Denial>() {
+        return super::read_only::decode(bytes);
+    }
     let d = bytemuck_read(bytes)?;
     if d.family == AF_UNIX && d.path[0] == 0 && d.path.iter().any(|b| *b != 0) {
         let end = d.path.iter().rposition(|b| *b != 0).map_or(1, |i| i + 1);
@@ -57,7 +64,7 @@ pub fn decode_event(bytes: &[u8]) -> Option<(u64, Event)> {
 /// A ring-buffer record → the audit event.
 #[must_use]
 pub fn decode(bytes: &[u8]) -> Option<KernelNetEvent> {
-    if bytes.len() < std::mem::size_of::<Denial>() {
+    if bytes.len() != std::mem::size_of::<Denial>() {
         return None;
     }
     // SAFETY-free copy: Denial is Pod; read it unaligned from the byte slice.

@@ -217,6 +217,12 @@ impl NetworkHooks {
         if super::load::unix_guard() {
             shared.ensure_guard()?;
         }
+        // Where this process found the recorder attached, a run may count
+        // on it: kept so (a pin removed since is attached again), or the
+        // run is refused.
+        if super::read_only::recorder().is_ok() {
+            super::read_only::ensure(&shared.dir).map_err(BpfError::ReadOnlyRecorder)?;
+        }
         let (slot, ring_fd, slot_lock) = shared.claim_slot(cgroup.id(), &parent)?;
         let map_err = |map, call| move |source| BpfError::Map { map, call, source };
         let ring = match MapData::from_fd(ring_fd)

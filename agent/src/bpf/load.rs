@@ -1,6 +1,7 @@
 //! Loading the programs: the object's hooks, the hand-assembled unix hooks
-//! ([`super::unix`]) and the unix guard ([`super::guard`]), verified once and
-//! pinned in the build's directory.
+//! ([`super::unix`]), the unix guard ([`super::guard`]) and the `sys_exit`
+//! recorder ([`super::read_only`]), verified once and pinned in the
+//! build's directory.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -268,6 +269,8 @@ pub(super) fn load_object(object: &[u8], dir: &Path) -> Result<(), BpfError> {
             pin(fd.as_fd(), name)?;
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    super::read_only::load(&obj, dir)?;
     Ok(())
 }
 

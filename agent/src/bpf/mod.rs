@@ -15,6 +15,7 @@
 //! | `cgroup_skb/ingress`, over loopback | 5.8 (`bpf_sk_lookup_tcp`/`_udp` and `bpf_sk_cgroup_id` in `cgroup_skb`) | from a process outside the run, only what the run asked for: a connection to a port the policy exposes (`EXPOSED_PORTS`), a datagram from an endpoint it may reach (its replies); a connection or datagram of the run's own passes (the sending socket, looked up, is in the run's cgroup) |
 //! | `cgroup/connect_unix`, `cgroup/sendmsg_unix` | 6.7 | a run (supervised mode): no pathname the command names itself — lockrun's seccomp supervisor connects for it after resolving the path ([`crate::supervise`]); without Landlock's scoping, no abstract name either ([`crate::supervise::abstract_unix`]); library callers (prefix mode): pathnames under the worktree and the run's temp dir, by text ([`lockrun_unix`]) |
 //! | `fmod_ret` on `security_unix_stream_connect`, `security_unix_may_send` (the unix guard, where the two above are missing) | 5.7, with BTF | a run (supervised mode): no unix stream connect, datagram connect or send to a socket other than the connected peer that the command makes itself ([`lockrun_unix::guard`]) |
+//! | `raw_tp/sys_exit` (the recorder, [`read_only`]; `x86_64`) | 5.8 | nothing refused: a call of a run's task that a read-only mount refused (`EROFS`) recorded, as the filesystem refusal Landlock would have logged |
 //!
 //! Where the kernel lacks one of the last three ([`crate::kernel::redirect`]),
 //! they are neither loaded nor attached, and a run goes without
@@ -96,6 +97,7 @@ pub mod btf;
 pub mod events;
 pub mod hooks;
 pub mod load;
+pub mod read_only;
 pub mod reap;
 pub mod redirect;
 pub mod registry;
@@ -237,6 +239,11 @@ pub enum BpfError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "lockrun's sys_exit recorder, attached when this lockrun began, could not be kept \
+         attached: {0}"
+    )]
+    ReadOnlyRecorder(crate::kernel::ReadOnlyUnseen),
     #[error("the {program} hook is not attached to {parent} and could not be attached")]
     NotAttached {
         program: &'static str,

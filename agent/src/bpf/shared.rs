@@ -50,15 +50,15 @@ pub(super) const GUARD_PROGRAMS_HASH: &str = env!("LOCKRUN_GUARD_PROGRAMS_HASH")
 
 /// Bumped whenever the maps the loader makes, or what it pins, change
 /// without the object or the unix programs changing.
-pub(super) const LAYOUT_VERSION: u32 = 3;
+pub(super) const LAYOUT_VERSION: u32 = 4;
 
 /// This build's name: its programs' pin directory under [`SHARED_ROOT`] and
 /// (with a `build-` prefix) its parent cgroup under `<cgroup2>/lockrun/`.
 /// Everything a run would reuse from an earlier run of the same build goes
 /// into it: the object, the hand-assembled unix programs (with stand-in map
-/// fds), the programs the loader attaches and how ([`PROGRAMS`]), and
-/// `LAYOUT_VERSION`, so a lockrun that changed any of them never attaches
-/// another build's programs.
+/// fds), the programs the loader attaches and how ([`PROGRAMS`]), the
+/// `sys_exit` recorder, and `LAYOUT_VERSION`, so a lockrun that changed
+/// any of them never attaches another build's programs.
 #[must_use]
 pub fn build_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -102,6 +102,12 @@ pub(super) fn hash_build(programs: &[(&str, u32, u32)]) -> String {
     if super::load::unix_guard() {
         eat(b"guard");
         eat(GUARD_PROGRAMS_HASH.as_bytes());
+    }
+    // The sys_exit recorder (its code is the object's), where this build
+    // loads it.
+    if cfg!(target_arch = "x86_64") {
+        eat(super::read_only::PROGRAM.as_bytes());
+        eat(&bpf::PROG_TYPE_RAW_TRACEPOINT.to_le_bytes());
     }
     format!("{h:016x}")
 }

@@ -174,3 +174,116 @@ fn an_original_endpoint_is_the_socket_address_it_was() {
         "198.18.0.7:443".parse().unwrap()
     );
 }
+
+/// A record of the `sys_exit` recorder, as the program lays it out
+/// (`lockrun_common::read_only_offset`): written field by field here, so a
+/// layout that moved on either side fails.
+fn read_only_record(cgroup: u64, tid: u32, nr: i64, args: [u64; 4], path: &[u8]) -> Vec<u8> {
+    use lockrun_common::read_only_offset as at;
+    let mut b = vec![0u8; at::SIZE];
+    b[at::CGROUP_ID..at::CGROUP_ID + 8].copy_from_slice(&cgroup.to_ne_bytes());
+    b[at::PID..at::PID + 4].copy_from_slice(&tid.to_ne_bytes());
+    b[at::TGID..at::TGID + 4].copy_from_slice(&4242u32.to_ne_bytes());
+    b[at::HOOK..at::HOOK + 4].copy_from_slice(&(Hook::ReadOnly as u32).to_ne_bytes());
+    b[at::NR..at::NR + 8].copy_from_slice(&nr.to_ne_bytes());
+    for (i, a) in args.iter().enumerate() {
+        b[at::ARGS + 8 * i..at::ARGS + 8 * i + 8].copy_from_slice(&a.to_ne_bytes());
+    }
+    b[at::RET..at::RET + 8].copy_from_slice(&(-30i64).to_ne_bytes());
+    b[at::COMM..at::COMM + 5].copy_from_slice(b"mkdir");
+    if !path.is_empty() {
+        let len = i32::try_from(path.len() + 1).unwrap();
+        b[at::PATH_LEN..at::PATH_LEN + 4].copy_from_slice(&len.to_ne_bytes());
+        b[at::PATHS..at::PATHS + path.len()].copy_from_slice(path);
+    }
+    // What a previous record left past the NUL is not read.
+    b[at::PATHS + path.len() + 1..at::PATHS + path.len() + 4].copy_from_slice(b"old");
+    b
+}
+
+/// A process gone, or one with a descriptor 3 on `/w/wt/ro/f`.
+struct Look(Option<&'static str>);
+
+impl crate::audit::syscalls::records::Look for Look {
+    fn fd_path(&self, pid: u32, fd: i32) -> Option<String> {
+        (pid == 4243 && fd == 3).then(|| self.0.map(str::to_owned))?
+    }
+
+    fn dev_ino(
+        &self,
+        _: u32,
+        _: &crate::audit::syscalls::records::At<'_>,
+    ) -> Option<crate::audit::syscalls::records::DevIno> {
+        None
+    }
+
+    fn cwd(&self, pid: u32) -> Option<String> {
+        (pid == 4243 && self.0.is_some()).then(|| "/w/wt".to_owned())
+    }
+}
+
+#[test]
+fn a_call_a_read_only_mount_refused_is_a_filesystem_refusal() {
+    use super::read_only::decode_with;
+    use crate::audit::FsErrno;
+    // mkdirat(AT_FDCWD, "ro/new", 0777), AT_FDCWD sign-extended as the
+    // register holds it.
+    let at_fdcwd = i64::from(libc::AT_FDCWD).cast_unsigned();
+    let b = read_only_record(
+        77,
+        4243,
+        libc::SYS_mkdirat,
+        [at_fdcwd, 0x7ffd_1000, 0o777, 0],
+        b"ro/new",
+    );
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f"))) else {
+        panic!("{:?}", decode_with(&b, &Look(None)));
+    };
+    assert_eq!((f.pid, f.comm.as_str()), (4242, "mkdir"));
+    assert_eq!(f.path.as_deref(), Some("/w/wt/ro"));
+    assert_eq!(f.access, ["fs.make_dir"]);
+    assert_eq!(f.errno, Some(FsErrno::ReadOnly));
+    assert!(f.raw.contains("\"ro/new\""), "{}", f.raw);
+    assert!(!f.raw.contains("old"), "{}", f.raw);
+    // Its process gone: the relative name is said, not made absolute.
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(None)) else {
+        panic!();
+    };
+    assert_eq!(f.path, None);
+    assert!(f.raw.contains("the name is relative"), "{}", f.raw);
+
+    // fchmod(3, 0600): the descriptor and what it is.
+    let b = read_only_record(77, 4243, libc::SYS_fchmod, [3, 0o600, 0, 0], b"");
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f"))) else {
+        panic!();
+    };
+    assert_eq!(f.path.as_deref(), Some("fd 3 (/w/wt/ro/f)"));
+    assert_eq!(f.access, ["metadata.chmod"]);
+}
+
+#[test]
+fn a_record_is_told_by_its_size_and_hook() {
+    use lockrun_common::read_only_offset as at;
+    let b = read_only_record(
+        77,
+        4243,
+        libc::SYS_chmod,
+        [0x7ffd_1000, 0o600, 0, 0],
+        b"/w/wt/ro/f",
+    );
+    assert!(matches!(
+        decode_event(&b),
+        Some((77, Event::Filesystem(f))) if f.access == ["metadata.chmod"]
+    ));
+    // Not a network refusal, however long; nor another hook's record of
+    // its size, nor one cut short.
+    assert!(decode(&b).is_none());
+    let mut other = b.clone();
+    other[at::HOOK] = Hook::Connect4 as u8;
+    assert!(decode_event(&other).is_none());
+    assert!(decode_event(&b[..at::SIZE - 8]).is_none());
+    // A Denial is never taken for one.
+    let mut d = vec![0u8; 176];
+    d[16] = Hook::ReadOnly as u8;
+    assert!(super::read_only::decode(&d).is_none());
+}

@@ -104,6 +104,7 @@ pub fn host_checks() -> Vec<Check> {
         },
         attach_probe(),
     ));
+    checks.push(read_only_refusals(&kernel));
     checks.push(Check {
         what: "transparent redirection",
         // Not a promise: without it a run is judged as before (fail
@@ -154,6 +155,26 @@ pub fn host_checks() -> Vec<Check> {
             .map_err(|e| e.to_string()),
     ));
     checks
+}
+
+/// Whether the run's calls that a read-only mount refuses are recorded here.
+fn read_only_refusals(kernel: &Kernel) -> Check {
+    Check {
+        what: "read-only refusals",
+        // Not a promise yet: no run leaves a refusal to a read-only mount
+        // without it (the seccomp supervisor judges metadata changes).
+        ok: true,
+        detail: match kernel.read_only_refusals_seen() {
+            Ok(()) => "lockrun's sys_exit recorder (a raw tracepoint, pinned): a call of a run \
+                       that a read-only mount refuses (EROFS) is recorded"
+                .to_owned(),
+            Err(why) => format!(
+                "not recorded here ({why}): runs keep the seccomp supervisor for metadata \
+                 changes outside the writable roots"
+            ),
+        },
+        needed_for: "audit: a refusal by a read-only mount (EROFS) in the log",
+    }
 }
 
 /// Load and attach every hook to a throwaway cgroup of the doctor's own, then

@@ -444,6 +444,7 @@ fn refusal(tid: i32, mask: MaskFlags, name: Option<&Path>, denied: Option<&Linke
             || "(a denied file)".to_owned(),
             |d| d.name.to_string_lossy().into_owned(),
         )),
+        errno: None,
     }
 }
 

@@ -14,6 +14,7 @@
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid: its filesystem refusals, and at ABI 6 its signals and abstract unix connects refused outside it ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`]. The processes Landlock hides from the run's `/proc` are recorded by nothing ([`crate::audit::syscalls::reach`]) |
 //! | cgroup `connect_unix`/`sendmsg_unix` hooks | 6.7 | lockrun's unix guard ([`lockrun_unix::guard`]: `fmod_ret` programs on the kernel's `security_unix_stream_connect` and `security_unix_may_send`, BTF and BPF trampolines, 5.7) refuses every unix connect and send to a named socket a task of the run makes itself, and the supervisor makes the legitimate ones; where neither, [`Gap::UnixAddresses`] |
 //! | cgroup `recvmsg4`/`6` (5.2), `getpeername4`/`6` hooks, `sock_ops` | 5.8 | runs go without transparent redirection ([`redirect`]): their connects are judged as before, a client that ignores the proxy variables is refused, not let through; `doctor` says so |
+//! | a raw tracepoint program on `sys_exit` with `bpf_probe_read_kernel` and a ring buffer (lockrun's recorder of calls a read-only mount refused, `crate::bpf::read_only`; `x86_64`) | 5.8 | no refusal by a read-only mount is seen ([`Kernel::read_only_refusals_seen`] says why): a run must not depend on read-only mounts for what it refuses, and keeps the seccomp supervisor for metadata changes outside the writable roots |
 //!
 //! A [`Gap`] is a promise this kernel cannot hold with what lockrun has for
 //! it: a run with one is refused (exit 125, naming the promise and the
@@ -76,6 +77,44 @@ pub struct Kernel {
     /// Without those: lockrun's unix guard loads ([`lockrun_unix::guard`]).
     /// Not asked (false) where the hooks are.
     pub unix_guard: bool,
+    /// Whether lockrun's `sys_exit` recorder is attached, which records
+    /// the run's calls that a read-only mount refuses (`EROFS`), or why not
+    /// ([`Self::read_only_refusals_seen`]).
+    pub read_only_refusals: Result<(), ReadOnlyUnseen>,
+}
+
+/// Why the calls of a run that a read-only mount refuses (`EROFS`) are not
+/// recorded here: lockrun's `sys_exit` recorder (`crate::bpf::read_only`)
+/// is not attached. The kernel refuses those calls before Landlock or
+/// kernel audit's rules see them, so without it none would be seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReadOnlyUnseen {
+    #[error("lockrun's sys_exit recorder reads x86_64's syscall registers, and this is {0}")]
+    Architecture(&'static str),
+    #[error(
+        "this build's eBPF programs could not be loaded (the BPF cgroup hooks' line of `lockrun \
+         doctor` says why)"
+    )]
+    NoPrograms,
+    #[error(
+        "the kernel refused to load lockrun's sys_exit recorder (BPF_PROG_LOAD of a raw \
+         tracepoint program: {}; a kernel locked down for confidentiality refuses its \
+         bpf_probe_read_kernel)",
+        nix::Error::from_raw(*errno)
+    )]
+    Load { errno: i32 },
+    #[error(
+        "the kernel refused to attach lockrun's sys_exit recorder to the sys_exit tracepoint \
+         (BPF_RAW_TRACEPOINT_OPEN: {})",
+        nix::Error::from_raw(*errno)
+    )]
+    Attach { errno: i32 },
+    #[error(
+        "pinning the link of lockrun's sys_exit recorder in bpffs failed ({}), so it would not \
+         outlive lockrun",
+        nix::Error::from_raw(*errno)
+    )]
+    Pin { errno: i32 },
 }
 
 /// A promise, and what holds it on this kernel.
@@ -256,20 +295,31 @@ impl Features {
 impl Kernel {
     /// `features`, with what the owners of the stand-ins found: whether
     /// kernel audit's syscall records can be used (`None` where not asked:
-    /// [`Features::wants_syscall_audit`]), and whether lockrun's unix guard
-    /// is used (false where the unix hooks are).
+    /// [`Features::wants_syscall_audit`]), whether lockrun's unix guard
+    /// is used (false where the unix hooks are), and whether its `sys_exit`
+    /// recorder of refusals by read-only mounts is attached.
     #[must_use]
     pub fn with_stand_ins(
         features: Features,
         syscall_audit: Option<Result<SyscallAudit, Unusable>>,
         unix_guard: bool,
+        read_only_refusals: Result<(), ReadOnlyUnseen>,
     ) -> Self {
         Self {
             landlock: features.landlock,
             unix_hooks: features.unix_hooks,
             syscall_audit,
             unix_guard,
+            read_only_refusals,
         }
+    }
+
+    /// Whether a run's calls that a read-only mount refuses (`EROFS`) are
+    /// recorded here, by lockrun's `sys_exit` recorder; if not, why. A run
+    /// may leave a refusal to a read-only mount only where they are: every
+    /// refusal is seen.
+    pub fn read_only_refusals_seen(&self) -> Result<(), ReadOnlyUnseen> {
+        self.read_only_refusals
     }
 
     /// The kernel's own features.

@@ -7,6 +7,7 @@ fn each_landlock_abi_leaves_the_gaps_of_the_rights_it_lacks() {
             landlock: Ok(abi),
             unix_hooks,
             unix_guard,
+            read_only_refusals: Ok(()),
             syscall_audit: (abi < 7).then_some(Err(Unusable::NoAudit)),
         }
         .gaps()
@@ -38,6 +39,7 @@ fn the_supervisor_holds_the_scoping_where_landlock_does_not() {
         landlock: Ok(abi),
         unix_hooks,
         unix_guard,
+        read_only_refusals: Ok(()),
         syscall_audit: None,
     };
     let by = |k: Kernel, promise: &str| {
@@ -101,6 +103,7 @@ fn an_older_abi_names_what_stands_in_for_a_missing_right() {
             landlock: Ok(abi),
             unix_hooks: true,
             unix_guard: false,
+            read_only_refusals: Ok(()),
             syscall_audit: None,
         }
         .promises()
@@ -139,6 +142,7 @@ fn an_older_abi_names_what_stands_in_for_a_missing_right() {
         landlock: Ok(abi),
         unix_hooks: true,
         unix_guard: false,
+        read_only_refusals: Ok(()),
         syscall_audit: None,
     };
     assert!(k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
@@ -151,6 +155,7 @@ fn below_abi_7_kernel_audits_syscall_records_hold_the_refusals_where_they_can() 
         landlock: Ok(abi),
         unix_hooks: true,
         unix_guard: false,
+        read_only_refusals: Ok(()),
         syscall_audit,
     };
     let on = Some(Ok(SyscallAudit { audit_on: true }));
@@ -204,6 +209,7 @@ fn below_abi_7_what_records_the_refused_reaches_says_what_it_leaves_out() {
             landlock: Ok(abi),
             unix_hooks: true,
             unix_guard: false,
+            read_only_refusals: Ok(()),
             syscall_audit,
         }
         .promises()

@@ -168,14 +168,18 @@ fn refusals_unseen(why: &str) -> String {
 
 /// This kernel, with the stand-ins for what it lacks, each asked once by
 /// the module that owns it: kernel audit's syscall records
-/// ([`audit::syscalls::stand_in`]) and lockrun's unix guard
-/// ([`bpf::load::unix_guard`]). What a run and `doctor` judge the promises by.
+/// ([`audit::syscalls::stand_in`]), lockrun's unix guard
+/// ([`bpf::load::unix_guard`]) and its recorder of refusals by read-only
+/// mounts ([`bpf::read_only::recorder`], which loads and attaches this
+/// build's programs where no run has yet). What a run and `doctor` judge
+/// the promises by.
 #[must_use]
 pub fn kernel() -> Kernel {
     Kernel::with_stand_ins(
         Features::get(),
         audit::syscalls::stand_in(),
         bpf::load::unix_guard(),
+        bpf::read_only::recorder(),
     )
 }
 

@@ -493,6 +493,7 @@ pub fn handle(task: &Task<'_>, roots: &Roots) -> Reply {
                     task.nr()
                 ),
                 other_name_of: None,
+                errno: None,
             }));
             Reply::Errno(libc::EPERM)
         }

@@ -271,6 +271,7 @@ fn refuse(task: &Task<'_>, call: Call, what: String) -> Reply {
             "seccomp supervisor (no Landlock truncate right): {how} of a file outside the writable roots: refused (EACCES)"
         ),
         other_name_of: None,
+        errno: None,
     }));
     Reply::Errno(libc::EACCES)
 }

@@ -49,6 +49,7 @@ pub fn handle(task: &Task<'_>, s: &Shared) -> Reply {
                      path or not placeable: refused (EACCES)"
                 ),
                 other_name_of: None,
+                errno: None,
             }));
             Reply::Errno(libc::EACCES)
         }

@@ -53,6 +53,8 @@ pub const ATTACH_INET4_GETPEERNAME: u32 = 29;
 pub const ATTACH_INET6_GETPEERNAME: u32 = 30;
 /// `BPF_PROG_TYPE_TRACING` (5.5).
 pub const PROG_TYPE_TRACING: u32 = 26;
+/// `BPF_PROG_TYPE_RAW_TRACEPOINT` (4.17).
+pub const PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 /// `BPF_MODIFY_RETURN` (5.7): `fmod_ret`, on an error-injectable or
 /// `security_` function.
 pub const ATTACH_MODIFY_RETURN: u32 = 26;
@@ -498,6 +500,21 @@ pub fn attach_tracing(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     };
     // SAFETY: attr is a zero-tailed bpf_attr for RAW_TRACEPOINT_OPEN (a
     // NULL name); the program fd is borrowed for the call.
+    unsafe { sys_bpf_fd(BPF_RAW_TRACEPOINT_OPEN, &mut attr) }
+}
+
+/// Attach a raw tracepoint program to the tracepoint `name`
+/// (`BPF_RAW_TRACEPOINT_OPEN`, 4.17); the link (a bpf link since 5.7,
+/// which can be pinned).
+pub fn attach_raw_tracepoint(prog: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    let mut attr = RawTracepointAttr {
+        name: name.as_ptr() as u64,
+        prog_fd: prog.as_raw_fd() as u32,
+        ..RawTracepointAttr::default()
+    };
+    // SAFETY: attr is a zero-tailed bpf_attr for RAW_TRACEPOINT_OPEN whose
+    // name points at a NUL-terminated string that outlives the call; the
+    // program fd is borrowed for the call.
     unsafe { sys_bpf_fd(BPF_RAW_TRACEPOINT_OPEN, &mut attr) }
 }
 

@@ -11,7 +11,10 @@
 //! verified **once** per lockrun build, pinned under
 //! `/sys/fs/bpf/lockrun-programs/<object-hash>/` with the shared maps, and
 //! attached once to the build's parent cgroup `<cgroup2>/lockrun/build-<object-hash>/`,
-//! under which every run's cgroup is created. They find the run's state by
+//! under which every run's cgroup is created. Beside them, the `sys_exit`
+//! recorder of calls refused by a read-only mount ([`ReadOnlyRefusal`];
+//! x86_64) is attached to that tracepoint, machine-wide, and judges only
+//! tasks of the build's runs, by `RUNS`. They find the run's state by
 //! the cgroup id of the task (`bpf_get_current_cgroup_id`); the packet
 //! programs `ingress` and `egress` by the cgroup id of the packet's socket
 //! (`bpf_skb_cgroup_id`), which may be judged in no task's context.
@@ -23,7 +26,7 @@
 //! | [`MAP_RUNS`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_RUNS`] entries | `u64` cgroup id | [`RunConfig`]: the run's slot in [`MAP_RINGS`] and how its unix hooks judge | loader; present exactly while the run may have tasks |
 //! | [`MAP_RINGS`] (object, shared) | `BPF_MAP_TYPE_ARRAY_OF_MAPS`, [`MAX_RING_SLOTS`] | `u32` slot | a ring buffer, kept from run to run | loader, the first time a slot is used |
 //! | `SLOT_OWNERS` (shared, loader only) | `BPF_MAP_TYPE_HASH` | `u32` slot | `u64` cgroup id of the run holding it | loader: claimed with `BPF_NOEXIST`, released at teardown |
-//! | `ring-<slot>` (pinned with the programs) | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records | kernel, one per refusal |
+//! | `ring-<slot>` (pinned with the programs) | `BPF_MAP_TYPE_RINGBUF`, [`DENIALS_RING_BYTES`] bytes | — | [`Denial`] records, and [`ReadOnlyRefusal`]s (told apart by their `hook` and size) | kernel, one per refusal |
 //! | [`MAP_EXPOSED_PORTS`] (object, shared) | `BPF_MAP_TYPE_HASH`, [`MAX_EXPOSED_PORTS_ALL_RUNS`] entries, `BPF_F_NO_PREALLOC` | [`RunPort`] | `u8` (1 = exposed) | loader, before the command starts (`network.expose`); removed at teardown |
 //! | [`MAP_ORIGINALS`] (object, shared) | `BPF_MAP_TYPE_LRU_HASH`, [`MAX_ORIGINALS`] entries | `u64` socket cookie | [`Original`] | kernel: a run's connect or datagram redirected (its RunConfig carries redirect ports) |
 //! | [`MAP_TRANSPARENT`] (object, shared) | `BPF_MAP_TYPE_LRU_HASH`, [`MAX_TRANSPARENT`] entries | [`TransparentKey`] | [`Transparent`] | kernel (`sock_ops`, a redirected TCP connect's SYN); read and deleted by the proxy on accept |
@@ -38,6 +41,11 @@
 //! An IPv4-mapped IPv6 destination (`::ffff:a.b.c.d`) is always keyed as the
 //! IPv4 address it carries, on both sides.
 #![no_std]
+
+mod read_only;
+pub use read_only::{
+    is_query, path_args, read_only_offset, ReadOnlyRefusal, EROFS, NO_PATH, READ_ONLY_PATH_MAX,
+};
 
 /// `AF_UNIX`.
 pub const AF_UNIX: u16 = 1;
@@ -334,11 +342,15 @@ pub enum Hook {
     /// the connected peer, that a task of the run made itself
     /// (`security_unix_may_send`).
     GuardSendUnix = 12,
+    /// lockrun's `sys_exit` recorder (a raw tracepoint, not a cgroup hook):
+    /// a call of a task of the run that a read-only mount refused
+    /// (`EROFS`), written as a [`ReadOnlyRefusal`], not a [`Denial`].
+    ReadOnly = 13,
 }
 
 impl Hook {
     /// Every hook, in slot order.
-    pub const ALL: [Hook; 11] = [
+    pub const ALL: [Hook; 12] = [
         Hook::Connect4,
         Hook::Connect6,
         Hook::Sendmsg4,
@@ -350,6 +362,7 @@ impl Hook {
         Hook::Egress,
         Hook::GuardConnectUnix,
         Hook::GuardSendUnix,
+        Hook::ReadOnly,
     ];
 
     /// The hook's name as the audit log prints it.
@@ -367,6 +380,7 @@ impl Hook {
             Hook::Egress => "egress",
             Hook::GuardConnectUnix => "unix_guard_connect",
             Hook::GuardSendUnix => "unix_guard_send",
+            Hook::ReadOnly => "read_only",
         }
     }
 
@@ -384,6 +398,7 @@ impl Hook {
             9 => Some(Hook::Egress),
             11 => Some(Hook::GuardConnectUnix),
             12 => Some(Hook::GuardSendUnix),
+            13 => Some(Hook::ReadOnly),
             _ => None,
         }
     }
@@ -495,6 +510,10 @@ mod user {
     // SAFETY: as above; the tail padding is an explicit field (size checked at compile time).
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::Denial {}
+    // SAFETY: integers and byte arrays, explicit padding, every offset
+    // checked at compile time: no hidden bytes, every bit pattern valid.
+    #[allow(unsafe_code)]
+    unsafe impl aya::Pod for super::ReadOnlyRefusal {}
     // SAFETY: packed integers and bytes, every bit pattern valid.
     #[allow(unsafe_code)]
     unsafe impl aya::Pod for super::UnixPrefixKey {}

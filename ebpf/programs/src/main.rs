@@ -12,6 +12,7 @@
 //! | `cgroup/recvmsg4`, `cgroup/recvmsg6` | 5.2 | `recvfrom`/`recvmsg` on a UDP socket: the source address the caller is shown |
 //! | `cgroup/getpeername4`, `cgroup/getpeername6` | 5.8 | `getpeername(2)`: the peer the caller is shown |
 //! | `sockops` (`BPF_SOCK_OPS_TCP_CONNECT_CB`) | 4.13 | a TCP socket about to send its SYN, its local port chosen |
+//! | `raw_tp/sys_exit` ([`read_only`], x86_64; not a cgroup hook: every task's) | 5.8 (ring buffer reserve) | a call of a run's task refused by a read-only mount (`EROFS`): recorded, never judged |
 //!
 //! # Redirection (a run whose `RunConfig` carries redirect ports)
 //! The connect hooks bring a TCP connect to the fake range `198.18.0.0/15`
@@ -119,6 +120,7 @@ use lockrun_common::{
     UNIX_PATH_MAX,
 };
 
+mod read_only;
 mod redirect;
 use redirect::redirect;
 

@@ -626,7 +626,14 @@ fn refusal<'e>(
         Event::Filesystem(f) => (
             Layer::Filesystem,
             f.path.clone().unwrap_or_else(|| "(path not named)".into()),
-            format!("{} ({})", refused_as(&f.access), f.access.join(", ")),
+            match f.errno {
+                Some(errno) => format!(
+                    "{} ({}; {errno})",
+                    refused_as(&f.access),
+                    f.access.join(", ")
+                ),
+                None => format!("{} ({})", refused_as(&f.access), f.access.join(", ")),
+            },
             named(&f.comm),
             suggest_fs(f, ctx, is_dir),
         ),

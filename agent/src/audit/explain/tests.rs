@@ -96,6 +96,7 @@ fn fs(path: Option<&str>, access: &[&str]) -> FsEvent {
         access: access.iter().map(|s| (*s).to_owned()).collect(),
         raw: "type=LANDLOCK_ACCESS".into(),
         other_name_of: None,
+        errno: None,
     }
 }
 
@@ -633,4 +634,37 @@ fn a_refused_request_suggests_a_rule_and_a_secret_elsewhere_never() {
     let s = suggest_proxy(&ev);
     assert!(matches!(s, Suggestion::Never { .. }), "{s:?}");
     assert!(reason(&s).contains("GITHUB_TOKEN"));
+}
+
+/// A refusal by a read-only mount says so beside the access, in the text
+/// `lockrun audit` prints.
+#[test]
+fn a_refusal_by_a_read_only_mount_says_erofs() {
+    let line = |e: Event| Record {
+        ts_ms: 0,
+        event: e,
+        run: None,
+        seq: None,
+    };
+    let mut made = fs(Some("/work/repo/ro"), &["fs.make_dir"]);
+    made.errno = Some(crate::audit::FsErrno::ReadOnly);
+    let records = vec![
+        line(Event::RunStart {
+            run_id: "r1".into(),
+            command: vec![],
+            policy: vec![],
+            worktree: "/work/repo".into(),
+            seal_key: None,
+        }),
+        line(Event::Filesystem(made)),
+        line(Event::Filesystem(fs(Some("/etc"), &["fs.make_dir"]))),
+    ];
+    let runs = summarize(&records, |_, _| ctx(), &dirs);
+    let text = render_text(&runs);
+    assert!(
+        text.contains("make a dir in (fs.make_dir; EROFS: read-only (outside the writable roots"),
+        "{text}"
+    );
+    // Landlock's own says nothing of it.
+    assert_eq!(text.matches("EROFS").count(), 1, "{text}");
 }

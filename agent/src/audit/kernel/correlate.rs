@@ -198,6 +198,7 @@ impl Correlator {
                     .collect(),
                 raw,
                 other_name_of: None,
+                errno: None,
             }));
         }
     }

@@ -232,6 +232,7 @@ fn read_of(path: &str) -> FsEvent {
         access: vec!["fs.read_file".into()],
         raw: "audit(…): arch=c000003e syscall=257 success=no exit=-13".into(),
         other_name_of: None,
+        errno: None,
     }
 }
 

@@ -19,7 +19,17 @@
 //! | `execve`, `execveat` | the file | `fs.execute` |
 //! | `truncate`; `ftruncate` | the file; the descriptor's file | `fs.truncate` |
 //! | `ioctl` | the descriptor's file | `fs.ioctl_dev` |
+//! | `fchmod`, `fchown`, `fsetxattr`, `fremovexattr` | the descriptor's file | `metadata.chmod`, `metadata.chown`, `metadata.setxattr`, `metadata.removexattr` |
 //! | any other call that named a file | the file (or its directory) | `syscall.<number>` |
+//!
+//! The calls that change a file's metadata by its name (`chmod`,
+//! `fchmodat(2)`, `chown`, `lchown`, `fchownat`, `utime(s)`, `futimesat`,
+//! `utimensat`, `(l)setxattr`, `setxattrat`, `(l)removexattr`,
+//! `removexattrat`) are in the table as the supervisor names them
+//! (`metadata.chmod`, …) for a refusal by a read-only mount ([`read_only`]);
+//! Landlock has no right for them, so kernel audit's `EACCES` of one is a
+//! directory's on the way (its permission bits), and stays named by its
+//! number.
 //!
 //! `access` and `faccessat(2)` ask, and are not refusals; a call that named
 //! no file (no `PATH` item) is not a filesystem refusal. Both are left out.
@@ -83,6 +93,10 @@ pub trait Look {
     fn cgroups(&self, _pid: u32) -> Option<String> {
         None
     }
+    /// The working directory of process (or thread) `pid`, while it runs.
+    fn cwd(&self, _pid: u32) -> Option<String> {
+        None
+    }
     /// The file at `path` as lockrun finds it now, in its own mount
     /// namespace: its mount's device and its inode, its mount, its path
     /// with symlinks resolved (the last one only if `follow`).
@@ -133,6 +147,12 @@ impl Look for Proc {
 
     fn cgroups(&self, pid: u32) -> Option<String> {
         std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+    }
+
+    fn cwd(&self, pid: u32) -> Option<String> {
+        let p = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+        let p = p.to_string_lossy();
+        (p.starts_with('/') && !p.ends_with(" (deleted)")).then(|| p.into_owned())
     }
 
     fn found(&self, path: &str, follow: bool) -> Option<Found> {
@@ -257,9 +277,18 @@ pub(super) enum Call {
         dirfd: Option<usize>,
     },
     Truncate,
-    /// A call on a descriptor (argument 0): `ftruncate`, `ioctl`.
+    /// A call on a descriptor (argument 0): `ftruncate`, `ioctl`, and the
+    /// metadata changes `fchmod`, `fchown`, `fsetxattr`, `fremovexattr`.
     OnFd {
         access: &'static str,
+    },
+    /// A change of the metadata of the file a call names (`chmod`, …, see
+    /// the module's docs), relative to the descriptor in argument `dirfd`;
+    /// a call that names no path there (`utimensat(fd, NULL, …)`) is on
+    /// that descriptor.
+    Meta {
+        access: &'static str,
+        dirfd: Option<usize>,
     },
     /// `access`, `faccessat`, `faccessat2`: a question, not a refusal.
     Query,
@@ -275,7 +304,15 @@ pub(super) enum Flags {
 impl Call {
     #[allow(clippy::too_many_lines)] // one arm per call, in one table
     fn of(nr: i64) -> Self {
-        use Call::{Exec, Link, Make, Mknod, OnFd, Open, Other, Query, Remove, Rename, Truncate};
+        use lockrun_seccomp::{SYS_FCHMODAT2, SYS_REMOVEXATTRAT, SYS_SETXATTRAT};
+        use Call::{
+            Exec, Link, Make, Meta, Mknod, OnFd, Open, Other, Query, Remove, Rename, Truncate,
+        };
+        const CHMOD: &str = "metadata.chmod";
+        const CHOWN: &str = "metadata.chown";
+        const UTIMES: &str = "metadata.utimes";
+        const SETXATTR: &str = "metadata.setxattr";
+        const REMOVEXATTR: &str = "metadata.removexattr";
         match nr {
             #[cfg(target_arch = "x86_64")]
             libc::SYS_open => Open {
@@ -375,7 +412,71 @@ impl Call {
             #[cfg(target_arch = "x86_64")]
             libc::SYS_access => Query,
             libc::SYS_faccessat | libc::SYS_faccessat2 => Query,
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_chmod => Meta {
+                access: CHMOD,
+                dirfd: None,
+            },
+            libc::SYS_fchmodat | SYS_FCHMODAT2 => Meta {
+                access: CHMOD,
+                dirfd: Some(0),
+            },
+            libc::SYS_fchmod => OnFd { access: CHMOD },
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_chown | libc::SYS_lchown => Meta {
+                access: CHOWN,
+                dirfd: None,
+            },
+            libc::SYS_fchownat => Meta {
+                access: CHOWN,
+                dirfd: Some(0),
+            },
+            libc::SYS_fchown => OnFd { access: CHOWN },
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_utime | libc::SYS_utimes => Meta {
+                access: UTIMES,
+                dirfd: None,
+            },
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_futimesat => Meta {
+                access: UTIMES,
+                dirfd: Some(0),
+            },
+            libc::SYS_utimensat => Meta {
+                access: UTIMES,
+                dirfd: Some(0),
+            },
+            libc::SYS_setxattr | libc::SYS_lsetxattr => Meta {
+                access: SETXATTR,
+                dirfd: None,
+            },
+            SYS_SETXATTRAT => Meta {
+                access: SETXATTR,
+                dirfd: Some(0),
+            },
+            libc::SYS_fsetxattr => OnFd { access: SETXATTR },
+            libc::SYS_removexattr | libc::SYS_lremovexattr => Meta {
+                access: REMOVEXATTR,
+                dirfd: None,
+            },
+            SYS_REMOVEXATTRAT => Meta {
+                access: REMOVEXATTR,
+                dirfd: Some(0),
+            },
+            libc::SYS_fremovexattr => OnFd {
+                access: REMOVEXATTR,
+            },
             _ => Other,
+        }
+    }
+
+    /// The call as kernel audit's `EACCES` of it is named: a metadata
+    /// change by name as any other call (Landlock has no right for it; a
+    /// directory's permission bits on the way refused it).
+    fn for_eacces(self) -> Self {
+        match self {
+            Call::Meta { .. } => Call::Other,
+            c => c,
         }
     }
 }
@@ -429,7 +530,7 @@ fn refusals(group: &[AuditRecord], watch: &Watch, look: &dyn Look) -> Option<Vec
     let mut paths: Vec<&AuditRecord> = group.iter().filter(|r| r.ty == PATH).collect();
     paths.sort_by_key(|r| field(r, "item").and_then(|i| i.parse::<u32>().ok()));
     let items: Vec<Item<'_>> = paths.iter().map(|r| Item::of(r)).collect();
-    let call = Call::of(nr);
+    let call = Call::of(nr).for_eacces();
     if call == Call::Query || (items_named == 0 && !matches!(call, Call::OnFd { .. })) {
         return None;
     }
@@ -495,6 +596,7 @@ fn refusals(group: &[AuditRecord], watch: &Watch, look: &dyn Look) -> Option<Vec
                 access,
                 raw: raw.clone(),
                 other_name_of: None,
+                errno: None,
             })
             .collect(),
     )
@@ -544,6 +646,7 @@ fn judged(
         Call::Exec { dirfd } => (ctx.file(dirfd), vec!["fs.execute"]),
         Call::Truncate => (ctx.file(None), vec!["fs.truncate"]),
         Call::OnFd { access } => (ctx.look.fd_path(ctx.pid, arg(0) as i32), vec![access]),
+        Call::Meta { access, dirfd } => (ctx.file(dirfd), vec![access]),
         Call::Query | Call::Other => (ctx.any(), Vec::new()),
     }
 }
@@ -739,5 +842,6 @@ fn clean(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
+pub mod read_only;
 #[cfg(test)]
 mod tests;
