@@ -25,7 +25,6 @@ use crate::exit;
 use crate::fs::{
     grant_rights, handled_rights, hidden_mounts, machine_secrets, masks, FsSandbox, Mask, OwnFs,
 };
-use crate::kernel::Features;
 use crate::seccomp::combined;
 use crate::shown::say;
 
@@ -71,7 +70,7 @@ fn steps(args: &KernelStepsArgs) -> anyhow::Result<String> {
             writeln!(out, "mask {kind} {}", path.display())?;
         }
     }
-    for i in combined(Features::get().fallbacks())? {
+    for i in combined(crate::run::kernel().fallbacks())? {
         writeln!(out, "bpf {} {} {} {}", i.code, i.jt, i.jf, i.k)?;
     }
     Ok(out)

@@ -250,7 +250,7 @@ impl<'a> View<'a> {
             deny_read,
             run_tmp: run_tmp.display().to_string(),
             landlock_abi: policy.run.landlock_abi,
-            seccomp: lockrun_seccomp::describe::describe(Features::get().fallbacks()),
+            seccomp: lockrun_seccomp::describe::describe(crate::run::kernel().fallbacks()),
             rules: None,
         }
     }

@@ -243,31 +243,17 @@ impl Features {
     }
 
     /// What the seccomp supervisor stands in for here, for want of the
-    /// kernel's own mechanism.
+    /// kernel's own mechanism: with the kernel's features alone, the
+    /// metadata calls too (whether the mounts can hold them is the
+    /// recorder's to say: [`Kernel::fallbacks`]).
     #[must_use]
     pub fn fallbacks(&self) -> Fallbacks {
         Fallbacks {
             truncate: self.landlock_abi() < 3,
             scoping: self.landlock.is_ok() && self.landlock_abi() < 6,
             unix_addresses: !self.unix_hooks,
-            metadata: !self.metadata_by_mounts(),
+            metadata: true,
         }
-    }
-
-    /// Whether the run's mounts are read-only outside its writable roots
-    /// ([`crate::sys::ReadOnlyOutside`]), so that the kernel itself refuses
-    /// metadata changes there (`EROFS`) and the supervisor performs none:
-    /// only where those refusals are seen, by the kernel's record of the
-    /// run's calls that fail with `EROFS` (`read_only_refusals_seen`).
-    #[must_use]
-    pub fn metadata_by_mounts(&self) -> bool {
-        self.read_only_refusals_seen()
-    }
-
-    /// STAND-IN until the EROFS recorder lands: whether the run's `EROFS`
-    /// refusals are recorded.
-    fn read_only_refusals_seen(&self) -> bool {
-        true
     }
 
     /// Whether the run opens device files only under `/dev`, for want of
@@ -529,17 +515,32 @@ impl Kernel {
     }
 
     /// What the seccomp supervisor stands in for here
-    /// ([`Features::fallbacks`]).
+    /// ([`Features::fallbacks`]), the metadata calls only where the
+    /// mounts cannot hold them ([`Self::metadata_by_mounts`]).
     #[must_use]
     pub fn fallbacks(&self) -> Fallbacks {
-        self.features().fallbacks()
+        Fallbacks {
+            metadata: !self.metadata_by_mounts(),
+            ..self.features().fallbacks()
+        }
     }
 
-    /// Whether the mounts hold metadata outside the writable roots
-    /// ([`Features::metadata_by_mounts`]).
+    /// Whether the run's mounts are read-only outside its writable roots
+    /// ([`crate::sys::ReadOnlyOutside`]), so that the kernel itself refuses
+    /// metadata changes there (`EROFS`) and the supervisor performs none
+    /// but set-id modes: only where those refusals are seen
+    /// ([`Self::read_only_refusals_seen`]); elsewhere the mounts stay as
+    /// the machine has them and the supervisor performs every metadata
+    /// call beneath the writable roots. Test builds (`weaken-for-tests`)
+    /// take the supervisor's way with `LOCKRUN_TEST_NO_READ_ONLY_MOUNTS=1`,
+    /// so that it is tested on a kernel that has the recorder too.
     #[must_use]
     pub fn metadata_by_mounts(&self) -> bool {
-        self.features().metadata_by_mounts()
+        #[cfg(feature = "weaken-for-tests")]
+        if std::env::var_os("LOCKRUN_TEST_NO_READ_ONLY_MOUNTS").is_some() {
+            return false;
+        }
+        self.read_only_refusals.is_ok()
     }
 
     /// Whether the run opens device files only under `/dev`
