@@ -11,6 +11,13 @@
 //!   for Landlock's, a host rule `-a task,never` leaves a run's processes
 //!   without them: the gap stays, and the refusal says why.
 //!
+//! The refusals made here are Landlock's and kernel audit's to record, so
+//! the runs keep the machine's mounts as they are and the supervisor holds
+//! metadata (`LOCKRUN_TEST_NO_READ_ONLY_MOUNTS`, [`run_held_by_landlock`]):
+//! with the mounts read-only outside the writable roots, the same writes
+//! would be the mount's `EROFS`, which lockrun's own recorder records
+//! through the run's ring buffer, no audit record at all.
+//!
 //! Both are the machine's: the rule holds for every process started while
 //! it is loaded, and a burst costs every process's records. So this binary
 //! holds these tests only, one at a time (`ONE_AT_A_TIME`): cargo runs test
@@ -109,7 +116,7 @@ fn run(w: &World, log: &std::path::Path) -> Output {
         "echo a > {0}/a; echo b > {0}/b; echo out > /dev/stdout; echo wrote-inside > inside",
         s(&w.data)
     );
-    w.run(&["--audit-log", s(log)], &["sh", "-c", &cmd])
+    run_held_by_landlock(w, &["--audit-log", s(log)], &["sh", "-c", &cmd])
 }
 
 #[test]
@@ -303,7 +310,7 @@ for k in kids: os.waitpid(k, 0)
         forks = processes.trailing_zeros(),
         dir = s(&w.data),
     );
-    let out = w.run(&["--audit-log", s(log)], &[python3(), "-c", &probe]);
+    let out = run_held_by_landlock(w, &["--audit-log", s(log)], &[python3(), "-c", &probe]);
     let refused = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| {
@@ -312,6 +319,15 @@ for k in kids: os.waitpid(k, 0)
         })
         .sum();
     (out, refused)
+}
+
+/// `w.run(extra, argv)` with the machine's mounts as they are, so that
+/// writes outside the writable roots are Landlock's refusals.
+fn run_held_by_landlock(w: &World, extra: &[&str], argv: &[&str]) -> Output {
+    w.cmd(extra, argv)
+        .env("LOCKRUN_TEST_NO_READ_ONLY_MOUNTS", "1")
+        .output()
+        .unwrap()
 }
 
 /// The refusals a run's summary counts, and the records it says the

@@ -190,12 +190,25 @@ fn as_refs(ops: &[Vec<String>]) -> Vec<Vec<&str>> {
         .collect()
 }
 
+/// Every way of changing a root-owned file's metadata outside the
+/// writable roots is refused, judged from outside (mode, owner, times,
+/// xattrs, inode flags unchanged), and each refusal is in the audit log
+/// with its access. Both ways a run holds it: the read-only mounts, whose
+/// `EROFS` the kernel's `sys_exit` recorder records; and, where that
+/// recorder is missing (`LOCKRUN_TEST_NO_READ_ONLY_MOUNTS`), the
+/// supervisor, which refuses with `EPERM` and records each itself.
 #[test]
 fn metadata_of_root_owned_files_outside_is_refused() {
     const T: &str = "metadata_of_root_owned_files_outside_is_refused";
     if !can_run(T) {
         return;
     }
+    for supervised in [false, true] {
+        metadata_outside_is_refused(supervised);
+    }
+}
+
+fn metadata_outside_is_refused(supervised: bool) {
     let w = World::new("sv-meta-out");
     let f = root_file(&w.data.join("f"));
     let link = w.wt.join("link");
@@ -205,8 +218,7 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     let mut ops = metadata_ops(&w.data, &f, "../data/f", &link);
     // An inherited descriptor: stdin is the canary, opened by the caller for
     // reading, which the command gets on a read-only mount of its own
-    // (`lockrun::stdio`): refused by the supervisor, or by the kernel
-    // (EROFS) where it does not ask the supervisor.
+    // (`lockrun::stdio`): the kernel's EROFS either way.
     let by_stdin = ops.len();
     ops.push(vec![
         "fchmod_fd".to_owned(),
@@ -217,6 +229,9 @@ fn metadata_of_root_owned_files_outside_is_refused() {
     ops.push(vec!["chattr_nodump".to_owned(), s(&f).to_owned()]);
     ops.push(vec!["chattr_nodump".to_owned(), s(&link).to_owned()]);
     let mut cmd = w.cmd(&["--audit-log", s(&audit)], &probe_argv(&as_refs(&ops)));
+    if supervised {
+        cmd.env("LOCKRUN_TEST_NO_READ_ONLY_MOUNTS", "1");
+    }
     let out = cmd
         .stdin(std::fs::File::open(&f).unwrap())
         .output()
@@ -226,22 +241,48 @@ fn metadata_of_root_owned_files_outside_is_refused() {
         .lines()
         .map(str::to_owned)
         .collect();
-    for (o, got) in ops.iter().zip(&r) {
-        assert_eq!(got, "errno=EROFS", "{o:?} must be refused");
+    let refused = if supervised {
+        "errno=EPERM"
+    } else {
+        "errno=EROFS"
+    };
+    for (i, (o, got)) in ops.iter().zip(&r).enumerate() {
+        let want = if i == by_stdin {
+            "errno=EROFS"
+        } else {
+            refused
+        };
+        assert_eq!(
+            got, want,
+            "{o:?} must be refused (supervised: {supervised})"
+        );
     }
     assert_eq!(r.len(), ops.len(), "{r:?}");
     assert_eq!(snapshot(&f), before, "the canary's metadata changed");
     assert_eq!(inode_flags(&f) & 0x40, 0, "chattr +d reached the canary");
     assert_eq!(std::fs::read(&f).unwrap(), b"canary");
-    // Every refusal of the supervisor's is in the audit log as a
-    // filesystem event (the kernel's EROFS is no refusal of lockrun's).
+    // Every refusal is in the audit log as a filesystem event: the
+    // supervisor's (EPERM, and the kernel's EROFS on stdin, recorded too),
+    // or the recorder's.
     let log = std::fs::read_to_string(&audit).unwrap();
-    let fs_events = log
+    let events: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("\"event\":\"filesystem\"") && l.contains("seccomp supervisor"))
+        .filter(|l| l.contains("\"event\":\"filesystem\""))
+        .collect();
+    let by_supervisor = events
+        .iter()
+        .filter(|l| l.contains("seccomp supervisor"))
         .count();
-    let supervised = r.iter().filter(|got| *got == "errno=EPERM").count();
-    assert_eq!(fs_events, supervised, "{log}");
+    let by_mounts = events
+        .iter()
+        .filter(|l| l.contains("\"errno\":\"EROFS\""))
+        .count();
+    if supervised {
+        assert_eq!(by_supervisor, ops.len() - 1, "{log}");
+        assert_eq!(by_mounts, 1, "stdin's: {log}");
+    } else {
+        assert_eq!((by_supervisor, by_mounts), (0, ops.len()), "{log}");
+    }
     for access in [
         "metadata.chmod",
         "metadata.chown",
@@ -253,17 +294,13 @@ fn metadata_of_root_owned_files_outside_is_refused() {
         assert!(log.contains(access), "{access} missing from {log}");
     }
     // A refusal by descriptor names what the descriptor is: one the
-    // command opened read-only, the canary by its path; its stdin, on the
-    // root of its read-only mount, which the kernel names `/` there.
+    // command opened read-only, the canary by its path.
     let named = format!(" ({})\"", f.display());
     assert!(
         log.lines()
             .any(|l| l.contains("\"path\":\"fd ") && l.contains(&named)),
         "{named} missing from {log}"
     );
-    if r[by_stdin] == "errno=EPERM" {
-        assert!(log.contains("\"fd 0 (/) (not placeable)\""), "{log}");
-    }
 }
 
 /// The supervisor holds the run's one seccomp listener, and the command
@@ -395,13 +432,20 @@ fn metadata_inside_the_worktree_and_tmpdir_works() {
 /// no such file inside: the command writes into lockrun's relay, a pipe
 /// (`lockrun::stdio`), and the calls through its fd 1 and through
 /// `/proc/self/fd/1` act on that pipe, never on the file. Judged from
-/// outside: the canary's metadata and bytes.
+/// outside: the canary's metadata and bytes. Both ways a run holds
+/// metadata: the read-only mounts, and the supervisor.
 #[test]
 fn metadata_through_descriptors_open_for_writing() {
     const T: &str = "metadata_through_descriptors_open_for_writing";
     if !can_run(T) {
         return;
     }
+    for supervised in [false, true] {
+        metadata_through_descriptors(supervised);
+    }
+}
+
+fn metadata_through_descriptors(supervised: bool) {
     let w = World::new("sv-meta-w");
     let canary = root_file(&w.data.join("out"));
     let before = snapshot(&canary);
@@ -436,8 +480,11 @@ fn metadata_through_descriptors_open_for_writing() {
         .append(true)
         .open(&canary)
         .unwrap();
-    let out = w
-        .cmd(&["--audit-log", s(&audit)], &argv)
+    let mut cmd = w.cmd(&["--audit-log", s(&audit)], &argv);
+    if supervised {
+        cmd.env("LOCKRUN_TEST_NO_READ_ONLY_MOUNTS", "1");
+    }
+    let out = cmd
         .env("PROBE_OUT", &results)
         .stdout(stdout)
         .output()
@@ -463,7 +510,12 @@ fn metadata_through_descriptors_open_for_writing() {
         "{:?}",
         &ops[..8]
     );
-    assert_eq!(r[8], "errno=EPERM", "{:?} must be refused", ops[8]);
+    let refused = if supervised {
+        "errno=EPERM"
+    } else {
+        "errno=EROFS"
+    };
+    assert_eq!(r[8], refused, "{:?} must be refused", ops[8]);
     assert_eq!(&r[9..], ["ok"; 4], "{:?}", &ops[9..]);
     assert_eq!(
         snapshot(&other),

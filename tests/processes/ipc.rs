@@ -286,7 +286,7 @@ fn a_worktree_on_the_machines_shared_memory_keeps_it_and_audit_explains() {
     let audit = Command::new(BIN).arg("audit").arg(&log).output().unwrap();
     let text = String::from_utf8_lossy(&audit.stdout);
     assert!(
-        text.contains("/dev/shm — create a file in (fs.make_reg)")
+        text.contains("/dev/shm — create a file in (fs.make_reg; EROFS")
             && text.contains("not suggested: /dev/shm is shared by every process on this machine")
             && !text.contains("allow with:"),
         "{text}"

@@ -455,7 +455,10 @@ fn a_worktree_named_in_bytes_that_are_not_utf8_keeps_the_audit_log_whole() {
         String::from_utf8_lossy(&audit.stderr)
     );
     assert!(
-        said.contains(&format!("{} — create a file in (fs.make_reg)", s(&w.data))),
+        said.contains(&format!(
+            "{} — create a file in (fs.make_reg; EROFS",
+            s(&w.data)
+        )),
         "{said}"
     );
 }
