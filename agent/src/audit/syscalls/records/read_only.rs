@@ -109,7 +109,10 @@ pub fn refusal(call: &ReadOnlyCall, look: &dyn Look) -> Option<FsEvent> {
         .unwrap_or(call.tgid);
     let cwd = look.cwd(pid);
     let (path, access) = if let Some(fd) = on_fd(kind, &call.paths[0], &arg) {
-        (Some(fd_named(look, pid, fd)), vec![on_fd_access(kind)])
+        (
+            Some(fd_named(look, pid, fd)),
+            vec![on_fd_access(call.nr, kind, &arg)],
+        )
     } else {
         let (owned, decided) = names(kind, call, cwd.as_deref(), look, pid, &arg);
         let items: Vec<Item<'_>> = owned
@@ -161,8 +164,16 @@ fn on_fd(kind: Call, first: &Named, arg: &dyn Fn(usize) -> u64) -> Option<i32> {
     }
 }
 
-fn on_fd_access(kind: Call) -> String {
+fn on_fd_access(nr: i64, kind: Call, arg: &dyn Fn(usize) -> u64) -> String {
+    let cmd = u32::try_from(arg(1) & 0xffff_ffff).unwrap_or(u32::MAX);
     match kind {
+        // A read-only mount refuses an inode-attribute ioctl (`chattr`):
+        // metadata, as the supervisor names it, not a device's ioctl.
+        Call::OnFd { .. }
+            if nr == libc::SYS_ioctl && lockrun_seccomp::notify::NOTIFY_IOCTLS.contains(&cmd) =>
+        {
+            "metadata.ioctl".to_owned()
+        }
         Call::OnFd { access } | Call::Meta { access, .. } => access.to_owned(),
         _ => String::new(),
     }
