@@ -291,8 +291,29 @@ fn there(
     if look.dev_ino(pid, &at).is_some() {
         return Some(true);
     }
-    // Not found: so only while the process is there to look through.
-    look.cwd(pid).map(|_| false)
+    // Not found: so only while the process is there to look through. Once
+    // it is gone, an absolute name is looked up where lockrun is: the
+    // run's mount namespace shows the same files but at its own
+    // filesystems (`/proc`, `/dev`'s, the hidden and masked ones), none of
+    // which a refused create of a run lands in elsewhere.
+    if look.cwd(pid).is_some() {
+        return Some(false);
+    }
+    match at {
+        At::Root(path) if path.starts_with('/') && !own_ground(path) => {
+            Some(look.found(path, false).is_some())
+        }
+        _ => None,
+    }
+}
+
+/// Where the run's mount namespace shows other files than lockrun's: its
+/// own `/proc` and `/dev`, and the machine's kernel filesystems under
+/// `/sys`, which it hides.
+fn own_ground(path: &str) -> bool {
+    ["/proc", "/dev", "/sys"]
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
 }
 
 /// The recorder's account of the call, for what the event's fields leave

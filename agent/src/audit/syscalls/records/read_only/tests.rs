@@ -204,7 +204,10 @@ fn a_relative_name_of_a_process_gone_is_not_made_absolute() {
     // An absolute one is named all the same.
     let c = call(libc::SYS_mkdir, [PTR, 0o777, 0, 0], "/w/wt/ro/d", "");
     assert_eq!(seen(&c, GONE), said("/w/wt/ro", &["fs.make_dir"]));
-    // An open with O_CREAT of a process gone: made or written, unknown.
+    // An open with O_CREAT of a process gone, by an absolute name: looked
+    // up where lockrun is (here, not there: made in its dir); under /proc,
+    // whose files the run's namespace shows otherwise, made or written is
+    // unknown.
     let creat = flags(libc::O_WRONLY | libc::O_CREAT);
     let c = call(
         libc::SYS_openat,
@@ -212,9 +215,16 @@ fn a_relative_name_of_a_process_gone_is_not_made_absolute() {
         "/w/wt/ro/f",
         "",
     );
+    assert_eq!(seen(&c, GONE), said("/w/wt/ro", &["fs.make_reg"]));
+    let c = call(
+        libc::SYS_openat,
+        [AT_FDCWD, PTR, creat, 0o666],
+        "/proc/self/f",
+        "",
+    );
     assert_eq!(
         seen(&c, GONE),
-        said("/w/wt/ro/f", &[&format!("syscall.{}", libc::SYS_openat)])
+        said("/proc/self/f", &[&format!("syscall.{}", libc::SYS_openat)])
     );
 }
 
