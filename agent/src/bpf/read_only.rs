@@ -24,7 +24,10 @@
 //!   `lockrun doctor`. A run whose process found it attached checks it
 //!   again as it registers ([`ensure`]).
 //! - **Decoded** ([`decode`]) into the filesystem refusal Landlock would
-//!   have logged ([`crate::audit::syscalls::records::read_only`]).
+//!   have logged ([`crate::audit::syscalls::records::read_only`]), looking
+//!   through `/proc/<pid>` only while that pid is still the call's process:
+//!   in the run's cgroup, of the name the record gives ([`still_of_run`]),
+//!   not a process that took its pid since.
 //!
 //! `x86_64` only: the program reads its `struct pt_regs`. Elsewhere it
 //! is neither loaded nor attached, and [`recorder`] says so.
@@ -38,7 +41,7 @@ use lockrun_common::{read_only_offset as at, Hook, READ_ONLY_PATH_MAX};
 
 use super::BpfError;
 use crate::audit::syscalls::records::read_only::{refusal, Named, ReadOnlyCall};
-use crate::audit::syscalls::records::{Look, Proc};
+use crate::audit::syscalls::records::{At, DevIno, Look, Proc};
 use crate::audit::Event;
 use crate::kernel::ReadOnlyUnseen;
 use crate::sys::bpf;
@@ -171,15 +174,74 @@ fn refused_at_load(dir: &Path) -> ReadOnlyUnseen {
 }
 
 /// A record of the recorder → its run's cgroup id and the filesystem
-/// refusal it tells, its paths found through `/proc`; `None` for any
-/// other record (a [`lockrun_common::Denial`]: another size and hook).
+/// refusal it tells, its paths found through `/proc` while the process
+/// that made the call is there ([`still_of_run`]); `None` for any other
+/// record (a [`lockrun_common::Denial`]: another size and hook).
 #[must_use]
 pub fn decode(bytes: &[u8]) -> Option<(u64, Event)> {
-    decode_with(bytes, &Proc)
+    decode_with(bytes, &Proc, &still_of_run)
 }
 
-/// [`decode`], looking through `look`.
-pub(super) fn decode_with(bytes: &[u8], look: &dyn Look) -> Option<(u64, Event)> {
+/// Whether the process `pid` is still the one of the run in `cgroup_id`
+/// whose name was `comm`: in that cgroup, by its id, and of that name. A
+/// process gone, its pid used again by another (outside the run, or of
+/// another name) is not looked through: its working directory and
+/// descriptors are not the call's.
+fn still_of_run(pid: u32, cgroup_id: u64, comm: &str) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return false;
+    };
+    let (Some(path), Ok(root)) = (
+        crate::state::membership::unified(&text),
+        crate::cgroup::cgroup2_mount(),
+    ) else {
+        return false;
+    };
+    fs::metadata(root.join(path.trim_start_matches('/'))).is_ok_and(|m| m.ino() == cgroup_id)
+        && Proc.comm(pid).as_deref() == Some(comm)
+}
+
+/// A [`Look`] through the processes that still are the call's only
+/// (`still`, asked once per pid).
+struct OfRun<'a> {
+    look: &'a dyn Look,
+    still: &'a dyn Fn(u32) -> bool,
+    asked: std::cell::RefCell<Vec<(u32, bool)>>,
+}
+
+impl OfRun<'_> {
+    fn there(&self, pid: u32) -> bool {
+        if let Some((_, yes)) = self.asked.borrow().iter().find(|(p, _)| *p == pid) {
+            return *yes;
+        }
+        let yes = (self.still)(pid);
+        self.asked.borrow_mut().push((pid, yes));
+        yes
+    }
+}
+
+impl Look for OfRun<'_> {
+    fn fd_path(&self, pid: u32, fd: i32) -> Option<String> {
+        self.there(pid).then(|| self.look.fd_path(pid, fd))?
+    }
+
+    fn dev_ino(&self, pid: u32, at: &At<'_>) -> Option<DevIno> {
+        self.there(pid).then(|| self.look.dev_ino(pid, at))?
+    }
+
+    fn cwd(&self, pid: u32) -> Option<String> {
+        self.there(pid).then(|| self.look.cwd(pid))?
+    }
+}
+
+/// [`decode`], looking through `look` at the processes `of_run` says are
+/// still the call's (pid, cgroup id, name).
+pub(super) fn decode_with(
+    bytes: &[u8],
+    look: &dyn Look,
+    of_run: &dyn Fn(u32, u64, &str) -> bool,
+) -> Option<(u64, Event)> {
     if bytes.len() != at::SIZE {
         return None;
     }
@@ -208,6 +270,12 @@ pub(super) fn decode_with(bytes: &[u8], look: &dyn Look) -> Option<(u64, Event)>
         args: [0, 1, 2, 3].map(|i| u64_at(at::ARGS + 8 * i)),
         paths: [path(0), path(1)],
     };
-    let fs = refusal(&call, look)?;
-    Some((u64_at(at::CGROUP_ID), Event::Filesystem(fs)))
+    let cgroup_id = u64_at(at::CGROUP_ID);
+    let checked = OfRun {
+        look,
+        still: &|pid| of_run(pid, cgroup_id, &call.comm),
+        asked: std::cell::RefCell::new(Vec::new()),
+    };
+    let fs = refusal(&call, &checked)?;
+    Some((cgroup_id, Event::Filesystem(fs)))
 }

@@ -222,6 +222,12 @@ impl crate::audit::syscalls::records::Look for Look {
     }
 }
 
+/// The process that made the call, still there (pid 4243 of cgroup 77,
+/// named `mkdir`).
+fn of_run(pid: u32, cgroup_id: u64, comm: &str) -> bool {
+    (pid, cgroup_id, comm) == (4243, 77, "mkdir")
+}
+
 #[test]
 fn a_call_a_read_only_mount_refused_is_a_filesystem_refusal() {
     use super::read_only::decode_with;
@@ -236,8 +242,9 @@ fn a_call_a_read_only_mount_refused_is_a_filesystem_refusal() {
         [at_fdcwd, 0x7ffd_1000, 0o777, 0],
         b"ro/new",
     );
-    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f"))) else {
-        panic!("{:?}", decode_with(&b, &Look(None)));
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f")), &of_run)
+    else {
+        panic!("{:?}", decode_with(&b, &Look(None), &of_run));
     };
     assert_eq!((f.pid, f.comm.as_str()), (4242, "mkdir"));
     assert_eq!(f.path.as_deref(), Some("/w/wt/ro"));
@@ -246,7 +253,7 @@ fn a_call_a_read_only_mount_refused_is_a_filesystem_refusal() {
     assert!(f.raw.contains("\"ro/new\""), "{}", f.raw);
     assert!(!f.raw.contains("old"), "{}", f.raw);
     // Its process gone: the relative name is said, not made absolute.
-    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(None)) else {
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(None), &of_run) else {
         panic!();
     };
     assert_eq!(f.path, None);
@@ -254,11 +261,31 @@ fn a_call_a_read_only_mount_refused_is_a_filesystem_refusal() {
 
     // fchmod(3, 0600): the descriptor and what it is.
     let b = read_only_record(77, 4243, libc::SYS_fchmod, [3, 0o600, 0, 0], b"");
-    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f"))) else {
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f")), &of_run)
+    else {
         panic!();
     };
     assert_eq!(f.path.as_deref(), Some("fd 3 (/w/wt/ro/f)"));
     assert_eq!(f.access, ["metadata.chmod"]);
+    // Its pid used again by another process: not looked through.
+    let other = |_: u32, _: u64, _: &str| false;
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f")), &other)
+    else {
+        panic!();
+    };
+    assert_eq!(f.path.as_deref(), Some("fd 3"));
+    let b = read_only_record(
+        77,
+        4243,
+        libc::SYS_mkdir,
+        [0x7ffd_1000, 0o777, 0, 0],
+        b"ro/d",
+    );
+    let Some((77, Event::Filesystem(f))) = decode_with(&b, &Look(Some("/w/wt/ro/f")), &other)
+    else {
+        panic!();
+    };
+    assert_eq!(f.path, None);
 }
 
 #[test]
