@@ -59,9 +59,7 @@ mod mounts;
 mod secrets;
 mod walk;
 
-pub use mounts::{
-    empty_fs, hidden_mounts, own_filesystems, writable_mounts_beneath, HiddenFs, OwnFs, HIDDEN_FS,
-};
+pub use mounts::{empty_fs, hidden_mounts, own_filesystems, HiddenFs, OwnFs, HIDDEN_FS};
 pub use secrets::{machine_secrets, masks, MachineSecret, Mask, Sealed, MACHINE_SECRETS};
 use std::collections::BTreeSet;
 use std::os::fd::OwnedFd;

@@ -241,39 +241,6 @@ pub fn hidden_mounts(mountinfo: &str) -> Vec<PathBuf> {
     outermost(found, PathBuf::as_path)
 }
 
-/// The mount points of `mountinfo` that lie strictly beneath one of
-/// `roots` and that the machine has writable (per-mount `rw`): in the
-/// run's namespace, where every mount is made read-only but the writable
-/// roots ([`crate::sys::ReadOnlyOutside`]), these are made writable again,
-/// so a filesystem mounted inside a worktree stays as writable as it was;
-/// one mounted read-only stays read-only. `skip`: the paths the run mounts
-/// over itself (its own filesystems, masks), which stay as the run makes
-/// them.
-#[must_use]
-pub fn writable_mounts_beneath(
-    mountinfo: &str,
-    roots: &[PathBuf],
-    skip: &[PathBuf],
-) -> Vec<PathBuf> {
-    use std::os::unix::ffi::OsStringExt as _;
-    let mut found: Vec<PathBuf> = mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (fields, _) = line.split_once(" - ")?;
-            let mut f = fields.split(' ').skip(4);
-            let at = PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(f.next()?)));
-            let writable = f.next()?.split(',').any(|o| o == "rw");
-            (writable
-                && roots.iter().any(|r| at.starts_with(r) && at != *r)
-                && !skip.iter().any(|s| at.starts_with(s)))
-            .then_some(at)
-        })
-        .collect();
-    found.sort_by(|a, b| (a.components().count(), a).cmp(&(b.components().count(), b)));
-    found.dedup();
-    found
-}
-
 /// mountinfo's escapes (`\040` for a space, `\011`, `\012`, `\134`) undone.
 pub(super) fn unescape_octal(s: &str) -> Vec<u8> {
     let b = s.as_bytes();

@@ -270,29 +270,6 @@ fn hidden_mounts_are_the_outermost_mounts_of_the_hidden_types() {
 }
 
 #[test]
-fn writable_mounts_beneath_a_root_are_those_the_machine_has_writable() {
-    let mountinfo = "\
-27 1 0:30 / / ro,relatime - ext4 /dev/vda1 rw
-40 27 0:41 / /wt rw - tmpfs tmpfs rw
-41 40 0:42 / /wt/target rw,nosuid - tmpfs tmpfs rw
-42 40 0:43 / /wt/ro-cache ro - squashfs /dev/loop0 ro
-43 40 0:44 / /wt/my\\040dir rw - tmpfs tmpfs rw
-44 40 0:45 / /wt/masked rw - tmpfs tmpfs rw
-45 27 0:46 / /wtx rw - tmpfs tmpfs rw
-46 27 0:47 / /elsewhere rw - tmpfs tmpfs rw
-47 40 0:48 / /wt/target rw - tmpfs tmpfs rw
-";
-    let roots = [PathBuf::from("/wt")];
-    assert_eq!(
-        writable_mounts_beneath(mountinfo, &roots, &[PathBuf::from("/wt/masked")]),
-        [PathBuf::from("/wt/my dir"), PathBuf::from("/wt/target")],
-        "the root itself, a read-only mount, a skipped one, a sibling sharing \
-         the root's prefix and one elsewhere are left out; one path once"
-    );
-    assert!(writable_mounts_beneath(mountinfo, &[], &[]).is_empty());
-}
-
-#[test]
 fn narrowed_dirs_are_those_the_walk_lists_in_writable_roots() {
     let scratch = crate::testing::Scratch::new("fs-narrowed");
     let dir = scratch.path().to_path_buf();

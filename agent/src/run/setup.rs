@@ -18,8 +18,8 @@ use crate::bpf::hooks::NetworkHooks;
 use crate::cgroup::RunCgroup;
 use crate::fs::links::{self, Judge, Marked};
 use crate::fs::{
-    check_abi, empty_fs, hidden_mounts, machine_secrets, masks, writable_mounts_beneath, FsError,
-    FsSandbox, Mask, OwnFs, ReadWalk, Sealed,
+    check_abi, empty_fs, hidden_mounts, machine_secrets, masks, FsError, FsSandbox, Mask, OwnFs,
+    ReadWalk, Sealed,
 };
 use crate::gitguard::{GitGuard, TakeError};
 use crate::kernel::Gap;
@@ -206,7 +206,6 @@ pub(super) fn setup(
         (secrets, sealed),
         &supervise.writable,
     )?;
-    let mounted: Vec<PathBuf> = mounts.iter().map(OwnMount::target).collect();
     // A crash must not start a program outside the sandbox (see core_dumps).
     let core_dumps = core_dumps::CoreDumps::of_machine();
     if core_dumps.off() {
@@ -239,7 +238,7 @@ pub(super) fn setup(
     // Where their refusals are seen: every mount read-only but the
     // writable roots, which then hold metadata changes outside them.
     if super::kernel().metadata_by_mounts() {
-        plan.read_only_outside(read_only_outside(&supervise, &mounted)?);
+        plan.read_only_outside(read_only_outside(&supervise, &own)?);
     }
     // The caller's stdio, off the machine's writable mounts: last, so that
     // nothing but the plan holds the relays' pipes when the command starts.
@@ -520,28 +519,25 @@ fn own_mounts(
 }
 
 /// The plan for every mount of the command's namespace read-only but its
-/// writable roots ([`ReadOnlyOutside`]): the mounts beneath those roots
-/// that the machine has writable, as its mountinfo says now (but those
-/// the run mounts over itself, `mounted`), and lockrun's working
-/// directory, which the command inherits.
+/// writable roots ([`ReadOnlyOutside`]): the roots as the supervisor
+/// judges them, the run's `own` writable filesystems among them, and
+/// lockrun's working directory, which the command inherits.
 fn read_only_outside(
     supervise: &supervise::Config,
-    mounted: &[PathBuf],
+    own: &[OwnFs],
 ) -> Result<ReadOnlyOutside, RunError> {
-    let child = |source| RunError::Child {
-        what: "the read-only mounts outside the writable roots (/proc/self/mountinfo)",
-        source,
-    };
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(child)?;
-    let beneath = writable_mounts_beneath(&mountinfo, &supervise.writable, mounted);
+    let own: Vec<PathBuf> = own
+        .iter()
+        .filter(|o| o.writable())
+        .map(|o| o.path().to_path_buf())
+        .collect();
     let cwd = std::env::current_dir().ok();
-    ReadOnlyOutside::new(
-        &supervise.writable,
-        &beneath,
-        &supervise.denied,
-        cwd.as_deref(),
+    ReadOnlyOutside::new(&supervise.writable, &own, &supervise.denied, cwd.as_deref()).map_err(
+        |source| RunError::Child {
+            what: "the read-only mounts outside the writable roots (a writable root looked up)",
+            source,
+        },
     )
-    .map_err(child)
 }
 
 /// Writable paths beneath the state dir (e.g. a preset's

@@ -124,13 +124,6 @@ impl OwnMount {
         })
     }
 
-    /// Where it goes.
-    #[must_use]
-    pub fn target(&self) -> std::path::PathBuf {
-        use std::os::unix::ffi::OsStrExt as _;
-        std::ffi::OsStr::from_bytes(self.target.as_bytes()).into()
-    }
-
     /// Child side, in its new mount namespace, before the capabilities go:
     /// make every mount private, then mount each.
     /// Post-fork: no allocation.
@@ -254,6 +247,98 @@ pub(super) fn devices_in_dev_only() -> io::Result<()> {
     mount_setattr_recursive(c"/dev", 0, nodev)
 }
 
+/// `openat2(AT_FDCWD, path, O_PATH, RESOLVE_NO_SYMLINKS |
+/// RESOLVE_NO_MAGICLINKS)` (Linux 5.6): the file at `path` reached through
+/// no symbolic link, so that a name swapped for a link by another process
+/// since lockrun looked leads nowhere else. Post-fork: no allocation.
+fn open_without_links(path: &CStr) -> io::Result<RawFd> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: a NUL-terminated path and a live open_how of the size passed.
+    RawFd::new(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &raw const how,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })
+}
+
+/// The device and inode of the file open as `fd`. Post-fork: no
+/// allocation.
+fn dev_ino(fd: &RawFd) -> io::Result<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat(2) of a descriptor we own into a stat buffer of the
+    // right size on this stack.
+    zero(unsafe { libc::fstat(fd.0, st.as_mut_ptr()) }.into())?;
+    // SAFETY: filled by the successful fstat above.
+    let st = unsafe { st.assume_init() };
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// A copy of the mount tree at `at`, detached (`open_tree`,
+/// `OPEN_TREE_CLONE | AT_RECURSIVE`, Linux 5.2). Post-fork: no allocation.
+fn clone_tree(at: &RawFd) -> io::Result<RawFd> {
+    let flags = libc::AT_EMPTY_PATH.cast_unsigned()
+        | libc::AT_RECURSIVE.cast_unsigned()
+        | libc::OPEN_TREE_CLONE
+        | libc::OPEN_TREE_CLOEXEC;
+    // SAFETY: open_tree(2) of a live descriptor by an empty literal path.
+    RawFd::new(unsafe { libc::syscall(libc::SYS_open_tree, at.0, c"".as_ptr(), flags) })
+}
+
+/// `move_mount` of the detached `tree` onto the very file open as `at`.
+/// Post-fork: no allocation.
+fn attach(tree: &RawFd, at: &RawFd) -> io::Result<()> {
+    // SAFETY: move_mount(2) of live descriptors by empty literal paths.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.0,
+            c"".as_ptr(),
+            at.0,
+            c"".as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH, {set, clear})`: on the mount open
+/// as `fd` alone. Post-fork: no allocation.
+fn mount_setattr_fd(fd: &RawFd, set: u64, clear: u64) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a live mount descriptor, an empty literal path, and a live
+    // mount_attr of the size passed.
+    zero(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.0,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &raw const attr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
 /// `mount_setattr(AT_FDCWD, path, 0, {set, clear})`: on the mount at
 /// `path` alone (`EINVAL` where none is). Post-fork: no allocation.
 fn mount_setattr_one(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
@@ -276,23 +361,23 @@ fn mount_setattr_one(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
     })
 }
 
-/// `mount(path, path, MS_BIND | MS_REC)`: `path` becomes a mount of its
-/// own, with what is mounted beneath it. Post-fork: no allocation.
-fn bind_onto_itself(path: &CStr) -> io::Result<()> {
-    // SAFETY: mount(2) with a NUL-terminated path the plan owns, and NULL
-    // where it takes none.
-    zero(
-        unsafe {
-            libc::mount(
-                path.as_ptr(),
-                path.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
+/// `path`, reached through no link, bound onto itself (its mount tree
+/// copied and moved onto the very file), its top mount writable where
+/// `writable` (those beneath stay as they are); the file lockrun found
+/// there (`expected`: device and inode) or `ESTALE`: a name swapped since
+/// lockrun looked is never bound. Post-fork: no allocation.
+fn bind_onto_itself(path: &CStr, expected: Option<(u64, u64)>, writable: bool) -> io::Result<()> {
+    let at = open_without_links(path)?;
+    if let Some(expected) = expected {
+        if dev_ino(&at)? != expected {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
         }
-        .into(),
-    )
+    }
+    let tree = clone_tree(&at)?;
+    if writable {
+        mount_setattr_fd(&tree, 0, libc::MOUNT_ATTR_RDONLY)?;
+    }
+    attach(&tree, &at)
 }
 
 /// Every mount of the run's namespace read-only but its writable roots:
@@ -308,18 +393,22 @@ fn bind_onto_itself(path: &CStr) -> io::Result<()> {
 ///
 /// In the child, in its own mount namespace, once its own filesystems are
 /// mounted and before the capabilities go:
-/// 1. each denied path beneath a writable root, then each writable root
-///    (outermost first), is bound onto itself (`MS_BIND | MS_REC`), so it
-///    is a mount of its own, with the mounts beneath it;
+/// 1. each denied path beneath a writable root is bound onto itself;
 /// 2. every mount is made read-only (`mount_setattr`, `AT_RECURSIVE`):
-///    fail closed, a mount nothing here names stays read-only, the denied
-///    paths' among them: what Landlock keeps from being read stays
-///    unchangeable too;
-/// 3. each writable root's mount is made writable again, alone, and so is
-///    each mount beneath one that the machine has writable
-///    ([`crate::fs::writable_mounts_beneath`], read before the clone; none
-///    beneath a denied path): one the machine made read-only stays so; one
-///    gone since is left (`EINVAL`, `ENOENT`: no mount there to widen);
+///    fail closed, a mount nothing here names stays read-only: the denied
+///    paths' (what Landlock keeps from being read stays unchangeable too),
+///    and every mount beneath a writable root (a filesystem mounted inside
+///    a worktree is writable in a run only when named writable itself);
+/// 3. each writable root (outermost first) is bound onto itself, its top
+///    mount writable: reached through no symbolic link (`openat2`,
+///    `RESOLVE_NO_SYMLINKS`), checked to be the very file lockrun found
+///    there (device and inode), its mount tree copied (`open_tree`), made
+///    writable while detached and moved onto that very file
+///    (`move_mount`). No name is looked up twice, so no other process can
+///    swap in a link to `/etc` between lockrun's look and the bind; a
+///    root that is no longer what lockrun found refuses the run
+///    (`ESTALE`). The run's own writable filesystems (`/dev/shm`) are
+///    lockrun's own mounts at the machine's paths, made writable by name;
 /// 4. the working directory, where it lies at or beneath one of those
 ///    binds, is entered again by its path, so that it is the bind's (the
 ///    clone had translated it to the mount beneath); kept as it was where
@@ -327,15 +416,16 @@ fn bind_onto_itself(path: &CStr) -> io::Result<()> {
 ///
 /// Descriptors opened before the namespace (the caller's stdio) are on the
 /// machine's mounts: lockrun hands the command others (see
-/// [`crate::run`]). `/dev`'s device files open for writing on a read-only
-/// mount (only regular files, directories and links are refused).
+/// [`crate::stdio`]). `/dev`'s device files open for writing on a
+/// read-only mount (only regular files, directories and links are refused).
 /// Post-fork: no allocation.
 #[derive(Debug, Default)]
 pub struct ReadOnlyOutside {
-    /// The writable roots (canonical), outermost first.
-    pub(super) writable: Vec<std::ffi::CString>,
-    /// Mounts beneath them the machine has writable.
-    pub(super) writable_beneath: Vec<std::ffi::CString>,
+    /// The writable roots (canonical), outermost first, each with the
+    /// device and inode lockrun found there.
+    pub(super) writable: Vec<(std::ffi::CString, (u64, u64))>,
+    /// The run's own writable filesystems (mounted by [`OwnMount`]).
+    pub(super) own: Vec<std::ffi::CString>,
     /// Denied paths beneath a writable root.
     pub(super) denied_beneath: Vec<std::ffi::CString>,
     /// The working directory, where step 4 applies.
@@ -343,18 +433,19 @@ pub struct ReadOnlyOutside {
 }
 
 impl ReadOnlyOutside {
-    /// The plan for `writable` roots (canonical), the mounts beneath them
-    /// the machine has writable, the `denied` paths (canonical; those
-    /// beneath a writable root are bound and stay read-only) and the
-    /// working directory `cwd`.
+    /// The plan for `writable` roots (canonical, found now), the run's
+    /// `own` writable filesystems among them, the `denied` paths
+    /// (canonical; those beneath a writable root are bound and stay
+    /// read-only) and the working directory `cwd`.
     pub fn new(
         writable: &[std::path::PathBuf],
-        writable_beneath: &[std::path::PathBuf],
+        own: &[std::path::PathBuf],
         denied: &[std::path::PathBuf],
         cwd: Option<&std::path::Path>,
     ) -> io::Result<Self> {
+        use std::os::unix::fs::MetadataExt as _;
         use std::path::{Path, PathBuf};
-        let mut roots: Vec<&PathBuf> = writable.iter().collect();
+        let mut roots: Vec<&PathBuf> = writable.iter().filter(|p| !own.contains(p)).collect();
         roots.sort_by_key(|p| p.components().count());
         roots.dedup();
         let denied_beneath: Vec<&PathBuf> = denied
@@ -368,8 +459,14 @@ impl ReadOnlyOutside {
             ps.map(|p| super::c_path(p)).collect::<io::Result<Vec<_>>>()
         };
         Ok(Self {
-            writable: c(&mut roots.iter().copied())?,
-            writable_beneath: c(&mut writable_beneath.iter().filter(|p| !in_denied(p)))?,
+            writable: roots
+                .iter()
+                .map(|p| {
+                    let m = std::fs::metadata(p)?;
+                    Ok((super::c_path(p)?, (m.dev(), m.ino())))
+                })
+                .collect::<io::Result<_>>()?,
+            own: c(&mut own.iter().filter(|p| writable.contains(p)))?,
             denied_beneath: c(&mut denied_beneath.iter().copied())?,
             cwd: cwd.filter(|c| rebound(c)).map(super::c_path).transpose()?,
         })
@@ -383,23 +480,19 @@ impl ReadOnlyOutside {
         let before = unsafe { libc::open(c".".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
         let before = (before >= 0).then_some(RawFd(before));
         for denied in &self.denied_beneath {
-            match bind_onto_itself(denied) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            match bind_onto_itself(denied, None, false) {
+                // Gone, or a link now: nothing to bind (it stays under
+                // the read-only mount it lies in, and Landlock's rules).
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ELOOP)) => {}
                 r => r?,
             }
-        }
-        for root in &self.writable {
-            bind_onto_itself(root)?;
         }
         mount_setattr_recursive(c"/", rdonly, 0)?;
-        for root in &self.writable {
-            mount_setattr_one(root, 0, rdonly)?;
+        for (root, found) in &self.writable {
+            bind_onto_itself(root, Some(*found), true)?;
         }
-        for at in &self.writable_beneath {
-            match mount_setattr_one(at, 0, rdonly) {
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => {}
-                r => r?,
-            }
+        for own in &self.own {
+            mount_setattr_one(own, 0, rdonly)?;
         }
         if let (Some(cwd), Some(before)) = (&self.cwd, before) {
             enter_again(cwd, &before)?;
@@ -539,5 +632,125 @@ mod tests {
         // A bind that is not a mask fails where its target is gone.
         let bind = OwnMount::bind(&sealed, &gone).unwrap();
         assert_eq!(mounted_in_a_child(&[bind], &gone), libc::ENOENT);
+    }
+
+    /// `plan` applied in a forked child, in a mount namespace of its own
+    /// (every mount private first, as `mount_all` makes them): 0, or the
+    /// errno it failed with; then, where it did not fail, `then`'s code
+    /// (run in the child; no allocation).
+    fn applied_in_a_child(plan: &super::ReadOnlyOutside, then: fn() -> i32) -> i32 {
+        // SAFETY: the child makes syscalls only (no allocation) and leaves
+        // by _exit; the parent waits for it.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: unshare(2) and mount(2) with flags and literals; the
+            // child is single-threaded.
+            let code = unsafe {
+                if libc::unshare(libc::CLONE_NEWNS) != 0
+                    || libc::mount(
+                        std::ptr::null(),
+                        c"/".as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ) != 0
+                {
+                    99
+                } else {
+                    plan.apply()
+                        .map_or_else(|e| e.raw_os_error().unwrap_or(98), |()| then())
+                }
+            };
+            // SAFETY: leaving the forked child without running the
+            // parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &raw mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "child status {status}");
+        libc::WEXITSTATUS(status)
+    }
+
+    /// The scratch dir of [`read_only_outside_holds_and_never_binds_a_swapped_root`],
+    /// as the forked child's checks name it (no allocation there).
+    const RO_DIR: &std::ffi::CStr = c"/tmp/lockrun-ro-unit";
+
+    /// `chmod` of `RO_DIR/root/f` (inside) works, of `RO_DIR/out` fails
+    /// with `EROFS`: 0, or 10 + which check failed.
+    fn chmods_inside_only() -> i32 {
+        // SAFETY: chmod(2) of NUL-terminated literals.
+        unsafe {
+            if libc::chmod(c"/tmp/lockrun-ro-unit/root/f".as_ptr(), 0o600) != 0 {
+                return 11;
+            }
+            if libc::chmod(c"/tmp/lockrun-ro-unit/out".as_ptr(), 0o600) == 0 {
+                return 12;
+            }
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EROFS) {
+            return 13;
+        }
+        0
+    }
+
+    /// A writable root is bound writable and everything else is read-only;
+    /// a root that is no longer the file lockrun found is never bound
+    /// (`ESTALE`), nor one reached through a symbolic link (`ELOOP`), the
+    /// run refused either way. Judged from outside: the modes.
+    #[test]
+    fn read_only_outside_holds_and_never_binds_a_swapped_root() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: read_only_outside_holds_and_never_binds_a_swapped_root: needs root (a mount namespace)");
+            return;
+        }
+        let dir = std::path::Path::new(RO_DIR.to_str().unwrap()).to_path_buf();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root")).unwrap();
+        std::fs::create_dir_all(dir.join("other")).unwrap();
+        std::fs::write(dir.join("root/f"), "").unwrap();
+        std::fs::write(dir.join("out"), "").unwrap();
+        let mode = |p: &str| std::fs::metadata(dir.join(p)).unwrap().permissions().mode() & 0o7777;
+        let reset = || {
+            for p in ["root/f", "out"] {
+                std::fs::set_permissions(dir.join(p), std::fs::Permissions::from_mode(0o644))
+                    .unwrap();
+            }
+        };
+        let root = dir.join("root");
+        let plan = |path: &std::path::Path, found: &std::path::Path| {
+            let mut p =
+                super::ReadOnlyOutside::new(&[found.to_path_buf()], &[], &[], None).unwrap();
+            p.writable[0].0 = crate::sys::c_path(path).unwrap();
+            p
+        };
+        reset();
+        assert_eq!(
+            applied_in_a_child(&plan(&root, &root), chmods_inside_only),
+            0
+        );
+        assert_eq!((mode("root/f"), mode("out")), (0o600, 0o644));
+        // Swapped since lockrun looked: another dir where the root was.
+        reset();
+        let other = dir.join("other");
+        assert_eq!(
+            applied_in_a_child(&plan(&other, &root), chmods_inside_only),
+            libc::ESTALE
+        );
+        // A link where the root was, to the very dir lockrun found.
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&root, &link).unwrap();
+        assert_eq!(
+            applied_in_a_child(&plan(&link, &root), chmods_inside_only),
+            libc::ELOOP
+        );
+        assert_eq!((mode("root/f"), mode("out")), (0o644, 0o644));
+        assert_ne!(
+            std::fs::metadata(&other).unwrap().ino(),
+            std::fs::metadata(&root).unwrap().ino()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
