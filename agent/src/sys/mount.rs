@@ -207,27 +207,40 @@ pub(super) struct MountAttr {
     pub(super) userns_fd: u64,
 }
 
-/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {set, clear})` (Linux
-/// 5.12): on the mount at `path` (`EINVAL` where none is) and every mount
-/// beneath it. Post-fork: no allocation.
-pub(super) fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
+/// `mount_setattr(dirfd, path, flags, {set, clear})` (Linux 5.12): the
+/// one call the helpers below make. Post-fork: no allocation.
+fn mount_setattr(
+    dirfd: libc::c_int,
+    path: &CStr,
+    flags: libc::c_int,
+    set: u64,
+    clear: u64,
+) -> io::Result<()> {
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clear,
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: a NUL-terminated path, and a live mount_attr of the size passed.
+    // SAFETY: a NUL-terminated path, a descriptor or AT_FDCWD, and a live
+    // mount_attr of the size passed.
     zero(unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
-            libc::AT_RECURSIVE,
+            flags,
             &raw const attr,
             std::mem::size_of::<MountAttr>(),
         )
     })
+}
+
+/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {set, clear})`: on the
+/// mount at `path` (`EINVAL` where none is) and every mount beneath it.
+/// Post-fork: no allocation.
+pub(super) fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
+    mount_setattr(libc::AT_FDCWD, path, libc::AT_RECURSIVE, set, clear)
 }
 
 /// Child side, in its own mount namespace, before the capabilities go:
@@ -319,46 +332,13 @@ fn attach(tree: &RawFd, at: &RawFd) -> io::Result<()> {
 /// `mount_setattr(fd, "", AT_EMPTY_PATH, {set, clear})`: on the mount open
 /// as `fd` alone. Post-fork: no allocation.
 fn mount_setattr_fd(fd: &RawFd, set: u64, clear: u64) -> io::Result<()> {
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: clear,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: a live mount descriptor, an empty literal path, and a live
-    // mount_attr of the size passed.
-    zero(unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.0,
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &raw const attr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    })
+    mount_setattr(fd.0, c"", libc::AT_EMPTY_PATH, set, clear)
 }
 
 /// `mount_setattr(AT_FDCWD, path, 0, {set, clear})`: on the mount at
 /// `path` alone (`EINVAL` where none is). Post-fork: no allocation.
 fn mount_setattr_one(path: &CStr, set: u64, clear: u64) -> io::Result<()> {
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: clear,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: a NUL-terminated path, and a live mount_attr of the size passed.
-    zero(unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            0,
-            &raw const attr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    })
+    mount_setattr(libc::AT_FDCWD, path, 0, set, clear)
 }
 
 /// `path`, reached through no link, bound onto itself (its mount tree
