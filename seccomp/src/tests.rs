@@ -106,68 +106,10 @@ fn notify_filter_decides_on_registers() {
 
 /// The supervisor performing every metadata call: a kernel without the
 /// read-only mounts' refusals seen.
-const SUPERVISED: super::Fallbacks = super::Fallbacks {
+pub(crate) const SUPERVISED: super::Fallbacks = super::Fallbacks {
     metadata: true,
     ..super::Fallbacks::NONE
 };
-
-/// Where the mounts hold metadata outside the writable roots, only a mode
-/// with a set-id bit, `inotify_add_watch` and the ioctls refused everywhere
-/// are handed over; every other metadata call and inode-attribute ioctl is
-/// the kernel's, whatever its arguments.
-#[test]
-fn with_the_mounts_only_set_id_modes_and_refused_ioctls_are_notified() {
-    const A: u32 = RET_ALLOW;
-    const N: u32 = RET_USER_NOTIF;
-    let p = crate::notify::notify_filter(super::Fallbacks::NONE);
-    let modes = crate::notify::MODE_CALLS;
-    for nr in crate::notify::NOTIFY_METADATA {
-        if modes.iter().any(|(m, _)| m == nr) {
-            continue;
-        }
-        for a in [[0; 6], [u64::MAX; 6], [3, 0o4755, 0o6755, 0o4755, 0, 0]] {
-            assert_eq!(run(&p, *nr, a), A, "nr {nr} {a:?}");
-        }
-    }
-    for (nr, arg) in modes {
-        for (mode, want) in [
-            (0o755, A),
-            (0o1777, A),
-            (0o4755, N),
-            (0o2755, N),
-            (0o6000, N),
-            ((1 << 32) | 0o755, A),
-            (0xffff_ffff_0000_0000 | 0o644, A),
-            (u64::MAX, N),
-        ] {
-            let mut a = [3, 0x1000, 0x1000, 0, 0, 0];
-            a[*arg as usize] = mode;
-            assert_eq!(run(&p, *nr, a), want, "nr {nr} mode {mode:#o}");
-        }
-    }
-    assert_eq!(run(&p, crate::notify::NOTIFY_WATCH, [0; 6]), N);
-    for cmd in crate::notify::NOTIFY_IOCTLS {
-        let want = if crate::notify::REFUSED_IOCTLS.contains(cmd) {
-            N
-        } else {
-            A
-        };
-        let a = [0, u64::from(*cmd), 0, 0, 0, 0];
-        assert_eq!(run(&p, libc::SYS_ioctl, a), want, "ioctl {cmd:#x}");
-    }
-    // The whole program agrees: no other part takes these calls.
-    let all = crate::compile(super::Fallbacks::NONE).unwrap();
-    let fchmod = libc::SYS_fchmod;
-    assert_eq!(run(&all, fchmod, [3, 0o644, 0, 0, 0, 0]), A);
-    assert_eq!(run(&all, fchmod, [3, 0o4755, 0, 0, 0, 0]), N);
-    assert_eq!(run(&all, libc::SYS_fchown, [3, 0, 0, 0, 0, 0]), A);
-    let (_, steps_chown) = steps(&all, libc::SYS_fchown, [3, 0, 0, 0, 0, 0]);
-    let (_, steps_chmod) = steps(&all, fchmod, [3, 0o644, 0, 0, 0, 0]);
-    // Through the front's search alone (and, allowed for every argument,
-    // in the kernel's cache of calls it never runs the filter for).
-    assert!(steps_chown <= 25, "fchown took {steps_chown} instructions");
-    assert!(steps_chmod <= 15, "fchmod took {steps_chmod} instructions");
-}
 
 /// The filter notifies a scheduling call exactly when
 /// [`crate::notify::sched_target`] says it names another than the caller, for
