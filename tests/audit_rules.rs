@@ -370,12 +370,12 @@ fn a_run_says_so_when_the_kernel_drops_its_refusals_records() {
         eprintln!("the kernel dropped {delta} audit records during the control (another process's burst): its count is not judged");
     }
 
-    // Eight processes, 20000 refusals each (5000 under emulation, where
+    // Eight processes, 20000 refusals each (2000 under emulation, where
     // lockrun reads as much slower as they make them), as fast as they go:
     // more records wait than the kernel's backlog holds (64 by default),
     // and it drops the refusals' records (made where the call cannot wait).
     let log = w.root.join("burst.jsonl");
-    let each = slow::repetitions(20_000, 5_000);
+    let each = slow::repetitions(20_000, 2_000);
     let before = lost();
     let (out, made) = burst(&w, &log, 8, each);
     let delta = u64::from(lost().wrapping_sub(before));

@@ -521,8 +521,8 @@ fn runs_one_after_another_and_at_once_all_end_and_leave_nothing() {
         )
     };
     // Fewer under emulation (tests/support/slow.rs): the same cleanup.
-    let one_by_one = slow::repetitions(30, 8) as usize;
-    let at_once = slow::repetitions(16, 8) as usize;
+    let one_by_one = slow::repetitions(30, 4) as usize;
+    let at_once = slow::repetitions(16, 6) as usize;
     for i in 0..one_by_one {
         let (log, extra) = log_args(i);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
