@@ -384,10 +384,10 @@ fn bind_onto_itself(path: &CStr, expected: Option<(u64, u64)>, writable: bool) -
 ///    `RESOLVE_NO_SYMLINKS`), checked to be the very file lockrun found
 ///    there (device and inode), its mount tree copied (`open_tree`), made
 ///    writable while detached and moved onto that very file
-///    (`move_mount`). No name is looked up twice, so no other process can
-///    swap in a link to `/etc` between lockrun's look and the bind; a
-///    root that is no longer what lockrun found refuses the run
-///    (`ESTALE`). The run's own writable filesystems (`/dev/shm`) are
+///    (`move_mount`); one the machine mounts read-only stays so. No name
+///    is looked up twice, so no other process can swap in a link to
+///    `/etc` between lockrun's look and the bind; a root that is no
+///    longer what lockrun found refuses the run (`ESTALE`). The run's own writable filesystems (`/dev/shm`) are
 ///    lockrun's own mounts at the machine's paths, made writable by name;
 /// 4. the working directory, where it lies at or beneath one of those
 ///    binds, is entered again by its path, so that it is the bind's (the
@@ -402,8 +402,11 @@ fn bind_onto_itself(path: &CStr, expected: Option<(u64, u64)>, writable: bool) -
 #[derive(Debug, Default)]
 pub struct ReadOnlyOutside {
     /// The writable roots (canonical), outermost first, each with the
-    /// device and inode lockrun found there.
-    pub(super) writable: Vec<(std::ffi::CString, (u64, u64))>,
+    /// device and inode lockrun found there, and whether its mount is
+    /// writable on the machine: a root the machine mounts read-only is
+    /// bound read-only too (lockrun never makes writable what the machine
+    /// does not).
+    pub(super) writable: Vec<(std::ffi::CString, (u64, u64), bool)>,
     /// The run's own writable filesystems (mounted by [`OwnMount`]).
     pub(super) own: Vec<std::ffi::CString>,
     /// Denied paths beneath a writable root.
@@ -443,7 +446,11 @@ impl ReadOnlyOutside {
                 .iter()
                 .map(|p| {
                     let m = std::fs::metadata(p)?;
-                    Ok((super::c_path(p)?, (m.dev(), m.ino())))
+                    let read_only = nix::sys::statvfs::statvfs(p.as_path())
+                        .map_err(io::Error::from)?
+                        .flags()
+                        .contains(nix::sys::statvfs::FsFlags::ST_RDONLY);
+                    Ok((super::c_path(p)?, (m.dev(), m.ino()), !read_only))
                 })
                 .collect::<io::Result<_>>()?,
             own: c(&mut own.iter().filter(|p| writable.contains(p)))?,
@@ -468,8 +475,8 @@ impl ReadOnlyOutside {
             }
         }
         mount_setattr_recursive(c"/", rdonly, 0)?;
-        for (root, found) in &self.writable {
-            bind_onto_itself(root, Some(*found), true)?;
+        for (root, found, writable) in &self.writable {
+            bind_onto_itself(root, Some(*found), *writable)?;
         }
         for own in &self.own {
             mount_setattr_one(own, 0, rdonly)?;
@@ -651,6 +658,100 @@ mod tests {
         assert_eq!(unsafe { libc::waitpid(pid, &raw mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "child status {status}");
         libc::WEXITSTATUS(status)
+    }
+
+    /// The machine's read-only bind of a root, unmounted however the test
+    /// ends.
+    struct Bound(std::path::PathBuf);
+
+    impl Drop for Bound {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// A writable root on a mount the machine has read-only stays
+    /// read-only in the run (`EROFS`): lockrun never makes writable what
+    /// the machine does not. Control: the same root, once the machine's
+    /// read-only mount is gone, is writable in the run. Judged from
+    /// outside: the file's mode.
+    #[test]
+    fn a_root_the_machine_mounts_read_only_stays_read_only() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: a_root_the_machine_mounts_read_only_stays_read_only: needs root (a mount)");
+            return;
+        }
+        let dir = std::path::Path::new(MACHINE_RO_DIR.to_str().unwrap()).to_path_buf();
+        let _ = nix::mount::umount2(&dir.join("root"), nix::mount::MntFlags::MNT_DETACH);
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("f"), "").unwrap();
+        let mode = || {
+            std::fs::metadata(root.join("f"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        let plan =
+            || super::ReadOnlyOutside::new(std::slice::from_ref(&root), &[], &[], None).unwrap();
+        {
+            use nix::mount::{mount, MsFlags};
+            mount(
+                Some(&root),
+                &root,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .unwrap();
+            let bound = Bound(root.clone());
+            mount(
+                None::<&str>,
+                &root,
+                None::<&str>,
+                MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+            .unwrap();
+            assert_eq!(applied_in_a_child(&plan(), chmod_refused_as_read_only), 0);
+            drop(bound);
+        }
+        assert_eq!(mode(), 0o644);
+        // Control: the machine's mount gone, the same root is writable.
+        assert_eq!(applied_in_a_child(&plan(), chmod_done), 0);
+        assert_eq!(mode(), 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The scratch dir of [`a_root_the_machine_mounts_read_only_stays_read_only`].
+    const MACHINE_RO_DIR: &std::ffi::CStr = c"/tmp/lockrun-ro-machine-unit";
+
+    /// `chmod` of `MACHINE_RO_DIR/root/f` to 0600: 0 where it fails with
+    /// `EROFS`, else 21 (done) or 22 (another error).
+    fn chmod_refused_as_read_only() -> i32 {
+        // SAFETY: chmod(2) of a NUL-terminated literal.
+        if unsafe { libc::chmod(c"/tmp/lockrun-ro-machine-unit/root/f".as_ptr(), 0o600) } == 0 {
+            return 21;
+        }
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EROFS) {
+            0
+        } else {
+            22
+        }
+    }
+
+    /// `chmod` of `MACHINE_RO_DIR/root/f` to 0600: 0 where it is done,
+    /// else 23.
+    fn chmod_done() -> i32 {
+        // SAFETY: chmod(2) of a NUL-terminated literal.
+        if unsafe { libc::chmod(c"/tmp/lockrun-ro-machine-unit/root/f".as_ptr(), 0o600) } == 0 {
+            0
+        } else {
+            23
+        }
     }
 
     /// The scratch dir of [`read_only_outside_holds_and_never_binds_a_swapped_root`],
