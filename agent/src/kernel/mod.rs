@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | Landlock ABI 1 (filesystem rights) | 5.13 | the run is refused: nothing else confines writes |
 //! | ABI 2 (`REFER`: links and renames across dirs) | 5.19 | the run is refused (older than 6.1) |
-//! | ABI 3 (`TRUNCATE`) | 6.2 | the seccomp supervisor truncates only beneath the writable roots ([`crate::supervise::truncate`]) |
+//! | ABI 3 (`TRUNCATE`) | 6.2 | the read-only mounts outside the writable roots refuse truncation there (`EROFS`), where lockrun's recorder sees their refusals; elsewhere the seccomp supervisor truncates only beneath the writable roots ([`crate::supervise::truncate`]) |
 //! | ABI 5 (`IOCTL_DEV`) | 6.10 | device files opened only under `/dev`, where Landlock's rules name the few a run may open: every other mount `nodev` in the run's mount namespace ([`Kernel::devices_only_in_dev`]) |
 //! | ABI 6 (scoping of signals and abstract unix sockets) | 6.12 | the seccomp supervisor: signals ([`crate::supervise::scope`]); abstract names the run bound ([`crate::supervise::abstract_unix`]), where the kernel refuses the run's own unix connects (the unix hooks, or the unix guard) |
 //! | ABI 7 (denials logged to kernel audit) | 6.15 | kernel audit's syscall records of the run's login uid: its filesystem refusals, and at ABI 6 its signals and abstract unix connects refused outside it ([`crate::audit::syscalls`]); where audit cannot be used so, [`Gap::FilesystemRefusalsUnseen`]. The processes Landlock hides from the run's `/proc` are recorded by nothing ([`crate::audit::syscalls::reach`]) |
@@ -162,6 +162,10 @@ pub enum Mechanism {
     /// Device files opened only under `/dev`: every other mount `nodev`
     /// ([`Kernel::devices_only_in_dev`]).
     NodevMounts,
+    /// Every mount of the run read-only but its writable roots
+    /// ([`Kernel::metadata_by_mounts`]), the kernel's refusals there
+    /// (`EROFS`) recorded by lockrun's `sys_exit` recorder.
+    ReadOnlyMounts,
     /// Kernel audit's syscall records of the run's login uid
     /// ([`crate::audit::syscalls`]).
     SyscallAudit,
@@ -379,11 +383,7 @@ impl Kernel {
                 promise: "no file outside the writable roots truncated",
                 by: held(
                     Gap::Truncate,
-                    landlock("truncate right", 3).or_else(|| {
-                        self.fallbacks()
-                            .truncate
-                            .then(|| supervisor("no Landlock truncate right: ABI < 3"))
-                    }),
+                    landlock("truncate right", 3).or_else(|| self.truncation_held_by()),
                 ),
             },
             Holding {
@@ -451,6 +451,25 @@ impl Kernel {
         ]
     }
 
+    /// What keeps a file outside the writable roots from being truncated
+    /// without Landlock's truncate right (ABI < 3): the read-only mounts,
+    /// where their refusals are seen; else the supervisor.
+    fn truncation_held_by(&self) -> Option<Held> {
+        if self.metadata_by_mounts() {
+            return Some(Held::new(
+                Mechanism::ReadOnlyMounts,
+                "every mount read-only outside the writable roots, its refusals recorded by \
+                 lockrun's sys_exit recorder (no Landlock truncate right: ABI < 3)",
+            ));
+        }
+        self.fallbacks().truncate.then(|| {
+            Held::new(
+                Mechanism::Supervisor,
+                "the seccomp supervisor (no Landlock truncate right: ABI < 3)",
+            )
+        })
+    }
+
     /// What records the run's refused reaches outside it (signals,
     /// abstract unix sockets, ptrace and `/proc` access): Landlock's
     /// denial logging; below it, what refuses them (the supervisor, below
@@ -515,13 +534,18 @@ impl Kernel {
     }
 
     /// What the seccomp supervisor stands in for here
-    /// ([`Features::fallbacks`]), the metadata calls only where the
-    /// mounts cannot hold them ([`Self::metadata_by_mounts`]).
+    /// ([`Features::fallbacks`]), the metadata calls and truncation only
+    /// where the mounts cannot hold them ([`Self::metadata_by_mounts`]):
+    /// outside the writable roots a read-only mount refuses a truncation
+    /// (`EROFS`) as it refuses a write, before Landlock is asked.
     #[must_use]
     pub fn fallbacks(&self) -> Fallbacks {
+        let by_mounts = self.metadata_by_mounts();
+        let features = self.features().fallbacks();
         Fallbacks {
-            metadata: !self.metadata_by_mounts(),
-            ..self.features().fallbacks()
+            metadata: !by_mounts,
+            truncate: features.truncate && !by_mounts,
+            ..features
         }
     }
 
@@ -704,7 +728,9 @@ impl Gap {
     pub fn held_by(self, kernel: &Kernel) -> bool {
         let abi = kernel.landlock_abi();
         match self {
-            Self::Truncate => abi >= 3 || kernel.fallbacks().truncate,
+            Self::Truncate => {
+                abi >= 3 || kernel.metadata_by_mounts() || kernel.fallbacks().truncate
+            }
             Self::DeviceIoctl => abi >= 5 || kernel.devices_only_in_dev(),
             // The seccomp supervisor judges signals where Landlock does not.
             Self::SignalScope => true,

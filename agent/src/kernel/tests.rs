@@ -114,13 +114,29 @@ fn an_older_abi_names_what_stands_in_for_a_missing_right() {
     };
     let truncated = "no file outside the writable roots truncated";
     let ioctl = "no ioctl on a device outside the writable roots";
+    let by_mounts = by(2, truncated).unwrap();
+    assert_eq!(by_mounts.mechanism, Mechanism::ReadOnlyMounts);
+    assert!(by_mounts.how.starts_with("every mount read-only outside"));
+    // Where no refusal of a read-only mount would be seen, the supervisor.
+    let unseen = Kernel {
+        landlock: Ok(2),
+        unix_hooks: true,
+        unix_guard: false,
+        read_only_refusals: Err(ReadOnlyUnseen::NoPrograms),
+        syscall_audit: None,
+    };
     assert_eq!(
-        by(2, truncated),
-        Ok(Held::new(
+        unseen
+            .promises()
+            .into_iter()
+            .find(|h| h.promise.starts_with(truncated))
+            .map(|h| h.by),
+        Some(Ok(Held::new(
             Mechanism::Supervisor,
             "the seccomp supervisor (no Landlock truncate right: ABI < 3)"
-        ))
+        )))
     );
+    assert!(unseen.fallbacks().truncate && unseen.fallbacks().metadata);
     assert_eq!(
         by(3, truncated),
         Ok(Held::new(
@@ -145,7 +161,9 @@ fn an_older_abi_names_what_stands_in_for_a_missing_right() {
         read_only_refusals: Ok(()),
         syscall_audit: None,
     };
-    assert!(k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
+    // The mounts refuse truncation outside: no supervisor at any ABI.
+    assert!(!k(2).fallbacks().truncate && !k(3).fallbacks().truncate);
+    assert!(k(2).features().fallbacks().truncate);
     assert!(k(4).devices_only_in_dev() && !k(5).devices_only_in_dev());
 }
 
@@ -260,6 +278,7 @@ fn a_mechanism_is_named_in_snake_case() {
             "supervisor_and_unix_guard",
         ),
         (Mechanism::NodevMounts, "nodev_mounts"),
+        (Mechanism::ReadOnlyMounts, "read_only_mounts"),
         (Mechanism::SyscallAudit, "syscall_audit"),
     ] {
         assert_eq!(

@@ -1,5 +1,9 @@
 //! Truncation, where the kernel lacks Landlock's truncate right (ABI < 3,
-//! Linux < 6.2; Debian 12's 6.1 has ABI 2). There a file outside the
+//! Linux < 6.2; Debian 12's 6.1 has ABI 2) and the run's mounts cannot be
+//! read-only outside its writable roots (no `sys_exit` recorder to see
+//! their refusals: `crate::kernel::Kernel::metadata_by_mounts`; where they
+//! are, a read-only mount refuses a truncation outside, `EROFS`, and
+//! nothing comes here). There a file outside the
 //! writable roots that the run may read can be truncated: `truncate(2)`
 //! asks Landlock for nothing, and neither does an open with `O_TRUNC`
 //! whose access mode asks for no write right (`O_RDONLY`, or 3). The

@@ -91,6 +91,7 @@ pub enum Mechanism {
     SupervisorAndUnixHooks,
     SupervisorAndUnixGuard,
     NodevMounts,
+    ReadOnlyMounts,
     SyscallAudit,
 }
 
@@ -125,6 +126,7 @@ impl Cell {
             }
             Self::Held(Mechanism::SupervisorAndUnixGuard) => "supervisor + unix guard".to_owned(),
             Self::Held(Mechanism::NodevMounts) => "`nodev` mounts".to_owned(),
+            Self::Held(Mechanism::ReadOnlyMounts) => "read-only mounts".to_owned(),
             Self::Held(Mechanism::SyscallAudit) => "kernel audit records".to_owned(),
             Self::Gap(name) => format!("GAP: `{name}`"),
             Self::NoLandlock => "no Landlock: no run".to_owned(),

@@ -219,6 +219,7 @@ fn each_mechanism_is_said_its_own_way_everywhere() {
         "supervisor_and_unix_hooks",
         "supervisor_and_unix_guard",
         "nodev_mounts",
+        "read_only_mounts",
         "syscall_audit",
     ];
     let words: Vec<String> = all
