@@ -728,9 +728,7 @@ impl Gap {
     pub fn held_by(self, kernel: &Kernel) -> bool {
         let abi = kernel.landlock_abi();
         match self {
-            Self::Truncate => {
-                abi >= 3 || kernel.metadata_by_mounts() || kernel.fallbacks().truncate
-            }
+            Self::Truncate => abi >= 3 || kernel.truncation_held_by().is_some(),
             Self::DeviceIoctl => abi >= 5 || kernel.devices_only_in_dev(),
             // The seccomp supervisor judges signals where Landlock does not.
             Self::SignalScope => true,

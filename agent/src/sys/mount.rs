@@ -387,8 +387,9 @@ fn bind_onto_itself(path: &CStr, expected: Option<(u64, u64)>, writable: bool) -
 ///    (`move_mount`); one the machine mounts read-only stays so. No name
 ///    is looked up twice, so no other process can swap in a link to
 ///    `/etc` between lockrun's look and the bind; a root that is no
-///    longer what lockrun found refuses the run (`ESTALE`). The run's own writable filesystems (`/dev/shm`) are
-///    lockrun's own mounts at the machine's paths, made writable by name;
+///    longer what lockrun found refuses the run (`ESTALE`). The run's own
+///    writable filesystems (`/dev/shm`) are lockrun's own mounts at the
+///    machine's paths, made writable by name;
 /// 4. the working directory, where it lies at or beneath one of those
 ///    binds, is entered again by its path, so that it is the bind's (the
 ///    clone had translated it to the mount beneath); kept as it was where
@@ -716,12 +717,15 @@ mod tests {
                 None::<&str>,
             )
             .unwrap();
-            assert_eq!(applied_in_a_child(&plan(), chmod_refused_as_read_only), 0);
+            assert_eq!(
+                applied_in_a_child(&plan(), chmod_in_the_machines_root),
+                CHMOD_FAILED + libc::EROFS
+            );
             drop(bound);
         }
         assert_eq!(mode(), 0o644);
         // Control: the machine's mount gone, the same root is writable.
-        assert_eq!(applied_in_a_child(&plan(), chmod_done), 0);
+        assert_eq!(applied_in_a_child(&plan(), chmod_in_the_machines_root), 0);
         assert_eq!(mode(), 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -729,28 +733,18 @@ mod tests {
     /// The scratch dir of [`a_root_the_machine_mounts_read_only_stays_read_only`].
     const MACHINE_RO_DIR: &std::ffi::CStr = c"/tmp/lockrun-ro-machine-unit";
 
-    /// `chmod` of `MACHINE_RO_DIR/root/f` to 0600: 0 where it fails with
-    /// `EROFS`, else 21 (done) or 22 (another error).
-    fn chmod_refused_as_read_only() -> i32 {
-        // SAFETY: chmod(2) of a NUL-terminated literal.
-        if unsafe { libc::chmod(c"/tmp/lockrun-ro-machine-unit/root/f".as_ptr(), 0o600) } == 0 {
-            return 21;
-        }
-        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EROFS) {
-            0
-        } else {
-            22
-        }
-    }
+    /// Added to the errno of a failed [`chmod_in_the_machines_root`], to
+    /// tell it from a failure of the plan itself.
+    const CHMOD_FAILED: i32 = 100;
 
     /// `chmod` of `MACHINE_RO_DIR/root/f` to 0600: 0 where it is done,
-    /// else 23.
-    fn chmod_done() -> i32 {
+    /// else [`CHMOD_FAILED`] + its errno.
+    fn chmod_in_the_machines_root() -> i32 {
         // SAFETY: chmod(2) of a NUL-terminated literal.
         if unsafe { libc::chmod(c"/tmp/lockrun-ro-machine-unit/root/f".as_ptr(), 0o600) } == 0 {
             0
         } else {
-            23
+            CHMOD_FAILED + std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
         }
     }
 
