@@ -310,7 +310,7 @@ async fn run(
     let mut signals = Signals::new().map_err(RunError::Signals)?;
     // 1–8, bound in setup order, so that they drop in reverse on every path.
     let SetUp {
-        dir,
+        mut dir,
         git_guard,
         terminals,
         watchdog,
@@ -341,6 +341,7 @@ async fn run(
     }
 
     // 9. spawn and supervise
+    dir.command_starts();
     let spawned = spawn::spawn(
         argv,
         &env,

@@ -30,8 +30,10 @@ pub enum RunDirError {
 /// The run's directory; removed when dropped (every path, incl. a panic).
 ///
 /// Or kept for a later run, when the run ended with its temp dir as it got
-/// it: nothing made, removed or changed in it (its `ctime` unchanged, which
-/// any such change moves), and no process of the run left
+/// it: empty, 0700, lockrun's, and nothing made, removed or changed in it
+/// (its `ctime` unchanged, which any such change moves once the clock the
+/// kernel stamps it by has moved past it: checked as the command starts,
+/// [`RunDir::command_starts`]), and no process of the run left
 /// ([`RunDir::ended`]). Most commands an agent runs (`git status`, `rg`,
 /// `ls`) leave their temp dir so. Then the dir, its `owner` removed, goes to
 /// `<state>/spare/` ([`SPARES`], at most [`SPARES_KEPT`]), and a run that
@@ -52,6 +54,9 @@ pub struct RunDir {
     spares: PathBuf,
     /// The temp dir as the run got it: inode, `ctime` (s, ns).
     tmp_was: (u64, i64, i64),
+    /// Set by [`RunDir::command_starts`]: a change to the temp dir from
+    /// then on moves its `ctime`.
+    changes_show: bool,
     /// Set by [`RunDir::ended`]: no process of the run is left.
     ended: bool,
 }
@@ -110,6 +115,7 @@ impl RunDir {
             id,
             spares,
             tmp_was: (0, 0, 0),
+            changes_show: false,
             ended: false,
         };
         // A symlink whose target is the owner line: kept in the inode, it
@@ -133,6 +139,18 @@ impl RunDir {
         Ok(dir)
     }
 
+    /// The command is about to start: nothing of the run has touched the
+    /// temp dir yet. The kernel stamps a change's `ctime` by a clock that
+    /// moves a tick at a time (a few ms; longer on a busy or emulated
+    /// machine): a change within the tick the dir was stamped in leaves its
+    /// `ctime` as it was. Only where that clock has moved past the dir's
+    /// `ctime` by now does every change of the run show, and only then may
+    /// the dir be kept ([`RunDir::keep_for_later`]).
+    pub fn command_starts(&mut self) {
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE);
+        self.changes_show = now.is_ok_and(|t| past(t, self.tmp_was));
+    }
+
     /// No process of the run is left (its cgroup is empty): from now on,
     /// nothing but lockrun can change the temp dir, and the dir may be
     /// kept for a later run (see [`RunDir`]).
@@ -146,10 +164,14 @@ impl RunDir {
     fn keep_for_later(&self) -> bool {
         let pristine = || {
             std::fs::symlink_metadata(&self.tmp).is_ok_and(|m| {
-                m.is_dir() && m.nlink() == 2 && (m.ino(), m.ctime(), m.ctime_nsec()) == self.tmp_was
-            })
+                m.is_dir()
+                    && m.nlink() == 2
+                    && m.mode() & 0o7777 == 0o700
+                    && m.uid() == nix::unistd::geteuid().as_raw()
+                    && (m.ino(), m.ctime(), m.ctime_nsec()) == self.tmp_was
+            }) && std::fs::read_dir(&self.tmp).is_ok_and(|mut d| d.next().is_none())
         };
-        if !self.ended || !pristine() {
+        if !self.ended || !self.changes_show || !pristine() {
             return false;
         }
         let kept = match std::fs::read_dir(&self.spares) {
@@ -184,6 +206,11 @@ impl Drop for RunDir {
             remove_tree(&self.root);
         }
     }
+}
+
+/// Whether the clock reading `now` lies past `ctime` (inode, s, ns).
+fn past(now: nix::sys::time::TimeSpec, (_, s, ns): (u64, i64, i64)) -> bool {
+    (now.tv_sec(), now.tv_nsec()) > (s, ns)
 }
 
 /// `path` made, 0700 (its parent exists): a run dir, its temp dir, the
@@ -276,7 +303,8 @@ mod tests {
     /// The run dir of a run that ended with its temp dir as it got it goes
     /// to the spares, and the next run takes it (the same temp dir, empty,
     /// 0700, the new owner); one whose temp dir was written, chmodded or
-    /// had an entry made and removed, or whose run is not known to have
+    /// had an entry made and removed, or whose command never started (the
+    /// clock not known to have moved), or whose run is not known to have
     /// ended, is removed; a spare older than half the grace period is not
     /// taken, and `lockrun gc`'s removal takes those older than it.
     #[test]
@@ -288,7 +316,33 @@ mod tests {
         let spares = base.join(SPARES);
         let grace = Duration::from_hours(1);
         let count = |d: &Path| std::fs::read_dir(d).map_or(0, Iterator::count);
-        let fresh = |name: &str| RunDir::create_as(&runs, name.into(), grace).unwrap();
+        // A run's dir, its command started once the kernel's clock has
+        // moved past the temp dir's ctime (a tick; far longer under
+        // emulation at times).
+        let fresh = |name: &str| {
+            let mut d = RunDir::create_as(&runs, name.into(), grace).unwrap();
+            let ticked = || {
+                let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE);
+                past(now.unwrap(), d.tmp_was)
+            };
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while !ticked() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            d.command_starts();
+            assert!(
+                d.changes_show,
+                "the clock moved past the dir's ctime in 10 s"
+            );
+            d
+        };
+
+        // Its command never started: removed (the same holds for a
+        // command started within the tick its temp dir was stamped in).
+        let mut never = RunDir::create_as(&runs, "never".into(), grace).unwrap();
+        never.ended();
+        drop(never);
+        assert_eq!((count(&runs), count(&spares)), (0, 0), "never started");
 
         let mut a = fresh("a");
         let ino = std::fs::metadata(a.tmp()).unwrap().ino();
@@ -319,7 +373,6 @@ mod tests {
             }),
         ];
         for (what, touch) in touches {
-            std::thread::sleep(Duration::from_millis(10)); // a ctime of its own
             touch(b.tmp());
             b.ended();
             drop(b);
@@ -347,6 +400,18 @@ mod tests {
         assert_eq!(remove_old_spares(&spares, Duration::from_hours(1)), 0);
         assert_eq!(remove_old_spares(&spares, Duration::from_mins(20)), 1);
         assert_eq!(count(&spares), 0);
+    }
+
+    /// Only a clock reading past the temp dir's ctime shows the run's
+    /// changes: one equal to it may be the tick a change is stamped in.
+    #[test]
+    fn only_a_clock_past_the_ctime_shows_changes() {
+        let at = |s, ns| nix::sys::time::TimeSpec::new(s, ns);
+        let was = (7, 100, 500);
+        assert!(!past(at(100, 500), was), "the same tick");
+        assert!(!past(at(99, 999_999_999), was), "a clock set back");
+        assert!(past(at(100, 501), was));
+        assert!(past(at(101, 0), was));
     }
 
     /// A run dir names its owner by a symlink; one with none, or with a
