@@ -35,6 +35,9 @@ pub const API_URL: &str = "http://api.model.test";
 /// A name that resolves to the same test host, not allowed.
 const UNLISTED: &str = "unlisted.test";
 
+/// Where the tool call's command writes what each action got.
+const TOLD: &str = "told.txt";
+
 /// An agent CLI at its pinned version, and the preset it runs under.
 pub struct Cli {
     /// The npm package.
@@ -271,15 +274,18 @@ impl Agent {
     }
 
     /// The shell command the model asks the agent to run: each action
-    /// says what it got. `curl_extra` is for the control outside, where no
+    /// says what it got, to the agent and into [`TOLD`] in its directory
+    /// (what the tests judge: a CLI that captures a command's output on a
+    /// terminal of its own may lose its last lines, as Qwen Code once did
+    /// here). `curl_extra` is for the control outside, where no
     /// resolver of lockrun's names the unlisted host.
     fn command(&self, curl_extra: &str) -> String {
         format!(
-            "printf made > inside.txt && echo write=ok || echo write=refused; \
+            "{{ printf made > inside.txt && echo write=ok || echo write=refused; \
              cp ~/.ssh/id_rsa stolen.txt 2>/dev/null && echo ssh=read || echo ssh=refused; \
              touch {etc} 2>/dev/null && echo etc=made || echo etc=refused; \
              curl -s {curl_extra} -o /dev/null -w 'unlisted=%{{http_code}}\\n' http://{UNLISTED}/; \
-             echo key=${key}",
+             echo key=${key}; }} | tee {TOLD}",
             etc = self.etc_mark.display(),
             key = if self.cli.key.is_empty() {
                 "NO_KEY_VAR"
@@ -364,8 +370,10 @@ impl Agent {
             .iter()
             .find_map(|r| r["tool_output"].as_str())
             .unwrap_or_else(|| panic!("no tool output reached the model API: {}", said()));
+        assert!(tool_output.contains("write=ok"), "{}", said());
+        let told = std::fs::read_to_string(self.wt().join(TOLD)).unwrap_or_default();
         for line in ["write=ok", "ssh=refused", "etc=refused", "unlisted=403"] {
-            assert!(tool_output.contains(line), "{line}: {}", said());
+            assert!(told.contains(line), "{line}: {told}\n{}", said());
         }
         // Judged from outside.
         assert_eq!(
@@ -403,19 +411,20 @@ impl Agent {
                 if p.host == UNLISTED && p.status == 403 && p.refused())),
             "{events:#?}"
         );
-        self.assert_key_held(&stdout, &stderr, tool_output, &requests, &said);
+        self.assert_key_held(&stdout, &stderr, (&told, tool_output), &requests, &said);
         self.control();
     }
 
-    /// The run held a placeholder of the key (the tool's `key=` line: the
-    /// value's length, not the value), the model API got the real value
-    /// (the proxy put it in) and never the placeholder, and neither the
-    /// audit log nor lockrun's output holds the value.
+    /// The run held a placeholder of the key (the command's `key=` line:
+    /// the value's length, not the value), the model API got the real
+    /// value (the proxy put it in) and never the placeholder, and neither
+    /// the tool's output nor the audit log nor lockrun's output holds the
+    /// value.
     fn assert_key_held(
         &self,
         stdout: &str,
         stderr: &str,
-        tool_output: &str,
+        (told, tool_output): (&str, &str),
         requests: &[serde_json::Value],
         said: &dyn Fn() -> String,
     ) {
@@ -423,13 +432,10 @@ impl Agent {
             return;
         }
         let real = real_key(self.cli.key);
-        // The tool's output may come back escaped (in JSON): the key's
-        // shape is letters, digits and `-` only, so it reads the same.
-        // (After the command itself, which some CLIs echo: `key=$VAR`.)
-        let at = tool_output
+        let at = told
             .find("key=sk-")
-            .unwrap_or_else(|| panic!("no key=sk-… in the tool's output: {}", said()));
-        let held: String = tool_output[at + 4..]
+            .unwrap_or_else(|| panic!("no key=sk-… in {told:?}: {}", said()));
+        let held: String = told[at + 4..]
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
             .collect();
