@@ -15,7 +15,7 @@ use lockrun::audit::{ProxyEvent, ProxyVerdict, ProxyVia};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 use crate::support::proxy::{skip, TestHost};
-use crate::support::python::python3;
+use crate::support::python::{self, python3};
 use crate::{can_run, field, text, Net, Sandbox, RANGE};
 
 const SERVER: &str = include_str!("../support/https_echo.py");
@@ -200,6 +200,8 @@ print("ws=" + got.decode().replace("\n", ""))
 "#;
     std::fs::write(sb.wt().join("ws.py"), ws).unwrap();
     let ca = ca_file.display();
+    // `requests`, as the machine has it.
+    let machine_python3 = python::machine_python3();
     let out = sb.run_with(
         &env(),
         &format!(
@@ -207,7 +209,7 @@ print("ws=" + got.decode().replace("\n", ""))
         unset LOCKRUN_TEST_SECRET
         echo "ph=$PH"
         echo "curl=$(curl -sS -H "x-api-key: $PH" https://api.test/one https://api.test/two | tr '\n' '|')"
-        python3 "$WT/py.py" 2>&1
+        {machine_python3} "$WT/py.py" 2>&1
         python3 "$WT/sse.py" 2>&1
         python3 "$WT/ws.py" 2>&1
         echo "refused=$(curl -sS -o /dev/null -w '%{{http_code}}' https://api.test/refused/by/rule)"

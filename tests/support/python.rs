@@ -38,3 +38,19 @@ pub fn python3_command() -> Command {
     }
     c
 }
+
+/// The machine's own interpreter, with what the machine installed into it:
+/// for a test whose subject is such a client library (Python's `requests`).
+/// Under `cargo xtask test`, [`python3`] is a venv of it without them
+/// (`xtask/src/test_python.rs`); elsewhere the two are one.
+pub fn machine_python3() -> &'static str {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = python3_command()
+            .args(["-c", "import sys; print(sys._base_executable)"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    })
+}

@@ -30,6 +30,7 @@ mod kernels;
 #[cfg(test)]
 mod layers;
 mod tally;
+mod test_python;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -302,6 +303,9 @@ fn real_main() -> Result<ExitCode> {
             let obj = build(&root, release)?;
             ensure_test_tools(&root)?;
             let mut c = suite_cargo(&root, release, &obj);
+            if let Some(path) = test_python::tests_path(&tests_tmp(&root)) {
+                c.env("PATH", path);
+            }
             if !kernel.is_empty() {
                 let limits = kernels::RunLimits {
                     total: Duration::from_secs(timeout * 60),
@@ -554,8 +558,14 @@ const SSH_SERVER_DEBS: [&str; 2] = ["openssh-server", "libwrap0"];
 /// tests' `CARGO_TARGET_TMPDIR`; the test points the loader at its library
 /// dirs), never installed: installing it would start an SSH service on the
 /// user's machine, and leave its host keys and config behind.
+/// The tests' own temp dir, `target/<host>/tmp` (cargo's
+/// `CARGO_TARGET_TMPDIR` for them): what they run beside lockrun.
+fn tests_tmp(root: &Path) -> PathBuf {
+    root.join("target").join(host_target()).join("tmp")
+}
+
 fn ensure_test_tools(root: &Path) -> Result<()> {
-    let tmp = root.join("target").join(host_target()).join("tmp");
+    let tmp = tests_tmp(root);
     let dir = tmp.join("openssh-server");
     let done = dir.join(".unpacked");
     if std::fs::read_to_string(&done).is_ok_and(|d| d == SSH_SERVER_DEBS.join(" ")) {
