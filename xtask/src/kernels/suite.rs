@@ -362,6 +362,8 @@ impl Results {
             _ => None,
         };
         if let Some((name, result)) = l.strip_prefix("test ").and_then(|r| r.split_once(" ... ")) {
+            // A skip line of another test may follow the result on its line.
+            let result = result.split("skipped: ").next().unwrap_or(result);
             match outcome(result) {
                 Some(o) => b.finished(name.to_owned(), o, result),
                 None => self.pending = Some(name.to_owned()),
@@ -540,6 +542,8 @@ mod tests {
             "xtask: running filesystem (2/2)",
             "test d ... skipped: d: no bpffs",
             "ok",
+            "test f ... okskipped: g: no Landlock records",
+            "test g ... ok",
             "test e ... ignored, slow",
             "test result: ok. 1 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out",
         ] {
@@ -547,6 +551,9 @@ mod tests {
         }
         r.status("boot 1.0\nstart 1 2.0\nend 1 101 5.5\nstart 2 5.5\n");
         assert!(r.binaries[1].tests["d"] == Outcome::Skipped);
+        assert!(r.binaries[1].tests["f"] == Outcome::Passed);
+        assert!(r.binaries[1].tests["g"] == Outcome::Skipped);
+        assert_eq!(r.tally.skipped, 2);
         assert!(r.binaries[0].tests["a::b"] == Outcome::Passed);
         assert!(r.binaries[0].tests["c"] == Outcome::Failed);
         assert_eq!(r.binaries[0].exit, Some(101));
