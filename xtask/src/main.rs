@@ -551,6 +551,12 @@ fn ensure_tools() -> Result<()> {
 /// it links that a machine without an SSH server lacks.
 const SSH_SERVER_DEBS: [&str; 2] = ["openssh-server", "libwrap0"];
 
+/// The tests' own temp dir, `target/<host>/tmp` (cargo's
+/// `CARGO_TARGET_TMPDIR` for them): what they run beside lockrun.
+fn tests_tmp(root: &Path) -> PathBuf {
+    root.join("target").join(host_target()).join("tmp")
+}
+
 /// What the suite runs besides what the build needs: `sshd`, the real SSH
 /// server `tests/proxy_e2e/transparent.rs` clones a repository from, in a
 /// network namespace of the test's own. Unpacked from Debian's packages
@@ -558,12 +564,6 @@ const SSH_SERVER_DEBS: [&str; 2] = ["openssh-server", "libwrap0"];
 /// tests' `CARGO_TARGET_TMPDIR`; the test points the loader at its library
 /// dirs), never installed: installing it would start an SSH service on the
 /// user's machine, and leave its host keys and config behind.
-/// The tests' own temp dir, `target/<host>/tmp` (cargo's
-/// `CARGO_TARGET_TMPDIR` for them): what they run beside lockrun.
-fn tests_tmp(root: &Path) -> PathBuf {
-    root.join("target").join(host_target()).join("tmp")
-}
-
 fn ensure_test_tools(root: &Path) -> Result<()> {
     let tmp = tests_tmp(root);
     let dir = tmp.join("openssh-server");

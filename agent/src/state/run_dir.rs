@@ -164,11 +164,7 @@ impl RunDir {
     fn keep_for_later(&self) -> bool {
         let pristine = || {
             std::fs::symlink_metadata(&self.tmp).is_ok_and(|m| {
-                m.is_dir()
-                    && m.nlink() == 2
-                    && m.mode() & 0o7777 == 0o700
-                    && m.uid() == nix::unistd::geteuid().as_raw()
-                    && (m.ino(), m.ctime(), m.ctime_nsec()) == self.tmp_was
+                as_lockrun_makes(&m) && (m.ino(), m.ctime(), m.ctime_nsec()) == self.tmp_was
             }) && std::fs::read_dir(&self.tmp).is_ok_and(|mut d| d.next().is_none())
         };
         if !self.ended || !self.changes_show || !pristine() {
@@ -208,6 +204,15 @@ impl Drop for RunDir {
     }
 }
 
+/// Whether a temp dir is as lockrun makes one: a dir with no subdir,
+/// 0700, lockrun's uid.
+fn as_lockrun_makes(m: &std::fs::Metadata) -> bool {
+    m.is_dir()
+        && m.nlink() == 2
+        && m.mode() & 0o7777 == 0o700
+        && m.uid() == nix::unistd::geteuid().as_raw()
+}
+
 /// Whether the clock reading `now` lies past `ctime` (inode, s, ns).
 fn past(now: nix::sys::time::TimeSpec, (_, s, ns): (u64, i64, i64)) -> bool {
     (now.tv_sec(), now.tv_nsec()) > (s, ns)
@@ -237,12 +242,8 @@ fn take_spare(spares: &Path, root: &Path, grace: Duration) -> bool {
         let spare = entry.path();
         let young =
             std::fs::symlink_metadata(&spare).is_ok_and(|m| m.is_dir() && age(&m, now) < grace / 2);
-        let tmp_as_left = std::fs::symlink_metadata(spare.join("tmp")).is_ok_and(|m| {
-            m.is_dir()
-                && m.nlink() == 2
-                && m.mode() & 0o7777 == 0o700
-                && m.uid() == nix::unistd::geteuid().as_raw()
-        });
+        let tmp_as_left =
+            std::fs::symlink_metadata(spare.join("tmp")).is_ok_and(|m| as_lockrun_makes(&m));
         if young && tmp_as_left && rename_noreplace(&spare, root).is_ok() {
             return true;
         }
