@@ -310,21 +310,29 @@ fn assert_truncations_seen(
         }
         return;
     }
+    // On failure, every filesystem refusal the log holds and the summary.
+    let all = || {
+        let log = std::fs::read_to_string(log).unwrap();
+        let fs: Vec<_> = log
+            .lines()
+            .filter(|l| l.contains("\"filesystem\"") || l.contains("lost"))
+            .collect();
+        format!("{recorded:?}\nthe log's filesystem refusals:\n{}\n{stderr}", fs.join("\n"))
+    };
     for i in [0, 3, 4, 5] {
         let f = s(&outside[i]);
-        assert!(
-            recorded.iter().any(|p| p == f),
-            "{f} not recorded: {recorded:?}"
-        );
+        assert!(recorded.iter().any(|p| p == f), "{f} not recorded: {}", all());
     }
     assert!(
         recorded.iter().any(|p| p == s(link)),
-        "{} not recorded: {recorded:?}",
-        link.display()
+        "{} not recorded: {}",
+        link.display(),
+        all()
     );
     assert!(
         truncations(log) >= 6,
-        "fewer than 6 truncations recorded: {recorded:?}"
+        "fewer than 6 truncations recorded: {}",
+        all()
     );
 }
 
