@@ -42,6 +42,7 @@ use lockrun_common::{read_only_offset as at, Hook, READ_ONLY_PATH_MAX};
 use super::BpfError;
 use crate::audit::syscalls::records::read_only::{refusal, Named, ReadOnlyCall};
 use crate::audit::syscalls::records::{At, DevIno, Look, Proc};
+use crate::audit::syscalls::refer::Found;
 use crate::audit::Event;
 use crate::kernel::ReadOnlyUnseen;
 use crate::sys::bpf;
@@ -232,6 +233,12 @@ impl Look for OfRun<'_> {
 
     fn cwd(&self, pid: u32) -> Option<String> {
         self.there(pid).then(|| self.look.cwd(pid))?
+    }
+
+    /// Where lockrun is, not through the process: asked whatever became
+    /// of it (an `O_CREAT` open's file, once its process is gone).
+    fn found(&self, path: &str, follow: bool) -> Option<Found> {
+        self.look.found(path, follow)
     }
 }
 

@@ -288,6 +288,52 @@ fn a_call_a_read_only_mount_refused_is_a_filesystem_refusal() {
     assert_eq!(f.path, None);
 }
 
+/// An `O_CREAT|O_TRUNC` open a read-only mount refused, decoded once its
+/// process is gone (as a busy machine's reader may be late): whether it
+/// was a truncation of the file or the making of one in its directory is
+/// told by looking where lockrun is, for an absolute name; the file is
+/// there, so a truncation of it, not a file made beside it.
+#[test]
+fn an_o_creat_open_of_a_file_there_is_its_truncation_after_its_process_is_gone() {
+    use super::read_only::decode_with;
+    struct Removed<'a>(&'a std::path::Path);
+    impl Drop for Removed<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("lockrun-unit-creat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _removed = Removed(&dir);
+    let file = dir.join("there");
+    std::fs::write(&file, "x").unwrap();
+    let gone = |_: u32, _: u64, _: &str| false;
+    let at_fdcwd = i64::from(libc::AT_FDCWD).cast_unsigned();
+    let flags = (libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC) as u64;
+    let decoded = |name: &std::path::Path| {
+        let b = read_only_record(
+            77,
+            4243,
+            libc::SYS_openat,
+            [at_fdcwd, 0x7ffd_1000, flags, 0o644],
+            name.to_str().unwrap().as_bytes(),
+        );
+        let Some((77, Event::Filesystem(f))) =
+            decode_with(&b, &crate::audit::syscalls::records::Proc, &gone)
+        else {
+            panic!("not decoded")
+        };
+        f
+    };
+    let f = decoded(&file);
+    assert_eq!(f.path.as_deref(), file.to_str());
+    assert_eq!(f.access, ["fs.write_file", "fs.truncate"]);
+    // Control: a name that is not there was a file to make, in its dir.
+    let f = decoded(&dir.join("absent"));
+    assert_eq!(f.path.as_deref(), dir.to_str());
+    assert_eq!(f.access, ["fs.make_reg"]);
+}
+
 #[test]
 fn a_record_is_told_by_its_size_and_hook() {
     use lockrun_common::read_only_offset as at;
