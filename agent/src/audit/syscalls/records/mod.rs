@@ -301,6 +301,16 @@ pub(super) enum Flags {
     Fixed(u64),
 }
 
+impl Flags {
+    /// The flags of a call whose arguments are `arg`.
+    pub(super) fn of(self, arg: &dyn Fn(usize) -> u64) -> u64 {
+        match self {
+            Self::Arg(i) => arg(i),
+            Self::Fixed(f) => f,
+        }
+    }
+}
+
 impl Call {
     #[allow(clippy::too_many_lines)] // one arm per call, in one table
     fn of(nr: i64) -> Self {
@@ -612,10 +622,7 @@ fn judged(
     let arg = ctx.arg;
     match call {
         Call::Open { flags, dirfd } => {
-            let flags = match flags {
-                Flags::Arg(i) => arg(i),
-                Flags::Fixed(f) => f,
-            };
+            let flags = flags.of(arg);
             open(ctx, flags, dirfd)
         }
         Call::Make { access, dirfd } => (ctx.parent(dirfd), vec![access]),

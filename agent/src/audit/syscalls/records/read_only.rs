@@ -19,6 +19,9 @@
 //!   (its directory is unknown, and a guess could name another file): the
 //!   path is not named, and `raw` says which relative name it was. What
 //!   was made or removed is named by its directory, as Landlock names it.
+//!   A file an open or `truncate` reached through a symlink or
+//!   `/proc/self/fd/<n>` is named by what it is, as Landlock names it,
+//!   and the name given stays in `raw`.
 //!   A name the recorder cut ([`READ_ONLY_PATH_MAX`]) is not named either.
 //! - **A call on a descriptor** (`fchmod`, `fchown`, `fsetxattr`,
 //!   `futimens`, i.e. `utimensat(fd, NULL, …)`) is named by the descriptor
@@ -30,7 +33,7 @@ use std::fmt::Write as _;
 use lockrun_common::READ_ONLY_PATH_MAX;
 
 use super::super::super::{FsErrno, FsEvent};
-use super::{judged, At, Call, Ctx, Flags, Item, Kind, Look, RENAME_NEW_FIRST};
+use super::{judged, At, Call, Ctx, Item, Kind, Look, RENAME_NEW_FIRST};
 
 /// A name a refused call gave, as the recorder read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +135,11 @@ pub fn refusal(call: &ReadOnlyCall, look: &dyn Look) -> Option<FsEvent> {
             look,
         };
         let (path, access) = judged(kind, &ctx, &[]);
+        let file = items.first().is_some_and(|i| i.kind == Kind::Normal);
+        let path = match path {
+            Some(p) if file && follows_last(kind, &arg) => Some(through_links(look, pid, p)),
+            other => other,
+        };
         let access = if decided { access } else { Vec::new() };
         (path, access.into_iter().map(str::to_owned).collect())
     };
@@ -213,10 +221,7 @@ fn names(
     };
     match kind {
         Call::Open { flags, dirfd } => {
-            let flags = match flags {
-                Flags::Arg(i) => arg(i),
-                Flags::Fixed(f) => f,
-            };
+            let flags = flags.of(arg);
             if flags & libc::O_CREAT as u64 == 0 {
                 return (vec![file(first)], true);
             }
@@ -246,6 +251,42 @@ fn names(
         Call::Link { new_dirfd, .. } => (vec![file(first), parent(second, new_dirfd)], true),
         _ => (vec![file(first)], true),
     }
+}
+
+/// Whether `kind` (with arguments `arg`) acts on what its name's last
+/// symlink leads to: `truncate`; an open without `O_NOFOLLOW`, unless it
+/// makes the file only (`O_CREAT | O_EXCL`). Other calls are named as
+/// given.
+fn follows_last(kind: Call, arg: &dyn Fn(usize) -> u64) -> bool {
+    match kind {
+        Call::Truncate => true,
+        Call::Open { flags, .. } => {
+            let flags = flags.of(arg);
+            let excl = (libc::O_CREAT | libc::O_EXCL) as u64;
+            flags & libc::O_NOFOLLOW as u64 == 0 && flags & excl != excl
+        }
+        _ => false,
+    }
+}
+
+/// The file the absolute name `name`, followed to its end, leads to, as
+/// Landlock names what it refuses: `/proc/self/fd/<n>` (or
+/// `thread-self`'s) by what the descriptor is, while the process is the
+/// run's; a name outside the run's own ground resolved where lockrun is
+/// (the run sees the same files there); else, or where it cannot be
+/// resolved, as given. The given name stays in the event's `raw`.
+fn through_links(look: &dyn Look, pid: u32, name: String) -> String {
+    let own_fd = ["/proc/self/fd/", "/proc/thread-self/fd/"]
+        .iter()
+        .find_map(|p| name.strip_prefix(p)?.parse::<i32>().ok());
+    if let Some(fd) = own_fd {
+        return look.fd_path(pid, fd).unwrap_or(name);
+    }
+    if own_ground(&name) {
+        return name;
+    }
+    look.found(&name, true)
+        .map_or(name, |f| f.path.to_string_lossy().into_owned())
 }
 
 /// How kernel audit's `PATH` record names the directory of `path`: its
