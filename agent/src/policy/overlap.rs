@@ -288,11 +288,10 @@ pub fn refuse_state_dir(
     default: &Path,
 ) -> Result<(), Box<StateDirHolds>> {
     let path_var = command_path(env);
-    refuse_state_dir_holding(state, home, path_var.as_deref(), writable, default)?;
+    let holding = Holding::new(state, writable, default);
+    refuse_state_dir_holding_in(&holding, home, path_var.as_deref())?;
     match program {
-        Some(program) => {
-            refuse_state_dir_holding_command(state, program, path_var.as_deref(), writable, default)
-        }
+        Some(program) => refuse_state_dir_holding_command(&holding, program, path_var.as_deref()),
         None => Ok(()),
     }
 }
@@ -316,12 +315,22 @@ fn command_path(env: &BTreeMap<String, EnvTemplate>) -> Option<OsString> {
 /// or a directory of `path_var` (the command's `PATH`), unless that lies
 /// in one of the `writable` roots (granted whole, it stays open). `default`
 /// is what the refusal suggests.
+#[cfg(test)]
 fn refuse_state_dir_holding(
     state: &Entry,
     home: &Path,
     path_var: Option<&OsStr>,
     writable: &[Entry],
     default: &Path,
+) -> Result<(), Box<StateDirHolds>> {
+    refuse_state_dir_holding_in(&Holding::new(state, writable, default), home, path_var)
+}
+
+/// [`refuse_state_dir_holding`], for the state dir `holding` checks.
+fn refuse_state_dir_holding_in(
+    holding: &Holding<'_>,
+    home: &Path,
+    path_var: Option<&OsStr>,
 ) -> Result<(), Box<StateDirHolds>> {
     let needed = EVERY_COMMAND_READS
         .iter()
@@ -336,7 +345,7 @@ fn refuse_state_dir_holding(
                 .map(Needed::OnPath),
         );
     for n in needed {
-        refuse_holding(state, n, writable, default)?;
+        holding.refuse(n)?;
     }
     Ok(())
 }
@@ -345,11 +354,9 @@ fn refuse_state_dir_holding(
 /// the run finds it: `program` itself when it has a `/`, else the first
 /// executable regular file of that name in `path_var`'s directories.
 fn refuse_state_dir_holding_command(
-    state: &Entry,
+    holding: &Holding<'_>,
     program: &OsStr,
     path_var: Option<&OsStr>,
-    writable: &[Entry],
-    default: &Path,
 ) -> Result<(), Box<StateDirHolds>> {
     use std::os::unix::ffi::OsStrExt as _;
     use std::os::unix::fs::PermissionsExt as _;
@@ -365,43 +372,66 @@ fn refuse_state_dir_holding_command(
             .find(|p| executable(p))
     };
     match found.filter(|p| executable(p)) {
-        Some(command) => refuse_holding(state, Needed::Command(command), writable, default),
+        Some(command) => holding.refuse(Needed::Command(command)),
         None => Ok(()),
     }
 }
 
-/// Refuse `state` if it is or holds `needed`, which no `writable` root
-/// holds. What does not exist here is not needed.
-fn refuse_holding(
-    state: &Entry,
-    needed: Needed,
-    writable: &[Entry],
-    default: &Path,
-) -> Result<(), Box<StateDirHolds>> {
-    let PathSpec::Absolute(path) = &state.path else {
-        return Ok(());
-    };
-    let (Needed::System { path: at, .. }
-    | Needed::Home(at)
-    | Needed::OnPath(at)
-    | Needed::Command(at)) = &needed;
-    let Ok(at) = at.canonicalize() else {
-        return Ok(());
-    };
-    let cs = canonical(path);
-    let open = writable.iter().any(|w| match &w.path {
-        PathSpec::Absolute(w) => at.starts_with(canonical(w)),
-        PathSpec::RunTmp(_) => false,
-    });
-    if at.starts_with(&cs) && !open {
-        return Err(Box::new(StateDirHolds {
-            state: state.clone(),
-            through_symlinks: (cs != *path).then_some(cs),
-            needed,
-            default: default.to_path_buf(),
-        }));
+/// A state dir checked against what runs need, its path resolved once.
+struct Holding<'a> {
+    state: &'a Entry,
+    /// `state`'s path through symlinks ([`canonical`]); `None` for one in
+    /// `{tmp}`, which holds nothing of the machine's.
+    canonical: Option<PathBuf>,
+    writable: &'a [Entry],
+    /// What a refusal suggests instead.
+    default: &'a Path,
+}
+
+impl<'a> Holding<'a> {
+    fn new(state: &'a Entry, writable: &'a [Entry], default: &'a Path) -> Self {
+        let canonical = match &state.path {
+            PathSpec::Absolute(p) => Some(canonical(p)),
+            PathSpec::RunTmp(_) => None,
+        };
+        Self {
+            state,
+            canonical,
+            writable,
+            default,
+        }
     }
-    Ok(())
+
+    /// Refuse the state dir if it is or holds `needed`, which no writable
+    /// root holds. What does not exist here is not needed.
+    fn refuse(&self, needed: Needed) -> Result<(), Box<StateDirHolds>> {
+        let (Some(cs), PathSpec::Absolute(path)) = (&self.canonical, &self.state.path) else {
+            return Ok(());
+        };
+        let (Needed::System { path: at, .. }
+        | Needed::Home(at)
+        | Needed::OnPath(at)
+        | Needed::Command(at)) = &needed;
+        let Ok(at) = at.canonicalize() else {
+            return Ok(());
+        };
+        if !at.starts_with(cs) {
+            return Ok(());
+        }
+        let open = self.writable.iter().any(|w| match &w.path {
+            PathSpec::Absolute(w) => at.starts_with(canonical(w)),
+            PathSpec::RunTmp(_) => false,
+        });
+        if open {
+            return Ok(());
+        }
+        Err(Box::new(StateDirHolds {
+            state: self.state.clone(),
+            through_symlinks: (cs != path).then(|| cs.clone()),
+            needed,
+            default: self.default.to_path_buf(),
+        }))
+    }
 }
 
 /// `spec` canonical: an absolute path through symlinks ([`canonical`]); a
