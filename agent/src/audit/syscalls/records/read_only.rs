@@ -19,10 +19,10 @@
 //!   (its directory is unknown, and a guess could name another file): the
 //!   path is not named, and `raw` says which relative name it was. What
 //!   was made or removed is named by its directory, as Landlock names it.
+//!   A name the recorder cut ([`READ_ONLY_PATH_MAX`]) is not named either.
 //!   A file an open or `truncate` reached through a symlink or
 //!   `/proc/self/fd/<n>` is named by what it is, as Landlock names it,
 //!   and the name given stays in `raw`.
-//!   A name the recorder cut ([`READ_ONLY_PATH_MAX`]) is not named either.
 //! - **A call on a descriptor** (`fchmod`, `fchown`, `fsetxattr`,
 //!   `futimens`, i.e. `utimensat(fd, NULL, …)`) is named by the descriptor
 //!   and what it is, `fd 3 (/path)`, as the supervisor names its own.
