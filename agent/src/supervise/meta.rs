@@ -449,7 +449,7 @@ fn name_target(task: &Task<'_>, target: Target) -> Result<Named, Errno> {
                 return Ok(Named::Fd(f, format!("fd {dirfd}"), false));
             }
             if follow {
-                if let Some(fd) = resolve::proc_self_fd(&bytes) {
+                if let Some(fd) = crate::sys::proc_self_fd(&bytes) {
                     let f = task.getfd(fd)?;
                     return Ok(Named::Fd(
                         f,

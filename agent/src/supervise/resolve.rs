@@ -128,18 +128,6 @@ fn fs_magic(fd: BorrowedFd<'_>) -> Result<i64, Errno> {
         .map_err(nix_errno)
 }
 
-/// The fd number in `/proc/self/fd/N` or `/proc/thread-self/fd/N`.
-#[must_use]
-pub fn proc_self_fd(path: &[u8]) -> Option<i32> {
-    let rest = path
-        .strip_prefix(b"/proc/self/fd/")
-        .or_else(|| path.strip_prefix(b"/proc/thread-self/fd/"))?;
-    if rest.is_empty() || rest.len() > 10 || !rest.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(rest).ok()?.parse().ok()
-}
-
 /// Resolve `path` as the kernel would for the command: absolute from `root`,
 /// relative from `start` (its cwd or dirfd); a trailing symlink followed only
 /// when `follow`. `path` must not be empty.
@@ -438,17 +426,5 @@ impl Roots {
             Object::Entry { parent, .. } => parent.as_fd(),
         };
         supervisor_calls::retry_with_caps(|| self.judge_dir(dir), |_| true)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn proc_self_fd_names() {
-        assert_eq!(super::proc_self_fd(b"/proc/self/fd/3"), Some(3));
-        assert_eq!(super::proc_self_fd(b"/proc/thread-self/fd/12"), Some(12));
-        assert_eq!(super::proc_self_fd(b"/proc/self/fd/3/x"), None);
-        assert_eq!(super::proc_self_fd(b"/proc/self/fd/"), None);
-        assert_eq!(super::proc_self_fd(b"/proc/1/fd/3"), None);
     }
 }

@@ -855,9 +855,32 @@ pub fn dir_names(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
     names
 }
 
+/// The fd number in `/proc/self/fd/N` or `/proc/thread-self/fd/N`: a
+/// name that is the calling process's own descriptor.
+#[must_use]
+pub fn proc_self_fd(path: &[u8]) -> Option<i32> {
+    let rest = path
+        .strip_prefix(b"/proc/self/fd/")
+        .or_else(|| path.strip_prefix(b"/proc/thread-self/fd/"))?;
+    if rest.is_empty() || rest.len() > 10 || !rest.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(rest).ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::LoginUid;
+
+    #[test]
+    fn proc_self_fd_names() {
+        assert_eq!(super::proc_self_fd(b"/proc/self/fd/3"), Some(3));
+        assert_eq!(super::proc_self_fd(b"/proc/thread-self/fd/12"), Some(12));
+        assert_eq!(super::proc_self_fd(b"/proc/self/fd/3/x"), None);
+        assert_eq!(super::proc_self_fd(b"/proc/self/fd/"), None);
+        assert_eq!(super::proc_self_fd(b"/proc/self/fd/+3"), None);
+        assert_eq!(super::proc_self_fd(b"/proc/1/fd/3"), None);
+    }
 
     #[test]
     fn a_login_uid_is_written_in_decimal() {

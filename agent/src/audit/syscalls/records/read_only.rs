@@ -276,10 +276,7 @@ fn follows_last(kind: Call, arg: &dyn Fn(usize) -> u64) -> bool {
 /// (the run sees the same files there); else, or where it cannot be
 /// resolved, as given. The given name stays in the event's `raw`.
 fn through_links(look: &dyn Look, pid: u32, name: String) -> String {
-    let own_fd = ["/proc/self/fd/", "/proc/thread-self/fd/"]
-        .iter()
-        .find_map(|p| name.strip_prefix(p)?.parse::<i32>().ok());
-    if let Some(fd) = own_fd {
+    if let Some(fd) = crate::sys::proc_self_fd(name.as_bytes()) {
         return look.fd_path(pid, fd).unwrap_or(name);
     }
     if own_ground(&name) {
