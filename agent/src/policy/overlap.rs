@@ -289,7 +289,7 @@ pub fn refuse_state_dir(
 ) -> Result<(), Box<StateDirHolds>> {
     let path_var = command_path(env);
     let holding = Holding::new(state, writable, default);
-    refuse_state_dir_holding_in(&holding, home, path_var.as_deref())?;
+    refuse_state_dir_holding(&holding, home, path_var.as_deref())?;
     match program {
         Some(program) => refuse_state_dir_holding_command(&holding, program, path_var.as_deref()),
         None => Ok(()),
@@ -311,23 +311,11 @@ fn command_path(env: &BTreeMap<String, EnvTemplate>) -> Option<OsString> {
     }
 }
 
-/// Refuse a state dir that is or holds what every command reads, the home,
-/// or a directory of `path_var` (the command's `PATH`), unless that lies
-/// in one of the `writable` roots (granted whole, it stays open). `default`
-/// is what the refusal suggests.
-#[cfg(test)]
+/// Refuse the state dir `holding` checks if it is or holds what every
+/// command reads, the home, or a directory of `path_var` (the command's
+/// `PATH`), unless that lies in one of its writable roots (granted whole,
+/// it stays open).
 fn refuse_state_dir_holding(
-    state: &Entry,
-    home: &Path,
-    path_var: Option<&OsStr>,
-    writable: &[Entry],
-    default: &Path,
-) -> Result<(), Box<StateDirHolds>> {
-    refuse_state_dir_holding_in(&Holding::new(state, writable, default), home, path_var)
-}
-
-/// [`refuse_state_dir_holding`], for the state dir `holding` checks.
-fn refuse_state_dir_holding_in(
     holding: &Holding<'_>,
     home: &Path,
     path_var: Option<&OsStr>,
@@ -496,14 +484,9 @@ mod tests {
         let path_var = std::env::join_paths([tools.join("bin"), wt.join("bin")]).unwrap();
         let writable = [abs(Origin::Worktree, &wt)];
         let held = |state: &Path| {
-            refuse_state_dir_holding(
-                &abs(Origin::Flag("--state-dir"), state),
-                &home,
-                Some(&path_var),
-                &writable,
-                Path::new("/var/lib/lockrun"),
-            )
-            .err()
+            let state = abs(Origin::Flag("--state-dir"), state);
+            let holding = Holding::new(&state, &writable, Path::new("/var/lib/lockrun"));
+            refuse_state_dir_holding(&holding, &home, Some(&path_var)).err()
         };
         let e = held(Path::new("/")).unwrap();
         assert_eq!(
