@@ -33,11 +33,7 @@ impl Tally {
                     _ => {}
                 }
             }
-        } else if l.starts_with("skipped: ")
-            || (l.starts_with("test ") && l.contains(" ... ") && l.contains("skipped: "))
-        {
-            // A skip line may land after another test's `test x ... `
-            // (or its result), the harness writing to fd 2 directly.
+        } else if skip(l).is_some() {
             self.skipped += 1;
         }
     }
@@ -53,6 +49,18 @@ impl Tally {
             self.skipped
         )
     }
+}
+
+/// The test and reason of a loud skip line, `skipped: <test>: <reason>`:
+/// at the line's start, or after another test's `test x ... ` (or its
+/// result), where the harness writing to fd 2 directly may land it.
+pub fn skip(l: &str) -> Option<(&str, &str)> {
+    let rest = match l.strip_prefix("skipped: ") {
+        Some(rest) => rest,
+        None if l.starts_with("test ") && l.contains(" ... ") => l.split_once("skipped: ")?.1,
+        None => return None,
+    };
+    rest.split_once(": ")
 }
 
 /// Run `c`, echoing its output as it comes, and tally the test summaries.

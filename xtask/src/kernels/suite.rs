@@ -334,16 +334,12 @@ impl Results {
         let Some(b) = self.current.and_then(|i| self.binaries.get_mut(i)) else {
             return;
         };
-        // A skip line can land after a single-threaded harness's
-        // `test x ... ` (it writes to fd 2 directly).
-        if let Some(at) = l.find("skipped: ") {
-            if let Some((test, reason)) = l[at + "skipped: ".len()..].split_once(": ") {
-                b.skips.push(Skip {
-                    test: test.to_owned(),
-                    reason: reason.to_owned(),
-                    failed: false,
-                });
-            }
+        if let Some((test, reason)) = crate::tally::skip(l) {
+            b.skips.push(Skip {
+                test: test.to_owned(),
+                reason: reason.to_owned(),
+                failed: false,
+            });
         }
         // tests/support/skip.rs's panic under CI=true.
         if let Some(rest) = l.strip_prefix("kernel test ") {
